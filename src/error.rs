@@ -1,0 +1,260 @@
+//! Errors, layered as in the wire stack: [`WireError`] (bytes on one connection) ->
+//! [`RequestError`] (one request's fate) -> [`Error`] (what a user of the client sees).
+//!
+//! Every error is `Clone`, because one broken connection fails many waiting requests
+//! with the same cause.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+
+use crate::proto::wire::VersionRangeDisplay;
+
+/// A violation of the framing or encoding rules on one connection.
+///
+/// Errors that break the byte stream (a bad length, an unexpected correlation id) poison
+/// the connection; decode errors of a single body do not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// A frame announced a size above the configured maximum. Nothing was allocated for it.
+    #[error("frame of {size} bytes exceeds the maximum of {max} bytes")]
+    FrameTooLarge {
+        /// The size the length prefix announced.
+        size: usize,
+        /// The configured maximum frame size.
+        max: usize,
+    },
+    /// A frame announced a negative size, or one too small to hold a response header.
+    #[error("invalid frame length {length}")]
+    InvalidFrameLength {
+        /// The length prefix as read.
+        length: i32,
+    },
+    /// A response arrived while no request was in flight.
+    #[error("unsolicited response with correlation id {correlation_id}")]
+    Unsolicited {
+        /// The correlation id the response carried.
+        correlation_id: i32,
+    },
+    /// A response did not answer the oldest in-flight request. Kafka answers in order, so
+    /// the stream is out of step and the connection must be dropped.
+    #[error("response correlation id {got} does not match the oldest in-flight request ({expected}, {api:?})")]
+    CorrelationMismatch {
+        /// The correlation id of the oldest in-flight request.
+        expected: i32,
+        /// The correlation id the response carried.
+        got: i32,
+        /// The API of the oldest in-flight request.
+        api: ApiKey,
+    },
+    /// A request could not be encoded at the chosen version (for example a field the
+    /// version lacks was set).
+    #[error("cannot encode {api:?} v{version}: {message}")]
+    Encode {
+        /// The API being encoded.
+        api: ApiKey,
+        /// The version chosen.
+        version: i16,
+        /// What the encoder reported.
+        message: String,
+    },
+    /// A response header or body could not be decoded.
+    #[error("cannot decode {api:?} v{version} response: {message}")]
+    Decode {
+        /// The API being decoded.
+        api: ApiKey,
+        /// The negotiated version.
+        version: i16,
+        /// What the decoder reported.
+        message: String,
+    },
+    /// A response body decoded but left bytes unread: the version or schema disagree.
+    #[error("{api:?} v{version} response left {remaining} trailing bytes")]
+    TrailingBytes {
+        /// The API being decoded.
+        api: ApiKey,
+        /// The negotiated version.
+        version: i16,
+        /// How many bytes were left over.
+        remaining: usize,
+    },
+}
+
+/// Why no common version of an API could be found with a broker.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NegotiationError {
+    /// A required API is not offered by the broker at all.
+    #[error("broker does not support {api:?}; ottla needs versions {ours}")]
+    Missing {
+        /// The API.
+        api: ApiKey,
+        /// The versions ottla implements.
+        ours: VersionRangeDisplay,
+    },
+    /// A required API is offered, but the ranges do not overlap.
+    #[error("no common version of {api:?}: ottla implements {ours}, broker offers {broker}")]
+    Disjoint {
+        /// The API.
+        api: ApiKey,
+        /// The versions ottla implements.
+        ours: VersionRangeDisplay,
+        /// The versions the broker offers.
+        broker: VersionRangeDisplay,
+    },
+    /// The ApiVersions exchange itself failed with a broker error code.
+    #[error("ApiVersions failed with error code {code}")]
+    Broker {
+        /// The error code.
+        code: i16,
+    },
+}
+
+/// The fate of one request sent on one broker connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The connection broke the wire rules (see [`WireError`]).
+    #[error("wire error with {broker}: {source}")]
+    Wire {
+        /// The broker address.
+        broker: String,
+        /// The violation.
+        #[source]
+        source: WireError,
+    },
+    /// Connecting (TCP and ApiVersions) failed.
+    #[error("cannot connect to {broker}: {reason}")]
+    Connect {
+        /// The broker address.
+        broker: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The connection dropped (I/O error, EOF, or poisoned by another request's failure)
+    /// before this request's response arrived. The request may or may not have been
+    /// processed by the broker.
+    #[error("connection to {broker} lost: {reason}")]
+    Disconnected {
+        /// The broker address.
+        broker: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// No response within the request timeout. The connection is dropped, as in the
+    /// Java client, because later responses on it can no longer be matched.
+    #[error("{api:?} to {broker} timed out after {after:?}")]
+    Timeout {
+        /// The broker address.
+        broker: String,
+        /// The API of the request.
+        api: ApiKey,
+        /// The timeout that expired.
+        after: Duration,
+    },
+    /// Version negotiation failed for a required API.
+    #[error("version negotiation with {broker} failed: {source}")]
+    Negotiation {
+        /// The broker address.
+        broker: String,
+        /// Why.
+        #[source]
+        source: NegotiationError,
+    },
+    /// The request asked for a version the connection did not negotiate.
+    #[error("{api:?} v{version} is not usable with {broker} (negotiated: {negotiated})")]
+    UnsupportedVersion {
+        /// The broker address.
+        broker: String,
+        /// The API.
+        api: ApiKey,
+        /// The version asked for.
+        version: i16,
+        /// What was negotiated, if anything.
+        negotiated: String,
+    },
+    /// The connection task has stopped (the client is shutting down).
+    #[error("connection to {broker} is closed")]
+    Closed {
+        /// The broker address.
+        broker: String,
+    },
+}
+
+impl RequestError {
+    /// Whether retrying the request (possibly on a fresh connection) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            RequestError::Connect { .. }
+            | RequestError::Disconnected { .. }
+            | RequestError::Timeout { .. } => true,
+            // A wire error poisons one connection; a new one may behave.
+            RequestError::Wire { source, .. } => !matches!(
+                source,
+                WireError::Encode { .. } | WireError::FrameTooLarge { .. }
+            ),
+            RequestError::Negotiation { .. }
+            | RequestError::UnsupportedVersion { .. }
+            | RequestError::Closed { .. } => false,
+        }
+    }
+}
+
+/// The error type of ottla's public API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A request failed (see [`RequestError`]).
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// A broker answered with an error code.
+    #[error("{api:?} failed: {name} (code {code}){}", context.as_deref().map(|c| format!(" for {c}")).unwrap_or_default())]
+    Broker {
+        /// The API that failed.
+        api: ApiKey,
+        /// The Kafka error code.
+        code: i16,
+        /// The error's protocol name.
+        name: String,
+        /// What the error applies to (a topic, a partition, a group), if known.
+        context: Option<String>,
+    },
+    /// No bootstrap server could be reached.
+    #[error("no bootstrap server reachable (tried {tried:?}): {last}")]
+    Bootstrap {
+        /// The addresses tried.
+        tried: Vec<String>,
+        /// The last failure.
+        last: String,
+    },
+    /// The configuration is invalid; the message names the setting.
+    #[error("invalid configuration: {setting}: {message}")]
+    Config {
+        /// The setting at fault.
+        setting: &'static str,
+        /// What to change.
+        message: String,
+    },
+    /// Cluster metadata does not know a broker the client needs.
+    #[error("unknown broker {node}")]
+    UnknownBroker {
+        /// The node id.
+        node: i32,
+    },
+}
+
+impl Error {
+    /// Builds a [`Error::Broker`] from a response error code.
+    pub fn broker(api: ApiKey, code: i16, context: Option<String>) -> Self {
+        Error::Broker {
+            api,
+            code,
+            name: crate::proto::error_name(code),
+            context,
+        }
+    }
+}
+
+/// The result type of ottla's public API.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

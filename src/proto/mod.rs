@@ -1,0 +1,38 @@
+//! The sans-IO core: pure protocol logic with no sockets, no tasks and no clock reads.
+//!
+//! Everything here takes its inputs as arguments (bytes, responses, `now`) and returns
+//! outputs (bytes, requests, events), so it can be driven step by step by tests and by
+//! [`crate::driver`] alike.
+
+pub mod metadata;
+pub mod wire;
+
+use kafka_protocol::ResponseError;
+
+/// The protocol name of a Kafka error code (`"NOT_COORDINATOR"` style is the Java
+/// client's; ottla uses the `kafka-protocol` variant names, e.g. `NotCoordinator`).
+pub fn error_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        None => "None".to_string(),
+        Some(ResponseError::Unknown(c)) => format!("Unknown({c})"),
+        Some(e) => format!("{e:?}"),
+    }
+}
+
+/// Whether a partition-level error code means the client's view of leadership is stale
+/// and cluster metadata must be refreshed before retrying.
+pub fn needs_metadata_refresh(code: i16) -> bool {
+    matches!(
+        ResponseError::try_from_code(code),
+        Some(
+            ResponseError::NotLeaderOrFollower
+                | ResponseError::LeaderNotAvailable
+                | ResponseError::UnknownTopicOrPartition
+                | ResponseError::FencedLeaderEpoch
+                | ResponseError::UnknownLeaderEpoch
+                | ResponseError::KafkaStorageError
+                | ResponseError::UnknownTopicId
+                | ResponseError::InconsistentTopicId
+        )
+    )
+}
