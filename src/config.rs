@@ -123,7 +123,10 @@ impl ClientConfig {
             }
         }
         if self.max_in_flight == 0 {
-            return bad("max.in.flight.requests.per.connection", "must be at least 1");
+            return bad(
+                "max.in.flight.requests.per.connection",
+                "must be at least 1",
+            );
         }
         if self.request_timeout.is_zero() {
             return bad("request.timeout.ms", "must be positive");
@@ -132,7 +135,10 @@ impl ClientConfig {
             return bad("socket.connection.setup.timeout.ms", "must be positive");
         }
         if self.reconnect_backoff_max < self.reconnect_backoff {
-            return bad("reconnect.backoff.max.ms", "must be at least reconnect.backoff.ms");
+            return bad(
+                "reconnect.backoff.max.ms",
+                "must be at least reconnect.backoff.ms",
+            );
         }
         if self.max_frame_size < 1024 {
             return bad("max_frame_size", "must be at least 1024 bytes");
@@ -151,7 +157,10 @@ mod tests {
         assert!(err.to_string().contains("bootstrap.servers"), "{err}");
         let err = ClientConfig::new("localhost").validate().unwrap_err();
         assert!(err.to_string().contains("not host:port"), "{err}");
-        let err = ClientConfig::new("h:1").with_max_in_flight(0).validate().unwrap_err();
+        let err = ClientConfig::new("h:1")
+            .with_max_in_flight(0)
+            .validate()
+            .unwrap_err();
         assert!(err.to_string().contains("max.in.flight"), "{err}");
         ClientConfig::new("a:1, b:2").validate().unwrap();
     }

@@ -39,7 +39,9 @@ pub enum WireError {
     },
     /// A response did not answer the oldest in-flight request. Kafka answers in order, so
     /// the stream is out of step and the connection must be dropped.
-    #[error("response correlation id {got} does not match the oldest in-flight request ({expected}, {api:?})")]
+    #[error(
+        "response correlation id {got} does not match the oldest in-flight request ({expected}, {api:?})"
+    )]
     CorrelationMismatch {
         /// The correlation id of the oldest in-flight request.
         expected: i32,

@@ -52,7 +52,11 @@ impl Cluster {
     ///
     /// Fails when no bootstrap server answers, or when a broker lacks an API in
     /// `required` (the error names the API and both version ranges).
-    pub async fn connect(config: &ClientConfig, scope: TopicScope, required: &[ApiKey]) -> Result<Self> {
+    pub async fn connect(
+        config: &ClientConfig,
+        scope: TopicScope,
+        required: &[ApiKey],
+    ) -> Result<Self> {
         config.validate()?;
         let mut required = required.to_vec();
         if !required.contains(&ApiKey::Metadata) {
@@ -76,7 +80,11 @@ impl Cluster {
 
     /// The latest metadata snapshot.
     pub fn metadata(&self) -> Arc<ClusterMetadata> {
-        self.inner.metadata.read().map(|m| m.clone()).unwrap_or_default()
+        self.inner
+            .metadata
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_default()
     }
 
     /// How many metadata refreshes have completed.
@@ -118,7 +126,11 @@ impl Cluster {
             *m = next.clone();
         }
         self.inner.refreshes.fetch_add(1, Ordering::SeqCst);
-        debug!(brokers = next.brokers.len(), topics = next.topics.len(), "metadata refreshed");
+        debug!(
+            brokers = next.brokers.len(),
+            topics = next.topics.len(),
+            "metadata refreshed"
+        );
         Ok(next)
     }
 
@@ -136,7 +148,9 @@ impl Cluster {
     /// The connection to broker `node`, as named in the latest metadata.
     pub fn broker(&self, node: NodeId) -> Result<BrokerConnection> {
         let metadata = self.metadata();
-        let broker = metadata.broker(node).ok_or(Error::UnknownBroker { node: node.0 })?;
+        let broker = metadata
+            .broker(node)
+            .ok_or(Error::UnknownBroker { node: node.0 })?;
         Ok(self.connection(&broker.address()))
     }
 
@@ -209,7 +223,9 @@ impl Cluster {
         }
         Err(Error::Bootstrap {
             tried: candidates,
-            last: last.map(|e| e.to_string()).unwrap_or_else(|| "no broker supports Metadata".into()),
+            last: last
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "no broker supports Metadata".into()),
         })
     }
 }
@@ -221,7 +237,10 @@ pub(crate) fn metadata_request(scope: &TopicScope, version: i16) -> MetadataRequ
         TopicScope::Topics(names) => Some(
             names
                 .iter()
-                .map(|n| MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(n.clone())))))
+                .map(|n| {
+                    MetadataRequestTopic::default()
+                        .with_name(Some(TopicName(StrBytes::from_string(n.clone()))))
+                })
                 .collect(),
         ),
     };

@@ -49,7 +49,9 @@ pub struct BrokerConnection {
 
 impl std::fmt::Debug for BrokerConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BrokerConnection").field("address", &self.address).finish()
+        f.debug_struct("BrokerConnection")
+            .field("address", &self.address)
+            .finish()
     }
 }
 
@@ -144,7 +146,8 @@ impl BrokerConnection {
             return Ok(table);
         }
         let (respond, rx) = oneshot::channel();
-        self.submit(ApiKey::ApiVersions, Command::Negotiate { respond }, rx).await
+        self.submit(ApiKey::ApiVersions, Command::Negotiate { respond }, rx)
+            .await
     }
 
     /// Sends `request` at the highest version negotiated for its API and decodes the
@@ -165,12 +168,18 @@ impl BrokerConnection {
 
     /// Sends `request` encoded at `version`, which must be the negotiated version or
     /// lower within the broker's range, and decodes the response.
-    pub async fn send_version<R: Request>(&self, request: &R, version: i16) -> Result<R::Response, RequestError> {
+    pub async fn send_version<R: Request>(
+        &self,
+        request: &R,
+        version: i16,
+    ) -> Result<R::Response, RequestError> {
         let api = api_of::<R>();
         let frame = self.send_raw(api, version, request, true).await?;
-        decode_response::<R::Response>(api, version, frame.body).map_err(|source| RequestError::Wire {
-            broker: self.address.to_string(),
-            source,
+        decode_response::<R::Response>(api, version, frame.body).map_err(|source| {
+            RequestError::Wire {
+                broker: self.address.to_string(),
+                source,
+            }
         })
     }
 
@@ -308,7 +317,8 @@ impl Task {
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
-        let unit = (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+        let unit =
+            (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
         Duration::from_secs_f64((raw * (0.8 + 0.4 * unit)).min(max))
     }
 
@@ -324,31 +334,47 @@ impl Task {
                 .find(|(api, _, _)| *api == ApiKey::ApiVersions)
                 .map(|(_, _, max)| *max)
                 .unwrap_or(0);
-            // A broker may close the connection after refusing a version; then one new
-            // connection at the lower version is tried.
-            for _ in 0..3 {
-                let stream = TcpStream::connect(&*self.address)
+            // A broker may hang up after refusing a version (then reconnect at the version
+            // it allowed), or hang up without answering, as brokers older than ApiVersions
+            // do (then reconnect one version lower).
+            for _ in 0..4 {
+                let mut stream = TcpStream::connect(&*self.address)
                     .await
                     .map_err(|e| connect_err(e.to_string()))?;
                 let _ = stream.set_nodelay(true);
-                let mut stream = stream;
-                let mut codec = Codec::new(Some(&self.settings.client_id), self.settings.max_frame_size);
+                let mut codec =
+                    Codec::new(Some(&self.settings.client_id), self.settings.max_frame_size);
                 let mut rbuf = BytesMut::with_capacity(8 * 1024);
+                let mut refused_here = false;
                 loop {
                     let mut out = BytesMut::new();
                     codec
-                        .encode_request(ApiKey::ApiVersions, version, &api_versions_request(version), true, &mut out)
+                        .encode_request(
+                            ApiKey::ApiVersions,
+                            version,
+                            &api_versions_request(version),
+                            true,
+                            &mut out,
+                        )
                         .map_err(|e| connect_err(e.to_string()))?;
-                    stream.write_all(&out).await.map_err(|e| connect_err(e.to_string()))?;
-                    let frame = match read_frame(&mut stream, &mut codec, &mut rbuf).await {
+                    let exchange = async {
+                        stream.write_all(&out).await?;
+                        read_frame(&mut stream, &mut codec, &mut rbuf).await
+                    };
+                    let frame = match exchange.await {
                         Ok(frame) => frame,
-                        Err(ReadError::Eof) if version > 0 => break,
+                        Err(ReadError::Eof | ReadError::Io(_)) if refused_here => break,
+                        Err(ReadError::Eof | ReadError::Io(_)) if version > 0 => {
+                            version -= 1;
+                            break;
+                        }
                         Err(e) => return Err(connect_err(e.to_string())),
                     };
                     match handle_api_versions_response(version, frame.body) {
                         Ok(ApiVersionsOutcome::Retry { version: lower }) => {
                             debug!(broker = %self.address, from = version, to = lower, "ApiVersions version refused; retrying lower");
                             version = lower;
+                            refused_here = true;
                         }
                         Ok(ApiVersionsOutcome::Done(response)) => {
                             if response.error_code != 0 {
@@ -359,21 +385,22 @@ impl Task {
                                     },
                                 });
                             }
-                            let table = negotiate(&response, &self.settings.required).map_err(|source| {
-                                RequestError::Negotiation {
+                            let table = negotiate(&response, &self.settings.required).map_err(
+                                |source| RequestError::Negotiation {
                                     broker: self.address.to_string(),
                                     source,
-                                }
-                            })?;
+                                },
+                            )?;
                             debug!(broker = %self.address, api_versions = version, "connected");
                             return Ok((stream, codec, Arc::new(table)));
                         }
                         Err(e) => return Err(connect_err(e.to_string())),
                     }
                 }
-                version = version.saturating_sub(1);
             }
-            Err(connect_err("broker kept closing the connection during ApiVersions".into()))
+            Err(connect_err(
+                "broker kept closing the connection during ApiVersions".into(),
+            ))
         };
         match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
             Ok(result) => result,
@@ -401,14 +428,15 @@ impl Task {
         let mut channel_open = true;
 
         // Fails every waiter and reports why the connection ended.
-        let fail_all = |waiting: &mut VecDeque<Waiter>, queue: &mut VecDeque<Command>, err: RequestError| {
-            for w in waiting.drain(..) {
-                let _ = w.respond.send(Err(err.clone()));
-            }
-            for cmd in queue.drain(..) {
-                fail_command(cmd, err.clone());
-            }
-        };
+        let fail_all =
+            |waiting: &mut VecDeque<Waiter>, queue: &mut VecDeque<Command>, err: RequestError| {
+                for w in waiting.drain(..) {
+                    let _ = w.respond.send(Err(err.clone()));
+                }
+                for cmd in queue.drain(..) {
+                    fail_command(cmd, err.clone());
+                }
+            };
 
         loop {
             // Move queued commands onto the wire while the pipeline has room.
@@ -431,11 +459,18 @@ impl Task {
                             }));
                             continue;
                         }
-                        match codec.encode_raw(p.api, p.version, &p.body, p.expects_response, &mut wbuf) {
+                        match codec.encode_raw(
+                            p.api,
+                            p.version,
+                            &p.body,
+                            p.expects_response,
+                            &mut wbuf,
+                        ) {
                             Ok(id) => {
                                 trace!(broker = %broker, api = ?p.api, version = p.version, correlation_id = id.0, "request queued");
                                 if p.expects_response {
-                                    let deadline = (Instant::now() + self.settings.request_timeout).min(p.deadline);
+                                    let deadline = (Instant::now() + self.settings.request_timeout)
+                                        .min(p.deadline);
                                     waiting.push_back(Waiter {
                                         correlation_id: id.0,
                                         api: p.api,
@@ -524,10 +559,16 @@ impl Task {
 
 /// Hands every complete response in `rbuf` to its waiter. The codec matches each
 /// response to the oldest in-flight request, which is the front waiter by construction.
-fn deliver_frames(codec: &mut Codec, rbuf: &mut BytesMut, waiting: &mut VecDeque<Waiter>) -> Result<(), WireError> {
+fn deliver_frames(
+    codec: &mut Codec,
+    rbuf: &mut BytesMut,
+    waiting: &mut VecDeque<Waiter>,
+) -> Result<(), WireError> {
     while let Some(frame) = codec.decode_frame(rbuf)? {
         let Some(w) = waiting.pop_front() else {
-            return Err(WireError::Unsolicited { correlation_id: frame.request.correlation_id.0 });
+            return Err(WireError::Unsolicited {
+                correlation_id: frame.request.correlation_id.0,
+            });
         };
         debug_assert_eq!(w.correlation_id, frame.request.correlation_id.0);
         let _ = w.respond.send(Ok(frame));
@@ -542,7 +583,12 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-fn check_version(broker: &str, table: &VersionTable, api: ApiKey, version: i16) -> Result<(), RequestError> {
+fn check_version(
+    broker: &str,
+    table: &VersionTable,
+    api: ApiKey,
+    version: i16,
+) -> Result<(), RequestError> {
     let usable = match (table.version(api), table.broker_range(api)) {
         (Some(chosen), Some(range)) => version >= range.min && version <= chosen,
         _ => false,
@@ -582,7 +628,11 @@ enum ReadError {
     Wire(#[from] WireError),
 }
 
-async fn read_frame(stream: &mut TcpStream, codec: &mut Codec, rbuf: &mut BytesMut) -> Result<ResponseFrame, ReadError> {
+async fn read_frame(
+    stream: &mut TcpStream,
+    codec: &mut Codec,
+    rbuf: &mut BytesMut,
+) -> Result<ResponseFrame, ReadError> {
     loop {
         if let Some(frame) = codec.decode_frame(rbuf)? {
             return Ok(frame);
@@ -595,7 +645,7 @@ async fn read_frame(stream: &mut TcpStream, codec: &mut Codec, rbuf: &mut BytesM
 
 /// A small, stable hash so each connection's jitter differs but stays replayable.
 fn fxhash(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

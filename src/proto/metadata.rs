@@ -167,7 +167,11 @@ impl ClusterMetadata {
 
     /// The leader of `topic`/`partition`, with its epoch.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<(NodeId, LeaderEpoch)> {
-        let p = self.topic(topic)?.partitions.iter().find(|p| p.partition == partition)?;
+        let p = self
+            .topic(topic)?
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)?;
         Some((p.leader?, p.leader_epoch))
     }
 
@@ -213,7 +217,10 @@ mod tests {
                     .with_host(StrBytes::from_static_str("h"))
                     .with_port(9092),
             ])
-            .with_topics(vec![topic("a", 0, &[(1, 1, 5), (0, 1, 4)]), topic("b", 0, &[(0, -1, 0)])]);
+            .with_topics(vec![
+                topic("a", 0, &[(1, 1, 5), (0, 1, 4)]),
+                topic("b", 0, &[(0, -1, 0)]),
+            ]);
         let md = ClusterMetadata::from_response(None, &first);
         assert_eq!(md.leader("a", 1), Some((NodeId(1), LeaderEpoch(5))));
         assert_eq!(md.topic("a").unwrap().partitions[0].partition, 0, "sorted");

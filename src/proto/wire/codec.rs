@@ -134,7 +134,9 @@ impl Codec {
         }
         let got = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
         let Some(oldest) = self.in_flight.front() else {
-            return Err(WireError::Unsolicited { correlation_id: got });
+            return Err(WireError::Unsolicited {
+                correlation_id: got,
+            });
         };
         if oldest.correlation_id.0 != got {
             return Err(WireError::CorrelationMismatch {
@@ -149,10 +151,9 @@ impl Codec {
             version: oldest.version,
             message: format!("response header: {e}"),
         })?;
-        let request = self
-            .in_flight
-            .pop_front()
-            .ok_or(WireError::Unsolicited { correlation_id: got })?;
+        let request = self.in_flight.pop_front().ok_or(WireError::Unsolicited {
+            correlation_id: got,
+        })?;
         Ok(ResponseFrame {
             request,
             body: frame,
@@ -215,17 +216,22 @@ impl Codec {
 /// Encodes a request body (no header) at `version`.
 pub fn encode_body<R: Encodable>(api: ApiKey, body: &R, version: i16) -> Result<Bytes, WireError> {
     let mut out = BytesMut::new();
-    body.encode(&mut out, version).map_err(|e| WireError::Encode {
-        api,
-        version,
-        message: e.to_string(),
-    })?;
+    body.encode(&mut out, version)
+        .map_err(|e| WireError::Encode {
+            api,
+            version,
+            message: e.to_string(),
+        })?;
     Ok(out.freeze())
 }
 
 /// Decodes a response body at `version`. The body must be consumed exactly: trailing
 /// bytes mean the two sides disagree on the schema, which is an error, not noise.
-pub fn decode_response<R: Decodable>(api: ApiKey, version: i16, mut body: Bytes) -> Result<R, WireError> {
+pub fn decode_response<R: Decodable>(
+    api: ApiKey,
+    version: i16,
+    mut body: Bytes,
+) -> Result<R, WireError> {
     let response = R::decode(&mut body, version).map_err(|e| WireError::Decode {
         api,
         version,
@@ -251,7 +257,10 @@ mod tests {
         let mut inner = BytesMut::new();
         ResponseHeader::default()
             .with_correlation_id(correlation_id)
-            .encode(&mut inner, ApiKey::Metadata.response_header_version(version))
+            .encode(
+                &mut inner,
+                ApiKey::Metadata.response_header_version(version),
+            )
             .unwrap();
         body.encode(&mut inner, version).unwrap();
         let mut out = BytesMut::new();
@@ -265,13 +274,20 @@ mod tests {
         let mut codec = Codec::new(Some("ottla-test"), 1 << 20);
         let mut out = BytesMut::new();
         let id = codec
-            .encode_request(ApiKey::Metadata, 12, &MetadataRequest::default(), true, &mut out)
+            .encode_request(
+                ApiKey::Metadata,
+                12,
+                &MetadataRequest::default(),
+                true,
+                &mut out,
+            )
             .unwrap();
         assert_eq!(id, CorrelationId(0));
         let mut frame = out.clone();
         let length = frame.get_i32() as usize;
         assert_eq!(length, frame.len());
-        let header = kafka_protocol::protocol::decode_request_header_from_buffer(&mut frame).unwrap();
+        let header =
+            kafka_protocol::protocol::decode_request_header_from_buffer(&mut frame).unwrap();
         assert_eq!(header.request_api_key, 3);
         assert_eq!(header.request_api_version, 12);
         assert_eq!(header.client_id.as_deref(), Some("ottla-test"));
@@ -284,7 +300,13 @@ mod tests {
         let mut out = BytesMut::new();
         for _ in 0..2 {
             codec
-                .encode_request(ApiKey::Metadata, 9, &MetadataRequest::default(), true, &mut out)
+                .encode_request(
+                    ApiKey::Metadata,
+                    9,
+                    &MetadataRequest::default(),
+                    true,
+                    &mut out,
+                )
                 .unwrap();
         }
         let mut input = response_bytes(0, &MetadataResponse::default(), 9);
@@ -318,7 +340,8 @@ mod tests {
         let mut body = BytesMut::new();
         MetadataResponse::default().encode(&mut body, 9).unwrap();
         body.put_u8(0xff);
-        let err = decode_response::<MetadataResponse>(ApiKey::Metadata, 9, body.freeze()).unwrap_err();
+        let err =
+            decode_response::<MetadataResponse>(ApiKey::Metadata, 9, body.freeze()).unwrap_err();
         assert_eq!(
             err,
             WireError::TrailingBytes {
@@ -349,7 +372,13 @@ mod tests {
         let mut codec = Codec::new(None, 1 << 20);
         let mut out = BytesMut::new();
         codec
-            .encode_request(ApiKey::Metadata, 9, &MetadataRequest::default(), false, &mut out)
+            .encode_request(
+                ApiKey::Metadata,
+                9,
+                &MetadataRequest::default(),
+                false,
+                &mut out,
+            )
             .unwrap();
         assert_eq!(codec.in_flight(), 0);
     }

@@ -121,11 +121,28 @@ impl VersionTable {
 
 impl fmt::Display for VersionTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<18} {:<12} {:<12} {}", "api", "ottla", "broker", "chosen")?;
+        writeln!(
+            f,
+            "{:<18} {:<12} {:<12} {}",
+            "api", "ottla", "broker", "chosen"
+        )?;
         for row in self.rows() {
-            let broker = row.broker.map(|b| b.to_string()).unwrap_or_else(|| "-".into());
-            let chosen = row.chosen.map(|v| format!("v{v}")).unwrap_or_else(|| "none".into());
-            writeln!(f, "{:<18} {:<12} {:<12} {}", format!("{:?}", row.api), row.ours.to_string(), broker, chosen)?;
+            let broker = row
+                .broker
+                .map(|b| b.to_string())
+                .unwrap_or_else(|| "-".into());
+            let chosen = row
+                .chosen
+                .map(|v| format!("v{v}"))
+                .unwrap_or_else(|| "none".into());
+            writeln!(
+                f,
+                "{:<18} {:<12} {:<12} {}",
+                format!("{:?}", row.api),
+                row.ours.to_string(),
+                broker,
+                chosen
+            )?;
         }
         Ok(())
     }
@@ -133,7 +150,10 @@ impl fmt::Display for VersionTable {
 
 /// Picks, for each API ottla implements, the highest version both sides support, then
 /// checks the `required` APIs.
-pub fn negotiate(broker: &ApiVersionsResponse, required: &[ApiKey]) -> Result<VersionTable, NegotiationError> {
+pub fn negotiate(
+    broker: &ApiVersionsResponse,
+    required: &[ApiKey],
+) -> Result<VersionTable, NegotiationError> {
     let offered: BTreeMap<i16, VersionRangeDisplay> = broker
         .api_keys
         .iter()
@@ -155,7 +175,14 @@ pub fn negotiate(broker: &ApiVersionsResponse, required: &[ApiKey]) -> Result<Ve
             let hi = b.max.min(max);
             (hi >= b.min.max(min)).then_some(hi)
         });
-        table.entries.insert(api as i16, Entry { ours, broker, chosen });
+        table.entries.insert(
+            api as i16,
+            Entry {
+                ours,
+                broker,
+                chosen,
+            },
+        );
     }
     table.require(required)?;
     Ok(table)
@@ -193,7 +220,10 @@ const UNSUPPORTED_VERSION: i16 = 35;
 /// flexible array instead), so only the error code, which comes first in every layout,
 /// is trusted; the range is used when the body parses as v0, else ottla falls back to v0.
 /// The throttle time of an error reply is never read.
-pub fn handle_api_versions_response(sent: i16, body: Bytes) -> Result<ApiVersionsOutcome, WireError> {
+pub fn handle_api_versions_response(
+    sent: i16,
+    body: Bytes,
+) -> Result<ApiVersionsOutcome, WireError> {
     let code = match body.get(..2) {
         Some(b) => i16::from_be_bytes([b[0], b[1]]),
         None => {
@@ -260,14 +290,19 @@ mod tests {
 
     #[test]
     fn picks_highest_common_version() {
-        let table = negotiate(&broker(&[(ApiKey::Metadata, 0, 9), (ApiKey::ApiVersions, 0, 3)]), &[ApiKey::Metadata]).unwrap();
+        let table = negotiate(
+            &broker(&[(ApiKey::Metadata, 0, 9), (ApiKey::ApiVersions, 0, 3)]),
+            &[ApiKey::Metadata],
+        )
+        .unwrap();
         assert_eq!(table.version(ApiKey::Metadata), Some(9));
         assert_eq!(table.version(ApiKey::ApiVersions), Some(3));
     }
 
     #[test]
     fn missing_required_api_names_it() {
-        let err = negotiate(&broker(&[(ApiKey::ApiVersions, 0, 3)]), &[ApiKey::Metadata]).unwrap_err();
+        let err =
+            negotiate(&broker(&[(ApiKey::ApiVersions, 0, 3)]), &[ApiKey::Metadata]).unwrap_err();
         assert_eq!(
             err,
             NegotiationError::Missing {
@@ -280,9 +315,13 @@ mod tests {
 
     #[test]
     fn disjoint_ranges_name_both() {
-        let err = negotiate(&broker(&[(ApiKey::Metadata, 14, 20)]), &[ApiKey::Metadata]).unwrap_err();
+        let err =
+            negotiate(&broker(&[(ApiKey::Metadata, 14, 20)]), &[ApiKey::Metadata]).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("v1..=v13") && msg.contains("v14..=v20"), "{msg}");
+        assert!(
+            msg.contains("v1..=v13") && msg.contains("v14..=v20"),
+            "{msg}"
+        );
     }
 
     #[test]
