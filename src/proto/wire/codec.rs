@@ -237,6 +237,13 @@ pub fn decode_response<R: Decodable>(
         version,
         message: e.to_string(),
     })?;
+    // The librdkafka mock cluster ends flexible Metadata responses with one extra empty
+    // tagged-field block (a single 0x00). It carries no data, so it is accepted; any
+    // other leftover is a schema disagreement.
+    if body.remaining() == 1 && body[0] == 0 && is_flexible_response(api, version) {
+        tracing::trace!(?api, version, "ignored one trailing empty tagged-field block");
+        return Ok(response);
+    }
     if body.has_remaining() {
         return Err(WireError::TrailingBytes {
             api,
@@ -245,6 +252,12 @@ pub fn decode_response<R: Decodable>(
         });
     }
     Ok(response)
+}
+
+/// Whether `api` at `version` uses the flexible (tagged-field) encoding. ApiVersions
+/// keeps response header v0 for bootstrapping but its body is flexible from v3.
+fn is_flexible_response(api: ApiKey, version: i16) -> bool {
+    api.response_header_version(version) >= 1 || (api == ApiKey::ApiVersions && version >= 3)
 }
 
 #[cfg(test)]
@@ -339,7 +352,7 @@ mod tests {
     fn trailing_bytes_are_an_error() {
         let mut body = BytesMut::new();
         MetadataResponse::default().encode(&mut body, 9).unwrap();
-        body.put_u8(0xff);
+        body.put_u8(0xff); // non-zero: never tolerated
         let err =
             decode_response::<MetadataResponse>(ApiKey::Metadata, 9, body.freeze()).unwrap_err();
         assert_eq!(
@@ -350,6 +363,25 @@ mod tests {
                 remaining: 1
             }
         );
+    }
+
+    #[test]
+    fn one_trailing_empty_tag_block_is_tolerated_on_flexible_versions_only() {
+        // Seen from the librdkafka mock cluster on Metadata v9+.
+        let mut body = BytesMut::new();
+        MetadataResponse::default().encode(&mut body, 12).unwrap();
+        body.put_u8(0);
+        decode_response::<MetadataResponse>(ApiKey::Metadata, 12, body.clone().freeze()).unwrap();
+        body.put_u8(0);
+        assert!(matches!(
+            decode_response::<MetadataResponse>(ApiKey::Metadata, 12, body.freeze()),
+            Err(WireError::TrailingBytes { remaining: 2, .. })
+        ));
+        // Metadata v8 is not flexible: a trailing zero is an error there.
+        let mut body = BytesMut::new();
+        MetadataResponse::default().encode(&mut body, 8).unwrap();
+        body.put_u8(0);
+        assert!(decode_response::<MetadataResponse>(ApiKey::Metadata, 8, body.freeze()).is_err());
     }
 
     #[test]
