@@ -59,7 +59,7 @@ impl ClientConfig {
             reconnect_backoff_max: Duration::from_secs(1),
             max_in_flight: 5,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
-            jitter_seed: 0x6f74_746c_61,
+            jitter_seed: 0x006f_7474_6c61,
         }
     }
 

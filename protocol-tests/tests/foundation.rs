@@ -32,9 +32,13 @@ fn scope(topic: &str) -> TopicScope {
 /// Negotiates with the peer and checks the table: every API ottla implements that the
 /// peer offers gets the highest common version.
 async fn check_negotiation(peer: &Peer) {
-    let cluster = Cluster::connect(&config(&peer.bootstrap()), TopicScope::Topics(BTreeSet::new()), &[])
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(
+        &config(&peer.bootstrap()),
+        TopicScope::Topics(BTreeSet::new()),
+        &[],
+    )
+    .await
+    .unwrap();
     let first = peer.bootstrap().split(',').next().unwrap().to_string();
     let table = cluster.connection(&first).versions().await.unwrap();
     println!("negotiated with {}:\n{table}", peer.name());
@@ -54,39 +58,66 @@ async fn check_negotiation(peer: &Peer) {
 /// Metadata for a 6-partition topic: every partition has a live leader that is one of
 /// the cluster's brokers, and a leader epoch.
 async fn check_metadata(peer: &Peer, expected_brokers: usize) {
-    let cluster = Cluster::connect(&config(&peer.bootstrap()), scope(TOPIC), &[]).await.unwrap();
+    let cluster = Cluster::connect(&config(&peer.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
     let md = cluster.metadata();
     assert_eq!(md.brokers.len(), expected_brokers, "{:?}", md.brokers);
-    let topic = md.topic(TOPIC).unwrap_or_else(|| panic!("{TOPIC} missing from {:?}", md.topics.keys()));
+    let topic = md
+        .topic(TOPIC)
+        .unwrap_or_else(|| panic!("{TOPIC} missing from {:?}", md.topics.keys()));
     assert_eq!(topic.error, 0);
     let partitions: Vec<i32> = topic.partitions.iter().map(|p| p.partition).collect();
     assert_eq!(partitions, (0..6).collect::<Vec<_>>());
     for p in &topic.partitions {
-        let leader = p.leader.unwrap_or_else(|| panic!("partition {} has no leader", p.partition));
-        assert!(md.broker(leader).is_some(), "leader {leader} is not a known broker");
-        assert!(p.leader_epoch.0 >= 0, "partition {} leader epoch {:?}", p.partition, p.leader_epoch);
+        let leader = p
+            .leader
+            .unwrap_or_else(|| panic!("partition {} has no leader", p.partition));
+        assert!(
+            md.broker(leader).is_some(),
+            "leader {leader} is not a known broker"
+        );
+        assert!(
+            p.leader_epoch.0 >= 0,
+            "partition {} leader epoch {:?}",
+            p.partition,
+            p.leader_epoch
+        );
     }
     // Leaders come from the same snapshot.
-    assert_eq!(md.leader(TOPIC, 0).map(|(n, _)| n), topic.partitions[0].leader);
+    assert_eq!(
+        md.leader(TOPIC, 0).map(|(n, _)| n),
+        topic.partitions[0].leader
+    );
 }
 
 /// 1,000 requests pipelined on one connection, each answered to its own caller: each
 /// asks about a distinct unknown topic and must get that name back.
 async fn check_pipelining(peer: &Peer) {
-    let cluster = Cluster::connect(&config(&peer.bootstrap()), TopicScope::Topics(BTreeSet::new()), &[])
-        .await
-        .unwrap();
+    let cluster = Cluster::connect(
+        &config(&peer.bootstrap()),
+        TopicScope::Topics(BTreeSet::new()),
+        &[],
+    )
+    .await
+    .unwrap();
     let md = cluster.metadata();
     let node = *md.brokers.keys().next().unwrap();
     let conn = cluster.broker(node).unwrap();
-    let version = conn.versions().await.unwrap().version(ApiKey::Metadata).unwrap();
+    let version = conn
+        .versions()
+        .await
+        .unwrap()
+        .version(ApiKey::Metadata)
+        .unwrap();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..1000 {
         let conn = conn.clone();
         tasks.spawn(async move {
             let name = format!("no-such-topic-{i}");
             let mut request = MetadataRequest::default().with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(name.clone())))),
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.clone())))),
             ]));
             if version >= 4 {
                 request.allow_auto_topic_creation = false;
@@ -131,7 +162,9 @@ async fn mock_thousand_pipelined_requests_on_one_connection() {
 async fn mock_broker_down_then_up_requests_succeed_again() {
     let mock = MockCluster::new(3).unwrap();
     mock.create_topic(TOPIC, 6, 1).unwrap();
-    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[]).await.unwrap();
+    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
     let conn = cluster.broker(NodeId(2)).unwrap();
     let request = MetadataRequest::default().with_topics(Some(vec![]));
     conn.send(&request).await.unwrap();
@@ -141,17 +174,28 @@ async fn mock_broker_down_then_up_requests_succeed_again() {
     let err = loop {
         // The mock may let one more request through before the socket closes.
         match conn.send(&request).await {
-            Ok(_) if started.elapsed() < Duration::from_secs(5) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Ok(_) if started.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
             Ok(_) => panic!("broker 2 still answers 5 s after going down"),
             Err(e) => break e,
         }
     };
     assert!(
-        matches!(err, RequestError::Disconnected { .. } | RequestError::Connect { .. } | RequestError::Timeout { .. }),
+        matches!(
+            err,
+            RequestError::Disconnected { .. }
+                | RequestError::Connect { .. }
+                | RequestError::Timeout { .. }
+        ),
         "{err:?}"
     );
     assert!(err.is_retriable());
-    assert!(started.elapsed() < Duration::from_secs(15), "failing took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "failing took {:?}",
+        started.elapsed()
+    );
 
     mock.broker_up(2).unwrap();
     let started = std::time::Instant::now();
@@ -171,7 +215,9 @@ async fn mock_broker_down_then_up_requests_succeed_again() {
 async fn mock_concurrent_refreshes_coalesce_into_one_request() {
     let mock = MockCluster::new(3).unwrap();
     mock.create_topic(TOPIC, 6, 1).unwrap();
-    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[]).await.unwrap();
+    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
     // Slow every broker down so all refreshes overlap the first one.
     for b in mock.broker_ids() {
         mock.set_rtt(b, Duration::from_millis(300)).unwrap();
@@ -181,13 +227,24 @@ async fn mock_concurrent_refreshes_coalesce_into_one_request() {
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..10 {
         let c = cluster.clone();
-        tasks.spawn(async move { c.refresh_metadata().await.map(|m| m.topic(TOPIC).map(|t| t.partitions.len())) });
+        tasks.spawn(async move {
+            c.refresh_metadata()
+                .await
+                .map(|m| m.topic(TOPIC).map(|t| t.partitions.len()))
+        });
     }
     while let Some(r) = tasks.join_next().await {
         assert_eq!(r.unwrap().unwrap(), Some(6));
     }
-    let metadata_requests = mock.requests().iter().filter(|r| r.api_key == ApiKey::Metadata as i16).count();
-    assert_eq!(metadata_requests, 1, "10 concurrent refreshes sent {metadata_requests} Metadata requests");
+    let metadata_requests = mock
+        .requests()
+        .iter()
+        .filter(|r| r.api_key == ApiKey::Metadata as i16)
+        .count();
+    assert_eq!(
+        metadata_requests, 1,
+        "10 concurrent refreshes sent {metadata_requests} Metadata requests"
+    );
     assert_eq!(cluster.refresh_count(), before + 1);
 }
 
@@ -195,9 +252,15 @@ async fn mock_concurrent_refreshes_coalesce_into_one_request() {
 async fn mock_leadership_errors_trigger_a_refresh_and_others_do_not() {
     let mock = MockCluster::new(3).unwrap();
     mock.create_topic(TOPIC, 6, 1).unwrap();
-    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[]).await.unwrap();
+    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
     let (old_leader, _) = cluster.metadata().leader(TOPIC, 0).unwrap();
-    let new_leader = mock.broker_ids().into_iter().find(|b| *b != old_leader.0).unwrap();
+    let new_leader = mock
+        .broker_ids()
+        .into_iter()
+        .find(|b| *b != old_leader.0)
+        .unwrap();
     mock.partition_set_leader(TOPIC, 0, new_leader).unwrap();
 
     let before = cluster.refresh_count();
@@ -207,7 +270,10 @@ async fn mock_leadership_errors_trigger_a_refresh_and_others_do_not() {
     // NOT_LEADER_OR_FOLLOWER (6) does.
     assert!(cluster.refresh_on_error(6).await.unwrap());
     assert_eq!(cluster.refresh_count(), before + 1);
-    assert_eq!(cluster.metadata().leader(TOPIC, 0).map(|(n, _)| n.0), Some(new_leader));
+    assert_eq!(
+        cluster.metadata().leader(TOPIC, 0).map(|(n, _)| n.0),
+        Some(new_leader)
+    );
 }
 
 #[tokio::test]
@@ -239,7 +305,9 @@ async fn external_broker_when_configured() {
     };
     check_negotiation(&peer).await;
     peer.create_topic(TOPIC, 6).unwrap();
-    let cluster = Cluster::connect(&config(&peer.bootstrap()), scope(TOPIC), &[]).await.unwrap();
+    let cluster = Cluster::connect(&config(&peer.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
     let brokers = cluster.metadata().brokers.len();
     check_metadata(&peer, brokers).await;
     check_pipelining(&peer).await;

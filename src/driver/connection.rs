@@ -41,9 +41,10 @@ pub struct BrokerConnection {
     address: Arc<str>,
     tx: mpsc::Sender<Command>,
     versions: watch::Receiver<Option<Arc<VersionTable>>>,
-    /// Connect plus request timeout: how long a request may take in the task.
-    wait_budget: Duration,
-    /// A little more than `wait_budget`: the caller's own guard against a wedged task.
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    /// A little more than connect plus request timeout: the caller's own guard
+    /// against a wedged task.
     backstop: Duration,
 }
 
@@ -99,6 +100,8 @@ struct Pending {
     version: i16,
     body: Bytes,
     expects_response: bool,
+    /// How long the broker may take once the request is written.
+    timeout: Duration,
     deadline: Instant,
     respond: oneshot::Sender<Result<ResponseFrame, RequestError>>,
 }
@@ -112,8 +115,9 @@ impl BrokerConnection {
         let (tx, rx) = mpsc::channel(settings.max_in_flight * 2);
         let (versions_tx, versions) = watch::channel(None);
         let address: Arc<str> = Arc::from(address);
-        let wait_budget = settings.connect_timeout + settings.request_timeout;
-        let backstop = wait_budget + Duration::from_secs(1);
+        let (connect_timeout, request_timeout) =
+            (settings.connect_timeout, settings.request_timeout);
+        let backstop = connect_timeout + request_timeout + Duration::from_secs(1);
         let seed = settings.jitter_seed ^ fxhash(address.as_bytes());
         let task = Task {
             address: address.clone(),
@@ -129,7 +133,8 @@ impl BrokerConnection {
             address,
             tx,
             versions,
-            wait_budget,
+            connect_timeout,
+            request_timeout,
             backstop,
         }
     }
@@ -146,8 +151,13 @@ impl BrokerConnection {
             return Ok(table);
         }
         let (respond, rx) = oneshot::channel();
-        self.submit(ApiKey::ApiVersions, Command::Negotiate { respond }, rx)
-            .await
+        self.submit(
+            ApiKey::ApiVersions,
+            Command::Negotiate { respond },
+            rx,
+            self.backstop,
+        )
+        .await
     }
 
     /// Sends `request` at the highest version negotiated for its API and decodes the
@@ -193,21 +203,40 @@ impl BrokerConnection {
         request: &R,
         expects_response: bool,
     ) -> Result<ResponseFrame, RequestError> {
+        self.send_raw_timeout(api, version, request, expects_response, None)
+            .await
+    }
+
+    /// Like [`BrokerConnection::send_raw`] with a request timeout of its own, for
+    /// requests the broker may legitimately hold (JoinGroup waits up to the rebalance
+    /// timeout, so the Java client gives it `rebalance timeout + 5 s`).
+    pub async fn send_raw_timeout<R: Request>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        request: &R,
+        expects_response: bool,
+        timeout: Option<Duration>,
+    ) -> Result<ResponseFrame, RequestError> {
         let body = encode_body(api, request, version).map_err(|source| RequestError::Wire {
             broker: self.address.to_string(),
             source,
         })?;
         let (respond, rx) = oneshot::channel();
+        let timeout = timeout.unwrap_or(self.request_timeout);
         let pending = Pending {
             api,
             version,
             body,
             expects_response,
+            timeout,
             // The deadline starts now: time spent waiting for a connection counts too.
-            deadline: Instant::now() + self.wait_budget,
+            deadline: Instant::now() + self.connect_timeout + timeout,
             respond,
         };
-        self.submit(api, Command::Request(pending), rx).await
+        let backstop = self.connect_timeout + timeout + Duration::from_secs(1);
+        self.submit(api, Command::Request(pending), rx, backstop)
+            .await
     }
 
     async fn submit<T>(
@@ -215,6 +244,7 @@ impl BrokerConnection {
         api: ApiKey,
         command: Command,
         rx: oneshot::Receiver<Result<T, RequestError>>,
+        backstop: Duration,
     ) -> Result<T, RequestError> {
         let closed = || RequestError::Closed {
             broker: self.address.to_string(),
@@ -223,12 +253,12 @@ impl BrokerConnection {
             self.tx.send(command).await.map_err(|_| closed())?;
             rx.await.map_err(|_| closed())?
         };
-        match tokio::time::timeout(self.backstop, wait).await {
+        match tokio::time::timeout(backstop, wait).await {
             Ok(result) => result,
             Err(_) => Err(RequestError::Timeout {
                 broker: self.address.to_string(),
                 api,
-                after: self.backstop,
+                after: backstop,
             }),
         }
     }
@@ -261,6 +291,7 @@ struct Task {
 struct Waiter {
     correlation_id: i32,
     api: ApiKey,
+    timeout: Duration,
     deadline: Instant,
     respond: oneshot::Sender<Result<ResponseFrame, RequestError>>,
 }
@@ -455,7 +486,7 @@ impl Task {
                             let _ = p.respond.send(Err(RequestError::Timeout {
                                 broker: broker.clone(),
                                 api: p.api,
-                                after: self.settings.request_timeout,
+                                after: p.timeout,
                             }));
                             continue;
                         }
@@ -469,11 +500,11 @@ impl Task {
                             Ok(id) => {
                                 trace!(broker = %broker, api = ?p.api, version = p.version, correlation_id = id.0, "request queued");
                                 if p.expects_response {
-                                    let deadline = (Instant::now() + self.settings.request_timeout)
-                                        .min(p.deadline);
+                                    let deadline = (Instant::now() + p.timeout).min(p.deadline);
                                     waiting.push_back(Waiter {
                                         correlation_id: id.0,
                                         api: p.api,
+                                        timeout: p.timeout,
                                         deadline,
                                         respond: p.respond,
                                     });
@@ -543,7 +574,7 @@ impl Task {
                     let reason = format!("dropped after a {api:?} request timed out");
                     for w in waiting.drain(..) {
                         let err = if w.deadline <= now {
-                            RequestError::Timeout { broker: broker.clone(), api: w.api, after: self.settings.request_timeout }
+                            RequestError::Timeout { broker: broker.clone(), api: w.api, after: w.timeout }
                         } else {
                             RequestError::Disconnected { broker: broker.clone(), reason: reason.clone() }
                         };

@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ottla::driver::{Cluster, TopicScope};
 use ottla::ClientConfig;
+use ottla::driver::{Cluster, TopicScope};
 use protocol_tests::mock::MockCluster;
 
 struct Args {
@@ -20,7 +20,10 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { brokers: 3, partitions: 6 };
+    let mut args = Args {
+        brokers: 3,
+        partitions: 6,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<i32, String> {
@@ -66,7 +69,10 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    println!("ottla demo: starting an embedded librdkafka mock cluster with {} brokers", args.brokers);
+    println!(
+        "ottla demo: starting an embedded librdkafka mock cluster with {} brokers",
+        args.brokers
+    );
     let mock = MockCluster::new(args.brokers)?;
     mock.cap_group_apis()?;
     let topics = ["orders", "orders.dlq"];
@@ -74,27 +80,52 @@ async fn run(args: Args) -> anyhow::Result<()> {
         mock.create_topic(t, args.partitions, 1)?;
     }
     println!("  bootstrap: {}", mock.bootstrap());
-    println!("  topics:    {} ({} partitions each)\n", topics.join(", "), args.partitions);
+    println!(
+        "  topics:    {} ({} partitions each)\n",
+        topics.join(", "),
+        args.partitions
+    );
 
     let config = ClientConfig::new(&mock.bootstrap())
         .with_client_id("ottla-demo")
         .with_request_timeout(Duration::from_secs(5));
-    let scope = TopicScope::Topics(topics.iter().map(|t| t.to_string()).collect::<BTreeSet<_>>());
+    let scope = TopicScope::Topics(
+        topics
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<BTreeSet<_>>(),
+    );
     let cluster = Cluster::connect(&config, scope, &[]).await?;
     let md = cluster.metadata();
 
     println!("cluster {}", md.cluster_id.as_deref().unwrap_or("(no id)"));
     for b in md.brokers.values() {
-        let controller = if md.controller == Some(b.node) { "  (controller)" } else { "" };
+        let controller = if md.controller == Some(b.node) {
+            "  (controller)"
+        } else {
+            ""
+        };
         println!("  broker {:>3}  {}{}", b.node, b.address(), controller);
     }
     for t in md.topics.values() {
         println!("\ntopic {}  id {}", t.name, t.id);
-        println!("  {:>9}  {:>6}  {:>5}  replicas", "partition", "leader", "epoch");
+        println!(
+            "  {:>9}  {:>6}  {:>5}  replicas",
+            "partition", "leader", "epoch"
+        );
         for p in &t.partitions {
-            let leader = p.leader.map(|l| l.to_string()).unwrap_or_else(|| "-".into());
+            let leader = p
+                .leader
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-".into());
             let replicas: Vec<String> = p.replicas.iter().map(|r| r.to_string()).collect();
-            println!("  {:>9}  {:>6}  {:>5}  [{}]", p.partition, leader, p.leader_epoch.0, replicas.join(","));
+            println!(
+                "  {:>9}  {:>6}  {:>5}  [{}]",
+                p.partition,
+                leader,
+                p.leader_epoch.0,
+                replicas.join(",")
+            );
         }
     }
 
@@ -106,9 +137,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     // Sanity of the end state: every topic was seen with every partition led.
     for t in topics {
-        let topic = md.topic(t).ok_or_else(|| anyhow::anyhow!("topic {t} missing from metadata"))?;
-        anyhow::ensure!(topic.partitions.len() == args.partitions as usize, "topic {t} has {} partitions", topic.partitions.len());
-        anyhow::ensure!(topic.partitions.iter().all(|p| p.leader.is_some()), "topic {t} has leaderless partitions");
+        let topic = md
+            .topic(t)
+            .ok_or_else(|| anyhow::anyhow!("topic {t} missing from metadata"))?;
+        anyhow::ensure!(
+            topic.partitions.len() == args.partitions as usize,
+            "topic {t} has {} partitions",
+            topic.partitions.len()
+        );
+        anyhow::ensure!(
+            topic.partitions.iter().all(|p| p.leader.is_some()),
+            "topic {t} has leaderless partitions"
+        );
     }
     println!("\ndone in {:.1?}", started.elapsed());
     Ok(())

@@ -121,11 +121,7 @@ impl VersionTable {
 
 impl fmt::Display for VersionTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "{:<18} {:<12} {:<12} {}",
-            "api", "ottla", "broker", "chosen"
-        )?;
+        writeln!(f, "{:<18} {:<12} {:<12} chosen", "api", "ottla", "broker")?;
         for row in self.rows() {
             let broker = row
                 .broker

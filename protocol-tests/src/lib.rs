@@ -1,0 +1,22 @@
+//! Test peers for ottla's suites: the librdkafka mock cluster ([`mock`]), the tansu
+//! broker ([`tansu`]), and [`peer::Peer`], which lets one suite run on either, or on an
+//! external cluster named by `OTTLA_BOOTSTRAP`. `PEERS.md` lists their quirks.
+
+pub mod mock;
+pub mod peer;
+pub mod tansu;
+
+pub use mock::{MockCluster, TrackedRequest};
+pub use peer::Peer;
+pub use tansu::{Tansu, find_tansu};
+
+/// Installs a `tracing` subscriber for tests: `RUST_LOG` filter (default `warn`),
+/// output through the test harness's capture. Safe to call many times.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
