@@ -241,7 +241,11 @@ pub fn decode_response<R: Decodable>(
     // tagged-field block (a single 0x00). It carries no data, so it is accepted; any
     // other leftover is a schema disagreement.
     if body.remaining() == 1 && body[0] == 0 && is_flexible_response(api, version) {
-        tracing::trace!(?api, version, "ignored one trailing empty tagged-field block");
+        tracing::trace!(
+            ?api,
+            version,
+            "ignored one trailing empty tagged-field block"
+        );
         return Ok(response);
     }
     if body.has_remaining() {
