@@ -4,6 +4,7 @@
 
 pub mod mock;
 pub mod peer;
+pub mod sim;
 pub mod tansu;
 
 pub use mock::{MockCluster, TrackedRequest};

@@ -165,6 +165,14 @@ impl Cluster {
             .clone()
     }
 
+    /// A connection to some broker, for requests any broker can answer
+    /// (FindCoordinator). Rotates over known brokers, then the bootstrap list.
+    pub fn any_connection(&self) -> BrokerConnection {
+        let candidates = self.candidates();
+        let address = candidates.first().cloned().unwrap_or_default();
+        self.connection(&address)
+    }
+
     /// Candidate addresses for a cluster-wide request: known brokers first (rotating),
     /// then the bootstrap list.
     fn candidates(&self) -> Vec<String> {

@@ -1,0 +1,2545 @@
+//! The group member: the classic consumer-group protocol as one sans-IO state machine.
+//!
+//! # Contract
+//!
+//! Inputs: [`GroupMember::handle_response`], [`GroupMember::handle_failure`] and
+//! [`GroupMember::handle_timeout`] for the network and the clock; the application's
+//! commands ([`GroupMember::commit`], [`GroupMember::complete_revocation`],
+//! [`GroupMember::note_progress`], [`GroupMember::leave`],
+//! [`GroupMember::set_topic_partitions`]). After every input, drain
+//! [`GroupMember::poll_request`] and [`GroupMember::poll_event`] until `None`, then arm
+//! one timer at [`GroupMember::poll_timeout`].
+//!
+//! Time only comes in as `now`; jitter comes from the configured seed. The same inputs
+//! give the same outputs.
+//!
+//! # Timers
+//!
+//! | timer | armed while | fires |
+//! |---|---|---|
+//! | [`Timer::Coordinator`] | the coordinator is unknown and no lookup is in flight | a FindCoordinator is due (after backoff) |
+//! | [`Timer::Join`] | `Unjoined`, coordinator known | JoinGroup is due (after backoff) |
+//! | [`Timer::Request`] | a FindCoordinator, JoinGroup, SyncGroup or LeaveGroup is in flight | the response is overdue: treated as a failure |
+//! | [`Timer::Heartbeat`] | a generation is live and no heartbeat is in flight | the next heartbeat is due |
+//! | [`Timer::Session`] | a generation is live | no successful heartbeat for `session_timeout`: the partitions are lost |
+//! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
+//! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
+//! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried | the retry is due |
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use tracing::{debug, info, warn};
+
+use super::assignor::{Assignor, MemberSubscription, RebalanceProtocol};
+use super::consumer_protocol::{
+    Assignment, Subscription, TopicPartition, decode_assignment, decode_subscription,
+    encode_assignment, encode_subscription,
+};
+use super::messages::{CommitOffset, GroupRequest, GroupResponse};
+use crate::proto::error_name;
+use crate::proto::metadata::NodeId;
+
+/// The ConsumerProtocol version ottla writes; readers handle every version.
+const SUBSCRIPTION_VERSION: i16 = 3;
+
+/// Configuration of one group member.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// The topics subscribed to.
+    pub topics: Vec<String>,
+    /// `session.timeout.ms` (default 45 s).
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms` (default 3 s).
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup,
+    /// the bound on a revocation, and the progress guard.
+    pub max_poll_interval: Duration,
+    /// `group.instance.id`, for static membership (KIP-345).
+    pub instance_id: Option<String>,
+    /// Assignors in preference order; the first is the member's favourite.
+    pub assignors: Vec<Arc<dyn Assignor>>,
+    /// `retry.backoff.ms` (default 100 ms), doubled per consecutive failure.
+    pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms` (default 1 s).
+    pub retry_backoff_max: Duration,
+    /// How long a JoinGroup or SyncGroup may stay unanswered before it counts as
+    /// failed; the broker may hold a JoinGroup for the whole rebalance timeout, so this
+    /// is `max_poll_interval` plus this slack (default 5 s, as in the Java client).
+    pub request_slack: Duration,
+    /// Seed for backoff jitter.
+    pub seed: u64,
+}
+
+impl GroupConfig {
+    /// Defaults for `group_id` subscribing to `topics` with the given assignors.
+    pub fn new(
+        group_id: impl Into<String>,
+        topics: Vec<String>,
+        assignors: Vec<Arc<dyn Assignor>>,
+    ) -> Self {
+        Self {
+            group_id: group_id.into(),
+            topics,
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            instance_id: None,
+            assignors,
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
+            request_slack: Duration::from_secs(5),
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// Identifies one request the member asked to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// Where a request must go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Any broker (FindCoordinator).
+    AnyBroker,
+    /// The group coordinator.
+    Coordinator(NodeId),
+}
+
+/// A request to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Report the outcome with this id.
+    pub id: RequestId,
+    /// Where to send it.
+    pub target: Target,
+    /// What to send.
+    pub request: GroupRequest,
+}
+
+/// How a request failed below the protocol (no response to interpret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection dropped or could not be made.
+    Disconnected,
+    /// No response within the request timeout.
+    Timeout,
+    /// The response could not be decoded, or the version is unusable.
+    Protocol(String),
+}
+
+/// Why partitions were lost (taken away without a chance to commit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostReason {
+    /// The broker no longer knows this member id (UNKNOWN_MEMBER_ID).
+    UnknownMember,
+    /// The generation is no longer valid (ILLEGAL_GENERATION).
+    IllegalGeneration,
+    /// No successful heartbeat within the session timeout.
+    SessionLapsed,
+    /// The application did not finish a revocation within the rebalance timeout.
+    RevocationTimedOut,
+    /// The application did not come back within `max.poll.interval.ms`.
+    ProgressTimeout,
+    /// The member hit a fatal error.
+    Fatal,
+}
+
+/// A fatal group error: the member is closed and every later command returns it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// The broker answered with a non-retriable error code.
+    #[error("group {group}: {api} failed with {name} (code {code}){}", hint.map(|h| format!(": {h}")).unwrap_or_default())]
+    Broker {
+        /// The group id.
+        group: String,
+        /// The API that failed.
+        api: &'static str,
+        /// The Kafka error code.
+        code: i16,
+        /// Its name.
+        name: String,
+        /// What to change, when known.
+        hint: Option<&'static str>,
+    },
+    /// The leader could not compute an assignment.
+    #[error("group {group}: assignor {assignor} failed: {message}")]
+    Assignment {
+        /// The group id.
+        group: String,
+        /// The assignor's name.
+        assignor: String,
+        /// Why.
+        message: String,
+    },
+    /// The member was closed.
+    #[error("group {group}: member closed")]
+    Closed {
+        /// The group id.
+        group: String,
+    },
+}
+
+/// Why a commit was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The member has no live generation (rebalancing, or not yet joined).
+    #[error("no live generation to commit with")]
+    NoGeneration,
+    /// The coordinator is not known right now; retry later.
+    #[error("coordinator unknown")]
+    CoordinatorUnknown,
+    /// A partition in the commit is not owned by this member.
+    #[error("partition {0} is not owned by this member")]
+    NotOwned(TopicPartition),
+    /// The broker refused the commit.
+    #[error("commit failed with {name} (code {code})")]
+    Broker {
+        /// The first failing error code.
+        code: i16,
+        /// Its name.
+        name: String,
+    },
+    /// The request failed below the protocol; the commit may or may not have happened.
+    #[error("commit request failed: {0:?}")]
+    Request(Failure),
+    /// The response belongs to a generation that has ended; it changed nothing.
+    #[error("commit answered after generation {generation} ended")]
+    Stale {
+        /// The generation the commit was sent with.
+        generation: i32,
+    },
+    /// The member is closed.
+    #[error(transparent)]
+    Closed(GroupError),
+}
+
+/// What the member tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The coordinator was found (or changed).
+    CoordinatorFound {
+        /// Its node id.
+        node: NodeId,
+        /// Its `host:port`.
+        address: String,
+    },
+    /// A generation was joined (after SyncGroup).
+    Joined {
+        /// The generation.
+        generation: i32,
+        /// This member's id.
+        member_id: String,
+        /// Whether this member computed the assignment.
+        leader: bool,
+        /// The assignor chosen by the group.
+        protocol: String,
+    },
+    /// Partitions were added to this member.
+    Assigned {
+        /// The generation.
+        generation: i32,
+        /// The partitions added.
+        added: Vec<TopicPartition>,
+        /// Everything owned now.
+        assignment: Vec<TopicPartition>,
+    },
+    /// The application must stop work on these partitions, commit what it finished and
+    /// call [`GroupMember::complete_revocation`] within the rebalance timeout.
+    RevokeRequested {
+        /// The generation the partitions belong to.
+        generation: i32,
+        /// The partitions to give back.
+        partitions: Vec<TopicPartition>,
+    },
+    /// Partitions were taken away without a chance to commit: drop in-flight work.
+    Lost {
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+        /// Why.
+        reason: LostReason,
+    },
+    /// Committed offsets of newly assigned partitions (`-1`: none committed).
+    CommittedOffsets {
+        /// The generation they were fetched for.
+        generation: i32,
+        /// `(partition, offset, leader epoch)`.
+        offsets: Vec<(TopicPartition, i64, i32)>,
+    },
+    /// A commit finished.
+    CommitCompleted {
+        /// The id [`GroupMember::commit`] returned.
+        id: RequestId,
+        /// What was committed, or why not.
+        result: Result<Vec<CommitOffset>, CommitError>,
+    },
+    /// The application did not come back within `max.poll.interval.ms`; the member left
+    /// the group (dynamic members send LeaveGroup) and rejoins on the next
+    /// [`GroupMember::note_progress`].
+    ProgressTimeout {
+        /// The configured interval.
+        max_poll_interval: Duration,
+    },
+    /// The leader needs partition counts for these topics
+    /// ([`GroupMember::set_topic_partitions`]).
+    MetadataNeeded {
+        /// The topics.
+        topics: Vec<String>,
+    },
+    /// The member left the group and is closed.
+    Left,
+    /// A fatal error; the member is closed.
+    Fatal(GroupError),
+}
+
+/// The member's timers (see the table in the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// A FindCoordinator is due.
+    Coordinator,
+    /// A JoinGroup is due.
+    Join,
+    /// A group request in flight is overdue.
+    Request,
+    /// A heartbeat is due.
+    Heartbeat,
+    /// The session lapses without a successful heartbeat.
+    Session,
+    /// A revocation must be complete.
+    Revocation,
+    /// The application must have come back for records.
+    Progress,
+    /// An OffsetFetch retry is due.
+    OffsetFetch,
+}
+
+/// The member's lifecycle state, as reported by [`GroupMember::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// Not in a generation; JoinGroup is due once the coordinator is known.
+    Unjoined,
+    /// JoinGroup sent; waiting at the first barrier.
+    Joining,
+    /// SyncGroup sent; waiting at the second barrier.
+    Syncing,
+    /// In a generation, heartbeating.
+    Stable,
+    /// Waiting for the application to finish a revocation.
+    Revoking,
+    /// Left after a progress timeout; waiting for the application.
+    Suspended,
+    /// LeaveGroup sent.
+    Leaving,
+    /// Closed; sticky.
+    Closed,
+}
+
+/// What happens once a revocation completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AfterRevoke {
+    /// Eager: everything was revoked; now rejoin.
+    Rejoin { reason: String },
+    /// Cooperative: hand out `added`, then rejoin for the second round if anything was
+    /// revoked.
+    Assign {
+        added: Vec<TopicPartition>,
+        rejoin: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Unjoined {
+        join_at: Instant,
+        reason: String,
+    },
+    Joining {
+        request: RequestId,
+        deadline: Instant,
+    },
+    Syncing {
+        request: RequestId,
+        deadline: Instant,
+        generation: i32,
+        protocol: String,
+        leader: bool,
+    },
+    Stable,
+    Revoking {
+        generation: i32,
+        partitions: Vec<TopicPartition>,
+        deadline: Instant,
+        then: AfterRevoke,
+    },
+    Suspended,
+    Leaving {
+        request: Option<RequestId>,
+        deadline: Instant,
+    },
+    Closed(Option<GroupError>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Coordinator {
+    Unknown {
+        lookup: Option<(RequestId, Instant)>,
+        retry_at: Instant,
+    },
+    Known(NodeId),
+}
+
+/// A live generation: what commits and heartbeats are sent with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Generation {
+    id: i32,
+    protocol: String,
+    rebalance: RebalanceProtocol,
+}
+
+#[derive(Debug, Clone)]
+struct Heartbeat {
+    next_at: Instant,
+    in_flight: Option<RequestId>,
+    last_ok: Instant,
+}
+
+/// What an in-flight request was sent for, and with which generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sent {
+    FindCoordinator,
+    Join,
+    Sync,
+    Heartbeat {
+        generation: i32,
+    },
+    Leave,
+    Commit {
+        generation: i32,
+        offsets: Vec<CommitOffset>,
+    },
+    OffsetFetch {
+        generation: i32,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct PendingFetch {
+    generation: i32,
+    partitions: BTreeSet<TopicPartition>,
+    in_flight: Option<RequestId>,
+    retry_at: Instant,
+}
+
+/// How the member reacts to an error code (one table: [`reaction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reaction {
+    /// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: rediscover, then resend.
+    Rediscover,
+    /// Transient: try again after backoff.
+    Retry,
+    /// REBALANCE_IN_PROGRESS: acquiesce and rejoin.
+    Rebalance,
+    /// UNKNOWN_MEMBER_ID: forget the member id; partitions lost; rejoin.
+    ResetMember,
+    /// ILLEGAL_GENERATION: forget the generation; partitions lost; rejoin.
+    ResetGeneration,
+    /// INVALID_REQUEST on SyncGroup (the mock's sync race): rejoin.
+    Rejoin,
+    /// Anything else non-retriable: fatal and sticky.
+    Fatal,
+}
+
+/// The error-to-transition table. `docs/rebalance.md` reproduces it.
+fn reaction(code: i16) -> Reaction {
+    use ResponseError as E;
+    match ResponseError::try_from_code(code) {
+        None => Reaction::Retry,
+        Some(E::NotCoordinator | E::CoordinatorNotAvailable) => Reaction::Rediscover,
+        Some(
+            E::CoordinatorLoadInProgress
+            | E::RequestTimedOut
+            | E::NetworkException
+            | E::UnstableOffsetCommit,
+        ) => Reaction::Retry,
+        Some(E::RebalanceInProgress) => Reaction::Rebalance,
+        Some(E::UnknownMemberId) => Reaction::ResetMember,
+        Some(E::IllegalGeneration) => Reaction::ResetGeneration,
+        Some(E::InvalidRequest) => Reaction::Rejoin,
+        Some(
+            E::FencedInstanceId
+            | E::InconsistentGroupProtocol
+            | E::InvalidSessionTimeout
+            | E::GroupAuthorizationFailed
+            | E::TopicAuthorizationFailed
+            | E::ClusterAuthorizationFailed
+            | E::GroupMaxSizeReached
+            | E::InvalidGroupId
+            | E::UnsupportedVersion,
+        ) => Reaction::Fatal,
+        Some(e) if e.is_retriable() => Reaction::Retry,
+        Some(_) => Reaction::Fatal,
+    }
+}
+
+fn hint(code: i16) -> Option<&'static str> {
+    use ResponseError as E;
+    match ResponseError::try_from_code(code)? {
+        E::FencedInstanceId => Some("another member uses the same group.instance.id"),
+        E::InconsistentGroupProtocol => Some(
+            "no assignor is shared with the group's other members (check partition.assignment.strategy)",
+        ),
+        E::InvalidSessionTimeout => {
+            Some("session.timeout.ms is outside the broker's group.min/max.session.timeout.ms")
+        }
+        E::GroupAuthorizationFailed => Some("the principal lacks READ on the group"),
+        E::TopicAuthorizationFailed => Some("the principal lacks READ on a topic"),
+        E::GroupMaxSizeReached => Some("the group has group.max.size members already"),
+        _ => None,
+    }
+}
+
+/// One member of a consumer group (the classic protocol).
+#[derive(Debug)]
+pub struct GroupMember {
+    config: GroupConfig,
+    state: State,
+    coordinator: Coordinator,
+    member_id: String,
+    generation: Option<Generation>,
+    heartbeat: Option<Heartbeat>,
+    /// What the application holds right now.
+    owned: BTreeSet<TopicPartition>,
+    /// The last assignment received, kept for sticky assignors' user data.
+    last_assignment: Vec<TopicPartition>,
+    last_generation: i32,
+    /// Partition counts of subscribed topics, for the leader.
+    partitions_per_topic: BTreeMap<String, i32>,
+    /// Topics other members subscribe to, whose counts a leader also needs.
+    other_topics: BTreeSet<String>,
+    /// What the leader assigned with, to notice metadata changes that need a rebalance.
+    assigned_with: Option<BTreeMap<String, i32>>,
+    last_progress: Instant,
+    fetch: Option<PendingFetch>,
+    sent: BTreeMap<RequestId, Sent>,
+    next_request: u64,
+    failures: u32,
+    rng: u64,
+    requests: VecDeque<Outgoing>,
+    events: VecDeque<Event>,
+}
+
+impl GroupMember {
+    /// A member that will look for its coordinator at once.
+    pub fn new(config: GroupConfig, now: Instant) -> Self {
+        let rng = config.seed | 1;
+        let mut member = Self {
+            config,
+            state: State::Unjoined {
+                join_at: now,
+                reason: "first join".into(),
+            },
+            coordinator: Coordinator::Unknown {
+                lookup: None,
+                retry_at: now,
+            },
+            member_id: String::new(),
+            generation: None,
+            heartbeat: None,
+            owned: BTreeSet::new(),
+            last_assignment: Vec::new(),
+            last_generation: -1,
+            partitions_per_topic: BTreeMap::new(),
+            other_topics: BTreeSet::new(),
+            assigned_with: None,
+            last_progress: now,
+            fetch: None,
+            sent: BTreeMap::new(),
+            next_request: 0,
+            failures: 0,
+            rng,
+            requests: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        member.advance(now);
+        member
+    }
+
+    // ----- getters -----
+
+    /// The lifecycle state.
+    pub fn state(&self) -> StateKind {
+        match &self.state {
+            State::Unjoined { .. } => StateKind::Unjoined,
+            State::Joining { .. } => StateKind::Joining,
+            State::Syncing { .. } => StateKind::Syncing,
+            State::Stable => StateKind::Stable,
+            State::Revoking { .. } => StateKind::Revoking,
+            State::Suspended => StateKind::Suspended,
+            State::Leaving { .. } => StateKind::Leaving,
+            State::Closed(_) => StateKind::Closed,
+        }
+    }
+
+    /// The live generation, if any.
+    pub fn generation(&self) -> Option<i32> {
+        self.generation.as_ref().map(|g| g.id)
+    }
+
+    /// The member id ("" before the broker assigned one).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The coordinator, if known.
+    pub fn coordinator(&self) -> Option<NodeId> {
+        match self.coordinator {
+            Coordinator::Known(n) => Some(n),
+            Coordinator::Unknown { .. } => None,
+        }
+    }
+
+    /// The partitions the application owns.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.owned.iter().cloned().collect()
+    }
+
+    /// Whether this member is the group's configured static member.
+    pub fn is_static(&self) -> bool {
+        self.config.instance_id.is_some()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// The fatal error, if closed by one.
+    pub fn error(&self) -> Option<&GroupError> {
+        match &self.state {
+            State::Closed(e) => e.as_ref(),
+            _ => None,
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The next request to send.
+    #[must_use]
+    pub fn poll_request(&mut self) -> Option<Outgoing> {
+        self.requests.pop_front()
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`GroupMember::handle_timeout`] must next be called. `None` only when closed
+    /// or suspended (then only the application can move the member).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timer().map(|(_, at)| at)
+    }
+
+    /// The earliest armed timer and when it fires.
+    pub fn next_timer(&self) -> Option<(Timer, Instant)> {
+        let mut timers: Vec<(Timer, Instant)> = Vec::new();
+        let in_group = !matches!(
+            self.state,
+            State::Closed(_) | State::Suspended | State::Leaving { .. }
+        );
+        match &self.coordinator {
+            Coordinator::Unknown {
+                lookup: None,
+                retry_at,
+            } if in_group => timers.push((Timer::Coordinator, *retry_at)),
+            Coordinator::Unknown {
+                lookup: Some((_, deadline)),
+                ..
+            } if in_group => timers.push((Timer::Request, *deadline)),
+            _ => {}
+        }
+        match &self.state {
+            State::Unjoined { join_at, .. } if self.coordinator().is_some() => {
+                timers.push((Timer::Join, *join_at))
+            }
+            State::Joining { deadline, .. }
+            | State::Syncing { deadline, .. }
+            | State::Leaving { deadline, .. } => timers.push((Timer::Request, *deadline)),
+            State::Revoking { deadline, .. } => timers.push((Timer::Revocation, *deadline)),
+            _ => {}
+        }
+        if let Some(hb) = &self.heartbeat {
+            if hb.in_flight.is_none() && self.coordinator().is_some() {
+                timers.push((Timer::Heartbeat, hb.next_at));
+            }
+            timers.push((Timer::Session, hb.last_ok + self.config.session_timeout));
+        }
+        if in_group {
+            timers.push((
+                Timer::Progress,
+                self.last_progress + self.config.max_poll_interval,
+            ));
+        }
+        if let Some(f) = &self.fetch {
+            if f.in_flight.is_none() && self.coordinator().is_some() {
+                timers.push((Timer::OffsetFetch, f.retry_at));
+            }
+        }
+        timers.into_iter().min_by_key(|(_, at)| *at)
+    }
+
+    // ----- inputs -----
+
+    /// The clock moved; fire whatever is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let State::Revoking {
+            deadline,
+            partitions,
+            ..
+        } = &self.state
+        {
+            if now >= *deadline {
+                let partitions = partitions.clone();
+                warn!(group = %self.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
+                self.lose(partitions, LostReason::RevocationTimedOut);
+                self.finish_revocation(now);
+            }
+        }
+        if let Some(hb) = &self.heartbeat {
+            if now >= hb.last_ok + self.config.session_timeout {
+                warn!(group = %self.config.group_id, "no successful heartbeat within the session timeout");
+                self.reset(now, LostReason::SessionLapsed, true, "session lapsed");
+            }
+        }
+        let overdue = match &self.state {
+            State::Joining { request, deadline }
+            | State::Syncing {
+                request, deadline, ..
+            } if now >= *deadline => Some(*request),
+            _ => None,
+        };
+        if let Some(id) = overdue {
+            self.handle_failure(now, id, Failure::Timeout);
+        }
+        if let State::Leaving { deadline, .. } = &self.state {
+            if now >= *deadline {
+                self.close(None);
+            }
+        }
+        if let Coordinator::Unknown {
+            lookup: Some((id, deadline)),
+            ..
+        } = &self.coordinator
+        {
+            if now >= *deadline {
+                let id = *id;
+                self.handle_failure(now, id, Failure::Timeout);
+            }
+        }
+        let in_group = !matches!(
+            self.state,
+            State::Closed(_) | State::Suspended | State::Leaving { .. }
+        );
+        if in_group && now >= self.last_progress + self.config.max_poll_interval {
+            self.progress_timeout(now);
+        }
+        self.advance(now);
+    }
+
+    /// A response to request `id` arrived.
+    pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+        let Some(sent) = self.sent.remove(&id) else {
+            debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
+            return;
+        };
+        match (sent, response) {
+            (
+                Sent::FindCoordinator,
+                GroupResponse::FindCoordinator {
+                    error,
+                    node_id,
+                    host,
+                    port,
+                },
+            ) => self.on_find_coordinator(now, id, error, node_id, host, port),
+            (
+                Sent::Join,
+                GroupResponse::JoinGroup {
+                    error,
+                    generation,
+                    protocol_name,
+                    leader,
+                    member_id,
+                    members,
+                    skip_assignment,
+                },
+            ) => self.on_join(
+                now,
+                id,
+                error,
+                generation,
+                protocol_name,
+                leader,
+                member_id,
+                members,
+                skip_assignment,
+            ),
+            (
+                Sent::Sync,
+                GroupResponse::SyncGroup {
+                    error, assignment, ..
+                },
+            ) => self.on_sync(now, id, error, assignment),
+            (Sent::Heartbeat { generation }, GroupResponse::Heartbeat { error }) => {
+                self.on_heartbeat(now, id, generation, error)
+            }
+            (Sent::Leave, GroupResponse::LeaveGroup { .. }) => {
+                if matches!(self.state, State::Leaving { request: Some(r), .. } if r == id) {
+                    self.close(None);
+                }
+            }
+            (
+                Sent::Commit {
+                    generation,
+                    offsets,
+                },
+                GroupResponse::OffsetCommit { partitions },
+            ) => self.on_commit(now, id, generation, offsets, partitions),
+            (
+                Sent::OffsetFetch { generation },
+                GroupResponse::OffsetFetch { error, partitions },
+            ) => self.on_offset_fetch(now, id, generation, error, partitions),
+            (sent, response) => {
+                warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
+                self.sent.insert(id, sent);
+                self.handle_failure(
+                    now,
+                    id,
+                    Failure::Protocol("response of the wrong kind".into()),
+                );
+                return;
+            }
+        }
+        self.advance(now);
+    }
+
+    /// Request `id` failed without a response.
+    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+        let Some(sent) = self.sent.remove(&id) else {
+            return;
+        };
+        debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
+        match sent {
+            Sent::FindCoordinator => {
+                if let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator {
+                    if lookup.map(|(l, _)| l) == Some(id) {
+                        *lookup = None;
+                        self.failures += 1;
+                        *retry_at = now + backoff(&self.config, self.failures, &mut self.rng);
+                    }
+                }
+            }
+            // Java marks the coordinator unknown on any failed coordinator request: the
+            // connection is gone, and the coordinator may have moved with it.
+            Sent::Join => {
+                if matches!(self.state, State::Joining { request, .. } if request == id) {
+                    self.mark_coordinator_unknown(now);
+                    self.enter_unjoined(now, true, "JoinGroup failed");
+                }
+            }
+            Sent::Sync => {
+                if matches!(&self.state, State::Syncing { request, .. } if *request == id) {
+                    self.mark_coordinator_unknown(now);
+                    self.enter_unjoined(now, true, "SyncGroup failed");
+                }
+            }
+            Sent::Heartbeat { generation } => {
+                if let Some(hb) = &mut self.heartbeat {
+                    if hb.in_flight == Some(id) {
+                        hb.in_flight = None;
+                        hb.next_at = now + self.config.retry_backoff;
+                    }
+                }
+                if self.generation() == Some(generation) {
+                    self.mark_coordinator_unknown(now);
+                }
+            }
+            Sent::Leave => {
+                if matches!(self.state, State::Leaving { request: Some(r), .. } if r == id) {
+                    self.close(None);
+                }
+            }
+            Sent::Commit { generation, .. } => {
+                self.events.push_back(Event::CommitCompleted {
+                    id,
+                    result: Err(CommitError::Request(failure)),
+                });
+                if self.generation() == Some(generation) {
+                    self.mark_coordinator_unknown(now);
+                }
+            }
+            Sent::OffsetFetch { .. } => {
+                if let Some(f) = &mut self.fetch {
+                    if f.in_flight == Some(id) {
+                        f.in_flight = None;
+                        f.retry_at = now + self.config.retry_backoff;
+                        self.mark_coordinator_unknown(now);
+                    }
+                }
+            }
+        }
+        self.advance(now);
+    }
+
+    // ----- application commands -----
+
+    /// The application came back for records: resets the progress guard, and rejoins
+    /// after a progress timeout.
+    pub fn note_progress(&mut self, now: Instant) {
+        self.last_progress = now;
+        if matches!(self.state, State::Suspended) {
+            self.state = State::Unjoined {
+                join_at: now,
+                reason: "application resumed after a progress timeout".into(),
+            };
+        }
+        self.advance(now);
+    }
+
+    /// The application finished the revocation of `generation`'s partitions (committed
+    /// what it finished, stopped the rest). A stale generation is ignored.
+    pub fn complete_revocation(&mut self, now: Instant, generation: i32) {
+        let State::Revoking {
+            generation: g,
+            partitions,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        if *g != generation {
+            return;
+        }
+        for p in partitions.clone() {
+            self.owned.remove(&p);
+        }
+        self.finish_revocation(now);
+        self.advance(now);
+    }
+
+    /// Commits `offsets` with the live generation. Every partition must be owned, so a
+    /// commit for a revoked or lost partition is impossible.
+    pub fn commit(
+        &mut self,
+        now: Instant,
+        offsets: Vec<CommitOffset>,
+    ) -> Result<RequestId, CommitError> {
+        if let State::Closed(e) = &self.state {
+            return Err(CommitError::Closed(e.clone().unwrap_or(
+                GroupError::Closed {
+                    group: self.config.group_id.clone(),
+                },
+            )));
+        }
+        let Some(generation) = self.generation.as_ref().map(|g| g.id) else {
+            return Err(CommitError::NoGeneration);
+        };
+        if !matches!(self.state, State::Stable | State::Revoking { .. }) {
+            return Err(CommitError::NoGeneration);
+        }
+        let Some(node) = self.coordinator() else {
+            return Err(CommitError::CoordinatorUnknown);
+        };
+        if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
+            return Err(CommitError::NotOwned(bad.partition.clone()));
+        }
+        let request = GroupRequest::OffsetCommit {
+            group: self.config.group_id.clone(),
+            generation,
+            member_id: self.member_id.clone(),
+            instance_id: self.config.instance_id.clone(),
+            offsets: offsets.clone(),
+        };
+        let id = self.send(
+            Target::Coordinator(node),
+            request,
+            Sent::Commit {
+                generation,
+                offsets,
+            },
+        );
+        self.advance(now);
+        Ok(id)
+    }
+
+    /// New partition counts for subscribed topics. A leader whose assignment was
+    /// computed with other counts asks for a rebalance.
+    pub fn set_topic_partitions(&mut self, now: Instant, counts: BTreeMap<String, i32>) {
+        for (t, n) in counts {
+            if self.config.topics.contains(&t) || self.other_topics.contains(&t) {
+                self.partitions_per_topic.insert(t, n);
+            }
+        }
+        if let Some(with) = &self.assigned_with {
+            let changed = with
+                .iter()
+                .any(|(t, n)| self.partitions_per_topic.get(t) != Some(n))
+                || self
+                    .config
+                    .topics
+                    .iter()
+                    .chain(self.other_topics.iter())
+                    .any(|t| self.partitions_per_topic.contains_key(t) && !with.contains_key(t));
+            if changed && matches!(self.state, State::Stable) {
+                info!(group = %self.config.group_id, "partition counts changed since the leader assigned; rebalancing");
+                self.assigned_with = None;
+                self.rebalance(now, "metadata changed");
+            }
+        }
+        self.advance(now);
+    }
+
+    /// Leaves the group: a dynamic member sends LeaveGroup; a static member just stops
+    /// (as in the Java client), so a restart within the session timeout keeps its
+    /// partitions. The application must have finished with its partitions.
+    pub fn leave(&mut self, now: Instant) {
+        if matches!(self.state, State::Closed(_) | State::Leaving { .. }) {
+            return;
+        }
+        let request = match (
+            self.coordinator(),
+            self.member_id.is_empty(),
+            self.is_static(),
+        ) {
+            (Some(node), false, false) => Some(self.send(
+                Target::Coordinator(node),
+                GroupRequest::LeaveGroup {
+                    group: self.config.group_id.clone(),
+                    member_id: self.member_id.clone(),
+                    instance_id: None,
+                    reason: Some("the consumer is closing".into()),
+                },
+                Sent::Leave,
+            )),
+            _ => None,
+        };
+        self.heartbeat = None;
+        self.generation = None;
+        self.owned.clear();
+        match request {
+            Some(r) => {
+                self.state = State::Leaving {
+                    request: Some(r),
+                    deadline: now + self.config.session_timeout.min(Duration::from_secs(5)),
+                }
+            }
+            None => self.close(None),
+        }
+    }
+
+    // ----- private: transitions -----
+
+    /// Sends whatever is due. Called after every input.
+    fn advance(&mut self, now: Instant) {
+        if matches!(
+            self.state,
+            State::Closed(_) | State::Leaving { .. } | State::Suspended
+        ) {
+            return;
+        }
+        if let Coordinator::Unknown {
+            lookup: None,
+            retry_at,
+        } = self.coordinator
+        {
+            if now >= retry_at {
+                let id = self.send(
+                    Target::AnyBroker,
+                    GroupRequest::FindCoordinator {
+                        group: self.config.group_id.clone(),
+                    },
+                    Sent::FindCoordinator,
+                );
+                let deadline = now + self.config.session_timeout.max(Duration::from_secs(10));
+                self.coordinator = Coordinator::Unknown {
+                    lookup: Some((id, deadline)),
+                    retry_at,
+                };
+            }
+        }
+        let Some(node) = self.coordinator() else {
+            return;
+        };
+        if let State::Unjoined { join_at, reason } = &self.state {
+            if now >= *join_at {
+                let reason = reason.clone();
+                self.send_join(now, node, reason);
+            }
+        }
+        if let Some(hb) = &mut self.heartbeat {
+            if hb.in_flight.is_none() && now >= hb.next_at {
+                if let Some(generation) = self.generation.as_ref().map(|g| g.id) {
+                    let request = GroupRequest::Heartbeat {
+                        group: self.config.group_id.clone(),
+                        generation,
+                        member_id: self.member_id.clone(),
+                        instance_id: self.config.instance_id.clone(),
+                    };
+                    let id = RequestId(self.next_request);
+                    self.next_request += 1;
+                    self.sent.insert(id, Sent::Heartbeat { generation });
+                    self.requests.push_back(Outgoing {
+                        id,
+                        target: Target::Coordinator(node),
+                        request,
+                    });
+                    hb.in_flight = Some(id);
+                    hb.next_at = now + self.config.heartbeat_interval;
+                }
+            }
+        }
+        let fetch_due = self.fetch.as_ref().is_some_and(|f| {
+            f.in_flight.is_none() && now >= f.retry_at && self.generation() == Some(f.generation)
+        });
+        if fetch_due {
+            if let Some(f) = &self.fetch {
+                let generation = f.generation;
+                let request = GroupRequest::OffsetFetch {
+                    group: self.config.group_id.clone(),
+                    partitions: f.partitions.iter().cloned().collect(),
+                    require_stable: false,
+                };
+                let id = self.send(
+                    Target::Coordinator(node),
+                    request,
+                    Sent::OffsetFetch { generation },
+                );
+                if let Some(f) = &mut self.fetch {
+                    f.in_flight = Some(id);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, target: Target, request: GroupRequest, sent: Sent) -> RequestId {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.sent.insert(id, sent);
+        self.requests.push_back(Outgoing {
+            id,
+            target,
+            request,
+        });
+        id
+    }
+
+    fn send_join(&mut self, now: Instant, node: NodeId, reason: String) {
+        let mut protocols = Vec::new();
+        for assignor in &self.config.assignors {
+            let owned: Vec<TopicPartition> = self.owned.iter().cloned().collect();
+            let subscription = Subscription {
+                topics: self.config.topics.clone(),
+                user_data: assignor
+                    .subscription_user_data(&self.last_assignment, self.last_generation),
+                owned_partitions: owned,
+                generation_id: self.generation().unwrap_or(self.last_generation),
+                rack_id: None,
+            };
+            match encode_subscription(&subscription, SUBSCRIPTION_VERSION) {
+                Ok(bytes) => protocols.push((assignor.name().to_string(), bytes)),
+                Err(e) => {
+                    warn!(group = %self.config.group_id, assignor = assignor.name(), error = %e, "cannot encode subscription")
+                }
+            }
+        }
+        let request = GroupRequest::JoinGroup {
+            group: self.config.group_id.clone(),
+            member_id: self.member_id.clone(),
+            instance_id: self.config.instance_id.clone(),
+            session_timeout_ms: millis(self.config.session_timeout),
+            rebalance_timeout_ms: millis(self.config.max_poll_interval),
+            protocol_type: "consumer".into(),
+            protocols,
+            reason: Some(reason.clone()),
+        };
+        debug!(group = %self.config.group_id, member = %self.member_id, %reason, "joining");
+        let id = self.send(Target::Coordinator(node), request, Sent::Join);
+        self.state = State::Joining {
+            request: id,
+            deadline: now + self.config.max_poll_interval + self.config.request_slack,
+        };
+    }
+
+    fn on_find_coordinator(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        error: i16,
+        node_id: i32,
+        host: String,
+        port: i32,
+    ) {
+        let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator else {
+            return;
+        };
+        if lookup.map(|(l, _)| l) != Some(id) {
+            return;
+        }
+        *lookup = None;
+        if error != 0 || node_id < 0 {
+            match reaction(error) {
+                Reaction::Fatal => return self.fatal("FindCoordinator", error),
+                _ => {
+                    self.failures += 1;
+                    *retry_at = now + backoff(&self.config, self.failures, &mut self.rng);
+                    return;
+                }
+            }
+        }
+        self.failures = 0;
+        let node = NodeId(node_id);
+        self.coordinator = Coordinator::Known(node);
+        info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
+        self.events.push_back(Event::CoordinatorFound {
+            node,
+            address: format!("{host}:{port}"),
+        });
+        // Heartbeats resume on the new coordinator at once.
+        if let Some(hb) = &mut self.heartbeat {
+            hb.next_at = now;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_join(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        error: i16,
+        generation: i32,
+        protocol_name: Option<String>,
+        leader: String,
+        member_id: String,
+        members: Vec<super::messages::JoinedMember>,
+        skip_assignment: bool,
+    ) {
+        if !matches!(self.state, State::Joining { request, .. } if request == id) {
+            return;
+        }
+        if error == ResponseError::MemberIdRequired.code() {
+            // KIP-394: the broker assigned an id; rejoin with it at once.
+            self.member_id = member_id;
+            return self.enter_unjoined(now, false, "member id assigned (KIP-394)");
+        }
+        if error != 0 {
+            return self.on_rebalance_error(now, "JoinGroup", error);
+        }
+        self.failures = 0;
+        self.member_id = member_id;
+        let Some(protocol) = protocol_name else {
+            return self.fatal("JoinGroup", ResponseError::InconsistentGroupProtocol.code());
+        };
+        let is_leader = leader == self.member_id;
+        let assignments = if is_leader && !skip_assignment {
+            match self.assign(&protocol, &members) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.lose_all(LostReason::Fatal);
+                    self.events.push_back(Event::Fatal(e.clone()));
+                    self.state = State::Closed(Some(e));
+                    return;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let Some(node) = self.coordinator() else {
+            return self.enter_unjoined(now, false, "coordinator lost during join");
+        };
+        let request = GroupRequest::SyncGroup {
+            group: self.config.group_id.clone(),
+            generation,
+            member_id: self.member_id.clone(),
+            instance_id: self.config.instance_id.clone(),
+            protocol_type: "consumer".into(),
+            protocol_name: protocol.clone(),
+            assignments,
+        };
+        let id = self.send(Target::Coordinator(node), request, Sent::Sync);
+        self.state = State::Syncing {
+            request: id,
+            deadline: now + self.config.max_poll_interval + self.config.request_slack,
+            generation,
+            protocol,
+            leader: is_leader,
+        };
+    }
+
+    fn assign(
+        &mut self,
+        protocol: &str,
+        members: &[super::messages::JoinedMember],
+    ) -> Result<Vec<(String, Bytes)>, GroupError> {
+        let group = self.config.group_id.clone();
+        let Some(assignor) = self
+            .config
+            .assignors
+            .iter()
+            .find(|a| a.name() == protocol)
+            .cloned()
+        else {
+            return Err(GroupError::Assignment {
+                group,
+                assignor: protocol.to_string(),
+                message: "the group chose an assignor this member does not have".into(),
+            });
+        };
+        let mut subs = Vec::with_capacity(members.len());
+        let mut version = SUBSCRIPTION_VERSION;
+        for m in members {
+            // Answer each member in the lowest ConsumerProtocol version any member
+            // spoke, so older clients in a mixed group can read their assignment.
+            if let Some(v) = m
+                .metadata
+                .get(..2)
+                .map(|b| i16::from_be_bytes([b[0], b[1]]))
+            {
+                version = version.min(v.max(0));
+            }
+            let subscription =
+                decode_subscription(m.metadata.clone()).map_err(|e| GroupError::Assignment {
+                    group: group.clone(),
+                    assignor: protocol.to_string(),
+                    message: format!("member {}: {e}", m.member_id),
+                })?;
+            subs.push(MemberSubscription {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                subscription,
+            });
+        }
+        let wanted: BTreeSet<String> = subs
+            .iter()
+            .flat_map(|s| s.subscription.topics.iter().cloned())
+            .collect();
+        let missing: Vec<String> = wanted
+            .iter()
+            .filter(|t| !self.partitions_per_topic.contains_key(*t))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            // Assign what is known; the new counts trigger a rebalance when they arrive.
+            self.other_topics.extend(missing.iter().cloned());
+            self.events
+                .push_back(Event::MetadataNeeded { topics: missing });
+        }
+        let counts: BTreeMap<String, i32> = self
+            .partitions_per_topic
+            .iter()
+            .filter(|(t, _)| wanted.contains(*t))
+            .map(|(t, n)| (t.clone(), *n))
+            .collect();
+        let result = assignor
+            .assign(&counts, &subs)
+            .map_err(|e| GroupError::Assignment {
+                group: group.clone(),
+                assignor: protocol.to_string(),
+                message: e.to_string(),
+            })?;
+        self.assigned_with = Some(counts);
+        let mut out = Vec::with_capacity(result.len());
+        for (member, assignment) in result {
+            let bytes =
+                encode_assignment(&assignment, version).map_err(|e| GroupError::Assignment {
+                    group: group.clone(),
+                    assignor: protocol.to_string(),
+                    message: e.to_string(),
+                })?;
+            out.push((member, bytes));
+        }
+        Ok(out)
+    }
+
+    fn on_sync(&mut self, now: Instant, id: RequestId, error: i16, assignment: Bytes) {
+        let State::Syncing {
+            request,
+            generation,
+            protocol,
+            leader,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        if *request != id {
+            return;
+        }
+        let (generation, protocol, leader) = (*generation, protocol.clone(), *leader);
+        if error != 0 {
+            return self.on_rebalance_error(now, "SyncGroup", error);
+        }
+        let assignment = match decode_assignment(assignment) {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(group = %self.config.group_id, error = %e, "undecodable assignment; rejoining");
+                return self.enter_unjoined(now, true, "undecodable assignment");
+            }
+        };
+        if !leader {
+            self.assigned_with = None;
+        }
+        let rebalance = self
+            .config
+            .assignors
+            .iter()
+            .find(|a| a.name() == protocol)
+            .map(|a| a.protocol())
+            .unwrap_or(RebalanceProtocol::Eager);
+        self.generation = Some(Generation {
+            id: generation,
+            protocol: protocol.clone(),
+            rebalance,
+        });
+        self.last_generation = generation;
+        self.heartbeat = Some(Heartbeat {
+            next_at: now + self.config.heartbeat_interval,
+            in_flight: None,
+            last_ok: now,
+        });
+        self.events.push_back(Event::Joined {
+            generation,
+            member_id: self.member_id.clone(),
+            leader,
+            protocol,
+        });
+        let Assignment { partitions, .. } = assignment;
+        let target: BTreeSet<TopicPartition> = partitions.into_iter().collect();
+        self.last_assignment = target.iter().cloned().collect();
+        let revoked: Vec<TopicPartition> = self.owned.difference(&target).cloned().collect();
+        let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
+        if revoked.is_empty() {
+            self.state = State::Stable;
+            self.grant(now, generation, added);
+        } else {
+            // Cooperative (KIP-429): give back only what moves, then take what is new,
+            // then rejoin so the moved partitions reach their new owners.
+            self.state = State::Revoking {
+                generation,
+                partitions: revoked.clone(),
+                deadline: now + self.config.max_poll_interval,
+                then: AfterRevoke::Assign {
+                    added,
+                    rejoin: true,
+                },
+            };
+            self.events.push_back(Event::RevokeRequested {
+                generation,
+                partitions: revoked,
+            });
+        }
+    }
+
+    fn on_heartbeat(&mut self, now: Instant, id: RequestId, generation: i32, error: i16) {
+        let current = self.generation();
+        let retry_at = now + self.config.retry_backoff;
+        let Some(hb) = &mut self.heartbeat else {
+            return;
+        };
+        if hb.in_flight != Some(id) {
+            return;
+        }
+        hb.in_flight = None;
+        if current != Some(generation) {
+            return;
+        }
+        if error == 0 {
+            hb.last_ok = now;
+            return;
+        }
+        match reaction(error) {
+            Reaction::Rediscover => self.mark_coordinator_unknown(now),
+            Reaction::Retry => hb.next_at = retry_at,
+            Reaction::Rebalance => self.rebalance(now, "the group is rebalancing"),
+            Reaction::ResetMember => {
+                self.reset(now, LostReason::UnknownMember, true, "unknown member id")
+            }
+            Reaction::ResetGeneration | Reaction::Rejoin => self.reset(
+                now,
+                LostReason::IllegalGeneration,
+                false,
+                "illegal generation",
+            ),
+            Reaction::Fatal => self.fatal("Heartbeat", error),
+        }
+    }
+
+    fn on_commit(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        generation: i32,
+        offsets: Vec<CommitOffset>,
+        partitions: Vec<(TopicPartition, i16)>,
+    ) {
+        let first_error = partitions.iter().map(|(_, e)| *e).find(|e| *e != 0);
+        let stale = self.generation() != Some(generation);
+        let result = match first_error {
+            None => Ok(offsets),
+            Some(_) if stale => Err(CommitError::Stale { generation }),
+            Some(code) => Err(CommitError::Broker {
+                code,
+                name: error_name(code),
+            }),
+        };
+        self.events.push_back(Event::CommitCompleted { id, result });
+        let Some(code) = first_error else { return };
+        if stale {
+            return;
+        }
+        match reaction(code) {
+            Reaction::Rediscover => self.mark_coordinator_unknown(now),
+            Reaction::Retry | Reaction::Rejoin => {}
+            Reaction::Rebalance => {
+                if matches!(self.state, State::Stable) {
+                    self.rebalance(now, "commit found the group rebalancing");
+                }
+            }
+            Reaction::ResetMember => self.reset(
+                now,
+                LostReason::UnknownMember,
+                true,
+                "unknown member id on commit",
+            ),
+            Reaction::ResetGeneration => self.reset(
+                now,
+                LostReason::IllegalGeneration,
+                false,
+                "illegal generation on commit",
+            ),
+            Reaction::Fatal => self.fatal("OffsetCommit", code),
+        }
+    }
+
+    fn on_offset_fetch(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        generation: i32,
+        error: i16,
+        partitions: Vec<(TopicPartition, i64, i32, i16)>,
+    ) {
+        let current = self.generation();
+        let Some(f) = &mut self.fetch else { return };
+        if f.in_flight != Some(id) {
+            return;
+        }
+        f.in_flight = None;
+        if current != Some(generation) || f.generation != generation {
+            return;
+        }
+        let code = if error != 0 {
+            error
+        } else {
+            partitions
+                .iter()
+                .map(|p| p.3)
+                .find(|e| *e != 0)
+                .unwrap_or(0)
+        };
+        if code != 0 {
+            match reaction(code) {
+                Reaction::Fatal => self.fatal("OffsetFetch", code),
+                Reaction::Rediscover => {
+                    f.retry_at = now;
+                    self.mark_coordinator_unknown(now);
+                }
+                _ => f.retry_at = now + self.config.retry_backoff,
+            }
+            return;
+        }
+        let wanted = std::mem::take(&mut f.partitions);
+        self.fetch = None;
+        let offsets: Vec<(TopicPartition, i64, i32)> = partitions
+            .into_iter()
+            .filter(|p| wanted.contains(&p.0) && self.owned.contains(&p.0))
+            .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
+            .collect();
+        self.events.push_back(Event::CommittedOffsets {
+            generation,
+            offsets,
+        });
+    }
+
+    /// Errors on JoinGroup and SyncGroup.
+    fn on_rebalance_error(&mut self, now: Instant, api: &'static str, error: i16) {
+        match reaction(error) {
+            Reaction::Rediscover => {
+                self.mark_coordinator_unknown(now);
+                self.enter_unjoined(now, false, "coordinator moved during the rebalance");
+            }
+            Reaction::Retry => {
+                self.enter_unjoined(now, true, "transient error during the rebalance")
+            }
+            Reaction::Rebalance | Reaction::Rejoin => {
+                self.enter_unjoined(now, false, "the rebalance restarted")
+            }
+            Reaction::ResetMember => {
+                self.reset(now, LostReason::UnknownMember, true, "unknown member id")
+            }
+            Reaction::ResetGeneration => self.reset(
+                now,
+                LostReason::IllegalGeneration,
+                false,
+                "illegal generation",
+            ),
+            Reaction::Fatal => self.fatal(api, error),
+        }
+    }
+
+    /// A rebalance is needed while in a generation: eager members give everything back
+    /// first; cooperative members rejoin keeping their partitions.
+    fn rebalance(&mut self, now: Instant, reason: &str) {
+        let Some(generation) = self.generation.clone() else {
+            return self.enter_unjoined(now, false, reason);
+        };
+        if !matches!(self.state, State::Stable) {
+            return;
+        }
+        if generation.rebalance == RebalanceProtocol::Eager && !self.owned.is_empty() {
+            let partitions = self.assignment();
+            self.heartbeat = None;
+            self.state = State::Revoking {
+                generation: generation.id,
+                partitions: partitions.clone(),
+                deadline: now + self.config.max_poll_interval,
+                then: AfterRevoke::Rejoin {
+                    reason: reason.to_string(),
+                },
+            };
+            self.events.push_back(Event::RevokeRequested {
+                generation: generation.id,
+                partitions,
+            });
+        } else {
+            self.enter_unjoined(now, false, reason);
+        }
+    }
+
+    fn finish_revocation(&mut self, now: Instant) {
+        let State::Revoking {
+            generation, then, ..
+        } = std::mem::replace(&mut self.state, State::Stable)
+        else {
+            return;
+        };
+        match then {
+            AfterRevoke::Rejoin { reason } => {
+                self.owned.clear();
+                self.enter_unjoined(now, false, &reason);
+            }
+            AfterRevoke::Assign { added, rejoin } => {
+                self.grant(now, generation, added);
+                if rejoin {
+                    self.enter_unjoined(now, false, "second round of a cooperative rebalance");
+                }
+            }
+        }
+    }
+
+    /// Hands `added` to the application and asks for their committed offsets.
+    fn grant(&mut self, now: Instant, generation: i32, added: Vec<TopicPartition>) {
+        if added.is_empty() {
+            return;
+        }
+        self.owned.extend(added.iter().cloned());
+        self.events.push_back(Event::Assigned {
+            generation,
+            added: added.clone(),
+            assignment: self.assignment(),
+        });
+        let mut pending = match self.fetch.take() {
+            Some(f) if f.generation == generation => f,
+            _ => PendingFetch {
+                generation,
+                partitions: BTreeSet::new(),
+                in_flight: None,
+                retry_at: now,
+            },
+        };
+        pending.partitions.extend(added);
+        self.fetch = Some(pending);
+    }
+
+    /// Leaves the generation: heartbeats stop; the member rejoins after `backoff` (or at
+    /// once). Owned partitions stay owned (cooperative), unless the caller lost them.
+    fn enter_unjoined(&mut self, now: Instant, with_backoff: bool, reason: &str) {
+        if matches!(
+            self.state,
+            State::Closed(_) | State::Leaving { .. } | State::Suspended
+        ) {
+            return;
+        }
+        let join_at = if with_backoff {
+            self.failures += 1;
+            now + backoff(&self.config, self.failures, &mut self.rng)
+        } else {
+            now
+        };
+        // Heartbeats stop until the next generation forms: the broker would answer
+        // REBALANCE_IN_PROGRESS, which must not count against the session.
+        self.heartbeat = None;
+        self.state = State::Unjoined {
+            join_at,
+            reason: reason.to_string(),
+        };
+    }
+
+    /// The generation is gone: partitions are lost, and the member id too if the
+    /// broker no longer knows it.
+    fn reset(&mut self, now: Instant, why: LostReason, forget_member: bool, reason: &str) {
+        self.lose_all(why);
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
+        if forget_member {
+            self.member_id.clear();
+        }
+        if let State::Revoking { .. } = self.state {
+            self.state = State::Stable;
+        }
+        self.enter_unjoined(now, false, reason);
+    }
+
+    fn progress_timeout(&mut self, now: Instant) {
+        warn!(group = %self.config.group_id, interval = ?self.config.max_poll_interval, "the application did not come back within max.poll.interval.ms; leaving the group");
+        self.events.push_back(Event::ProgressTimeout {
+            max_poll_interval: self.config.max_poll_interval,
+        });
+        if let (Some(node), false, false) = (
+            self.coordinator(),
+            self.member_id.is_empty(),
+            self.is_static(),
+        ) {
+            self.send(
+                Target::Coordinator(node),
+                GroupRequest::LeaveGroup {
+                    group: self.config.group_id.clone(),
+                    member_id: self.member_id.clone(),
+                    instance_id: None,
+                    reason: Some("consumer poll timeout has expired".into()),
+                },
+                Sent::Leave,
+            );
+            self.member_id.clear();
+        }
+        self.lose_all(LostReason::ProgressTimeout);
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
+        self.state = State::Suspended;
+        let _ = now;
+    }
+
+    fn mark_coordinator_unknown(&mut self, now: Instant) {
+        if let Coordinator::Known(node) = self.coordinator {
+            info!(group = %self.config.group_id, coordinator = node.0, "coordinator unknown; rediscovering");
+            self.coordinator = Coordinator::Unknown {
+                lookup: None,
+                retry_at: now + self.config.retry_backoff,
+            };
+        }
+    }
+
+    fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
+        for p in &partitions {
+            self.owned.remove(p);
+        }
+        if !partitions.is_empty() {
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
+    }
+
+    fn lose_all(&mut self, reason: LostReason) {
+        let all = self.assignment();
+        self.lose(all, reason);
+    }
+
+    fn fatal(&mut self, api: &'static str, code: i16) {
+        let error = GroupError::Broker {
+            group: self.config.group_id.clone(),
+            api,
+            code,
+            name: error_name(code),
+            hint: hint(code),
+        };
+        warn!(group = %self.config.group_id, %error, "fatal group error");
+        self.lose_all(LostReason::Fatal);
+        self.events.push_back(Event::Fatal(error.clone()));
+        self.close(Some(error));
+    }
+
+    fn close(&mut self, error: Option<GroupError>) {
+        let clean = error.is_none();
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
+        self.state = State::Closed(error);
+        if clean {
+            self.events.push_back(Event::Left);
+        }
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// `retry_backoff * 2^(failures-1)`, capped, with ±20% jitter from the seeded RNG.
+fn backoff(config: &GroupConfig, failures: u32, rng: &mut u64) -> Duration {
+    let base = config.retry_backoff.as_secs_f64();
+    let max = config.retry_backoff_max.as_secs_f64();
+    let raw = (base * 2f64.powi(failures.saturating_sub(1).min(30) as i32)).min(max);
+    *rng ^= *rng >> 12;
+    *rng ^= *rng << 25;
+    *rng ^= *rng >> 27;
+    let unit = (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+    Duration::from_secs_f64((raw * (0.8 + 0.4 * unit)).min(max))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Scenario tests, one per transition of the error table, named
+    //! `<state>_<input>_<outcome>`. Each asserts the exact requests and events.
+
+    use super::super::assignor::builtin;
+    use super::super::messages::JoinedMember;
+    use super::*;
+
+    const GROUP: &str = "g";
+    const TOPIC: &str = "t";
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition {
+            topic: TOPIC.into(),
+            partition: p,
+        }
+    }
+
+    fn config(assignor: &str) -> GroupConfig {
+        let a: Arc<dyn Assignor> = Arc::from(builtin(assignor).expect("builtin assignor"));
+        let mut c = GroupConfig::new(GROUP, vec![TOPIC.into()], vec![a]);
+        c.session_timeout = Duration::from_secs(10);
+        c.heartbeat_interval = Duration::from_secs(1);
+        c.max_poll_interval = Duration::from_secs(30);
+        c
+    }
+
+    struct H {
+        m: GroupMember,
+        now: Instant,
+    }
+
+    impl H {
+        fn new(c: GroupConfig) -> Self {
+            let now = Instant::now();
+            let mut m = GroupMember::new(c, now);
+            m.set_topic_partitions(now, BTreeMap::from([(TOPIC.to_string(), 4)]));
+            H { m, now }
+        }
+        fn request(&mut self) -> Outgoing {
+            self.m.poll_request().expect("a request")
+        }
+        fn no_request(&mut self) {
+            assert_eq!(self.m.poll_request(), None);
+        }
+        fn events(&mut self) -> Vec<Event> {
+            std::iter::from_fn(|| self.m.poll_event()).collect()
+        }
+        fn advance(&mut self, d: Duration) {
+            self.now += d;
+            self.m.handle_timeout(self.now);
+        }
+        fn respond(&mut self, id: RequestId, r: GroupResponse) {
+            self.m.handle_response(self.now, id, r);
+        }
+        fn find_coordinator(&mut self) {
+            let out = self.request();
+            assert!(
+                matches!(out.request, GroupRequest::FindCoordinator { .. }),
+                "{out:?}"
+            );
+            assert_eq!(out.target, Target::AnyBroker);
+            self.respond(
+                out.id,
+                GroupResponse::FindCoordinator {
+                    error: 0,
+                    node_id: 2,
+                    host: "h".into(),
+                    port: 1,
+                },
+            );
+        }
+        /// Joins as the only member (the leader) with `assignment` being whatever the
+        /// assignor gives a single member: all 4 partitions.
+        fn join_alone(&mut self) -> i32 {
+            self.find_coordinator();
+            let join = self.request();
+            let GroupRequest::JoinGroup {
+                protocols,
+                member_id,
+                ..
+            } = &join.request
+            else {
+                panic!("{join:?}")
+            };
+            assert_eq!(member_id, "");
+            let metadata = protocols[0].1.clone();
+            self.respond(
+                join.id,
+                join_response(ResponseError::MemberIdRequired.code(), 0, "m1", "", vec![]),
+            );
+            let join = self.request();
+            let GroupRequest::JoinGroup { member_id, .. } = &join.request else {
+                panic!()
+            };
+            assert_eq!(
+                member_id, "m1",
+                "rejoins at once with the id the broker gave"
+            );
+            let members = vec![JoinedMember {
+                member_id: "m1".into(),
+                instance_id: None,
+                metadata,
+            }];
+            self.respond(join.id, join_response(0, 7, "m1", "m1", members));
+            let sync = self.request();
+            let GroupRequest::SyncGroup {
+                assignments,
+                generation,
+                ..
+            } = &sync.request
+            else {
+                panic!("{sync:?}")
+            };
+            assert_eq!(*generation, 7);
+            let mine = assignments
+                .iter()
+                .find(|(m, _)| m == "m1")
+                .expect("leader assigns itself")
+                .1
+                .clone();
+            self.respond(
+                sync.id,
+                GroupResponse::SyncGroup {
+                    error: 0,
+                    protocol_name: None,
+                    assignment: mine,
+                },
+            );
+            7
+        }
+        fn heartbeat(&mut self) -> Outgoing {
+            self.advance(Duration::from_secs(1));
+            let hb = self.request();
+            assert!(
+                matches!(hb.request, GroupRequest::Heartbeat { .. }),
+                "{hb:?}"
+            );
+            hb
+        }
+    }
+
+    fn join_response(
+        error: i16,
+        generation: i32,
+        member: &str,
+        leader: &str,
+        members: Vec<JoinedMember>,
+    ) -> GroupResponse {
+        join_response_p("range", error, generation, member, leader, members)
+    }
+
+    fn join_response_p(
+        protocol: &str,
+        error: i16,
+        generation: i32,
+        member: &str,
+        leader: &str,
+        members: Vec<JoinedMember>,
+    ) -> GroupResponse {
+        GroupResponse::JoinGroup {
+            error,
+            generation,
+            protocol_name: Some(protocol.into()),
+            leader: leader.into(),
+            member_id: member.into(),
+            members,
+            skip_assignment: false,
+        }
+    }
+
+    fn stable(assignor: &str) -> H {
+        let mut h = H::new(config(assignor));
+        h.join_alone();
+        let ev = h.events();
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Assigned { added, .. } if added.len() == 4)),
+            "{ev:?}"
+        );
+        assert_eq!(h.m.state(), StateKind::Stable);
+        // The OffsetFetch for the new partitions.
+        let fetch = h.request();
+        assert!(
+            matches!(fetch.request, GroupRequest::OffsetFetch { ref partitions, .. } if partitions.len() == 4)
+        );
+        h
+    }
+
+    #[test]
+    fn unjoined_member_id_required_rejoins_at_once_with_the_given_id() {
+        // Asserted inside join_alone.
+        stable("range");
+    }
+
+    #[test]
+    fn stable_heartbeat_rebalance_in_progress_eager_revokes_everything_then_rejoins() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let ev = h.events();
+        assert_eq!(
+            ev,
+            vec![Event::RevokeRequested {
+                generation: 7,
+                partitions: (0..4).map(tp).collect()
+            }]
+        );
+        assert_eq!(h.m.state(), StateKind::Revoking);
+        h.no_request();
+        // Commits are still possible with the old generation while revoking.
+        let commit = h.m.commit(
+            h.now,
+            vec![CommitOffset {
+                partition: tp(0),
+                offset: 5,
+                leader_epoch: -1,
+                metadata: None,
+            }],
+        );
+        assert!(commit.is_ok());
+        let _ = h.request();
+        h.m.complete_revocation(h.now, 7);
+        let join = h.request();
+        let GroupRequest::JoinGroup {
+            member_id,
+            protocols,
+            ..
+        } = &join.request
+        else {
+            panic!("{join:?}")
+        };
+        assert_eq!(member_id, "m1");
+        let sub = decode_subscription(protocols[0].1.clone()).unwrap();
+        assert!(
+            sub.owned_partitions.is_empty(),
+            "eager members own nothing when they rejoin"
+        );
+        assert!(h.m.assignment().is_empty());
+    }
+
+    #[test]
+    fn stable_heartbeat_not_coordinator_rediscovers_and_resumes_heartbeats_without_rejoining() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::NotCoordinator.code(),
+            },
+        );
+        assert!(h.events().is_empty());
+        assert_eq!(h.m.coordinator(), None);
+        h.advance(Duration::from_millis(200));
+        h.find_coordinator();
+        assert!(matches!(h.events()[..], [Event::CoordinatorFound { .. }]));
+        let hb = h.request();
+        assert!(
+            matches!(hb.request, GroupRequest::Heartbeat { generation: 7, .. }),
+            "heartbeat at once on the new coordinator: {hb:?}"
+        );
+        assert_eq!(h.m.state(), StateKind::Stable);
+        assert_eq!(h.m.assignment().len(), 4);
+    }
+
+    #[test]
+    fn stable_heartbeat_unknown_member_id_loses_partitions_and_rejoins_without_an_id() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::UnknownMemberId.code(),
+            },
+        );
+        assert_eq!(
+            h.events(),
+            vec![Event::Lost {
+                partitions: (0..4).map(tp).collect(),
+                reason: LostReason::UnknownMember
+            }]
+        );
+        let join = h.request();
+        assert!(
+            matches!(&join.request, GroupRequest::JoinGroup { member_id, .. } if member_id.is_empty())
+        );
+        assert_eq!(h.m.generation(), None);
+    }
+
+    #[test]
+    fn stable_heartbeat_illegal_generation_loses_partitions_and_rejoins_keeping_the_id() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::IllegalGeneration.code(),
+            },
+        );
+        assert_eq!(
+            h.events(),
+            vec![Event::Lost {
+                partitions: (0..4).map(tp).collect(),
+                reason: LostReason::IllegalGeneration
+            }]
+        );
+        let join = h.request();
+        assert!(
+            matches!(&join.request, GroupRequest::JoinGroup { member_id, .. } if member_id == "m1")
+        );
+    }
+
+    #[test]
+    fn stable_heartbeat_fenced_instance_id_is_fatal_and_sticky() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::FencedInstanceId.code(),
+            },
+        );
+        let ev = h.events();
+        assert!(matches!(
+            &ev[0],
+            Event::Lost {
+                reason: LostReason::Fatal,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &ev[1],
+            Event::Fatal(GroupError::Broker { code: 82, .. })
+        ));
+        assert_eq!(h.m.state(), StateKind::Closed);
+        let err = h.m.commit(h.now, vec![]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CommitError::Closed(GroupError::Broker { code: 82, .. })
+            ),
+            "{err:?}"
+        );
+        h.advance(Duration::from_secs(60));
+        h.no_request();
+        assert_eq!(h.m.poll_timeout(), None);
+    }
+
+    #[test]
+    fn joining_coordinator_load_in_progress_retries_after_backoff() {
+        let mut h = H::new(config("range"));
+        h.find_coordinator();
+        let join = h.request();
+        h.respond(
+            join.id,
+            join_response(
+                ResponseError::CoordinatorLoadInProgress.code(),
+                -1,
+                "",
+                "",
+                vec![],
+            ),
+        );
+        h.no_request();
+        assert_eq!(h.m.next_timer().map(|t| t.0), Some(Timer::Join));
+        h.advance(Duration::from_secs(2));
+        assert!(matches!(
+            h.request().request,
+            GroupRequest::JoinGroup { .. }
+        ));
+    }
+
+    #[test]
+    fn joining_inconsistent_group_protocol_is_fatal_and_names_the_cause() {
+        let mut h = H::new(config("range"));
+        h.find_coordinator();
+        let join = h.request();
+        h.respond(
+            join.id,
+            join_response(
+                ResponseError::InconsistentGroupProtocol.code(),
+                -1,
+                "",
+                "",
+                vec![],
+            ),
+        );
+        let ev = h.events();
+        let Some(Event::Fatal(e)) = ev.last() else {
+            panic!("{ev:?}")
+        };
+        assert!(
+            e.to_string().contains("partition.assignment.strategy"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn syncing_invalid_request_rejoins() {
+        let mut h = H::new(config("range"));
+        h.find_coordinator();
+        let join = h.request();
+        h.respond(join.id, join_response(0, 3, "m2", "m1", vec![]));
+        let sync = h.request();
+        assert!(
+            matches!(&sync.request, GroupRequest::SyncGroup { assignments, .. } if assignments.is_empty()),
+            "followers send no assignments"
+        );
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: ResponseError::InvalidRequest.code(),
+                protocol_name: None,
+                assignment: Bytes::new(),
+            },
+        );
+        assert!(matches!(
+            h.request().request,
+            GroupRequest::JoinGroup { .. }
+        ));
+    }
+
+    #[test]
+    fn stable_session_lapse_loses_partitions() {
+        let mut h = stable("range");
+        // Heartbeats go out but are never answered.
+        for _ in 0..10 {
+            h.advance(Duration::from_secs(1));
+            while h.m.poll_request().is_some() {}
+        }
+        h.advance(Duration::from_millis(1));
+        let ev = h.events();
+        assert!(
+            ev.contains(&Event::Lost {
+                partitions: (0..4).map(tp).collect(),
+                reason: LostReason::SessionLapsed
+            }),
+            "{ev:?}"
+        );
+    }
+
+    #[test]
+    fn a_late_heartbeat_response_from_an_old_generation_is_dropped() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::IllegalGeneration.code(),
+            },
+        );
+        let _ = h.events();
+        // The same response again (a duplicate) changes nothing.
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::FencedInstanceId.code(),
+            },
+        );
+        assert!(h.events().is_empty());
+        assert_ne!(h.m.state(), StateKind::Closed);
+    }
+
+    #[test]
+    fn stable_commit_for_an_unowned_partition_is_refused() {
+        let mut h = stable("range");
+        let other = TopicPartition {
+            topic: "other".into(),
+            partition: 0,
+        };
+        let err =
+            h.m.commit(
+                h.now,
+                vec![CommitOffset {
+                    partition: other.clone(),
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
+            )
+            .unwrap_err();
+        assert_eq!(err, CommitError::NotOwned(other));
+        let id =
+            h.m.commit(
+                h.now,
+                vec![CommitOffset {
+                    partition: tp(1),
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
+            )
+            .unwrap();
+        let out = h.request();
+        assert_eq!(out.id, id);
+        assert!(
+            matches!(&out.request, GroupRequest::OffsetCommit { generation: 7, member_id, .. } if member_id == "m1")
+        );
+    }
+
+    #[test]
+    fn stable_commit_rebalance_in_progress_acquiesces() {
+        let mut h = stable("range");
+        let id =
+            h.m.commit(
+                h.now,
+                vec![CommitOffset {
+                    partition: tp(1),
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
+            )
+            .unwrap();
+        let _ = h.request();
+        h.respond(
+            id,
+            GroupResponse::OffsetCommit {
+                partitions: vec![(tp(1), ResponseError::RebalanceInProgress.code())],
+            },
+        );
+        let ev = h.events();
+        assert!(
+            matches!(
+                &ev[0],
+                Event::CommitCompleted {
+                    result: Err(CommitError::Broker { code: 27, .. }),
+                    ..
+                }
+            ),
+            "{ev:?}"
+        );
+        assert!(matches!(&ev[1], Event::RevokeRequested { .. }), "{ev:?}");
+    }
+
+    #[test]
+    fn stable_progress_timeout_leaves_and_rejoins_on_progress() {
+        let mut h = stable("range");
+        for _ in 0..30 {
+            h.advance(Duration::from_secs(1));
+            while let Some(o) = h.m.poll_request() {
+                if matches!(o.request, GroupRequest::Heartbeat { .. }) {
+                    h.respond(o.id, GroupResponse::Heartbeat { error: 0 });
+                }
+            }
+        }
+        let ev = h.events();
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::ProgressTimeout { .. })),
+            "{ev:?}"
+        );
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                Event::Lost {
+                    reason: LostReason::ProgressTimeout,
+                    ..
+                }
+            )),
+            "{ev:?}"
+        );
+        assert_eq!(h.m.state(), StateKind::Suspended);
+        h.m.note_progress(h.now);
+        assert!(matches!(
+            h.request().request,
+            GroupRequest::JoinGroup { .. }
+        ));
+    }
+
+    #[test]
+    fn revoking_without_ack_within_the_rebalance_timeout_loses_the_partitions() {
+        let mut h = stable("range");
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let _ = h.events();
+        // The application keeps polling but never finishes the revocation.
+        for _ in 0..30 {
+            h.m.note_progress(h.now);
+            h.advance(Duration::from_secs(1));
+        }
+        let ev = h.events();
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                Event::Lost {
+                    reason: LostReason::RevocationTimedOut,
+                    ..
+                }
+            )),
+            "{ev:?}"
+        );
+        assert!(matches!(
+            h.request().request,
+            GroupRequest::JoinGroup { .. }
+        ));
+    }
+
+    #[test]
+    fn static_member_leave_sends_no_leave_group() {
+        let mut c = config("range");
+        c.instance_id = Some("instance-1".into());
+        let mut h = H::new(c);
+        h.join_alone();
+        let _ = h.events();
+        while h.m.poll_request().is_some() {}
+        h.m.leave(h.now);
+        h.no_request();
+        assert_eq!(h.events(), vec![Event::Left]);
+    }
+
+    #[test]
+    fn dynamic_member_leave_sends_leave_group() {
+        let mut h = stable("range");
+        h.m.leave(h.now);
+        let out = h.request();
+        assert!(
+            matches!(&out.request, GroupRequest::LeaveGroup { member_id, .. } if member_id == "m1")
+        );
+        h.respond(out.id, GroupResponse::LeaveGroup { error: 0 });
+        assert_eq!(h.events(), vec![Event::Left]);
+        assert_eq!(h.m.state(), StateKind::Closed);
+    }
+
+    #[test]
+    fn cooperative_sync_revokes_only_moved_partitions_then_assigns_and_rejoins() {
+        let mut h = H::new(config("cooperative-sticky"));
+        h.find_coordinator();
+        // Follower in generation 1 with partitions 0..4.
+        let join = h.request();
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 1, "m2", "m1", vec![]),
+        );
+        let sync = h.request();
+        let full = encode_assignment(
+            &Assignment {
+                partitions: (0..4).map(tp).collect(),
+                user_data: None,
+            },
+            3,
+        )
+        .unwrap();
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment: full,
+            },
+        );
+        let _ = h.events();
+        while h.m.poll_request().is_some() {}
+        // A rebalance: cooperative members rejoin keeping their partitions.
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        assert!(
+            h.events().is_empty(),
+            "no revocation before the new assignment is known"
+        );
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!()
+        };
+        let sub = decode_subscription(protocols[0].1.clone()).unwrap();
+        assert_eq!(
+            sub.owned_partitions.len(),
+            4,
+            "owned partitions travel in the subscription"
+        );
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 2, "m2", "m1", vec![]),
+        );
+        let sync = h.request();
+        let half = encode_assignment(
+            &Assignment {
+                partitions: vec![tp(0), tp(1)],
+                user_data: None,
+            },
+            3,
+        )
+        .unwrap();
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment: half,
+            },
+        );
+        let ev = h.events();
+        assert!(
+            matches!(&ev[..], [Event::Joined { generation: 2, .. }, Event::RevokeRequested { generation: 2, partitions }] if partitions == &vec![tp(2), tp(3)]),
+            "{ev:?}"
+        );
+        assert_eq!(
+            h.m.assignment().len(),
+            4,
+            "nothing is taken before the application acknowledges"
+        );
+        h.m.complete_revocation(h.now, 2);
+        assert_eq!(h.m.assignment(), vec![tp(0), tp(1)]);
+        // Second round of KIP-429.
+        let next = h.request();
+        assert!(
+            matches!(next.request, GroupRequest::JoinGroup { .. }),
+            "{next:?}"
+        );
+    }
+}
