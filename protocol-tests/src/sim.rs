@@ -89,6 +89,9 @@ pub enum Action {
     RemoveMember(usize),
     /// Member `i` stops answering (crash), so its session lapses at the coordinator.
     CrashMember(usize),
+    /// Member `i` closes and a new process with the same configuration (and
+    /// `group.instance.id`, for static members) starts at once.
+    RestartMember(usize),
     /// Member `i` acknowledges its pending revocation now.
     AckRevocation(usize),
     /// Network delay changes.
@@ -106,6 +109,8 @@ pub struct Report {
     pub stable_checks: u32,
     /// Commits the coordinator accepted.
     pub commits_accepted: u32,
+    /// RevokeRequested and Lost events seen by members.
+    pub revocations: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +276,8 @@ impl Sim {
             ack_delay,
             revoke_since: None,
         });
+        // Its first FindCoordinator goes out now, not at the next step.
+        let _ = self.drain(self.members.len() - 1);
     }
 
     /// Runs `schedule`, checking every invariant after every step. Returns the report or
@@ -390,6 +397,25 @@ impl Sim {
                 let n = self.members.len();
                 if let Some(s) = self.members.get_mut(i % n.max(1)) {
                     s.alive = false;
+                }
+            }
+            Action::RestartMember(i) => {
+                let n = self.members.len();
+                let idx = i % n.max(1);
+                let alive = self.members.get(idx).is_some_and(|s| s.alive);
+                if alive {
+                    let instance = self
+                        .members
+                        .get(idx)
+                        .and_then(|s| s.m.config().instance_id.clone());
+                    if let Some(s) = self.members.get_mut(idx) {
+                        s.m.leave(self.now);
+                    }
+                    self.drain(idx)?;
+                    if let Some(s) = self.members.get_mut(idx) {
+                        s.alive = false;
+                    }
+                    self.add_member(instance);
                 }
             }
             Action::AckRevocation(i) => {
@@ -529,10 +555,16 @@ impl Sim {
             }
             match ev {
                 Event::RevokeRequested { generation, .. } => {
+                    self.report.revocations += 1;
                     s.pending_revoke = Some(generation);
                     s.revoke_since = Some(now);
                 }
-                Event::Lost { .. } | Event::Left | Event::Fatal(_) => {
+                Event::Lost { .. } => {
+                    self.report.revocations += 1;
+                    s.pending_revoke = None;
+                    s.revoke_since = None;
+                }
+                Event::Left | Event::Fatal(_) => {
                     s.pending_revoke = None;
                     s.revoke_since = None;
                 }
@@ -786,6 +818,27 @@ impl Sim {
         } else {
             member_id
         };
+        // KIP-345: a known static member (not the leader) rejoining a stable group
+        // gets the current generation back with no rebalance.
+        let is_leader = self.coord.leader.as_deref() == Some(member_id.as_str());
+        let stable = self.coord.state == GState::Stable;
+        if let Some(existing) = self.coord.members.get_mut(&member_id)
+            && existing.instance_id.is_some()
+            && stable
+            && !is_leader
+        {
+            existing.last_seen = self.now;
+            let r = GroupResponse::JoinGroup {
+                error: 0,
+                generation: self.coord.generation,
+                protocol_name: self.coord.protocol.clone(),
+                leader: self.coord.leader.clone().unwrap_or_default(),
+                member_id: member_id.clone(),
+                members: vec![],
+                skip_assignment: false,
+            };
+            return self.respond(member, id, r);
+        }
         let entry = self
             .coord
             .members
@@ -1184,6 +1237,7 @@ pub fn random_schedule(rng: &mut Rng, len: usize) -> Vec<Action> {
             10 if rng.chance(20) => Action::CrashMember(rng.below(8) as usize),
             10 => Action::AddMember,
             11 => Action::RemoveMember(rng.below(8) as usize),
+            12 if rng.chance(30) => Action::RestartMember(rng.below(8) as usize),
             12 => Action::AckRevocation(rng.below(8) as usize),
             _ => Action::SetDelay(Duration::from_millis(rng.below(200))),
         })

@@ -85,3 +85,56 @@ fn replay_one_seed_from_the_environment() {
     }
     result.expect("replayed seed");
 }
+
+/// KIP-345 against the simulated coordinator (the librdkafka mock and tansu both
+/// rebalance on a static rejoin, so no real peer here can show it): a static member
+/// restarted within the session timeout gets its partitions back, and nobody else sees
+/// a rebalance.
+#[test]
+fn a_static_member_restarted_within_the_session_timeout_causes_no_rebalance() {
+    use protocol_tests::sim::Action;
+    use std::time::Duration;
+    let cfg = SimConfig {
+        assignor: "range",
+        members: 3,
+        partitions: 6,
+        static_members: true,
+    };
+    let quiet = Sim::new(3, &cfg)
+        .run(&[Action::Wait(Duration::from_secs(5))])
+        .expect("quiet run");
+    let restarted = Sim::new(3, &cfg)
+        .run(&[
+            Action::Wait(Duration::from_secs(5)),
+            Action::RestartMember(2),
+            Action::Wait(Duration::from_secs(5)),
+        ])
+        .expect("restart run");
+    assert_eq!(
+        restarted.generations, quiet.generations,
+        "the restart formed a new generation"
+    );
+    assert_eq!(
+        restarted.revocations, quiet.revocations,
+        "someone saw a revocation"
+    );
+    // The same restart of a dynamic member does rebalance.
+    let dynamic = SimConfig {
+        static_members: false,
+        ..cfg
+    };
+    let quiet = Sim::new(3, &dynamic)
+        .run(&[Action::Wait(Duration::from_secs(5))])
+        .expect("quiet");
+    let restarted = Sim::new(3, &dynamic)
+        .run(&[
+            Action::Wait(Duration::from_secs(5)),
+            Action::RestartMember(2),
+            Action::Wait(Duration::from_secs(5)),
+        ])
+        .expect("restart");
+    assert!(
+        restarted.revocations > quiet.revocations,
+        "a dynamic restart must rebalance: {quiet:?} vs {restarted:?}"
+    );
+}

@@ -3,6 +3,8 @@
 
 mod cluster;
 mod connection;
+mod group;
 
 pub use cluster::{Cluster, TopicScope};
 pub use connection::BrokerConnection;
+pub use group::GroupHandle;

@@ -25,6 +25,7 @@
 //! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
 //! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
 //! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried | the retry is due |
+//! | [`Timer::Sync`] | a leader holds its SyncGroup (`leader_sync_delay`) | the SyncGroup is sent |
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -72,6 +73,12 @@ pub struct GroupConfig {
     /// failed; the broker may hold a JoinGroup for the whole rebalance timeout, so this
     /// is `max_poll_interval` plus this slack (default 5 s, as in the Java client).
     pub request_slack: Duration,
+    /// How long the leader waits before sending its SyncGroup (default 0). The
+    /// librdkafka mock cluster answers a follower's SyncGroup that arrives after the
+    /// leader's with INVALID_REQUEST; when every member is equally fast, the leader
+    /// wins every race and the group never forms. A few milliseconds for the
+    /// followers to get theirs in breaks the tie; a real broker needs none.
+    pub leader_sync_delay: Duration,
     /// Seed for backoff jitter.
     pub seed: u64,
 }
@@ -94,6 +101,7 @@ impl GroupConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             request_slack: Duration::from_secs(5),
+            leader_sync_delay: Duration::ZERO,
             seed: 0x5eed,
         }
     }
@@ -319,6 +327,8 @@ pub enum Timer {
     Progress,
     /// An OffsetFetch retry is due.
     OffsetFetch,
+    /// The leader's delayed SyncGroup is due.
+    Sync,
 }
 
 /// The member's lifecycle state, as reported by [`GroupMember::state`].
@@ -364,6 +374,13 @@ enum State {
     Joining {
         request: RequestId,
         deadline: Instant,
+    },
+    /// The leader holds its SyncGroup for `leader_sync_delay` (see [`GroupConfig`]).
+    LeaderDelay {
+        send_at: Instant,
+        request: GroupRequest,
+        generation: i32,
+        protocol: String,
     },
     Syncing {
         request: RequestId,
@@ -524,6 +541,8 @@ pub struct GroupMember {
     partitions_per_topic: BTreeMap<String, i32>,
     /// Topics other members subscribe to, whose counts a leader also needs.
     other_topics: BTreeSet<String>,
+    /// The leader's last cooperative assignment left partitions for a second round.
+    held_back: bool,
     /// What the leader assigned with, to notice metadata changes that need a rebalance.
     assigned_with: Option<BTreeMap<String, i32>>,
     last_progress: Instant,
@@ -558,6 +577,7 @@ impl GroupMember {
             last_generation: -1,
             partitions_per_topic: BTreeMap::new(),
             other_topics: BTreeSet::new(),
+            held_back: false,
             assigned_with: None,
             last_progress: now,
             fetch: None,
@@ -579,7 +599,7 @@ impl GroupMember {
         match &self.state {
             State::Unjoined { .. } => StateKind::Unjoined,
             State::Joining { .. } => StateKind::Joining,
-            State::Syncing { .. } => StateKind::Syncing,
+            State::Syncing { .. } | State::LeaderDelay { .. } => StateKind::Syncing,
             State::Stable => StateKind::Stable,
             State::Revoking { .. } => StateKind::Revoking,
             State::Suspended => StateKind::Suspended,
@@ -676,6 +696,7 @@ impl GroupMember {
             | State::Syncing { deadline, .. }
             | State::Leaving { deadline, .. } => timers.push((Timer::Request, *deadline)),
             State::Revoking { deadline, .. } => timers.push((Timer::Revocation, *deadline)),
+            State::LeaderDelay { send_at, .. } => timers.push((Timer::Sync, *send_at)),
             _ => {}
         }
         if let Some(hb) = &self.heartbeat {
@@ -1080,6 +1101,17 @@ impl GroupMember {
         let Some(node) = self.coordinator() else {
             return;
         };
+        if let State::LeaderDelay { send_at, .. } = &self.state
+            && now >= *send_at
+            && let State::LeaderDelay {
+                request,
+                generation,
+                protocol,
+                ..
+            } = std::mem::replace(&mut self.state, State::Stable)
+        {
+            self.send_sync(now, node, request, generation, protocol, true);
+        }
         if let State::Unjoined { join_at, reason } = &self.state {
             if now >= *join_at {
                 let reason = reason.clone();
@@ -1275,13 +1307,34 @@ impl GroupMember {
             protocol_name: protocol.clone(),
             assignments,
         };
+        if is_leader && !self.config.leader_sync_delay.is_zero() {
+            self.state = State::LeaderDelay {
+                send_at: now + self.config.leader_sync_delay,
+                request,
+                generation,
+                protocol,
+            };
+            return;
+        }
+        self.send_sync(now, node, request, generation, protocol, is_leader);
+    }
+
+    fn send_sync(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        request: GroupRequest,
+        generation: i32,
+        protocol: String,
+        leader: bool,
+    ) {
         let id = self.send(Target::Coordinator(node), request, Sent::Sync);
         self.state = State::Syncing {
             request: id,
             deadline: now + self.config.max_poll_interval + self.config.request_slack,
             generation,
             protocol,
-            leader: is_leader,
+            leader,
         };
     }
 
@@ -1356,6 +1409,16 @@ impl GroupMember {
                 assignor: protocol.to_string(),
                 message: e.to_string(),
             })?;
+        let assigned: usize = result.values().map(|a| a.partitions.len()).sum();
+        let total: usize = counts
+            .values()
+            .map(|n| usize::try_from(*n).unwrap_or(0))
+            .sum();
+        // A cooperative assignor holds back partitions that change owner. Their old
+        // owners rejoin after revoking them, but if one of them is gone (a static
+        // member restarted between the rounds), nobody would: so the leader itself
+        // asks for the second round.
+        self.held_back = assigned < total;
         self.assigned_with = Some(counts);
         let mut out = Vec::with_capacity(result.len());
         for (member, assignment) in result {
@@ -1416,6 +1479,7 @@ impl GroupMember {
             in_flight: None,
             last_ok: now,
         });
+        debug!(group = %self.config.group_id, member = %self.member_id, generation, leader, "synced");
         self.events.push_back(Event::Joined {
             generation,
             member_id: self.member_id.clone(),
@@ -1427,9 +1491,15 @@ impl GroupMember {
         self.last_assignment = target.iter().cloned().collect();
         let revoked: Vec<TopicPartition> = self.owned.difference(&target).cloned().collect();
         let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
+        let second_round = leader
+            && rebalance == RebalanceProtocol::Cooperative
+            && std::mem::take(&mut self.held_back);
         if revoked.is_empty() {
             self.state = State::Stable;
             self.grant(now, generation, added);
+            if second_round {
+                self.enter_unjoined(now, false, "partitions held back for the second round");
+            }
         } else {
             // Cooperative (KIP-429): give back only what moves, then take what is new,
             // then rejoin so the moved partitions reach their new owners.
@@ -1582,6 +1652,7 @@ impl GroupMember {
 
     /// Errors on JoinGroup and SyncGroup.
     fn on_rebalance_error(&mut self, now: Instant, api: &'static str, error: i16) {
+        debug!(group = %self.config.group_id, member = %self.member_id, api, error = %error_name(error), "rebalance request failed");
         match reaction(error) {
             Reaction::Rediscover => {
                 self.mark_coordinator_unknown(now);

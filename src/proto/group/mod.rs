@@ -3,6 +3,7 @@
 //! as a state machine.
 
 pub mod assignor;
+pub mod codec;
 pub mod consumer_protocol;
 pub mod member;
 pub mod messages;

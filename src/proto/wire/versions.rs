@@ -16,6 +16,15 @@ use crate::error::{NegotiationError, WireError};
 /// A version appears here only when every field ottla sends or reads at that version
 /// is handled. Negotiation never picks a version outside these ranges.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    // The group APIs; `proto::group::codec::GROUP_SUPPORTED` holds the same ranges.
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    // v1 adds the rebalance timeout, which ottla always sends.
+    (ApiKey::JoinGroup, 1, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
     // v1 is the first where a null topic list means "all topics".
     (ApiKey::Metadata, 1, 13),
     // v4 has the v3 schema; asking for it first exercises the UNSUPPORTED_VERSION

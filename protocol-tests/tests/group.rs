@@ -1,0 +1,389 @@
+//! The group member against real peers: the 3-broker librdkafka mock cluster and tansu.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::ApiKey;
+use ottla::proto::group::member::{Event, GroupError};
+use protocol_tests::group_app::{
+    MemberOptions, TestMember, eventually, owned_exactly_once, partitions,
+};
+use protocol_tests::mock::MockCluster;
+use protocol_tests::tansu::Tansu;
+
+const TOPIC: &str = "group-topic";
+
+fn mock(partitions: i32) -> MockCluster {
+    let m = MockCluster::new(3).expect("mock cluster");
+    m.cap_group_apis().expect("cap group apis");
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    m.create_topic(TOPIC, partitions, 1).expect("topic");
+    m
+}
+
+fn opts(assignor: &'static str) -> MemberOptions {
+    MemberOptions {
+        assignor,
+        ..MemberOptions::default()
+    }
+}
+
+async fn converge(assignor: &'static str) {
+    let m = mock(12);
+    let group = format!("converge-{assignor}");
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(
+            TestMember::start(&m.bootstrap(), &group, &[TOPIC], opts(assignor))
+                .await
+                .unwrap(),
+        );
+    }
+    let all = partitions(TOPIC, 12);
+    let refs: Vec<&TestMember> = members.iter().collect();
+    eventually(Duration::from_secs(30), || owned_exactly_once(&refs, &all))
+        .await
+        .unwrap_or_else(|e| panic!("{assignor}: {e}"));
+    for (i, member) in members.iter().enumerate() {
+        let n = member.owned().len();
+        assert!(
+            (3..=5).contains(&n),
+            "{assignor}: member {i} owns {n} of 12"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_three_members_converge_range() {
+    converge("range").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_three_members_converge_roundrobin() {
+    converge("roundrobin").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_three_members_converge_sticky() {
+    converge("sticky").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_three_members_converge_cooperative_sticky() {
+    converge("cooperative-sticky").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_member_leaving_hands_over_its_partitions() {
+    let m = mock(12);
+    let group = "leaving";
+    let a = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let b = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let c = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 12);
+    eventually(Duration::from_secs(30), || {
+        owned_exactly_once(&[&a, &b, &c], &all)
+    })
+    .await
+    .unwrap();
+    c.stop().await;
+    eventually(Duration::from_secs(30), || {
+        owned_exactly_once(&[&a, &b], &all)
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_member_joining_cooperative_never_revokes_partitions_that_stay() {
+    let m = mock(12);
+    let group = "scale-out";
+    let a = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("cooperative-sticky"))
+        .await
+        .unwrap();
+    let b = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("cooperative-sticky"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 12);
+    eventually(Duration::from_secs(30), || {
+        owned_exactly_once(&[&a, &b], &all)
+    })
+    .await
+    .unwrap();
+    let before_a = a.owned();
+    let before_b = b.owned();
+    let mark = Instant::now();
+    let c = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("cooperative-sticky"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), || {
+        owned_exactly_once(&[&a, &b, &c], &all)
+    })
+    .await
+    .unwrap();
+    for (name, member, before) in [("a", &a, &before_a), ("b", &b, &before_b)] {
+        let after = member.owned();
+        let stayed: BTreeSet<_> = before.intersection(&after).cloned().collect();
+        let revoked: BTreeSet<_> = member
+            .seen()
+            .events
+            .iter()
+            .filter(|(t, _)| *t >= mark)
+            .flat_map(|(_, e)| match e {
+                Event::RevokeRequested { partitions, .. } | Event::Lost { partitions, .. } => {
+                    partitions.clone()
+                }
+                _ => vec![],
+            })
+            .collect();
+        assert!(
+            stayed.is_disjoint(&revoked),
+            "member {name} had partitions revoked that it kept: {:?}",
+            stayed.intersection(&revoked).collect::<Vec<_>>()
+        );
+        assert!(revoked.iter().all(|p| !after.contains(p)));
+    }
+    assert!(!c.owned().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_coordinator_moves_twenty_times_without_eviction() {
+    let m = mock(6);
+    let group = "moves";
+    m.set_group_coordinator(group, 1).unwrap();
+    let a = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let b = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 6);
+    eventually(Duration::from_secs(30), || {
+        owned_exactly_once(&[&a, &b], &all)
+    })
+    .await
+    .unwrap();
+    let generation = a.seen().generation;
+    m.start_request_tracking();
+    for i in 0..20 {
+        let target = 1 + ((i + 1) % 3);
+        m.clear_requests();
+        m.set_group_coordinator(group, target).unwrap();
+        let moved = Instant::now();
+        // Heartbeats (api 12) reach the new coordinator from both members within 1 s.
+        let deadline = moved + Duration::from_secs(1);
+        loop {
+            let reached = m
+                .requests()
+                .iter()
+                .filter(|r| r.api_key == ApiKey::Heartbeat as i16 && r.broker == target)
+                .count();
+            if reached >= 2 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "move {i}: heartbeats did not reach broker {target} within 1 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        a.seen().generation,
+        generation,
+        "a rebalance happened: a member was evicted"
+    );
+    assert_eq!(b.seen().generation, generation);
+    owned_exactly_once(&[&a, &b], &all).unwrap();
+    for member in [&a, &b] {
+        assert!(
+            !member
+                .seen()
+                .events
+                .iter()
+                .any(|(_, e)| matches!(e, Event::Lost { .. } | Event::RevokeRequested { .. }))
+        );
+    }
+}
+
+/// Pushes `code` for `api` and waits until the member sends `then` to the cluster.
+async fn inject_and_expect(m: &MockCluster, api: ApiKey, code: i16, then: ApiKey) {
+    m.clear_requests();
+    m.push_request_errors(api as i16, &[code]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reqs = m.requests();
+        let hit = reqs.iter().position(|r| r.api_key == api as i16);
+        if let Some(i) = hit
+            && reqs[i + 1..].iter().any(|r| r.api_key == then as i16)
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {code} on {api:?}, no {then:?} followed: {reqs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_injected_errors_follow_the_table() {
+    let m = mock(6);
+    let group = "errors";
+    let a = TestMember::start(&m.bootstrap(), group, &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 6);
+    eventually(Duration::from_secs(30), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    m.start_request_tracking();
+    // NOT_COORDINATOR on a heartbeat: rediscover, no rejoin.
+    let gen_before = a.seen().generation;
+    inject_and_expect(&m, ApiKey::Heartbeat, 16, ApiKey::FindCoordinator).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(a.seen().generation, gen_before);
+    // COORDINATOR_NOT_AVAILABLE likewise.
+    inject_and_expect(&m, ApiKey::Heartbeat, 15, ApiKey::FindCoordinator).await;
+    // REBALANCE_IN_PROGRESS: rejoin.
+    inject_and_expect(&m, ApiKey::Heartbeat, 27, ApiKey::JoinGroup).await;
+    eventually(Duration::from_secs(20), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    // UNKNOWN_MEMBER_ID: partitions lost, rejoin.
+    inject_and_expect(&m, ApiKey::Heartbeat, 25, ApiKey::JoinGroup).await;
+    eventually(Duration::from_secs(20), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    assert!(
+        a.seen()
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Lost { .. }))
+    );
+    // ILLEGAL_GENERATION: rejoin.
+    inject_and_expect(&m, ApiKey::Heartbeat, 22, ApiKey::JoinGroup).await;
+    eventually(Duration::from_secs(20), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    // COORDINATOR_LOAD_IN_PROGRESS on JoinGroup: retried.
+    m.push_request_errors(ApiKey::JoinGroup as i16, &[14]);
+    inject_and_expect(&m, ApiKey::Heartbeat, 27, ApiKey::JoinGroup).await;
+    eventually(Duration::from_secs(20), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    // INVALID_REQUEST on SyncGroup: rejoin.
+    m.push_request_errors(ApiKey::SyncGroup as i16, &[42]);
+    inject_and_expect(&m, ApiKey::Heartbeat, 27, ApiKey::JoinGroup).await;
+    eventually(Duration::from_secs(20), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    // REQUEST_TIMED_OUT on a heartbeat: retried, no rejoin.
+    let generation = a.seen().generation;
+    inject_and_expect(&m, ApiKey::Heartbeat, 7, ApiKey::Heartbeat).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(a.seen().generation, generation);
+    // FENCED_INSTANCE_ID: fatal and sticky.
+    m.push_request_errors(ApiKey::Heartbeat as i16, &[82]);
+    eventually(Duration::from_secs(10), || {
+        let s = a.seen();
+        match s.events.iter().find(|(_, e)| matches!(e, Event::Fatal(_))) {
+            Some((_, Event::Fatal(GroupError::Broker { code: 82, .. }))) => Ok(()),
+            other => Err(format!("no fatal yet: {other:?}")),
+        }
+    })
+    .await
+    .unwrap();
+    assert!(a.owned().is_empty());
+}
+
+/// The librdkafka mock does not implement KIP-345 (every JoinGroup rebalances), so
+/// what it can show is the member's side: a static member's close sends no LeaveGroup,
+/// and the restarted process, under the same `group.instance.id`, gets the same
+/// partitions back. The no-rebalance half is shown against the simulated coordinator
+/// (`simulation.rs::a_static_member_restarted_within_the_session_timeout_causes_no_rebalance`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_static_member_restart_sends_no_leave_group_and_gets_its_partitions_back() {
+    let m = mock(6);
+    let group = "static";
+    let static_opts = |id: &str| MemberOptions {
+        instance_id: Some(id.to_string()),
+        session_timeout: Duration::from_secs(10),
+        ..opts("range")
+    };
+    let a = TestMember::start(&m.bootstrap(), group, &[TOPIC], static_opts("a"))
+        .await
+        .unwrap();
+    let b = TestMember::start(&m.bootstrap(), group, &[TOPIC], static_opts("b"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 6);
+    eventually(Duration::from_secs(30), || {
+        owned_exactly_once(&[&a, &b], &all)
+    })
+    .await
+    .unwrap();
+    let b_owned = b.owned();
+    m.start_request_tracking();
+    b.stop().await;
+    let b2 = TestMember::start(&m.bootstrap(), group, &[TOPIC], static_opts("b"))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), || {
+        if b2.owned() == b_owned {
+            Ok(())
+        } else {
+            Err(format!("{:?}", b2.owned()))
+        }
+    })
+    .await
+    .unwrap();
+    eventually(Duration::from_secs(20), || {
+        owned_exactly_once(&[&a, &b2], &all)
+    })
+    .await
+    .unwrap();
+    assert!(
+        !m.requests()
+            .iter()
+            .any(|r| r.api_key == ApiKey::LeaveGroup as i16),
+        "a static member sent LeaveGroup"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_two_members_converge_and_a_leaving_member_hands_over() {
+    let t = Tansu::start().unwrap();
+    t.create_topic(TOPIC, 6).unwrap();
+    // tansu holds each JoinGroup for half the session timeout: keep it short.
+    let o = MemberOptions {
+        session_timeout: Duration::from_secs(6),
+        heartbeat_interval: Duration::from_millis(500),
+        ..opts("range")
+    };
+    let a = TestMember::start(&t.bootstrap(), "tansu-group", &[TOPIC], o.clone())
+        .await
+        .unwrap();
+    let b = TestMember::start(&t.bootstrap(), "tansu-group", &[TOPIC], o)
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 6);
+    eventually(Duration::from_secs(40), || {
+        owned_exactly_once(&[&a, &b], &all)
+    })
+    .await
+    .unwrap();
+    assert_eq!(a.owned().len(), 3);
+    b.stop().await;
+    eventually(Duration::from_secs(40), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+}

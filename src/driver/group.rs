@@ -1,0 +1,288 @@
+//! The group member's task: one tokio task owns a [`GroupMember`] and one timer, sends
+//! its requests through the cluster's connections, and forwards its events.
+//!
+//! The task never runs user code: the application reads [`Event`]s from the handle and
+//! answers with commands (`commit`, `complete_revocation`, `progress`). Heartbeats are
+//! sent by the task whatever the application is doing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+use super::cluster::Cluster;
+use super::connection::BrokerConnection;
+use crate::error::RequestError;
+use crate::proto::group::codec::{self, EncodedGroupRequest};
+use crate::proto::group::member::{
+    CommitError, Event, Failure, GroupConfig, GroupMember, Outgoing, RequestId, StateKind, Target,
+};
+use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
+use crate::proto::metadata::NodeId;
+
+/// A handle to a running group member. Dropping it makes the member leave the group.
+#[derive(Debug)]
+pub struct GroupHandle {
+    tx: mpsc::Sender<Command>,
+    events: mpsc::UnboundedReceiver<Event>,
+}
+
+enum Command {
+    Commit(
+        Vec<CommitOffset>,
+        oneshot::Sender<Result<Vec<CommitOffset>, CommitError>>,
+    ),
+    CompleteRevocation(i32),
+    Progress,
+    Leave(oneshot::Sender<()>),
+}
+
+impl GroupHandle {
+    /// Starts a member of `config.group_id` on `cluster`.
+    pub fn spawn(cluster: Cluster, config: GroupConfig) -> Self {
+        let (tx, rx) = mpsc::channel(64);
+        let (events_tx, events) = mpsc::unbounded_channel();
+        tokio::spawn(run(cluster, config, rx, events_tx));
+        Self { tx, events }
+    }
+
+    /// The next event, or `None` once the member has stopped.
+    pub async fn next_event(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// An event if one is ready.
+    pub fn try_event(&mut self) -> Option<Event> {
+        self.events.try_recv().ok()
+    }
+
+    /// Commits `offsets` with the live generation and waits for the result.
+    pub async fn commit(
+        &self,
+        offsets: Vec<CommitOffset>,
+    ) -> Result<Vec<CommitOffset>, CommitError> {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Command::Commit(offsets, tx)).await.is_err() {
+            return Err(CommitError::Request(Failure::Disconnected));
+        }
+        rx.await
+            .unwrap_or(Err(CommitError::Request(Failure::Disconnected)))
+    }
+
+    /// Reports that the revocation of `generation`'s partitions is complete.
+    pub async fn complete_revocation(&self, generation: i32) {
+        let _ = self.tx.send(Command::CompleteRevocation(generation)).await;
+    }
+
+    /// Reports application progress (the `max.poll.interval.ms` guard).
+    pub async fn progress(&self) {
+        let _ = self.tx.send(Command::Progress).await;
+    }
+
+    /// Leaves the group (static members just stop) and waits until done.
+    pub async fn leave(self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Command::Leave(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+type Reply = (RequestId, Result<GroupResponse, Failure>);
+
+async fn run(
+    cluster: Cluster,
+    config: GroupConfig,
+    mut rx: mpsc::Receiver<Command>,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    let long_timeout = config.max_poll_interval + config.request_slack;
+    let group = config.group_id.clone();
+    cluster.add_topics(config.topics.iter().cloned());
+    let now = tokio::time::Instant::now().into_std();
+    let mut member = GroupMember::new(config, now);
+    member.set_topic_partitions(now, counts(&cluster));
+    let mut inflight: JoinSet<Reply> = JoinSet::new();
+    let mut coordinators: HashMap<NodeId, String> = HashMap::new();
+    let mut commits: HashMap<RequestId, oneshot::Sender<Result<Vec<CommitOffset>, CommitError>>> =
+        HashMap::new();
+    let mut leaving: Option<oneshot::Sender<()>> = None;
+    let (meta_tx, mut meta_rx) = mpsc::unbounded_channel::<BTreeMap<String, i32>>();
+
+    loop {
+        while let Some(out) = member.poll_request() {
+            let conn = connection_for(&cluster, &coordinators, &out);
+            inflight.spawn(send(conn, out, long_timeout));
+        }
+        while let Some(event) = member.poll_event() {
+            match &event {
+                Event::CoordinatorFound { node, address } => {
+                    coordinators.insert(*node, address.clone());
+                }
+                Event::CommitCompleted { id, result } => {
+                    if let Some(waiter) = commits.remove(id) {
+                        let _ = waiter.send(result.clone());
+                    }
+                }
+                Event::MetadataNeeded { topics } => {
+                    cluster.add_topics(topics.iter().cloned());
+                    let (cluster, tx) = (cluster.clone(), meta_tx.clone());
+                    tokio::spawn(async move {
+                        if cluster.refresh_metadata().await.is_ok() {
+                            let _ = tx.send(counts(&cluster));
+                        }
+                    });
+                }
+                _ => {}
+            }
+            let _ = events.send(event);
+        }
+        if member.state() == StateKind::Closed {
+            if let Some(done) = leaving.take() {
+                let _ = done.send(());
+            }
+            // Fail commits that can no longer be answered.
+            for (_, waiter) in commits.drain() {
+                let _ = waiter.send(Err(CommitError::Request(Failure::Disconnected)));
+            }
+            debug!(%group, "group member closed");
+            return;
+        }
+        let deadline = member.poll_timeout().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
+                let now = tokio::time::Instant::now().into_std();
+                match joined {
+                    Ok((id, Ok(response))) => member.handle_response(now, id, response),
+                    Ok((id, Err(failure))) => member.handle_failure(now, id, failure),
+                    Err(e) => warn!(%group, error = %e, "group request task failed"),
+                }
+            }
+            command = rx.recv(), if leaving.is_none() => {
+                let now = tokio::time::Instant::now().into_std();
+                match command {
+                    Some(Command::Commit(offsets, reply)) => match member.commit(now, offsets) {
+                        Ok(id) => {
+                            commits.insert(id, reply);
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                        }
+                    },
+                    Some(Command::CompleteRevocation(generation)) => member.complete_revocation(now, generation),
+                    Some(Command::Progress) => member.note_progress(now),
+                    Some(Command::Leave(done)) => {
+                        leaving = Some(done);
+                        member.leave(now);
+                    }
+                    None => {
+                        let (done, _) = oneshot::channel();
+                        leaving = Some(done);
+                        member.leave(now);
+                    }
+                }
+            }
+            Some(partitions) = meta_rx.recv() => {
+                member.set_topic_partitions(tokio::time::Instant::now().into_std(), partitions);
+            }
+            _ = sleep_until(deadline), if deadline.is_some() => {
+                member.handle_timeout(tokio::time::Instant::now().into_std());
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn counts(cluster: &Cluster) -> BTreeMap<String, i32> {
+    cluster
+        .metadata()
+        .topics
+        .values()
+        .filter(|t| t.error == 0)
+        .map(|t| {
+            (
+                t.name.clone(),
+                i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+            )
+        })
+        .collect()
+}
+
+fn connection_for(
+    cluster: &Cluster,
+    coordinators: &HashMap<NodeId, String>,
+    out: &Outgoing,
+) -> Result<BrokerConnection, Failure> {
+    match out.target {
+        Target::AnyBroker => Ok(cluster.any_connection()),
+        Target::Coordinator(node) => match coordinators.get(&node) {
+            Some(address) => Ok(cluster.connection(address)),
+            None => cluster
+                .broker(node)
+                .map_err(|e| Failure::Protocol(e.to_string())),
+        },
+    }
+}
+
+async fn send(
+    conn: Result<BrokerConnection, Failure>,
+    out: Outgoing,
+    long_timeout: Duration,
+) -> Reply {
+    let id = out.id;
+    (id, send_inner(conn, out.request, long_timeout).await)
+}
+
+async fn send_inner(
+    conn: Result<BrokerConnection, Failure>,
+    request: GroupRequest,
+    long_timeout: Duration,
+) -> Result<GroupResponse, Failure> {
+    let conn = conn?;
+    let api = request.api();
+    let table = conn.versions().await.map_err(failure)?;
+    let version = table.version(api).ok_or_else(|| {
+        Failure::Protocol(format!(
+            "{} offers no usable {api:?} version",
+            conn.address()
+        ))
+    })?;
+    let encoded = codec::encode(&request, version).map_err(|e| Failure::Protocol(e.to_string()))?;
+    // The broker holds JoinGroup (and a follower's SyncGroup) until the rebalance
+    // completes, so those get the rebalance timeout plus slack, as in the Java client.
+    let frame = match encoded {
+        EncodedGroupRequest::FindCoordinator(r) => conn.send_raw(api, version, &r, true).await,
+        EncodedGroupRequest::JoinGroup(r) => {
+            conn.send_raw_timeout(api, version, &r, true, Some(long_timeout))
+                .await
+        }
+        EncodedGroupRequest::SyncGroup(r) => {
+            conn.send_raw_timeout(api, version, &r, true, Some(long_timeout))
+                .await
+        }
+        EncodedGroupRequest::Heartbeat(r) => conn.send_raw(api, version, &r, true).await,
+        EncodedGroupRequest::LeaveGroup(r) => conn.send_raw(api, version, &r, true).await,
+        EncodedGroupRequest::OffsetCommit(r) => conn.send_raw(api, version, &r, true).await,
+        EncodedGroupRequest::OffsetFetch(r) => conn.send_raw(api, version, &r, true).await,
+    }
+    .map_err(failure)?;
+    codec::decode_response(api, version, frame.body).map_err(|e| Failure::Protocol(e.to_string()))
+}
+
+fn failure(e: RequestError) -> Failure {
+    match e {
+        RequestError::Timeout { .. } => Failure::Timeout,
+        RequestError::Connect { .. }
+        | RequestError::Disconnected { .. }
+        | RequestError::Closed { .. } => Failure::Disconnected,
+        other => Failure::Protocol(other.to_string()),
+    }
+}
