@@ -5,6 +5,7 @@
 pub mod group_app;
 pub mod mock;
 pub mod peer;
+pub mod pyclient;
 pub mod sim;
 pub mod tansu;
 

@@ -59,7 +59,7 @@ fn range(api: ApiKey) -> std::ops::RangeInclusive<i16> {
         .iter()
         .find(|(a, _, _)| *a == api)
         .map(|(_, min, max)| *min..=*max)
-        .unwrap_or(0..=-1)
+        .unwrap_or_else(|| panic!("{api:?} is not in GROUP_SUPPORTED"))
 }
 
 fn name() -> impl Strategy<Value = String> {
