@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""A long-running consumer-group member driven by ottla's Rust tests (`src/pyclient.rs`).
+
+It joins a group with confluent-kafka (librdkafka) or kafka-python and reports on
+stdout, one flushed line per event:
+
+    ready                   subscribed (the join is under way)
+    assigned t:0,t:3        the full current assignment, after every change
+                            (also after a revocation; empty: a bare `assigned`)
+    revoked t:0             partitions given up in a rebalance
+    lost t:0                partitions lost without a clean revocation
+    error <message>         a client error (many are transient and retried)
+    closed                  the consumer left the group and closed
+
+It consumes (records ignored) until stdin closes or reads a line `quit`, then closes
+the consumer, which leaves the group (unless it is a static member, --instance-id).
+
+Exit status: 0 after a clean close, 2 on a bad argument or a failed start or close,
+3 when the client does not support the strategy (`error unsupported ...`).
+
+Needs the packages from `bash scripts/install-peers.sh` on PYTHONPATH
+(`<workspace>/.peers/python`).
+"""
+
+import argparse
+import sys
+import threading
+import time
+
+_out_lock = threading.Lock()
+
+# kafka-python's poll timeout; see run_kafka_python.
+KAFKA_PYTHON_POLL_MS = 1000
+
+
+def emit(line):
+    with _out_lock:
+        sys.stdout.write(line.replace("\n", " ") + "\n")
+        sys.stdout.flush()
+
+
+def fmt(parts):
+    return ",".join("%s:%d" % tp for tp in sorted(parts))
+
+
+class Assignment:
+    """The member's current assignment, as a set of (topic, partition)."""
+
+    def __init__(self, incremental):
+        # Cooperative protocols hand out increments; eager ones the whole assignment.
+        self.incremental = incremental
+        self.current = set()
+        self.lock = threading.Lock()
+
+    def _report(self):
+        emit(("assigned " + fmt(self.current)).rstrip())
+
+    def assigned(self, parts):
+        with self.lock:
+            if self.incremental:
+                self.current |= parts
+            else:
+                self.current = set(parts)
+            self._report()
+
+    def revoked(self, parts, word="revoked"):
+        if not parts:  # eager clients announce an empty revocation before a first join
+            return
+        with self.lock:
+            emit((word + " " + fmt(parts)).rstrip())
+            if self.incremental:
+                self.current -= parts
+            else:
+                self.current = set()
+            self._report()
+
+
+def watch_stdin(stop):
+    """Sets `stop` at end of input or on a line `quit`."""
+    try:
+        for line in sys.stdin:
+            if line.strip() == "quit":
+                break
+    except Exception:  # a closed or broken stdin means the same: stop
+        pass
+    stop.set()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--client", required=True, choices=["confluent", "kafka-python"])
+    p.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True, action="append", dest="topics")
+    p.add_argument(
+        "--strategy", required=True, choices=["range", "roundrobin", "cooperative-sticky"]
+    )
+    p.add_argument("--session-timeout-ms", type=int)
+    p.add_argument("--heartbeat-ms", type=int)
+    p.add_argument("--instance-id", help="group.instance.id: a static member")
+    p.add_argument("--client-id")
+    p.add_argument(
+        "--api-version",
+        help="kafka-python only: skip version probing, e.g. 2.0.0 (needed on the librdkafka mock)",
+    )
+    p.add_argument(
+        "--assign-delay-ms",
+        type=int,
+        help="kafka-python only: as leader, wait this long before computing the assignment"
+        " (works around the librdkafka mock's SyncGroup race, see PEERS.md)",
+    )
+    p.add_argument(
+        "--log-level",
+        help="client logs on stderr: a Python logging level for kafka-python (INFO, DEBUG);"
+        " for confluent-kafka, DEBUG turns on librdkafka's cgrp debug log",
+    )
+    return p.parse_args(argv)
+
+
+def tp_set(partitions):
+    return {(tp.topic, tp.partition) for tp in partitions}
+
+
+def run_confluent(args, stop):
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    conf = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "partition.assignment.strategy": args.strategy,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "error_cb": lambda err: emit("error %s" % err),
+    }
+    if args.session_timeout_ms is not None:
+        conf["session.timeout.ms"] = args.session_timeout_ms
+    if args.heartbeat_ms is not None:
+        conf["heartbeat.interval.ms"] = args.heartbeat_ms
+    if args.instance_id:
+        conf["group.instance.id"] = args.instance_id
+    if args.client_id:
+        conf["client.id"] = args.client_id
+    if args.log_level and args.log_level.upper() == "DEBUG":
+        conf["debug"] = "cgrp"
+
+    state = Assignment(incremental=args.strategy == "cooperative-sticky")
+    try:
+        consumer = Consumer(conf)
+    except KafkaException as e:
+        emit("error creating the consumer: %s" % e)
+        return 2
+
+    # The callbacks run inside poll()/close(), on this thread. librdkafka applies the
+    # assignment itself after a callback that does not call (incremental_)assign.
+    def on_assign(c, parts):
+        state.assigned(tp_set(parts))
+
+    def on_revoke(c, parts):
+        state.revoked(tp_set(parts))
+
+    def on_lost(c, parts):
+        state.revoked(tp_set(parts), word="lost")
+
+    consumer.subscribe(args.topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    emit("ready")
+    while not stop.is_set():
+        msg = consumer.poll(0.1)
+        if msg is not None and msg.error() is not None:
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                emit("error %s" % msg.error())
+    try:
+        consumer.close()
+    except KafkaException as e:
+        emit("error closing: %s" % e)
+        return 2
+    emit("closed")
+    return 0
+
+
+def parse_version(text):
+    try:
+        version = tuple(int(x) for x in text.split("."))
+    except ValueError:
+        version = ()
+    if not 1 <= len(version) <= 3:
+        raise SystemExit("--api-version %r: expected X.Y.Z" % text)
+    return version
+
+
+def delayed(base, delay_s):
+    """`base` (a kafka-python assignor class), with a pause before each assignment.
+
+    The librdkafka mock completes a generation's sync as soon as the leader's SyncGroup
+    has brought every member's assignment, answering only the SyncGroups it holds by
+    then; a follower whose SyncGroup comes later gets INVALID_REQUEST (42), rejoins, and
+    the mock waits session timeout - 1 s before the next election. kafka-python's leader
+    is fast enough to lose that race round after round; a short pause lets the
+    followers' SyncGroups arrive first. Harmless on a real broker.
+    """
+
+    class Delayed(base):
+        def assign(self, cluster, members):
+            time.sleep(delay_s)
+            return super().assign(cluster, members)
+
+    Delayed.__name__ = Delayed.__qualname__ = base.__name__
+    return Delayed
+
+
+def run_kafka_python(args, stop):
+    import kafka
+    from kafka import ConsumerRebalanceListener, KafkaConsumer
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    if args.strategy == "range":
+        assignor = RangePartitionAssignor
+    elif args.strategy == "roundrobin":
+        assignor = RoundRobinPartitionAssignor
+    else:
+        try:  # KIP-429, added in kafka-python 3.0
+            from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+        except ImportError:
+            emit("error unsupported: kafka-python %s has no cooperative-sticky" % kafka.__version__)
+            return 3
+        assignor = CooperativeStickyAssignor
+
+    if args.assign_delay_ms:
+        assignor = delayed(assignor, args.assign_delay_ms / 1000.0)
+
+    state = Assignment(incremental=args.strategy == "cooperative-sticky")
+
+    class Listener(ConsumerRebalanceListener):
+        # Eager: revoked(everything) then assigned(everything new). Cooperative:
+        # revoked(what moves away) and assigned(what is new), both increments.
+        def on_partitions_revoked(self, revoked):
+            state.revoked(tp_set(revoked))
+
+        def on_partitions_assigned(self, assigned):
+            state.assigned(tp_set(assigned))
+
+        def on_partitions_lost(self, lost):
+            state.revoked(tp_set(lost), word="lost")
+
+    conf = {
+        "bootstrap_servers": args.bootstrap.split(","),
+        "group_id": args.group,
+        "partition_assignment_strategy": (assignor,),
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+    }
+    if args.session_timeout_ms is not None:
+        conf["session_timeout_ms"] = args.session_timeout_ms
+    if args.heartbeat_ms is not None:
+        conf["heartbeat_interval_ms"] = args.heartbeat_ms
+    if args.instance_id:
+        conf["group_instance_id"] = args.instance_id
+    if args.client_id:
+        conf["client_id"] = args.client_id
+    if args.api_version:
+        conf["api_version"] = parse_version(args.api_version)
+    if args.log_level:
+        import logging
+
+        logging.basicConfig(
+            stream=sys.stderr,
+            level=args.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+
+    try:
+        consumer = KafkaConsumer(**conf)
+    except Exception as e:
+        emit("error creating the consumer: %s: %s" % (type(e).__name__, e))
+        return 2
+    consumer.subscribe(args.topics, listener=Listener())
+    emit("ready")
+    last_error = None
+    while not stop.is_set():
+        try:
+            # Not shorter: kafka-python 3.0.12 drops a JoinGroup+SyncGroup result that
+            # completes just as poll()'s timer runs out (the next poll() sees the task
+            # done and starts a new join), so every poll that times out mid-join risks
+            # an extra rebalance. So `quit` takes up to a second here.
+            consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
+            last_error = None
+        except Exception as e:
+            text = "%s: %s" % (type(e).__name__, e)
+            if text != last_error:  # a persistent failure once, not ten times a second
+                emit("error %s" % text)
+            last_error = text
+            time.sleep(0.1)
+    try:
+        consumer.close(autocommit=False)
+    except Exception as e:
+        emit("error closing: %s: %s" % (type(e).__name__, e))
+        return 2
+    emit("closed")
+    return 0
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.client != "kafka-python":
+        for flag, value in [("--api-version", args.api_version), ("--assign-delay-ms", args.assign_delay_ms)]:
+            if value:
+                emit("error %s is for kafka-python only" % flag)
+                return 2
+    stop = threading.Event()
+    threading.Thread(target=watch_stdin, args=(stop,), daemon=True).start()
+    try:
+        if args.client == "confluent":
+            return run_confluent(args, stop)
+        return run_kafka_python(args, stop)
+    except ImportError as e:
+        emit(
+            "error %s: install the client peers with `bash scripts/install-peers.sh` "
+            "and put <workspace>/.peers/python on PYTHONPATH" % e
+        )
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
