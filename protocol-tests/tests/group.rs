@@ -392,3 +392,55 @@ async fn tansu_two_members_converge_and_a_leaving_member_hands_over() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_transport_errors_are_retried_and_config_errors_are_fatal() {
+    let m = mock(6);
+    m.start_request_tracking();
+    let a = TestMember::start(&m.bootstrap(), "transport", &[TOPIC], opts("range"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 6);
+    eventually(Duration::from_secs(30), || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    let generation = a.seen().generation;
+    // A transport failure (the mock drops the connection) on a heartbeat: rediscover
+    // and carry on in the same generation.
+    inject_and_expect(&m, ApiKey::Heartbeat, -195, ApiKey::FindCoordinator).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(a.seen().generation, generation);
+    owned_exactly_once(&[&a], &all).unwrap();
+
+    // INCONSISTENT_GROUP_PROTOCOL and INVALID_SESSION_TIMEOUT on JoinGroup: fatal,
+    // with a message that names what to change.
+    for (code, words) in [
+        (23i16, "partition.assignment.strategy"),
+        (26, "session.timeout.ms"),
+    ] {
+        m.push_request_errors(ApiKey::JoinGroup as i16, &[code]);
+        let b = TestMember::start(
+            &m.bootstrap(),
+            &format!("fatal-{code}"),
+            &[TOPIC],
+            opts("range"),
+        )
+        .await
+        .unwrap();
+        eventually(Duration::from_secs(10), || {
+            let s = b.seen();
+            match s.events.iter().find_map(|(_, e)| match e {
+                Event::Fatal(err) => Some(err.to_string()),
+                _ => None,
+            }) {
+                Some(msg) if msg.contains(words) => Ok(()),
+                other => Err(format!(
+                    "no fatal naming {words}: {other:?} in {:?}",
+                    s.events.iter().map(|(_, e)| e).collect::<Vec<_>>()
+                )),
+            }
+        })
+        .await
+        .unwrap();
+    }
+}

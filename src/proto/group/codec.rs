@@ -394,7 +394,26 @@ pub fn decode_response(
             }
         }
         ApiKey::JoinGroup => {
-            let r: JoinGroupResponse = decode_body(api, version, body)?;
+            let r: JoinGroupResponse = match decode_body(api, version, body.clone()) {
+                Ok(r) => r,
+                // The librdkafka mock writes null leader and member ids in JoinGroup
+                // error replies, which the schema does not allow. The error code comes
+                // before them: read that.
+                Err(e) => match error_code_at(if version >= 2 { 4 } else { 0 }, &body) {
+                    Some(code) if code != 0 => {
+                        return Ok(GroupResponse::JoinGroup {
+                            error: code,
+                            generation: -1,
+                            protocol_name: None,
+                            leader: String::new(),
+                            member_id: String::new(),
+                            members: vec![],
+                            skip_assignment: false,
+                        });
+                    }
+                    _ => return Err(e.into()),
+                },
+            };
             GroupResponse::JoinGroup {
                 error: r.error_code,
                 generation: r.generation_id,
@@ -421,7 +440,7 @@ pub fn decode_response(
             },
             // The librdkafka mock answers SyncGroup errors with a null assignment, which
             // the schema does not allow. The error code comes before it: read that.
-            Err(e) => match sync_error_code(version, &body) {
+            Err(e) => match error_code_at(if version >= 1 { 4 } else { 0 }, &body) {
                 Some(code) if code != 0 => GroupResponse::SyncGroup {
                     error: code,
                     protocol_name: None,
@@ -523,10 +542,9 @@ pub fn decode_response(
     })
 }
 
-/// The error code of a SyncGroup response body: first in v0, after the throttle time
-/// from v1.
-fn sync_error_code(version: i16, body: &[u8]) -> Option<i16> {
-    let at = if version >= 1 { 4 } else { 0 };
+/// The error code at byte `at` of a response body (after the throttle time, where the
+/// version has one).
+fn error_code_at(at: usize, body: &[u8]) -> Option<i16> {
     let b = body.get(at..at + 2)?;
     Some(i16::from_be_bytes([b[0], b[1]]))
 }
@@ -603,6 +621,25 @@ mod tests {
                 protocol_name: None,
                 assignment: Bytes::new()
             }
+        );
+    }
+
+    #[test]
+    fn mock_style_join_group_error_with_null_ids_still_yields_the_error_code() {
+        // v5: throttle, error INCONSISTENT_GROUP_PROTOCOL (23), generation, then a null
+        // protocol name and null (non-nullable) leader and member ids.
+        let mut body = BytesMut::new();
+        body.put_i32(0);
+        body.put_i16(23);
+        body.put_i32(-1);
+        body.put_i16(-1);
+        body.put_i16(-1);
+        body.put_i16(-1);
+        body.put_i32(0);
+        let r = decode_response(ApiKey::JoinGroup, 5, body.freeze()).unwrap();
+        assert!(
+            matches!(r, GroupResponse::JoinGroup { error: 23, .. }),
+            "{r:?}"
         );
     }
 
