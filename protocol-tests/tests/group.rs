@@ -444,3 +444,88 @@ async fn mock_transport_errors_are_retried_and_config_errors_are_fatal() {
         .unwrap();
     }
 }
+
+/// Commits from one member are what the next owner reads back (OffsetCommit and
+/// OffsetFetch at the negotiated versions).
+async fn commit_then_fetch(bootstrap: &str, group: &str) {
+    use ottla::ClientConfig;
+    use ottla::driver::{Cluster, GroupHandle, TopicScope};
+    use ottla::proto::group::assignor::builtin;
+    use ottla::proto::group::member::GroupConfig;
+    use ottla::proto::group::messages::CommitOffset;
+    use std::sync::Arc;
+
+    async fn member(bootstrap: &str, group: &str) -> GroupHandle {
+        let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(10));
+        let cluster =
+            Cluster::connect(&config, TopicScope::Topics([TOPIC.to_string()].into()), &[])
+                .await
+                .unwrap();
+        let assignor: Arc<dyn ottla::proto::group::assignor::Assignor> =
+            Arc::from(builtin("range").unwrap());
+        let mut gc = GroupConfig::new(group, vec![TOPIC.into()], vec![assignor]);
+        gc.session_timeout = Duration::from_secs(6);
+        gc.heartbeat_interval = Duration::from_millis(500);
+        gc.leader_sync_delay = Duration::from_millis(50);
+        GroupHandle::spawn(cluster, gc)
+    }
+    async fn wait_for<T>(h: &mut GroupHandle, mut f: impl FnMut(&Event) -> Option<T>) -> T {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let e = tokio::time::timeout_at(deadline, h.next_event())
+                .await
+                .expect("timed out")
+                .expect("member stopped");
+            if let Some(t) = f(&e) {
+                return t;
+            }
+        }
+    }
+
+    let mut a = member(bootstrap, group).await;
+    let assigned = wait_for(&mut a, |e| match e {
+        Event::Assigned { assignment, .. } => Some(assignment.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(assigned.len(), 6);
+    let offsets: Vec<CommitOffset> = assigned
+        .iter()
+        .map(|p| CommitOffset {
+            partition: p.clone(),
+            offset: 100 + i64::from(p.partition),
+            leader_epoch: -1,
+            metadata: None,
+        })
+        .collect();
+    let committed = a.commit(offsets.clone()).await.expect("commit");
+    assert_eq!(committed, offsets);
+    a.leave().await;
+
+    let mut b = member(bootstrap, group).await;
+    let fetched = wait_for(&mut b, |e| match e {
+        Event::CommittedOffsets { offsets, .. } => Some(offsets.clone()),
+        _ => None,
+    })
+    .await;
+    let mut fetched: Vec<(i32, i64)> = fetched.iter().map(|(p, o, _)| (p.partition, *o)).collect();
+    fetched.sort();
+    assert_eq!(
+        fetched,
+        (0..6).map(|p| (p, 100 + i64::from(p))).collect::<Vec<_>>()
+    );
+    b.leave().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_commits_are_read_back_by_the_next_owner() {
+    let m = mock(6);
+    commit_then_fetch(&m.bootstrap(), "commits").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_commits_are_read_back_by_the_next_owner() {
+    let t = Tansu::start().unwrap();
+    t.create_topic(TOPIC, 6).unwrap();
+    commit_then_fetch(&t.bootstrap(), "tansu-commits").await;
+}
