@@ -28,6 +28,7 @@ use tracing::{debug, trace, warn};
 
 use crate::config::ClientConfig;
 use crate::error::{RequestError, WireError};
+use crate::proto::backoff::Backoff;
 use crate::proto::wire::{
     ApiVersionsOutcome, Codec, ResponseFrame, SUPPORTED, VersionTable, api_versions_request,
     decode_response, encode_body, handle_api_versions_response, negotiate,
@@ -119,6 +120,11 @@ impl BrokerConnection {
             (settings.connect_timeout, settings.request_timeout);
         let backstop = connect_timeout + request_timeout + Duration::from_secs(1);
         let seed = settings.jitter_seed ^ fxhash(address.as_bytes());
+        let backoff = Backoff::new(
+            settings.reconnect_backoff,
+            settings.reconnect_backoff_max,
+            seed,
+        );
         let task = Task {
             address: address.clone(),
             settings,
@@ -126,7 +132,7 @@ impl BrokerConnection {
             versions_tx,
             failures: 0,
             connect_not_before: None,
-            rng: seed | 1,
+            backoff,
         };
         tokio::spawn(task.run());
         Self {
@@ -284,7 +290,7 @@ struct Task {
     versions_tx: watch::Sender<Option<Arc<VersionTable>>>,
     failures: u32,
     connect_not_before: Option<Instant>,
-    rng: u64,
+    backoff: Backoff,
 }
 
 /// One waiting caller of a request on the wire.
@@ -338,19 +344,9 @@ impl Task {
     }
 
     /// The reconnect delay after `failures` consecutive failures:
-    /// `backoff * 2^(failures-1)`, capped, with ±20% jitter.
+    /// `reconnect.backoff.ms * 2^(failures-1)`, capped, with ±20% jitter.
     fn backoff(&mut self) -> Duration {
-        let base = self.settings.reconnect_backoff.as_secs_f64();
-        let max = self.settings.reconnect_backoff_max.as_secs_f64();
-        let exp = self.failures.saturating_sub(1).min(30) as i32;
-        let raw = (base * 2f64.powi(exp)).min(max);
-        // xorshift64*: deterministic from the seed, no global RNG.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        let unit =
-            (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
-        Duration::from_secs_f64((raw * (0.8 + 0.4 * unit)).min(max))
+        self.backoff.delay(self.failures)
     }
 
     /// TCP connect, then ApiVersions negotiation, all within `connect_timeout`.

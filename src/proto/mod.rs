@@ -4,6 +4,7 @@
 //! outputs (bytes, requests, events), so it can be driven step by step by tests and by
 //! [`crate::driver`] alike.
 
+pub mod backoff;
 pub mod group;
 pub mod metadata;
 pub mod wire;

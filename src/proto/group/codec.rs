@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::consumer_protocol::TopicPartition;
+use super::consumer_protocol::{TopicPartition, by_topic};
 use super::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
 use crate::error::WireError;
 use crate::proto::wire::decode_response as decode_body;
@@ -284,7 +284,7 @@ pub fn encode(
             require_stable,
         } => {
             need(api, version, "require_stable", 7, *require_stable)?;
-            let by_topic = group_by_topic(partitions);
+            let by_topic = by_topic(partitions);
             let mut r = OffsetFetchRequest::default();
             if version >= 8 {
                 r.groups = vec![
@@ -320,14 +320,6 @@ pub fn encode(
             EncodedGroupRequest::OffsetFetch(r)
         }
     })
-}
-
-fn group_by_topic(partitions: &[TopicPartition]) -> Vec<(String, Vec<i32>)> {
-    let mut map: std::collections::BTreeMap<&str, Vec<i32>> = std::collections::BTreeMap::new();
-    for p in partitions {
-        map.entry(&p.topic).or_default().push(p.partition);
-    }
-    map.into_iter().map(|(t, ps)| (t.to_string(), ps)).collect()
 }
 
 fn commit_topics(offsets: &[CommitOffset], version: i16) -> Vec<OffsetCommitRequestTopic> {

@@ -221,7 +221,7 @@ fn body_error(what: &'static str, version: i16, e: anyhow::Error) -> ConsumerPro
 }
 
 /// Groups partitions by topic, topics and partitions sorted, as the Java client writes.
-fn by_topic(partitions: &[TopicPartition]) -> Vec<(String, Vec<i32>)> {
+pub(crate) fn by_topic(partitions: &[TopicPartition]) -> Vec<(String, Vec<i32>)> {
     let mut map: std::collections::BTreeMap<&str, Vec<i32>> = std::collections::BTreeMap::new();
     for p in partitions {
         map.entry(&p.topic).or_default().push(p.partition);

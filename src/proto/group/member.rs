@@ -41,6 +41,7 @@ use super::consumer_protocol::{
     encode_assignment, encode_subscription,
 };
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
+use crate::proto::backoff::Backoff;
 use crate::proto::error_name;
 use crate::proto::metadata::NodeId;
 
@@ -550,7 +551,7 @@ pub struct GroupMember {
     sent: BTreeMap<RequestId, Sent>,
     next_request: u64,
     failures: u32,
-    rng: u64,
+    backoff: Backoff,
     requests: VecDeque<Outgoing>,
     events: VecDeque<Event>,
 }
@@ -558,7 +559,7 @@ pub struct GroupMember {
 impl GroupMember {
     /// A member that will look for its coordinator at once.
     pub fn new(config: GroupConfig, now: Instant) -> Self {
-        let rng = config.seed | 1;
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max, config.seed);
         let mut member = Self {
             config,
             state: State::Unjoined {
@@ -584,7 +585,7 @@ impl GroupMember {
             sent: BTreeMap::new(),
             next_request: 0,
             failures: 0,
-            rng,
+            backoff,
             requests: VecDeque::new(),
             events: VecDeque::new(),
         };
@@ -866,7 +867,7 @@ impl GroupMember {
                     if lookup.map(|(l, _)| l) == Some(id) {
                         *lookup = None;
                         self.failures += 1;
-                        *retry_at = now + backoff(&self.config, self.failures, &mut self.rng);
+                        *retry_at = now + self.backoff.delay(self.failures);
                     }
                 }
             }
@@ -1233,7 +1234,7 @@ impl GroupMember {
                 Reaction::Fatal => return self.fatal("FindCoordinator", error),
                 _ => {
                     self.failures += 1;
-                    *retry_at = now + backoff(&self.config, self.failures, &mut self.rng);
+                    *retry_at = now + self.backoff.delay(self.failures);
                     return;
                 }
             }
@@ -1762,7 +1763,7 @@ impl GroupMember {
         }
         let join_at = if with_backoff {
             self.failures += 1;
-            now + backoff(&self.config, self.failures, &mut self.rng)
+            now + self.backoff.delay(self.failures)
         } else {
             now
         };
@@ -1873,18 +1874,6 @@ impl GroupMember {
 
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
-}
-
-/// `retry_backoff * 2^(failures-1)`, capped, with ±20% jitter from the seeded RNG.
-fn backoff(config: &GroupConfig, failures: u32, rng: &mut u64) -> Duration {
-    let base = config.retry_backoff.as_secs_f64();
-    let max = config.retry_backoff_max.as_secs_f64();
-    let raw = (base * 2f64.powi(failures.saturating_sub(1).min(30) as i32)).min(max);
-    *rng ^= *rng >> 12;
-    *rng ^= *rng << 25;
-    *rng ^= *rng >> 27;
-    let unit = (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
-    Duration::from_secs_f64((raw * (0.8 + 0.4 * unit)).min(max))
 }
 
 #[cfg(test)]
