@@ -5,6 +5,7 @@
 //! [`crate::driver`] alike.
 
 pub mod backoff;
+pub mod fetch;
 pub mod group;
 pub mod metadata;
 pub mod wire;
