@@ -23,14 +23,15 @@ Needs the packages from `bash scripts/install-peers.sh` on PYTHONPATH
 """
 
 import argparse
+import random
 import sys
 import threading
 import time
 
 _out_lock = threading.Lock()
 
-# kafka-python's poll timeout; see run_kafka_python.
-KAFKA_PYTHON_POLL_MS = 1000
+# kafka-python's poll timeout range; see run_kafka_python.
+KAFKA_PYTHON_POLL_MS = (600, 1000)
 
 
 def emit(line):
@@ -278,11 +279,13 @@ def run_kafka_python(args, stop):
     last_error = None
     while not stop.is_set():
         try:
-            # Not shorter: kafka-python 3.0.12 drops a JoinGroup+SyncGroup result that
-            # completes just as poll()'s timer runs out (the next poll() sees the task
-            # done and starts a new join), so every poll that times out mid-join risks
-            # an extra rebalance. So `quit` takes up to a second here.
-            consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
+            # kafka-python 3.0.12 drops a JoinGroup+SyncGroup result that completes
+            # just as poll()'s timer runs out (the next poll() finds the join task
+            # done and starts a new join), so a poll that times out mid-join risks an
+            # extra rebalance. Hence long polls (`quit` takes up to a second), and
+            # random ones: the mock's rebalance rounds last a whole number of seconds,
+            # so with a fixed timeout an unlucky phase would repeat every round.
+            consumer.poll(timeout_ms=random.randint(*KAFKA_PYTHON_POLL_MS))
             last_error = None
         except Exception as e:
             text = "%s: %s" % (type(e).__name__, e)

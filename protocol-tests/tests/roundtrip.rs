@@ -103,8 +103,59 @@ fn metadata_request() -> impl Strategy<Value = (i16, MetadataRequest)> {
     })
 }
 
+fn fetch_request() -> impl Strategy<Value = (i16, kafka_protocol::messages::FetchRequest)> {
+    use ottla::proto::fetch::request::{FetchParams, FetchTarget, IsolationLevel, fetch_request};
+    let target = (
+        name(),
+        any::<u128>(),
+        0i32..100,
+        0i64..i64::MAX,
+        -1i32..50,
+        1i32..10_000_000,
+    );
+    (
+        versions(ApiKey::Fetch),
+        prop::collection::vec(target, 0..8),
+        0i32..10_000,
+        1i32..1_000_000,
+        any::<bool>(),
+    )
+        .prop_map(|(v, targets, wait, min, committed)| {
+            let targets: Vec<FetchTarget> = targets
+                .into_iter()
+                .map(|(t, id, p, offset, epoch, max)| FetchTarget {
+                    topic: t.to_string(),
+                    topic_id: uuid::Uuid::from_u128(id.max(1)),
+                    partition: p,
+                    offset,
+                    leader_epoch: epoch,
+                    max_bytes: max,
+                })
+                .collect();
+            let params = FetchParams {
+                max_wait_ms: wait,
+                min_bytes: min,
+                max_bytes: 50 << 20,
+                isolation: if committed {
+                    IsolationLevel::ReadCommitted
+                } else {
+                    IsolationLevel::ReadUncommitted
+                },
+            };
+            (
+                v,
+                fetch_request(v, &params, &targets).expect("fetch request"),
+            )
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn fetch_requests_round_trip((version, request) in fetch_request()) {
+        roundtrip(ApiKey::Fetch, version, &request)?;
+    }
 
     #[test]
     fn api_versions_requests_round_trip((version, request) in api_versions_request()) {
@@ -125,6 +176,7 @@ fn every_supported_api_has_a_round_trip() {
     let covered = [
         ApiKey::ApiVersions,
         ApiKey::Metadata,
+        ApiKey::Fetch,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::SyncGroup,

@@ -1,3 +1,5 @@
-//! The fetch path, sans-IO. So far: record batches read in place ([`batch`]).
+//! The fetch path, sans-IO: record batches read in place ([`batch`]) and Fetch requests
+//! and responses for a negotiated version ([`request`]).
 
 pub mod batch;
+pub mod request;

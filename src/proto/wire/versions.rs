@@ -25,6 +25,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
+    // kafka-protocol starts at v4; from v13 topics are named by id; v17 only adds
+    // follower fields.
+    (ApiKey::Fetch, 4, 16),
     // v1 is the first where a null topic list means "all topics".
     (ApiKey::Metadata, 1, 13),
     // v4 has the v3 schema; asking for it first exercises the UNSUPPORTED_VERSION

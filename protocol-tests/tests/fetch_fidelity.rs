@@ -1,0 +1,167 @@
+//! Records written by another client (librdkafka, through rdkafka, in test code only)
+//! under every codec, fetched by ottla's Fetch request and read by ottla's batch
+//! iterator: keys, values (including nulls) and headers byte-identical, offsets
+//! contiguous, on the librdkafka mock cluster and on tansu.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use ottla::ClientConfig;
+use ottla::driver::{Cluster, TopicScope};
+use ottla::proto::fetch::batch::{BatchOptions, Batches};
+use ottla::proto::fetch::request::{FetchParams, FetchTarget, fetch_request, fetched_partitions};
+use protocol_tests::peer::Peer;
+use rdkafka::ClientConfig as RdConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+const COUNT: usize = 500;
+
+/// What was produced for record `i`.
+fn expected(
+    i: usize,
+) -> (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(String, Option<Vec<u8>>)>,
+) {
+    let key = (i % 7 != 0).then(|| format!("key-{i}").into_bytes());
+    let value = (i % 11 != 0).then(|| format!("value-{i}-{}", "x".repeat(i % 50)).into_bytes());
+    let headers = (0..i % 3)
+        .map(|h| (format!("h{h}"), (h != 1).then(|| vec![h as u8; 3])))
+        .collect();
+    (key, value, headers)
+}
+
+async fn produce(bootstrap: &str, topic: &str, codec: &str) {
+    let producer: FutureProducer = RdConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("compression.type", codec)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    for i in 0..COUNT {
+        let (key, value, headers) = expected(i);
+        let mut h = OwnedHeaders::new();
+        for (k, v) in &headers {
+            h = h.insert(Header {
+                key: k,
+                value: v.as_deref(),
+            });
+        }
+        let mut record: FutureRecord<'_, [u8], [u8]> =
+            FutureRecord::to(topic).partition(0).headers(h);
+        if let Some(k) = &key {
+            record = record.key(k);
+        }
+        if let Some(v) = &value {
+            record = record.payload(v);
+        }
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("produce");
+    }
+}
+
+async fn fetch_all(
+    bootstrap: &str,
+    topic: &str,
+) -> Vec<(
+    i64,
+    Option<Bytes>,
+    Option<Bytes>,
+    Vec<(Bytes, Option<Bytes>)>,
+)> {
+    let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(10));
+    let cluster = Cluster::connect(
+        &config,
+        TopicScope::Topics([topic.to_string()].into()),
+        &[ApiKey::Fetch],
+    )
+    .await
+    .expect("connect");
+    let md = cluster.metadata();
+    let t = md.topic(topic).expect("topic");
+    let (leader, epoch) = md.leader(topic, 0).expect("leader");
+    let names: BTreeMap<_, _> = [(t.id, topic.to_string())].into();
+    let conn = cluster.broker(leader).expect("broker");
+    let version = conn
+        .versions()
+        .await
+        .expect("versions")
+        .version(ApiKey::Fetch)
+        .expect("fetch version");
+    let mut offset = 0i64;
+    let mut out = Vec::new();
+    while out.len() < COUNT {
+        let target = FetchTarget {
+            topic: topic.to_string(),
+            topic_id: t.id,
+            partition: 0,
+            offset,
+            leader_epoch: epoch.0,
+            // Small on purpose: batches get cut at the end of a response.
+            max_bytes: 4096,
+        };
+        let request = fetch_request(
+            version,
+            &FetchParams {
+                max_wait_ms: 100,
+                ..FetchParams::default()
+            },
+            &[target],
+        )
+        .unwrap();
+        let response = conn.send_version(&request, version).await.expect("fetch");
+        let parts = fetched_partitions(version, response, &names);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].error, 0, "fetch error");
+        for batch in Batches::new(parts[0].records.clone(), BatchOptions::default()) {
+            let batch = batch.expect("batch");
+            for r in batch.records() {
+                let r = r.expect("record");
+                // A batch may start before the fetch offset.
+                if r.offset >= offset {
+                    out.push((r.offset, r.key, r.value, r.headers));
+                }
+            }
+            offset = offset.max(batch.next_offset());
+        }
+    }
+    out
+}
+
+async fn fidelity(peer: Peer) {
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = format!("fidelity-{codec}");
+        peer.create_topic(&topic, 1).unwrap();
+        produce(&peer.bootstrap(), &topic, codec).await;
+        let got = fetch_all(&peer.bootstrap(), &topic).await;
+        assert_eq!(got.len(), COUNT, "{codec}");
+        for (i, (offset, key, value, headers)) in got.into_iter().enumerate() {
+            assert_eq!(offset, i as i64, "{codec}: offsets contiguous");
+            let (k, v, h) = expected(i);
+            assert_eq!(key.as_deref(), k.as_deref(), "{codec} key {i}");
+            assert_eq!(value.as_deref(), v.as_deref(), "{codec} value {i}");
+            let h: Vec<(Bytes, Option<Bytes>)> = h
+                .into_iter()
+                .map(|(k, v)| (Bytes::from(k), v.map(Bytes::from)))
+                .collect();
+            assert_eq!(headers, h, "{codec} headers {i}");
+        }
+        println!("{}: {codec}: {COUNT} records byte-identical", peer.name());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_records_from_librdkafka_under_every_codec_read_back_identical() {
+    fidelity(Peer::mock(3).unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_records_from_librdkafka_under_every_codec_read_back_identical() {
+    fidelity(Peer::tansu().unwrap()).await;
+}

@@ -1,0 +1,189 @@
+//! Fetch requests for a negotiated version, and the partitions of a Fetch response.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+/// `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Every record, including those of open or aborted transactions (the default).
+    #[default]
+    ReadUncommitted,
+    /// Only committed records, up to the last stable offset.
+    ReadCommitted,
+}
+
+/// Request-wide fetch settings (the Java client's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchParams {
+    /// `fetch.max.wait.ms`.
+    pub max_wait_ms: i32,
+    /// `fetch.min.bytes`.
+    pub min_bytes: i32,
+    /// `fetch.max.bytes`.
+    pub max_bytes: i32,
+    /// `isolation.level`.
+    pub isolation: IsolationLevel,
+}
+
+impl Default for FetchParams {
+    fn default() -> Self {
+        Self {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 50 * 1024 * 1024,
+            isolation: IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+/// One partition to fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchTarget {
+    /// The topic name.
+    pub topic: String,
+    /// The topic id (needed from Fetch v13, where topics are named by id).
+    pub topic_id: Uuid,
+    /// The partition.
+    pub partition: i32,
+    /// The offset to fetch from.
+    pub offset: i64,
+    /// The leader epoch the client believes current (KIP-320), or -1.
+    pub leader_epoch: i32,
+    /// `max.partition.fetch.bytes`.
+    pub max_bytes: i32,
+}
+
+/// A fetch that cannot be expressed at the negotiated version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchRequestError {
+    /// Fetch v13+ names topics by id and this topic has none.
+    #[error("Fetch v{version} needs the id of topic {topic}, which metadata did not give")]
+    NoTopicId {
+        /// The version.
+        version: i16,
+        /// The topic.
+        topic: String,
+    },
+}
+
+/// Builds a full (sessionless) Fetch request at `version` (4..=16).
+pub fn fetch_request(
+    version: i16,
+    params: &FetchParams,
+    targets: &[FetchTarget],
+) -> Result<FetchRequest, FetchRequestError> {
+    let mut by_topic: BTreeMap<(&str, Uuid), Vec<&FetchTarget>> = BTreeMap::new();
+    for t in targets {
+        if version >= 13 && t.topic_id.is_nil() {
+            return Err(FetchRequestError::NoTopicId {
+                version,
+                topic: t.topic.clone(),
+            });
+        }
+        by_topic
+            .entry((t.topic.as_str(), t.topic_id))
+            .or_default()
+            .push(t);
+    }
+    let topics = by_topic
+        .into_iter()
+        .map(|((name, id), parts)| {
+            let mut topic = FetchTopic::default();
+            if version >= 13 {
+                topic.topic_id = id;
+            } else {
+                topic.topic = TopicName(StrBytes::from_string(name.to_string()));
+            }
+            topic.partitions = parts
+                .into_iter()
+                .map(|t| {
+                    let mut p = FetchPartition::default()
+                        .with_partition(t.partition)
+                        .with_fetch_offset(t.offset)
+                        .with_partition_max_bytes(t.max_bytes);
+                    if version >= 9 {
+                        p.current_leader_epoch = t.leader_epoch;
+                    }
+                    p
+                })
+                .collect();
+            topic
+        })
+        .collect();
+    let mut request = FetchRequest::default()
+        .with_max_wait_ms(params.max_wait_ms)
+        .with_min_bytes(params.min_bytes)
+        .with_topics(topics);
+    request.max_bytes = params.max_bytes;
+    request.isolation_level = match params.isolation {
+        IsolationLevel::ReadUncommitted => 0,
+        IsolationLevel::ReadCommitted => 1,
+    };
+    Ok(request)
+}
+
+/// One partition of a Fetch response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedPartition {
+    /// The topic name (resolved from its id from v13).
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The partition's error code.
+    pub error: i16,
+    /// The high watermark: the offset after the last replicated record.
+    pub high_watermark: i64,
+    /// The last stable offset (read_committed's limit).
+    pub last_stable_offset: i64,
+    /// The log start offset.
+    pub log_start_offset: i64,
+    /// `(producer id, first offset)` of transactions aborted in the fetched range.
+    pub aborted: Vec<(i64, i64)>,
+    /// The record batches, possibly ending in a partial one.
+    pub records: Bytes,
+}
+
+/// The partitions of `response`; topic ids are resolved through `names` (v13+).
+/// Partitions of unknown topic ids are skipped.
+pub fn fetched_partitions(
+    version: i16,
+    response: FetchResponse,
+    names: &BTreeMap<Uuid, String>,
+) -> Vec<FetchedPartition> {
+    let mut out = Vec::new();
+    for topic in response.responses {
+        let name = if version >= 13 {
+            match names.get(&topic.topic_id) {
+                Some(n) => n.clone(),
+                None => continue,
+            }
+        } else {
+            topic.topic.0.to_string()
+        };
+        for p in topic.partitions {
+            out.push(FetchedPartition {
+                topic: name.clone(),
+                partition: p.partition_index,
+                error: p.error_code,
+                high_watermark: p.high_watermark,
+                last_stable_offset: p.last_stable_offset,
+                log_start_offset: p.log_start_offset,
+                aborted: p
+                    .aborted_transactions
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|a| (a.producer_id.0, a.first_offset))
+                    .collect(),
+                records: p.records.unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
