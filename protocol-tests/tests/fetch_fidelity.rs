@@ -19,16 +19,25 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const COUNT: usize = 500;
 
-/// What was produced for record `i`.
-fn expected(
-    i: usize,
-) -> (
+/// Key, value and headers of one record.
+type Written = (
     Option<Vec<u8>>,
     Option<Vec<u8>>,
     Vec<(String, Option<Vec<u8>>)>,
-) {
-    let key = (i % 7 != 0).then(|| format!("key-{i}").into_bytes());
-    let value = (i % 11 != 0).then(|| format!("value-{i}-{}", "x".repeat(i % 50)).into_bytes());
+);
+/// Offset, key, value and headers of one record read back.
+type Read = (
+    i64,
+    Option<Bytes>,
+    Option<Bytes>,
+    Vec<(Bytes, Option<Bytes>)>,
+);
+
+/// What was produced for record `i`.
+fn expected(i: usize) -> Written {
+    let key = (!i.is_multiple_of(7)).then(|| format!("key-{i}").into_bytes());
+    let value =
+        (!i.is_multiple_of(11)).then(|| format!("value-{i}-{}", "x".repeat(i % 50)).into_bytes());
     let headers = (0..i % 3)
         .map(|h| (format!("h{h}"), (h != 1).then(|| vec![h as u8; 3])))
         .collect();
@@ -66,15 +75,7 @@ async fn produce(bootstrap: &str, topic: &str, codec: &str) {
     }
 }
 
-async fn fetch_all(
-    bootstrap: &str,
-    topic: &str,
-) -> Vec<(
-    i64,
-    Option<Bytes>,
-    Option<Bytes>,
-    Vec<(Bytes, Option<Bytes>)>,
-)> {
+async fn fetch_all(bootstrap: &str, topic: &str) -> Vec<Read> {
     let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(10));
     let cluster = Cluster::connect(
         &config,
