@@ -23,15 +23,15 @@ Needs the packages from `bash scripts/install-peers.sh` on PYTHONPATH
 """
 
 import argparse
-import random
 import sys
 import threading
 import time
 
 _out_lock = threading.Lock()
 
-# kafka-python's poll timeout range; see run_kafka_python.
-KAFKA_PYTHON_POLL_MS = (600, 1000)
+# kafka-python's poll timeouts, outside and during a join; see kafka_python_poll_ms.
+KAFKA_PYTHON_POLL_MS = 200
+KAFKA_PYTHON_JOIN_POLL_MS = 10000
 
 
 def emit(line):
@@ -208,6 +208,23 @@ def delayed(base, delay_s):
     return Delayed
 
 
+def kafka_python_poll_ms(consumer):
+    """A short poll timeout, or a long one while the member (re)joins the group.
+
+    kafka-python 3.0.12 drops a JoinGroup+SyncGroup result that completes just as
+    poll()'s timer runs out: the next poll() finds the join task done, discards it and
+    starts a new join, which costs a whole extra rebalance (5 s a round on the mock).
+    So a poll must not time out in the middle of a join; `quit` then waits for the
+    join to end.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    try:
+        joining = coordinator is not None and coordinator.need_rejoin()
+    except Exception:  # private API: without it, plain short polls
+        joining = False
+    return KAFKA_PYTHON_JOIN_POLL_MS if joining else KAFKA_PYTHON_POLL_MS
+
+
 def run_kafka_python(args, stop):
     import kafka
     from kafka import ConsumerRebalanceListener, KafkaConsumer
@@ -279,13 +296,7 @@ def run_kafka_python(args, stop):
     last_error = None
     while not stop.is_set():
         try:
-            # kafka-python 3.0.12 drops a JoinGroup+SyncGroup result that completes
-            # just as poll()'s timer runs out (the next poll() finds the join task
-            # done and starts a new join), so a poll that times out mid-join risks an
-            # extra rebalance. Hence long polls (`quit` takes up to a second), and
-            # random ones: the mock's rebalance rounds last a whole number of seconds,
-            # so with a fixed timeout an unlucky phase would repeat every round.
-            consumer.poll(timeout_ms=random.randint(*KAFKA_PYTHON_POLL_MS))
+            consumer.poll(timeout_ms=kafka_python_poll_ms(consumer))
             last_error = None
         except Exception as e:
             text = "%s: %s" % (type(e).__name__, e)

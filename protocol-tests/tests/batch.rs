@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use ottla::proto::fetch::batch::{BatchErrorKind, BatchOptions, Batches};
+use ottla::proto::fetch::batch::{BatchErrorKind, BatchOptions, Batches, CommittedFilter};
 use proptest::prelude::*;
 
 fn compress(src: &mut BytesMut, dst: &mut BytesMut, codec: Compression) -> anyhow::Result<()> {
@@ -209,4 +209,64 @@ fn a_decompression_bomb_is_refused() {
     };
     let err = Batches::new(bytes, options).next().unwrap().unwrap_err();
     assert_eq!(err.kind, BatchErrorKind::TooLarge { limit: 64 * 1024 });
+}
+
+fn txn_record(offset: i64, producer: i64, control: bool, value: &[u8]) -> Record {
+    Record {
+        transactional: true,
+        control,
+        producer_id: producer,
+        producer_epoch: 0,
+        ..record(offset, 1, None, Some(value.to_vec()), vec![])
+    }
+}
+
+/// A control record: key = version 0, type (0 abort, 1 commit).
+fn marker(offset: i64, producer: i64, commit: bool) -> Record {
+    let mut r = txn_record(offset, producer, true, &[0, 0, 0, 0, 0, 0]);
+    r.key = Some(Bytes::from(vec![0, 0, 0, u8::from(commit)]));
+    r
+}
+
+#[test]
+fn read_committed_drops_aborted_transactions_and_every_marker() {
+    // Producer 7 commits offsets 0-1, producer 8 aborts 2-3 (interleaved with 7's
+    // second transaction at 4), markers at 5 (abort, 8) and 6 (commit, 7).
+    let batches = [
+        vec![
+            txn_record(0, 7, false, b"a0"),
+            txn_record(1, 7, false, b"a1"),
+        ],
+        vec![marker(2, 7, true)],
+        vec![
+            txn_record(3, 8, false, b"b0"),
+            txn_record(4, 8, false, b"b1"),
+        ],
+        vec![txn_record(5, 7, false, b"c0")],
+        vec![marker(6, 8, false)],
+        vec![marker(7, 7, true)],
+    ];
+    let mut bytes = BytesMut::new();
+    for b in &batches {
+        bytes.extend_from_slice(&encode(b, Compression::None));
+    }
+    let read = |aborted: Vec<(i64, i64)>| -> Vec<String> {
+        let mut filter = CommittedFilter::new(aborted);
+        let mut out = Vec::new();
+        for batch in Batches::new(bytes.clone().freeze(), BatchOptions::default()) {
+            let batch = batch.unwrap();
+            if filter.admit(&batch) {
+                out.extend(
+                    batch
+                        .records()
+                        .map(|r| String::from_utf8(r.unwrap().value.unwrap().to_vec()).unwrap()),
+                );
+            }
+        }
+        out
+    };
+    // The broker reports producer 8's aborted transaction starting at offset 3.
+    assert_eq!(read(vec![(8, 3)]), ["a0", "a1", "c0"]);
+    // read_uncommitted: everything but the markers.
+    assert_eq!(read(vec![]), ["a0", "a1", "b0", "b1", "c0"]);
 }

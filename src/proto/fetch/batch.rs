@@ -499,6 +499,64 @@ fn nullable_bytes(b: &mut Bytes) -> Option<Option<Bytes>> {
     Some(Some(b.split_to(len)))
 }
 
+/// `read_committed` filtering (KIP-98), as the Java client does it: records of a
+/// transaction aborted within the fetched range are dropped, and control batches
+/// (transaction markers) are never shown.
+///
+/// Feed the batches of one partition in offset order, with the partition's aborted
+/// transactions from the same Fetch response.
+#[derive(Debug, Clone, Default)]
+pub struct CommittedFilter {
+    /// `(first offset, producer id)` not yet reached, in offset order.
+    pending: std::collections::VecDeque<(i64, i64)>,
+    /// Producers whose transaction is aborted and whose abort marker is still ahead.
+    aborted: std::collections::HashSet<i64>,
+}
+
+impl CommittedFilter {
+    /// A filter for one partition's fetched range.
+    pub fn new(mut aborted: Vec<(i64, i64)>) -> Self {
+        // From the response as (producer id, first offset).
+        aborted.sort_by_key(|&(_, first)| first);
+        Self {
+            pending: aborted
+                .into_iter()
+                .map(|(producer, first)| (first, producer))
+                .collect(),
+            aborted: Default::default(),
+        }
+    }
+
+    /// Whether `batch`'s records are shown to the application.
+    pub fn admit(&mut self, batch: &RecordBatch) -> bool {
+        let last = batch.next_offset() - 1;
+        while let Some(&(first, producer)) = self.pending.front() {
+            if first > last {
+                break;
+            }
+            self.aborted.insert(producer);
+            self.pending.pop_front();
+        }
+        if batch.is_control() {
+            // An ABORT marker ends that producer's aborted transaction.
+            if control_type(batch) == Some(0) {
+                self.aborted.remove(&batch.producer_id);
+            }
+            return false;
+        }
+        !(batch.is_transactional() && self.aborted.contains(&batch.producer_id))
+    }
+}
+
+/// The type of a control batch's marker: 0 abort, 1 commit.
+fn control_type(batch: &RecordBatch) -> Option<i16> {
+    let record = batch.records().next()?.ok()?;
+    let key = record.key?;
+    // Control record key: version (i16), type (i16).
+    let t = key.get(2..4)?;
+    Some(i16::from_be_bytes([t[0], t[1]]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
