@@ -29,7 +29,7 @@ import time
 
 _out_lock = threading.Lock()
 
-# kafka-python's poll timeouts, outside and during a join; see kafka_python_poll_ms.
+# kafka-python's poll timeouts, outside and during a join; see kafka_python_poll.
 KAFKA_PYTHON_POLL_MS = 200
 KAFKA_PYTHON_JOIN_POLL_MS = 10000
 
@@ -208,21 +208,26 @@ def delayed(base, delay_s):
     return Delayed
 
 
-def kafka_python_poll_ms(consumer):
-    """A short poll timeout, or a long one while the member (re)joins the group.
+def kafka_python_poll(consumer):
+    """One poll; while the member (re)joins, one that lasts until the join is over.
 
     kafka-python 3.0.12 drops a JoinGroup+SyncGroup result that completes just as
     poll()'s timer runs out: the next poll() finds the join task done, discards it and
-    starts a new join, which costs a whole extra rebalance (5 s a round on the mock).
-    So a poll must not time out in the middle of a join; `quit` then waits for the
-    join to end.
+    starts a new join, which costs a whole extra rebalance (5 s a round on the mock,
+    and with the mock's whole-second rounds an unlucky phase repeats). So no poll may
+    time out in the middle of a join. `consumer.poll` waits out its whole timeout when
+    no records come, so a join is driven by the coordinator's own poll, which returns
+    as soon as the member has joined. `quit` is noticed after the join.
     """
     coordinator = getattr(consumer, "_coordinator", None)
     try:
         joining = coordinator is not None and coordinator.need_rejoin()
     except Exception:  # private API: without it, plain short polls
         joining = False
-    return KAFKA_PYTHON_JOIN_POLL_MS if joining else KAFKA_PYTHON_POLL_MS
+    if joining:
+        coordinator.poll(timeout_ms=KAFKA_PYTHON_JOIN_POLL_MS)
+    else:
+        consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
 
 
 def run_kafka_python(args, stop):
@@ -296,7 +301,7 @@ def run_kafka_python(args, stop):
     last_error = None
     while not stop.is_set():
         try:
-            consumer.poll(timeout_ms=kafka_python_poll_ms(consumer))
+            kafka_python_poll(consumer)
             last_error = None
         except Exception as e:
             text = "%s: %s" % (type(e).__name__, e)

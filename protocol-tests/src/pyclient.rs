@@ -129,8 +129,7 @@ impl PyMemberBuilder {
     /// assignment. On the librdkafka mock a follower whose SyncGroup arrives after the
     /// leader's gets INVALID_REQUEST and rejoins, and the mock then waits session
     /// timeout - 1 s before the next generation; kafka-python's leader loses that race
-    /// again and again without a pause (150 ms is plenty; keep it well under
-    /// the script's 1 s kafka-python poll timeout, see `py_member.py`). Harmless on a real broker.
+    /// again and again without a pause (150 ms is plenty). Harmless on a real broker.
     pub fn assign_delay(mut self, delay: Duration) -> Self {
         self.assign_delay = Some(delay);
         self
@@ -479,7 +478,8 @@ impl PyMember {
 
     /// Asks it to leave the group and exit ([`PyMember::request_close`]), and waits up
     /// to 20 s; then kills it. Fails unless it exited cleanly after printing `closed`.
-    /// kafka-python notices `quit` within a second (its poll timeout).
+    /// kafka-python notices `quit` within 0.2 s, or, in the middle of a join, once the
+    /// join is over (its polls must not time out mid-join, see `py_member.py`).
     pub fn close(mut self) -> anyhow::Result<()> {
         self.request_close();
         let status = self.wait_exit(CLOSE_TIMEOUT)?;
