@@ -12,7 +12,7 @@ use ottla::ClientConfig;
 use ottla::driver::{Cluster, TopicScope};
 use ottla::proto::fetch::batch::{BatchOptions, Batches, CommittedFilter};
 use ottla::proto::fetch::request::{
-    FetchParams, FetchTarget, IsolationLevel, fetch_request, fetched_partitions,
+    FetchParams, FetchTarget, FetchedPartition, IsolationLevel, fetch_request, fetched_partitions,
 };
 use protocol_tests::peer::Peer;
 use rdkafka::ClientConfig as RdConfig;
@@ -77,52 +77,85 @@ async fn produce(bootstrap: &str, topic: &str, codec: &str) {
     }
 }
 
+/// Partition 0 of a topic, at its leader, with the negotiated Fetch version.
+struct Partition0 {
+    conn: ottla::driver::BrokerConnection,
+    version: i16,
+    topic: String,
+    topic_id: uuid::Uuid,
+    epoch: i32,
+    names: BTreeMap<uuid::Uuid, String>,
+}
+
+impl Partition0 {
+    async fn connect(bootstrap: &str, topic: &str) -> Self {
+        let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(10));
+        let scope = TopicScope::Topics([topic.to_string()].into());
+        let cluster = Cluster::connect(&config, scope, &[ApiKey::Fetch])
+            .await
+            .expect("connect");
+        let md = cluster.metadata();
+        let t = md.topic(topic).expect("topic");
+        let (leader, epoch) = md.leader(topic, 0).expect("leader");
+        let conn = cluster.broker(leader).expect("broker");
+        let version = conn
+            .versions()
+            .await
+            .expect("versions")
+            .version(ApiKey::Fetch)
+            .expect("fetch version");
+        Self {
+            conn,
+            version,
+            topic: topic.to_string(),
+            topic_id: t.id,
+            epoch: epoch.0,
+            names: [(t.id, topic.to_string())].into(),
+        }
+    }
+
+    async fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: i32,
+        isolation: IsolationLevel,
+    ) -> FetchedPartition {
+        let target = FetchTarget {
+            topic: self.topic.clone(),
+            topic_id: self.topic_id,
+            partition: 0,
+            offset,
+            leader_epoch: self.epoch,
+            max_bytes,
+        };
+        let params = FetchParams {
+            max_wait_ms: 100,
+            isolation,
+            ..FetchParams::default()
+        };
+        let request = fetch_request(self.version, &params, &[target]).unwrap();
+        let response = self
+            .conn
+            .send_version(&request, self.version)
+            .await
+            .expect("fetch");
+        let mut parts = fetched_partitions(self.version, response, &self.names);
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].error, 0, "fetch error");
+        parts.remove(0)
+    }
+}
+
 async fn fetch_all(bootstrap: &str, topic: &str) -> Vec<Read> {
-    let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(10));
-    let cluster = Cluster::connect(
-        &config,
-        TopicScope::Topics([topic.to_string()].into()),
-        &[ApiKey::Fetch],
-    )
-    .await
-    .expect("connect");
-    let md = cluster.metadata();
-    let t = md.topic(topic).expect("topic");
-    let (leader, epoch) = md.leader(topic, 0).expect("leader");
-    let names: BTreeMap<_, _> = [(t.id, topic.to_string())].into();
-    let conn = cluster.broker(leader).expect("broker");
-    let version = conn
-        .versions()
-        .await
-        .expect("versions")
-        .version(ApiKey::Fetch)
-        .expect("fetch version");
+    let p0 = Partition0::connect(bootstrap, topic).await;
     let mut offset = 0i64;
     let mut out = Vec::new();
     while out.len() < COUNT {
-        let target = FetchTarget {
-            topic: topic.to_string(),
-            topic_id: t.id,
-            partition: 0,
-            offset,
-            leader_epoch: epoch.0,
-            // Small on purpose: batches get cut at the end of a response.
-            max_bytes: 4096,
-        };
-        let request = fetch_request(
-            version,
-            &FetchParams {
-                max_wait_ms: 100,
-                ..FetchParams::default()
-            },
-            &[target],
-        )
-        .unwrap();
-        let response = conn.send_version(&request, version).await.expect("fetch");
-        let parts = fetched_partitions(version, response, &names);
-        assert_eq!(parts.len(), 1);
-        assert_eq!(parts[0].error, 0, "fetch error");
-        for batch in Batches::new(parts[0].records.clone(), BatchOptions::default()) {
+        // Small on purpose: batches get cut at the end of a response.
+        let part = p0
+            .fetch(offset, 4096, IsolationLevel::ReadUncommitted)
+            .await;
+        for batch in Batches::new(part.records.clone(), BatchOptions::default()) {
             let batch = batch.expect("batch");
             for r in batch.records() {
                 let r = r.expect("record");
@@ -171,50 +204,11 @@ async fn tansu_records_from_librdkafka_under_every_codec_read_back_identical() {
 
 /// Values fetched at `isolation`, through [`CommittedFilter`], until the high watermark.
 async fn fetch_values(bootstrap: &str, topic: &str, isolation: IsolationLevel) -> Vec<String> {
-    let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(10));
-    let cluster = Cluster::connect(
-        &config,
-        TopicScope::Topics([topic.to_string()].into()),
-        &[ApiKey::Fetch],
-    )
-    .await
-    .expect("connect");
-    let md = cluster.metadata();
-    let t = md.topic(topic).expect("topic");
-    let (leader, epoch) = md.leader(topic, 0).expect("leader");
-    let names: BTreeMap<_, _> = [(t.id, topic.to_string())].into();
-    let conn = cluster.broker(leader).expect("broker");
-    let version = conn
-        .versions()
-        .await
-        .expect("versions")
-        .version(ApiKey::Fetch)
-        .expect("fetch");
+    let p0 = Partition0::connect(bootstrap, topic).await;
     let mut offset = 0;
     let mut values = Vec::new();
     loop {
-        let target = FetchTarget {
-            topic: topic.to_string(),
-            topic_id: t.id,
-            partition: 0,
-            offset,
-            leader_epoch: epoch.0,
-            max_bytes: 1 << 20,
-        };
-        let params = FetchParams {
-            max_wait_ms: 100,
-            isolation,
-            ..FetchParams::default()
-        };
-        let response = conn
-            .send_version(
-                &fetch_request(version, &params, &[target]).unwrap(),
-                version,
-            )
-            .await
-            .expect("fetch");
-        let part = fetched_partitions(version, response, &names).remove(0);
-        assert_eq!(part.error, 0);
+        let part = p0.fetch(offset, 1 << 20, isolation).await;
         let limit = match isolation {
             IsolationLevel::ReadCommitted => part.last_stable_offset,
             IsolationLevel::ReadUncommitted => part.high_watermark,

@@ -16,7 +16,7 @@ use crate::error::{NegotiationError, WireError};
 /// A version appears here only when every field ottla sends or reads at that version
 /// is handled. Negotiation never picks a version outside these ranges.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    // The group APIs; `proto::group::codec::GROUP_SUPPORTED` holds the same ranges.
+    // The group APIs (`proto::group::codec::GROUP_APIS`).
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 6),
