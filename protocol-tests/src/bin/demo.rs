@@ -150,6 +150,94 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "topic {t} has leaderless partitions"
         );
     }
+    group_demo(&config, args.partitions).await?;
     println!("\ndone in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+/// Three ottla members form a consumer group on `orders` and split its partitions.
+async fn group_demo(config: &ClientConfig, partitions: i32) -> anyhow::Result<()> {
+    use ottla::driver::GroupHandle;
+    use ottla::proto::group::assignor::{Assignor, builtin};
+    use ottla::proto::group::member::{Event, GroupConfig};
+    use std::sync::Arc;
+
+    println!("\nconsumer group demo-group: 3 ottla members, cooperative-sticky, on orders");
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        let cluster = Cluster::connect(
+            config,
+            TopicScope::Topics(["orders".to_string()].into()),
+            &[],
+        )
+        .await?;
+        let assignor: Arc<dyn Assignor> = Arc::from(
+            builtin("cooperative-sticky")
+                .ok_or_else(|| anyhow::anyhow!("no cooperative-sticky assignor"))?,
+        );
+        let mut gc = GroupConfig::new("demo-group", vec!["orders".into()], vec![assignor]);
+        gc.session_timeout = Duration::from_secs(6);
+        gc.heartbeat_interval = Duration::from_millis(500);
+        // The mock refuses followers' SyncGroups that arrive after the leader's.
+        gc.leader_sync_delay = Duration::from_millis(50);
+        members.push(GroupHandle::spawn(cluster, gc));
+    }
+    let mut owned: Vec<std::collections::BTreeSet<i32>> = vec![Default::default(); 3];
+    let mut generation = [None; 3];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while owned.iter().map(|o| o.len()).sum::<usize>() != partitions as usize
+        || owned.iter().any(|o| o.is_empty())
+        || generation.iter().any(|g| *g != generation[0])
+    {
+        let tick =
+            tokio::time::timeout_at(deadline, tokio::time::sleep(Duration::from_millis(20))).await;
+        anyhow::ensure!(tick.is_ok(), "the group did not form within 30 s");
+        for (i, m) in members.iter_mut().enumerate() {
+            m.progress().await;
+            while let Some(event) = m.try_event() {
+                match event {
+                    Event::Joined {
+                        generation: g,
+                        member_id,
+                        leader,
+                        ..
+                    } => {
+                        generation[i] = Some(g);
+                        println!(
+                            "  member {i} joined generation {g} as {member_id}{}",
+                            if leader { " (leader)" } else { "" }
+                        );
+                    }
+                    Event::Assigned { added, .. } => {
+                        owned[i].extend(added.iter().map(|p| p.partition))
+                    }
+                    Event::RevokeRequested {
+                        generation: g,
+                        partitions,
+                    } => {
+                        for p in &partitions {
+                            owned[i].remove(&p.partition);
+                        }
+                        m.complete_revocation(g).await;
+                    }
+                    Event::Lost { partitions, .. } => {
+                        for p in &partitions {
+                            owned[i].remove(&p.partition);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    for (i, o) in owned.iter().enumerate() {
+        println!(
+            "  member {i} owns orders partitions {:?}",
+            o.iter().collect::<Vec<_>>()
+        );
+    }
+    for m in members {
+        m.leave().await;
+    }
     Ok(())
 }
