@@ -444,7 +444,7 @@ enum Sent {
         offsets: Vec<CommitOffset>,
     },
     OffsetFetch {
-        generation: i32,
+        partitions: BTreeSet<TopicPartition>,
     },
 }
 
@@ -838,9 +838,9 @@ impl GroupMember {
                 GroupResponse::OffsetCommit { partitions },
             ) => self.on_commit(now, id, generation, offsets, partitions),
             (
-                Sent::OffsetFetch { generation },
+                Sent::OffsetFetch { partitions: asked },
                 GroupResponse::OffsetFetch { error, partitions },
-            ) => self.on_offset_fetch(now, id, generation, error, partitions),
+            ) => self.on_offset_fetch(now, id, asked, error, partitions),
             (sent, response) => {
                 warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
                 self.sent.insert(id, sent);
@@ -1141,21 +1141,27 @@ impl GroupMember {
                 }
             }
         }
+        // Committed offsets do not depend on the generation, so a fetch outlives a
+        // rebalance: partitions granted just before another round still get theirs.
+        if let Some(f) = &mut self.fetch {
+            let owned = &self.owned;
+            f.partitions.retain(|p| owned.contains(p));
+        }
         let fetch_due = self.fetch.as_ref().is_some_and(|f| {
-            f.in_flight.is_none() && now >= f.retry_at && self.generation() == Some(f.generation)
+            f.in_flight.is_none() && now >= f.retry_at && !f.partitions.is_empty()
         });
         if fetch_due {
             if let Some(f) = &self.fetch {
-                let generation = f.generation;
+                let asked = f.partitions.clone();
                 let request = GroupRequest::OffsetFetch {
                     group: self.config.group_id.clone(),
-                    partitions: f.partitions.iter().cloned().collect(),
+                    partitions: asked.iter().cloned().collect(),
                     require_stable: false,
                 };
                 let id = self.send(
                     Target::Coordinator(node),
                     request,
-                    Sent::OffsetFetch { generation },
+                    Sent::OffsetFetch { partitions: asked },
                 );
                 if let Some(f) = &mut self.fetch {
                     f.in_flight = Some(id);
@@ -1605,19 +1611,15 @@ impl GroupMember {
         &mut self,
         now: Instant,
         id: RequestId,
-        generation: i32,
+        asked: BTreeSet<TopicPartition>,
         error: i16,
         partitions: Vec<(TopicPartition, i64, i32, i16)>,
     ) {
-        let current = self.generation();
         let Some(f) = &mut self.fetch else { return };
         if f.in_flight != Some(id) {
             return;
         }
         f.in_flight = None;
-        if current != Some(generation) || f.generation != generation {
-            return;
-        }
         let code = if error != 0 {
             error
         } else {
@@ -1638,11 +1640,15 @@ impl GroupMember {
             }
             return;
         }
-        let wanted = std::mem::take(&mut f.partitions);
-        self.fetch = None;
+        let generation = f.generation;
+        // Partitions granted after the request went out stay pending for the next one.
+        f.partitions.retain(|p| !asked.contains(p));
+        if f.partitions.is_empty() {
+            self.fetch = None;
+        }
         let offsets: Vec<(TopicPartition, i64, i32)> = partitions
             .into_iter()
-            .filter(|p| wanted.contains(&p.0) && self.owned.contains(&p.0))
+            .filter(|p| asked.contains(&p.0) && self.owned.contains(&p.0))
             .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
             .collect();
         self.events.push_back(Event::CommittedOffsets {
@@ -1739,16 +1745,16 @@ impl GroupMember {
             added: added.clone(),
             assignment: self.assignment(),
         });
-        let mut pending = match self.fetch.take() {
-            Some(f) if f.generation == generation => f,
-            _ => PendingFetch {
-                generation,
-                partitions: BTreeSet::new(),
-                in_flight: None,
-                retry_at: now,
-            },
-        };
+        let mut pending = self.fetch.take().unwrap_or(PendingFetch {
+            generation,
+            partitions: BTreeSet::new(),
+            in_flight: None,
+            retry_at: now,
+        });
+        pending.generation = generation;
         pending.partitions.extend(added);
+        let owned = &self.owned;
+        pending.partitions.retain(|p| owned.contains(p));
         self.fetch = Some(pending);
     }
 
@@ -1952,6 +1958,10 @@ mod tests {
         /// Joins as the only member (the leader) with `assignment` being whatever the
         /// assignor gives a single member: all 4 partitions.
         fn join_alone(&mut self) -> i32 {
+            self.join_alone_p("range")
+        }
+        /// [`H::join_alone`] with the group choosing `protocol`.
+        fn join_alone_p(&mut self, protocol: &str) -> i32 {
             self.find_coordinator();
             let join = self.request();
             let GroupRequest::JoinGroup {
@@ -1981,7 +1991,10 @@ mod tests {
                 instance_id: None,
                 metadata,
             }];
-            self.respond(join.id, join_response(0, 7, "m1", "m1", members));
+            self.respond(
+                join.id,
+                join_response_p(protocol, 0, 7, "m1", "m1", members),
+            );
             let sync = self.request();
             let GroupRequest::SyncGroup {
                 assignments,
@@ -2064,6 +2077,69 @@ mod tests {
             matches!(fetch.request, GroupRequest::OffsetFetch { ref partitions, .. } if partitions.len() == 4)
         );
         h
+    }
+
+    #[test]
+    fn stable_offset_fetch_answered_after_a_new_generation_still_gives_offsets() {
+        // A cooperative member granted partitions at generation 7 rejoins before its
+        // OffsetFetch is answered. The answer still counts: the committed offsets do
+        // not depend on the generation, and without them the fetcher never starts.
+        let mut h = H::new(config("cooperative-sticky"));
+        h.join_alone_p("cooperative-sticky");
+        h.events();
+        let fetch = h.request();
+        assert!(matches!(fetch.request, GroupRequest::OffsetFetch { .. }));
+        let fetch_id = fetch.id;
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let metadata = protocols[0].1.clone();
+        let members = vec![JoinedMember {
+            member_id: "m1".into(),
+            instance_id: None,
+            metadata,
+        }];
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
+        );
+        let sync = h.request();
+        let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
+            panic!("{sync:?}")
+        };
+        let mine = assignments[0].1.clone();
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment: mine,
+            },
+        );
+        assert_eq!(h.m.generation(), Some(8));
+        h.events();
+        h.respond(
+            fetch_id,
+            GroupResponse::OffsetFetch {
+                error: 0,
+                partitions: (0..4).map(|p| (tp(p), 10 + i64::from(p), -1, 0)).collect(),
+            },
+        );
+        let ev = h.events();
+        assert!(
+            ev.iter().any(
+                |e| matches!(e, Event::CommittedOffsets { offsets, .. } if offsets.len() == 4)
+            ),
+            "{ev:?}"
+        );
     }
 
     #[test]
