@@ -2,4 +2,5 @@
 //! and responses for a negotiated version ([`request`]).
 
 pub mod batch;
+pub mod fetcher;
 pub mod request;

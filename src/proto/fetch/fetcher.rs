@@ -1,0 +1,1839 @@
+//! The fetcher, sans-IO: positions, leaders, fetch sessions, offset resets, pause and
+//! resume, and a bounded buffer of fetched data that the application drains record by
+//! record.
+//!
+//! The driver asks which brokers can be fetched from ([`Fetcher::claim_fetches`]), has
+//! the fetcher build each request at the version the broker negotiated
+//! ([`Fetcher::build_fetch`]), and hands back the response ([`Fetcher::handle_fetch`])
+//! or the failure. Offset resets go the same way through ListOffsets. The application
+//! side drains records with [`Fetcher::next_record`]. Nothing here reads a clock: every
+//! call that needs the time takes `now`.
+//!
+//! Rules this module keeps (see docs/architecture.md):
+//! - At most one Fetch in flight per broker, and a partition is never in a request while
+//!   fetched data of it waits in the buffer.
+//! - Data is kept only if the partition's position still equals the offset it was
+//!   fetched from; a seek, reset, revocation or reassignment discards it.
+//! - No new fetch starts while the buffered bytes are at the cap, and a request asks for
+//!   no more than the room left (the broker may still return one whole batch, KIP-74).
+//! - A corrupt batch stops its partition at the batch's offset with a typed error; the
+//!   position never moves past a record that was not delivered.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, Record};
+use super::request::{FetchParams, IsolationLevel};
+use crate::proto::error_name;
+use crate::proto::group::consumer_protocol::TopicPartition;
+use crate::proto::metadata::{ClusterMetadata, NodeId};
+use crate::proto::needs_metadata_refresh;
+
+/// `auto.offset.reset`: where to start without a valid position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OffsetReset {
+    /// The log start offset.
+    Earliest,
+    /// The log end offset (the last stable offset under `read_committed`). The default,
+    /// as in the Java client.
+    #[default]
+    Latest,
+    /// No reset: the partition stops with [`FetchError::NoOffset`] or
+    /// [`FetchError::OutOfRange`].
+    None,
+}
+
+/// Fetcher configuration (the Java client's names).
+#[derive(Debug, Clone)]
+pub struct FetcherConfig {
+    /// `fetch.min.bytes`, `fetch.max.wait.ms`, `fetch.max.bytes`, `isolation.level`.
+    pub params: FetchParams,
+    /// `max.partition.fetch.bytes` (default 1 MiB).
+    pub partition_max_bytes: i32,
+    /// The cap on fetched bytes not yet delivered, across partitions (default 64 MiB).
+    pub buffer_max_bytes: usize,
+    /// `auto.offset.reset`.
+    pub reset: OffsetReset,
+    /// `check.crcs` and the inflation bound.
+    pub batch: BatchOptions,
+    /// `retry.backoff.ms`: the pause after a failed fetch or ListOffsets.
+    pub retry_backoff: Duration,
+    /// Use incremental fetch sessions (KIP-227) where the broker offers them.
+    pub sessions: bool,
+}
+
+impl Default for FetcherConfig {
+    fn default() -> Self {
+        Self {
+            params: FetchParams::default(),
+            partition_max_bytes: 1024 * 1024,
+            buffer_max_bytes: 64 * 1024 * 1024,
+            reset: OffsetReset::Latest,
+            batch: BatchOptions::default(),
+            retry_backoff: Duration::from_millis(100),
+            sessions: true,
+        }
+    }
+}
+
+/// How a record's timestamp was set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    /// Set by the producer.
+    CreateTime,
+    /// Set by the broker when it appended the batch.
+    LogAppendTime,
+}
+
+/// A record delivered to the application. Key, value and header values are slices of
+/// the Fetch response: no copy is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// The topic.
+    pub topic: Arc<str>,
+    /// The partition.
+    pub partition: i32,
+    /// The offset.
+    pub offset: i64,
+    /// The timestamp (ms since the epoch).
+    pub timestamp: i64,
+    /// How the timestamp was set.
+    pub timestamp_type: TimestampType,
+    /// The leader epoch of the batch, or `None` when the broker did not set one.
+    pub leader_epoch: Option<i32>,
+    /// The key (`None`: null).
+    pub key: Option<Bytes>,
+    /// The value (`None`: null, a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers in order: key bytes (UTF-8 by the protocol) and value.
+    pub headers: Vec<(Bytes, Option<Bytes>)>,
+}
+
+impl ConsumerRecord {
+    /// This record's partition.
+    pub fn topic_partition(&self) -> TopicPartition {
+        TopicPartition {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+        }
+    }
+}
+
+/// Why a partition stopped. The partition stays assigned and stopped until the
+/// application seeks it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// A batch failed its checks (CRC, layout, codec).
+    #[error("{topic}/{partition}: corrupt record batch at offset {offset}: {source}")]
+    Corrupt {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The batch's base offset, where the partition stopped.
+        offset: i64,
+        /// What was wrong.
+        source: BatchError,
+    },
+    /// The position is out of range and `auto.offset.reset` is `none`.
+    #[error("{topic}/{partition}: offset {offset} is out of range and auto.offset.reset is none")]
+    OutOfRange {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The position.
+        offset: i64,
+    },
+    /// No committed offset and `auto.offset.reset` is `none`.
+    #[error("{topic}/{partition}: no committed offset and auto.offset.reset is none")]
+    NoOffset {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
+    /// A broker error that retrying cannot fix (authorization, for instance).
+    #[error("{topic}/{partition}: {api} failed with {}", error_name(*code))]
+    Broker {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The API.
+        api: &'static str,
+        /// The error code.
+        code: i16,
+    },
+}
+
+impl FetchError {
+    /// The partition that stopped.
+    pub fn topic_partition(&self) -> TopicPartition {
+        let (topic, partition) = match self {
+            FetchError::Corrupt {
+                topic, partition, ..
+            }
+            | FetchError::OutOfRange {
+                topic, partition, ..
+            }
+            | FetchError::NoOffset { topic, partition }
+            | FetchError::Broker {
+                topic, partition, ..
+            } => (topic, partition),
+        };
+        TopicPartition {
+            topic: topic.clone(),
+            partition: *partition,
+        }
+    }
+}
+
+/// Why a position was reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetReason {
+    /// The partition had no committed offset.
+    NoCommittedOffset,
+    /// The broker answered OFFSET_OUT_OF_RANGE for this position.
+    OutOfRange {
+        /// The position that was out of range.
+        offset: i64,
+    },
+    /// The application asked for it ([`Fetcher::reset`]).
+    Requested,
+}
+
+/// What the fetcher tells the driver and the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetcherEvent {
+    /// Leaders are unknown or moved: refresh metadata, then call
+    /// [`Fetcher::update_metadata`].
+    MetadataNeeded,
+    /// A position was set by `auto.offset.reset`.
+    OffsetReset {
+        /// The partition.
+        partition: TopicPartition,
+        /// Why.
+        reason: ResetReason,
+        /// The new position.
+        offset: i64,
+    },
+    /// A partition stopped; the same error is also returned once by
+    /// [`Fetcher::next_record`].
+    PartitionStopped(FetchError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Position {
+    /// Waiting for the group's committed offset.
+    AwaitingCommitted,
+    /// Must be reset through ListOffsets.
+    NeedsReset(ResetReason),
+    /// A ListOffsets for it is in flight to this broker.
+    Resetting(NodeId, ResetReason),
+    /// Fetching from `offset`; `epoch` is the leader epoch of the last record delivered.
+    At { offset: i64, epoch: i32 },
+    /// Stopped until the application seeks; where it stopped, if it had a position.
+    Stopped(Option<(i64, i32)>),
+}
+
+#[derive(Debug)]
+struct PartitionState {
+    topic: Arc<str>,
+    topic_id: Uuid,
+    leader: Option<NodeId>,
+    leader_epoch: i32,
+    position: Position,
+    paused: bool,
+    high_watermark: i64,
+    last_stable_offset: i64,
+    log_start_offset: i64,
+    retry_at: Option<Instant>,
+    /// Fetched data of this partition waits in the buffer.
+    buffered: bool,
+}
+
+/// One partition's fetched data, drained record by record.
+#[derive(Debug)]
+struct Completed {
+    tp: TopicPartition,
+    topic: Arc<str>,
+    batches: Batches,
+    /// Bytes of `batches` still counted in the buffer.
+    counted: usize,
+    filter: Option<CommittedFilter>,
+    records: VecDeque<Record>,
+    /// A bad record found after good ones: the partition stops here once those are out.
+    pending_error: Option<FetchError>,
+    batch_epoch: i32,
+    batch_end: i64,
+    timestamp_type: TimestampType,
+}
+
+/// What one fetch session (KIP-227) with a broker holds.
+#[derive(Debug, Default, Clone)]
+struct Session {
+    /// 0: none; the next request is a full one that asks for a session.
+    id: i32,
+    epoch: i32,
+    /// What the broker believes each partition's fetch state is.
+    partitions: BTreeMap<TopicPartition, SentPartition>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SentPartition {
+    offset: i64,
+    max_bytes: i32,
+    leader_epoch: i32,
+    topic_id: Uuid,
+}
+
+#[derive(Debug)]
+struct InFlightFetch {
+    /// Set by [`Fetcher::build_fetch`]; `None` while only claimed.
+    version: Option<i16>,
+    /// Every partition this fetch covers (sent or left in the session unchanged).
+    partitions: BTreeMap<TopicPartition, SentPartition>,
+    session_sent: (i32, i32),
+}
+
+/// Whether a response belongs to a fetch the fetcher still expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchToken {
+    node: NodeId,
+    version: i16,
+}
+
+impl FetchToken {
+    /// The version the request was built at (decode the response at this version).
+    pub fn version(&self) -> i16 {
+        self.version
+    }
+
+    /// The broker.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+}
+
+/// The fetcher. See the module docs.
+#[derive(Debug)]
+pub struct Fetcher {
+    config: FetcherConfig,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+    sessions: HashMap<NodeId, Session>,
+    fetching: HashMap<NodeId, InFlightFetch>,
+    node_retry_at: HashMap<NodeId, Instant>,
+    completed: VecDeque<Completed>,
+    buffered_bytes: usize,
+    errors: VecDeque<FetchError>,
+    events: VecDeque<FetcherEvent>,
+    metadata_needed: bool,
+    /// Partitions whose position moved since [`Fetcher::mark_consumed`].
+    dirty: BTreeSet<TopicPartition>,
+    consumed: BTreeMap<TopicPartition, (i64, i32)>,
+}
+
+impl Fetcher {
+    /// A fetcher with no partitions.
+    pub fn new(config: FetcherConfig) -> Self {
+        Self {
+            config,
+            partitions: BTreeMap::new(),
+            sessions: HashMap::new(),
+            fetching: HashMap::new(),
+            node_retry_at: HashMap::new(),
+            completed: VecDeque::new(),
+            buffered_bytes: 0,
+            errors: VecDeque::new(),
+            events: VecDeque::new(),
+            metadata_needed: false,
+            dirty: BTreeSet::new(),
+            consumed: BTreeMap::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FetcherConfig {
+        &self.config
+    }
+
+    // ----- assignment and positions -----
+
+    /// Adds partitions. With `await_committed`, each waits for
+    /// [`Fetcher::set_committed`]; otherwise it starts from `auto.offset.reset`.
+    /// Partitions already assigned are left as they are.
+    pub fn assign(&mut self, partitions: &[TopicPartition], await_committed: bool) {
+        for tp in partitions {
+            if self.partitions.contains_key(tp) {
+                continue;
+            }
+            let position = if await_committed {
+                Position::AwaitingCommitted
+            } else {
+                self.reset_position(tp, ResetReason::NoCommittedOffset)
+            };
+            self.partitions.insert(
+                tp.clone(),
+                PartitionState {
+                    topic: Arc::from(tp.topic.as_str()),
+                    topic_id: Uuid::nil(),
+                    leader: None,
+                    leader_epoch: -1,
+                    position,
+                    paused: false,
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    retry_at: None,
+                    buffered: false,
+                },
+            );
+        }
+        // New partitions need their leaders, whatever was asked before.
+        self.metadata_needed = false;
+        self.need_metadata();
+    }
+
+    fn reset_position(&mut self, tp: &TopicPartition, reason: ResetReason) -> Position {
+        if self.config.reset == OffsetReset::None {
+            let error = match reason {
+                ResetReason::OutOfRange { offset } => FetchError::OutOfRange {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset,
+                },
+                _ => FetchError::NoOffset {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                },
+            };
+            self.stop(error);
+            let at = match reason {
+                ResetReason::OutOfRange { offset } => Some((offset, -1)),
+                _ => None,
+            };
+            Position::Stopped(at)
+        } else {
+            Position::NeedsReset(reason)
+        }
+    }
+
+    fn stop(&mut self, error: FetchError) {
+        warn!(%error, "partition stopped");
+        self.events
+            .push_back(FetcherEvent::PartitionStopped(error.clone()));
+        self.errors.push_back(error);
+    }
+
+    /// Removes partitions (revoked or lost) and drops their buffered data. Returns their
+    /// positions: `(partition, offset, leader epoch)`.
+    pub fn unassign(&mut self, partitions: &[TopicPartition]) -> Vec<(TopicPartition, i64, i32)> {
+        let mut out = Vec::new();
+        for tp in partitions {
+            if let Some(state) = self.partitions.remove(tp) {
+                if let Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch))) =
+                    state.position
+                {
+                    out.push((tp.clone(), offset, epoch));
+                }
+            }
+            self.consumed.remove(tp);
+            self.dirty.remove(tp);
+        }
+        let gone: BTreeSet<&TopicPartition> = partitions.iter().collect();
+        self.drop_completed(|c| gone.contains(&c.tp));
+        out
+    }
+
+    /// Sets the start position of a partition awaiting its committed offset
+    /// (`offset < 0`: none committed, so `auto.offset.reset` applies).
+    pub fn set_committed(&mut self, tp: &TopicPartition, offset: i64, leader_epoch: i32) {
+        let awaiting = self
+            .partitions
+            .get(tp)
+            .is_some_and(|s| s.position == Position::AwaitingCommitted);
+        if !awaiting {
+            return;
+        }
+        let position = if offset >= 0 {
+            Position::At {
+                offset,
+                epoch: leader_epoch,
+            }
+        } else {
+            self.reset_position(tp, ResetReason::NoCommittedOffset)
+        };
+        if let Some(s) = self.partitions.get_mut(tp) {
+            s.position = position;
+        }
+        self.consumed.insert(tp.clone(), (offset, leader_epoch));
+    }
+
+    /// Moves a partition to `offset` (also restarts a stopped partition).
+    pub fn seek(&mut self, tp: &TopicPartition, offset: i64) {
+        if let Some(s) = self.partitions.get_mut(tp) {
+            s.position = Position::At { offset, epoch: -1 };
+            s.retry_at = None;
+            self.dirty.insert(tp.clone());
+        }
+        self.drop_completed(|c| &c.tp == tp);
+    }
+
+    /// Resets a partition through `auto.offset.reset` (also restarts a stopped one).
+    pub fn reset(&mut self, tp: &TopicPartition) {
+        if self.partitions.contains_key(tp) {
+            let position = self.reset_position(tp, ResetReason::Requested);
+            if let Some(s) = self.partitions.get_mut(tp) {
+                s.position = position;
+            }
+        }
+        self.drop_completed(|c| &c.tp == tp);
+    }
+
+    /// Stops fetching a partition; its buffered records are held back until
+    /// [`Fetcher::resume`].
+    pub fn pause(&mut self, tp: &TopicPartition) {
+        if let Some(s) = self.partitions.get_mut(tp) {
+            s.paused = true;
+        }
+    }
+
+    /// Resumes a paused partition.
+    pub fn resume(&mut self, tp: &TopicPartition) {
+        if let Some(s) = self.partitions.get_mut(tp) {
+            s.paused = false;
+        }
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| s.paused)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.partitions.keys().cloned().collect()
+    }
+
+    /// The next offset to deliver, with the leader epoch of the last record delivered.
+    pub fn position(&self, tp: &TopicPartition) -> Option<(i64, i32)> {
+        match self.partitions.get(tp)?.position {
+            Position::At { offset, epoch } => Some((offset, epoch)),
+            _ => None,
+        }
+    }
+
+    /// Every known position.
+    pub fn positions(&self) -> Vec<(TopicPartition, i64, i32)> {
+        self.partitions
+            .iter()
+            .filter_map(|(tp, s)| match s.position {
+                Position::At { offset, epoch } => Some((tp.clone(), offset, epoch)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Records that the application finished everything delivered so far (it came back
+    /// for more): those positions become the ones [`Fetcher::consumed`] reports.
+    pub fn mark_consumed(&mut self) {
+        for tp in std::mem::take(&mut self.dirty) {
+            match self.partitions.get(&tp).map(|s| &s.position) {
+                Some(Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch)))) => {
+                    self.consumed.insert(tp, (*offset, *epoch));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Positions as of the last [`Fetcher::mark_consumed`], for partitions in `only`
+    /// (all when `None`); partitions never delivered from are left out.
+    pub fn consumed(&self, only: Option<&[TopicPartition]>) -> Vec<(TopicPartition, i64, i32)> {
+        self.consumed
+            .iter()
+            .filter(|(tp, (offset, _))| *offset >= 0 && only.is_none_or(|o| o.contains(tp)))
+            .map(|(tp, (o, e))| (tp.clone(), *o, *e))
+            .collect()
+    }
+
+    /// The high watermark minus the position: records not yet delivered.
+    pub fn lag(&self, tp: &TopicPartition) -> Option<i64> {
+        let s = self.partitions.get(tp)?;
+        match s.position {
+            Position::At { offset, .. } if s.high_watermark >= 0 => {
+                let end = match self.config.params.isolation {
+                    IsolationLevel::ReadCommitted if s.last_stable_offset >= 0 => {
+                        s.last_stable_offset
+                    }
+                    _ => s.high_watermark,
+                };
+                Some((end - offset).max(0))
+            }
+            _ => None,
+        }
+    }
+
+    /// The last high watermark, last stable offset and log start offset seen.
+    pub fn watermarks(&self, tp: &TopicPartition) -> Option<(i64, i64, i64)> {
+        let s = self.partitions.get(tp)?;
+        Some((s.high_watermark, s.last_stable_offset, s.log_start_offset))
+    }
+
+    /// Bytes fetched and not yet delivered.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buffered_bytes
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<FetcherEvent> {
+        self.events.pop_front()
+    }
+
+    /// Leaders, leader epochs and topic ids from fresh metadata.
+    pub fn update_metadata(&mut self, metadata: &ClusterMetadata) {
+        self.metadata_needed = false;
+        for (tp, s) in &mut self.partitions {
+            let Some(topic) = metadata.topic(&tp.topic) else {
+                continue;
+            };
+            s.topic_id = topic.id;
+            match metadata.leader(&tp.topic, tp.partition) {
+                Some((leader, epoch)) if epoch.0 >= s.leader_epoch || s.leader.is_none() => {
+                    if s.leader != Some(leader) {
+                        debug!(%tp, leader = leader.0, epoch = epoch.0, "partition leader");
+                    }
+                    s.leader = Some(leader);
+                    s.leader_epoch = epoch.0;
+                }
+                Some(_) => {}
+                None => s.leader = None,
+            }
+        }
+    }
+
+    fn need_metadata(&mut self) {
+        if !self.metadata_needed {
+            self.metadata_needed = true;
+            self.events.push_back(FetcherEvent::MetadataNeeded);
+        }
+    }
+
+    // ----- fetching -----
+
+    fn fetchable(&self, now: Instant, s: &PartitionState) -> bool {
+        matches!(s.position, Position::At { .. })
+            && !s.paused
+            && !s.buffered
+            && s.leader.is_some()
+            && s.retry_at.is_none_or(|t| now >= t)
+    }
+
+    /// The earliest time a backoff ends, for the driver's timer.
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        let partitions = self.partitions.values().filter_map(|s| s.retry_at);
+        let nodes = self.node_retry_at.values().copied();
+        partitions.chain(nodes).min()
+    }
+
+    /// Brokers that can be fetched from now. Each is marked in flight: follow with
+    /// [`Fetcher::build_fetch`], then [`Fetcher::handle_fetch`] or
+    /// [`Fetcher::handle_fetch_failure`].
+    pub fn claim_fetches(&mut self, now: Instant) -> Vec<NodeId> {
+        if self.buffered_bytes >= self.config.buffer_max_bytes {
+            return Vec::new();
+        }
+        let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+        for s in self.partitions.values() {
+            if let Some(leader) = s.leader {
+                if self.fetchable(now, s)
+                    && !self.fetching.contains_key(&leader)
+                    && self.node_retry_at.get(&leader).is_none_or(|t| now >= *t)
+                {
+                    nodes.insert(leader);
+                }
+            }
+        }
+        for node in &nodes {
+            self.fetching.insert(
+                *node,
+                InFlightFetch {
+                    version: None,
+                    partitions: BTreeMap::new(),
+                    session_sent: (0, -1),
+                },
+            );
+        }
+        nodes.into_iter().collect()
+    }
+
+    /// Builds the Fetch for a claimed broker at the highest version up to
+    /// `max_version` that can name its topics (v13+ needs topic ids). `None` releases
+    /// the claim: nothing is left to fetch there.
+    pub fn build_fetch(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        max_version: i16,
+    ) -> Option<(FetchRequest, FetchToken)> {
+        if !self.fetching.contains_key(&node) {
+            return None;
+        }
+        let room = self
+            .config
+            .buffer_max_bytes
+            .saturating_sub(self.buffered_bytes);
+        let mut wanted: BTreeMap<TopicPartition, SentPartition> = BTreeMap::new();
+        for (tp, s) in &self.partitions {
+            if s.leader != Some(node) || !self.fetchable(now, s) {
+                continue;
+            }
+            let Position::At { offset, .. } = s.position else {
+                continue;
+            };
+            wanted.insert(
+                tp.clone(),
+                SentPartition {
+                    offset,
+                    max_bytes: self.config.partition_max_bytes,
+                    leader_epoch: s.leader_epoch,
+                    topic_id: s.topic_id,
+                },
+            );
+        }
+        if wanted.is_empty() || room == 0 {
+            self.fetching.remove(&node);
+            return None;
+        }
+        let version = if wanted.values().any(|p| p.topic_id.is_nil()) {
+            max_version.min(12)
+        } else {
+            max_version
+        };
+        let use_session = self.config.sessions && version >= 7;
+        let session = self.sessions.entry(node).or_default().clone();
+        // A session's topic naming is fixed by its version: start a new one if a topic
+        // lost its id.
+        let (session_id, session_epoch, send, forgotten) = if use_session && session.id != 0 {
+            let send: BTreeMap<_, _> = wanted
+                .iter()
+                .filter(|(tp, p)| session.partitions.get(*tp) != Some(*p))
+                .map(|(tp, p)| (tp.clone(), *p))
+                .collect();
+            let forgotten: BTreeMap<TopicPartition, SentPartition> = session
+                .partitions
+                .iter()
+                .filter(|(tp, _)| !wanted.contains_key(*tp))
+                .map(|(tp, p)| (tp.clone(), *p))
+                .collect();
+            (session.id, session.epoch, send, forgotten)
+        } else {
+            // A full fetch; epoch 0 asks the broker for a new session, -1 for none.
+            let epoch = if use_session { 0 } else { -1 };
+            (0, epoch, wanted.clone(), BTreeMap::new())
+        };
+        let mut request = FetchRequest::default()
+            .with_max_wait_ms(self.config.params.max_wait_ms)
+            .with_min_bytes(self.config.params.min_bytes)
+            .with_topics(fetch_topics(version, &send));
+        request.max_bytes = self
+            .config
+            .params
+            .max_bytes
+            .min(i32::try_from(room).unwrap_or(i32::MAX));
+        request.isolation_level = match self.config.params.isolation {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        };
+        if version >= 7 {
+            request.session_id = session_id;
+            request.session_epoch = session_epoch;
+            request.forgotten_topics_data = forgotten_topics(version, &forgotten);
+        }
+        if let Some(f) = self.fetching.get_mut(&node) {
+            f.version = Some(version);
+            f.partitions = wanted;
+            f.session_sent = (session_id, session_epoch);
+        }
+        Some((request, FetchToken { node, version }))
+    }
+
+    /// A Fetch failed without a response (disconnect, timeout, undecodable answer):
+    /// the session is dropped and the broker backs off.
+    pub fn handle_fetch_failure(&mut self, now: Instant, node: NodeId) {
+        self.fetching.remove(&node);
+        self.sessions.remove(&node);
+        self.node_retry_at
+            .insert(node, now + self.config.retry_backoff);
+        self.need_metadata();
+    }
+
+    /// Takes a Fetch response.
+    pub fn handle_fetch(&mut self, now: Instant, token: FetchToken, response: FetchResponse) {
+        let Some(inflight) = self.fetching.remove(&token.node) else {
+            return;
+        };
+        if inflight.version != Some(token.version) {
+            return;
+        }
+        self.node_retry_at.remove(&token.node);
+        let node = token.node;
+        let error = response.error_code;
+        if error != 0 {
+            // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR
+            // and anything else at the top level: start over with a full fetch.
+            debug!(node = node.0, error = %error_name(error), "fetch failed; the session is reset");
+            self.sessions.remove(&node);
+            let session_error = matches!(
+                ResponseError::try_from_code(error),
+                Some(
+                    ResponseError::FetchSessionIdNotFound
+                        | ResponseError::InvalidFetchSessionEpoch
+                        | ResponseError::FetchSessionTopicIdError
+                )
+            );
+            if !session_error {
+                self.node_retry_at
+                    .insert(node, now + self.config.retry_backoff);
+            }
+            return;
+        }
+        // The session moves on only when the request succeeded.
+        if self.config.sessions && token.version >= 7 {
+            let (sent_id, sent_epoch) = inflight.session_sent;
+            let session = self.sessions.entry(node).or_default();
+            if sent_id == 0 {
+                session.id = response.session_id;
+                session.epoch = 1;
+            } else {
+                session.epoch = if sent_epoch >= i32::MAX {
+                    1
+                } else {
+                    sent_epoch + 1
+                };
+            }
+            session.partitions = if session.id != 0 {
+                inflight.partitions.clone()
+            } else {
+                BTreeMap::new()
+            };
+        }
+        let names: HashMap<Uuid, &str> = inflight
+            .partitions
+            .keys()
+            .filter_map(|tp| {
+                let s = self.partitions.get(tp)?;
+                (!s.topic_id.is_nil()).then_some((s.topic_id, tp.topic.as_str()))
+            })
+            .collect();
+        let mut results = Vec::new();
+        for topic in response.responses {
+            let name = if token.version >= 13 {
+                match names.get(&topic.topic_id) {
+                    Some(n) => (*n).to_string(),
+                    None => continue,
+                }
+            } else {
+                topic.topic.0.to_string()
+            };
+            for p in topic.partitions {
+                results.push((
+                    TopicPartition {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                    },
+                    p,
+                ));
+            }
+        }
+        for (tp, p) in results {
+            let Some(sent) = inflight.partitions.get(&tp) else {
+                continue;
+            };
+            self.on_partition(now, &tp, sent.offset, p);
+        }
+    }
+
+    fn on_partition(
+        &mut self,
+        now: Instant,
+        tp: &TopicPartition,
+        fetch_offset: i64,
+        p: kafka_protocol::messages::fetch_response::PartitionData,
+    ) {
+        let isolation = self.config.params.isolation;
+        let options = self.config.batch;
+        let Some(s) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        if !matches!(s.position, Position::At { offset, .. } if offset == fetch_offset) {
+            // The position moved (seek, reset) while the fetch was out.
+            return;
+        }
+        let code = p.error_code;
+        if code == 0 {
+            s.high_watermark = p.high_watermark;
+            s.last_stable_offset = p.last_stable_offset;
+            s.log_start_offset = p.log_start_offset;
+            s.retry_at = None;
+            let records = p.records.unwrap_or_default();
+            if records.is_empty() || s.buffered {
+                return;
+            }
+            s.buffered = true;
+            let filter = (isolation == IsolationLevel::ReadCommitted).then(|| {
+                CommittedFilter::new(
+                    p.aborted_transactions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|a| (a.producer_id.0, a.first_offset))
+                        .collect(),
+                )
+            });
+            let counted = records.len();
+            self.buffered_bytes += counted;
+            self.completed.push_back(Completed {
+                tp: tp.clone(),
+                topic: s.topic.clone(),
+                batches: Batches::new(records, options),
+                counted,
+                filter,
+                records: VecDeque::new(),
+                pending_error: None,
+                batch_epoch: -1,
+                batch_end: fetch_offset,
+                timestamp_type: TimestampType::CreateTime,
+            });
+            return;
+        }
+        let retry_at = now + self.config.retry_backoff;
+        match ResponseError::try_from_code(code) {
+            Some(ResponseError::OffsetOutOfRange) => {
+                debug!(%tp, offset = fetch_offset, "offset out of range");
+                let position = self.reset_position(
+                    tp,
+                    ResetReason::OutOfRange {
+                        offset: fetch_offset,
+                    },
+                );
+                if let Some(s) = self.partitions.get_mut(tp) {
+                    s.position = position;
+                }
+            }
+            _ if needs_metadata_refresh(code)
+                || code == ResponseError::ReplicaNotAvailable.code()
+                || code == ResponseError::OffsetNotAvailable.code() =>
+            {
+                debug!(%tp, error = %error_name(code), "fetch: leadership changed; refreshing metadata");
+                s.leader = None;
+                s.retry_at = Some(retry_at);
+                self.need_metadata();
+            }
+            Some(
+                ResponseError::TopicAuthorizationFailed
+                | ResponseError::CorruptMessage
+                | ResponseError::UnsupportedCompressionType,
+            ) => {
+                s.position = Position::Stopped(Some((fetch_offset, -1)));
+                self.stop(FetchError::Broker {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    api: "Fetch",
+                    code,
+                });
+            }
+            _ => {
+                warn!(%tp, error = %error_name(code), "fetch error; retrying after a backoff");
+                s.retry_at = Some(retry_at);
+            }
+        }
+    }
+
+    // ----- offset resets -----
+
+    /// Brokers that have partitions to reset: follow with
+    /// [`Fetcher::build_list_offsets`].
+    pub fn resets_due(&mut self, now: Instant) -> Vec<NodeId> {
+        let mut nodes = BTreeSet::new();
+        let mut unknown = false;
+        for s in self.partitions.values() {
+            if let Position::NeedsReset(_) = s.position {
+                if s.retry_at.is_some_and(|t| now < t) {
+                    continue;
+                }
+                match s.leader {
+                    Some(l) => {
+                        nodes.insert(l);
+                    }
+                    None => unknown = true,
+                }
+            }
+        }
+        if unknown {
+            self.need_metadata();
+        }
+        nodes.into_iter().collect()
+    }
+
+    /// The ListOffsets for partitions led by `node` that need a reset, at `version`
+    /// (1 or later). Marks them as resetting.
+    pub fn build_list_offsets(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        version: i16,
+    ) -> Option<ListOffsetsRequest> {
+        let timestamp = match self.config.reset {
+            OffsetReset::Earliest => -2,
+            _ => -1,
+        };
+        let mut by_topic: BTreeMap<String, Vec<ListOffsetsPartition>> = BTreeMap::new();
+        for (tp, s) in &mut self.partitions {
+            let Position::NeedsReset(reason) = s.position else {
+                continue;
+            };
+            if s.leader != Some(node) || s.retry_at.is_some_and(|t| now < t) {
+                continue;
+            }
+            s.position = Position::Resetting(node, reason);
+            let mut p = ListOffsetsPartition::default()
+                .with_partition_index(tp.partition)
+                .with_timestamp(timestamp);
+            if version >= 4 {
+                p.current_leader_epoch = s.leader_epoch;
+            }
+            by_topic.entry(tp.topic.clone()).or_default().push(p);
+        }
+        if by_topic.is_empty() {
+            return None;
+        }
+        let mut request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        ListOffsetsTopic::default()
+                            .with_name(TopicName(StrBytes::from_string(name)))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            );
+        if version >= 2 {
+            request.isolation_level = match self.config.params.isolation {
+                IsolationLevel::ReadUncommitted => 0,
+                IsolationLevel::ReadCommitted => 1,
+            };
+        }
+        Some(request)
+    }
+
+    /// A ListOffsets to `node` failed: its partitions retry after a backoff.
+    pub fn handle_list_offsets_failure(&mut self, now: Instant, node: NodeId) {
+        let retry_at = now + self.config.retry_backoff;
+        for s in self.partitions.values_mut() {
+            if let Position::Resetting(n, reason) = s.position {
+                if n == node {
+                    s.position = Position::NeedsReset(reason);
+                    s.retry_at = Some(retry_at);
+                }
+            }
+        }
+        self.need_metadata();
+    }
+
+    /// Takes a ListOffsets response from `node`.
+    pub fn handle_list_offsets(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        response: ListOffsetsResponse,
+    ) {
+        let retry_at = now + self.config.retry_backoff;
+        let mut answered = BTreeSet::new();
+        for topic in response.topics {
+            let name = topic.name.0.to_string();
+            for p in topic.partitions {
+                let tp = TopicPartition {
+                    topic: name.clone(),
+                    partition: p.partition_index,
+                };
+                let Some(s) = self.partitions.get_mut(&tp) else {
+                    continue;
+                };
+                let Position::Resetting(n, reason) = s.position else {
+                    continue;
+                };
+                if n != node {
+                    continue;
+                }
+                answered.insert(tp.clone());
+                if p.error_code == 0 && p.offset >= 0 {
+                    s.position = Position::At {
+                        offset: p.offset,
+                        epoch: p.leader_epoch,
+                    };
+                    s.retry_at = None;
+                    self.dirty.insert(tp.clone());
+                    debug!(%tp, offset = p.offset, ?reason, "position reset");
+                    self.events.push_back(FetcherEvent::OffsetReset {
+                        partition: tp,
+                        reason,
+                        offset: p.offset,
+                    });
+                    continue;
+                }
+                s.position = Position::NeedsReset(reason);
+                s.retry_at = Some(retry_at);
+                if needs_metadata_refresh(p.error_code) {
+                    s.leader = None;
+                    self.need_metadata();
+                } else if p.error_code == ResponseError::TopicAuthorizationFailed.code() {
+                    s.position = Position::Stopped(None);
+                    self.stop(FetchError::Broker {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        api: "ListOffsets",
+                        code: p.error_code,
+                    });
+                }
+            }
+        }
+        // Partitions the broker did not answer for retry.
+        for (tp, s) in &mut self.partitions {
+            if let Position::Resetting(n, reason) = s.position {
+                if n == node && !answered.contains(tp) {
+                    s.position = Position::NeedsReset(reason);
+                    s.retry_at = Some(retry_at);
+                }
+            }
+        }
+    }
+
+    // ----- draining -----
+
+    /// The next record (or error) for the application, from partitions that are not
+    /// paused. `None`: nothing buffered is deliverable now.
+    pub fn next_record(&mut self) -> Option<Result<ConsumerRecord, FetchError>> {
+        if let Some(e) = self.errors.pop_front() {
+            return Some(Err(e));
+        }
+        let mut i = 0;
+        while i < self.completed.len() {
+            let paused = self
+                .completed
+                .get(i)
+                .and_then(|c| self.partitions.get(&c.tp))
+                .is_some_and(|s| s.paused);
+            if paused {
+                i += 1;
+                continue;
+            }
+            match self.drain_one(i) {
+                Drain::Record(r) => return Some(Ok(r)),
+                Drain::Error(e) => return Some(Err(e)),
+                Drain::Exhausted => {
+                    self.remove_completed(i);
+                }
+            }
+        }
+        None
+    }
+
+    /// Up to `max` records (stops early at an error, which is returned after them on the
+    /// next call).
+    pub fn next_records(
+        &mut self,
+        max: usize,
+        out: &mut Vec<ConsumerRecord>,
+    ) -> Option<FetchError> {
+        while out.len() < max {
+            match self.next_record() {
+                Some(Ok(r)) => out.push(r),
+                Some(Err(e)) => {
+                    if out.is_empty() {
+                        return Some(e);
+                    }
+                    self.errors.push_front(e);
+                    break;
+                }
+                None => break,
+            }
+        }
+        None
+    }
+
+    fn remove_completed(&mut self, i: usize) {
+        if let Some(c) = self.completed.remove(i) {
+            self.buffered_bytes = self.buffered_bytes.saturating_sub(c.counted);
+            if let Some(s) = self.partitions.get_mut(&c.tp) {
+                s.buffered = false;
+            }
+        }
+    }
+
+    fn drop_completed(&mut self, f: impl Fn(&Completed) -> bool) {
+        let mut i = 0;
+        while i < self.completed.len() {
+            if self.completed.get(i).is_some_and(&f) {
+                self.remove_completed(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn drain_one(&mut self, i: usize) -> Drain {
+        let Some(c) = self.completed.get_mut(i) else {
+            return Drain::Exhausted;
+        };
+        let Some(s) = self.partitions.get_mut(&c.tp) else {
+            return Drain::Exhausted;
+        };
+        loop {
+            let Position::At { offset, .. } = s.position else {
+                return Drain::Exhausted;
+            };
+            if let Some(record) = c.records.pop_front() {
+                let mut next = record.offset + 1;
+                if c.records.is_empty() {
+                    // Compaction may leave a gap at the end of a batch.
+                    next = next.max(c.batch_end);
+                }
+                s.position = Position::At {
+                    offset: next,
+                    epoch: c.batch_epoch,
+                };
+                self.dirty.insert(c.tp.clone());
+                return Drain::Record(ConsumerRecord {
+                    topic: c.topic.clone(),
+                    partition: c.tp.partition,
+                    offset: record.offset,
+                    timestamp: record.timestamp,
+                    timestamp_type: c.timestamp_type,
+                    leader_epoch: (c.batch_epoch >= 0).then_some(c.batch_epoch),
+                    key: record.key,
+                    value: record.value,
+                    headers: record.headers,
+                });
+            }
+            if let Some(error) = c.pending_error.take() {
+                s.position = Position::Stopped(Some((offset, c.batch_epoch)));
+                warn!(%error, "partition stopped");
+                self.events
+                    .push_back(FetcherEvent::PartitionStopped(error.clone()));
+                return Drain::Error(error);
+            }
+            let before = c.batches.remaining();
+            let next = c.batches.next();
+            let released = before - c.batches.remaining();
+            c.counted -= released.min(c.counted);
+            self.buffered_bytes = self.buffered_bytes.saturating_sub(released);
+            let batch = match next {
+                None => return Drain::Exhausted,
+                Some(Err(source)) => {
+                    let error = FetchError::Corrupt {
+                        topic: c.tp.topic.clone(),
+                        partition: c.tp.partition,
+                        offset: source.base_offset.max(offset),
+                        source,
+                    };
+                    s.position = Position::Stopped(Some((offset, c.batch_epoch)));
+                    warn!(%error, "partition stopped");
+                    self.events
+                        .push_back(FetcherEvent::PartitionStopped(error.clone()));
+                    return Drain::Error(error);
+                }
+                Some(Ok(batch)) => batch,
+            };
+            let end = batch.next_offset();
+            if end <= offset {
+                continue;
+            }
+            let admitted = c.filter.as_mut().is_none_or(|f| f.admit(&batch)) && !batch.is_control();
+            if !admitted {
+                // Control batches and aborted transactions are skipped, position and all.
+                s.position = Position::At {
+                    offset: end,
+                    epoch: batch.partition_leader_epoch,
+                };
+                self.dirty.insert(c.tp.clone());
+                continue;
+            }
+            c.batch_epoch = batch.partition_leader_epoch;
+            c.batch_end = end;
+            c.timestamp_type = if batch.is_log_append_time() {
+                TimestampType::LogAppendTime
+            } else {
+                TimestampType::CreateTime
+            };
+            for record in batch.records() {
+                match record {
+                    Ok(r) if r.offset < offset => {}
+                    Ok(mut r) => {
+                        if batch.is_log_append_time() {
+                            r.timestamp = batch.max_timestamp;
+                        }
+                        c.records.push_back(r)
+                    }
+                    Err(source) => {
+                        // The records before the bad one are delivered; the partition
+                        // stops right after them.
+                        let at = c.records.back().map_or(offset, |r| r.offset + 1);
+                        c.pending_error = Some(FetchError::Corrupt {
+                            topic: c.tp.topic.clone(),
+                            partition: c.tp.partition,
+                            offset: at,
+                            source,
+                        });
+                        c.batch_end = at;
+                        break;
+                    }
+                }
+            }
+            if c.records.is_empty() && c.pending_error.is_none() {
+                // Every record was before the position (or the batch was empty).
+                s.position = Position::At {
+                    offset: end,
+                    epoch: batch.partition_leader_epoch,
+                };
+            }
+        }
+    }
+}
+
+enum Drain {
+    Record(ConsumerRecord),
+    Error(FetchError),
+    Exhausted,
+}
+
+fn fetch_topics(
+    version: i16,
+    partitions: &BTreeMap<TopicPartition, SentPartition>,
+) -> Vec<FetchTopic> {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for (tp, p) in partitions {
+        let same = topics.last().is_some_and(|t| {
+            if version >= 13 {
+                t.topic_id == p.topic_id
+            } else {
+                t.topic.0.as_str() == tp.topic
+            }
+        });
+        if !same {
+            let mut t = FetchTopic::default();
+            if version >= 13 {
+                t.topic_id = p.topic_id;
+            } else {
+                t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
+            }
+            topics.push(t);
+        }
+        let mut fp = FetchPartition::default()
+            .with_partition(tp.partition)
+            .with_fetch_offset(p.offset)
+            .with_partition_max_bytes(p.max_bytes);
+        if version >= 9 {
+            fp.current_leader_epoch = p.leader_epoch;
+        }
+        if let Some(t) = topics.last_mut() {
+            t.partitions.push(fp);
+        }
+    }
+    topics
+}
+
+fn forgotten_topics(
+    version: i16,
+    partitions: &BTreeMap<TopicPartition, SentPartition>,
+) -> Vec<ForgottenTopic> {
+    let mut topics: Vec<ForgottenTopic> = Vec::new();
+    for (tp, p) in partitions {
+        let same = topics.last().is_some_and(|t| {
+            if version >= 13 {
+                t.topic_id == p.topic_id
+            } else {
+                t.topic.0.as_str() == tp.topic
+            }
+        });
+        if !same {
+            let mut t = ForgottenTopic::default();
+            if version >= 13 {
+                t.topic_id = p.topic_id;
+            } else {
+                t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
+            }
+            topics.push(t);
+        }
+        if let Some(t) = topics.last_mut() {
+            t.partitions.push(tp.partition);
+        }
+    }
+    topics
+}
+
+#[cfg(test)]
+mod tests {
+    //! Scenario tests of the fetcher against hand-built responses. The same paths run
+    //! against the mock cluster and tansu in `protocol-tests/tests/consumer.rs`.
+
+    use bytes::BytesMut;
+    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+    use kafka_protocol::messages::list_offsets_response::{
+        ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+    };
+    use kafka_protocol::records::{
+        Compression, Record as KRecord, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType as KTimestampType,
+    };
+
+    use super::*;
+    use crate::proto::metadata::{LeaderEpoch, PartitionMetadata, TopicMetadata};
+
+    const T: &str = "t";
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition {
+            topic: T.into(),
+            partition: p,
+        }
+    }
+
+    fn batch(first: i64, n: i64) -> Bytes {
+        let records: Vec<KRecord> = (first..first + n)
+            .map(|o| KRecord {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 4,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: KTimestampType::Creation,
+                offset: o,
+                sequence: o as i32,
+                timestamp: 1000 + o,
+                key: Some(Bytes::from(format!("k{o}"))),
+                value: Some(Bytes::from(format!("v{o}"))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .expect("encode");
+        buf.freeze()
+    }
+
+    fn metadata(leaders: &[(i32, i32)]) -> ClusterMetadata {
+        let mut m = ClusterMetadata::default();
+        m.topics.insert(
+            T.into(),
+            TopicMetadata {
+                name: T.into(),
+                id: Uuid::from_u128(7),
+                internal: false,
+                partitions: leaders
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &(leader, epoch))| PartitionMetadata {
+                        partition: p as i32,
+                        leader: Some(NodeId(leader)),
+                        leader_epoch: LeaderEpoch(epoch),
+                        replicas: vec![],
+                        isr: vec![],
+                        error: 0,
+                    })
+                    .collect(),
+                error: 0,
+            },
+        );
+        m
+    }
+
+    fn response(session: i32, parts: Vec<(i32, i16, Option<Bytes>)>) -> FetchResponse {
+        let mut topic = FetchableTopicResponse::default();
+        topic.topic = TopicName(StrBytes::from_static_str(T));
+        topic.topic_id = Uuid::from_u128(7);
+        topic.partitions = parts
+            .into_iter()
+            .map(|(p, error, records)| {
+                let mut d = PartitionData::default();
+                d.partition_index = p;
+                d.error_code = error;
+                d.high_watermark = 100;
+                d.last_stable_offset = 100;
+                d.records = records;
+                d
+            })
+            .collect();
+        let mut r = FetchResponse::default();
+        r.session_id = session;
+        r.responses = vec![topic];
+        r
+    }
+
+    /// A fetcher with partitions 0 and 1 led by node 1, both at offset 0.
+    fn started(config: FetcherConfig) -> (Fetcher, Instant) {
+        let now = Instant::now();
+        let mut f = Fetcher::new(config);
+        f.assign(&[tp(0), tp(1)], true);
+        f.set_committed(&tp(0), 0, -1);
+        f.set_committed(&tp(1), 0, -1);
+        f.update_metadata(&metadata(&[(1, 5), (1, 5)]));
+        (f, now)
+    }
+
+    fn sent(r: &FetchRequest) -> Vec<(i32, i64)> {
+        r.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
+            .collect()
+    }
+
+    fn drain(f: &mut Fetcher) -> Vec<(i32, i64)> {
+        std::iter::from_fn(|| f.next_record())
+            .map(|r| {
+                let r = r.expect("a record");
+                (r.partition, r.offset)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn incremental_sessions_send_only_what_changed_and_forget_what_stopped() {
+        let (mut f, now) = started(FetcherConfig::default());
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        assert_eq!(f.claim_fetches(now), vec![], "one fetch per broker");
+        let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(
+            (req.session_id, req.session_epoch),
+            (0, 0),
+            "full, asks for a session"
+        );
+        assert_eq!(sent(&req), vec![(0, 0), (1, 0)]);
+        assert_eq!(
+            req.topics[0].topic_id,
+            Uuid::from_u128(7),
+            "v16 names topics by id"
+        );
+        assert_eq!(req.topics[0].partitions[0].current_leader_epoch, 5);
+        f.handle_fetch(
+            now,
+            token,
+            response(55, vec![(0, 0, Some(batch(0, 3))), (1, 0, None)]),
+        );
+        // Partition 0 has buffered data, so the next fetch has only partition 1, which
+        // the session already holds at offset 0: nothing to send, partition 0 forgotten.
+        f.claim_fetches(now);
+        let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!((req.session_id, req.session_epoch), (55, 1));
+        assert_eq!(sent(&req), vec![]);
+        assert_eq!(req.forgotten_topics_data[0].partitions, vec![0]);
+        f.handle_fetch(now, token, response(55, vec![]));
+        assert_eq!(drain(&mut f), vec![(0, 0), (0, 1), (0, 2)]);
+        assert_eq!(f.position(&tp(0)), Some((3, 4)));
+        f.claim_fetches(now);
+        let (req, _) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!((req.session_id, req.session_epoch), (55, 2));
+        assert_eq!(
+            sent(&req),
+            vec![(0, 3)],
+            "partition 0 comes back at its new offset"
+        );
+        assert!(req.forgotten_topics_data.is_empty());
+    }
+
+    #[test]
+    fn a_session_error_starts_over_with_a_full_fetch() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(now, token, response(55, vec![]));
+        f.claim_fetches(now);
+        let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(req.session_id, 55);
+        let mut r = response(0, vec![]);
+        r.error_code = ResponseError::InvalidFetchSessionEpoch.code();
+        f.handle_fetch(now, token, r);
+        assert_eq!(
+            f.claim_fetches(now),
+            vec![NodeId(1)],
+            "no backoff for a session reset"
+        );
+        let (req, _) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!((req.session_id, req.session_epoch), (0, 0));
+        assert_eq!(sent(&req), vec![(0, 0), (1, 0)]);
+    }
+
+    #[test]
+    fn a_broker_without_sessions_gets_full_fetches_and_old_versions_get_names() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (req, token) = f.build_fetch(now, NodeId(1), 11).expect("a fetch");
+        assert_eq!(req.topics[0].topic.0.as_str(), T);
+        f.handle_fetch(now, token, response(0, vec![]));
+        f.claim_fetches(now);
+        let (req, _) = f.build_fetch(now, NodeId(1), 11).expect("a fetch");
+        assert_eq!((req.session_id, req.session_epoch), (0, 0));
+        assert_eq!(
+            sent(&req),
+            vec![(0, 0), (1, 0)],
+            "every partition, every time"
+        );
+    }
+
+    #[test]
+    fn paused_partitions_are_not_fetched_and_their_records_wait() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response(
+                0,
+                vec![(0, 0, Some(batch(0, 2))), (1, 0, Some(batch(0, 2)))],
+            ),
+        );
+        f.pause(&tp(0));
+        assert_eq!(drain(&mut f), vec![(1, 0), (1, 1)]);
+        f.claim_fetches(now);
+        let (req, _) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(
+            sent(&req),
+            vec![(1, 2)],
+            "the paused partition is not fetched"
+        );
+        f.resume(&tp(0));
+        assert_eq!(drain(&mut f), vec![(0, 0), (0, 1)]);
+    }
+
+    #[test]
+    fn a_full_buffer_stops_fetching_until_the_application_drains_it() {
+        let config = FetcherConfig {
+            buffer_max_bytes: 100,
+            ..Default::default()
+        };
+        let (mut f, now) = started(config);
+        f.claim_fetches(now);
+        let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(req.max_bytes, 100, "asks for no more than the room left");
+        let data = batch(0, 10);
+        assert!(data.len() > 100);
+        f.handle_fetch(now, token, response(0, vec![(1, 0, Some(data))]));
+        assert!(f.buffered_bytes() > 100);
+        assert_eq!(f.claim_fetches(now), vec![], "over the cap: no fetch");
+        assert_eq!(drain(&mut f).len(), 10);
+        assert_eq!(f.buffered_bytes(), 0);
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+    }
+
+    #[test]
+    fn out_of_range_resets_through_list_offsets_with_an_event() {
+        let config = FetcherConfig {
+            reset: OffsetReset::Earliest,
+            ..Default::default()
+        };
+        let (mut f, now) = started(config);
+        while f.poll_event().is_some() {}
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response(0, vec![(0, ResponseError::OffsetOutOfRange.code(), None)]),
+        );
+        assert_eq!(f.position(&tp(0)), None);
+        assert_eq!(f.resets_due(now), vec![NodeId(1)]);
+        let req = f
+            .build_list_offsets(now, NodeId(1), 7)
+            .expect("a ListOffsets");
+        let p = &req.topics[0].partitions[0];
+        assert_eq!((p.partition_index, p.timestamp), (0, -2), "earliest");
+        assert_eq!(f.resets_due(now), vec![], "already resetting");
+        let mut part = ListOffsetsPartitionResponse::default();
+        part.partition_index = 0;
+        part.offset = 40;
+        part.leader_epoch = 5;
+        let mut topic = ListOffsetsTopicResponse::default();
+        topic.name = TopicName(StrBytes::from_static_str(T));
+        topic.partitions = vec![part];
+        let mut resp = ListOffsetsResponse::default();
+        resp.topics = vec![topic];
+        f.handle_list_offsets(now, NodeId(1), resp);
+        assert_eq!(f.position(&tp(0)), Some((40, 5)));
+        assert_eq!(
+            f.poll_event(),
+            Some(FetcherEvent::OffsetReset {
+                partition: tp(0),
+                reason: ResetReason::OutOfRange { offset: 0 },
+                offset: 40
+            })
+        );
+    }
+
+    #[test]
+    fn out_of_range_with_reset_none_stops_the_partition_with_an_error() {
+        let config = FetcherConfig {
+            reset: OffsetReset::None,
+            ..Default::default()
+        };
+        let (mut f, now) = started(config);
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response(
+                0,
+                vec![
+                    (0, ResponseError::OffsetOutOfRange.code(), None),
+                    (1, 0, Some(batch(0, 1))),
+                ],
+            ),
+        );
+        assert!(matches!(
+            f.next_record(),
+            Some(Err(FetchError::OutOfRange {
+                partition: 0,
+                offset: 0,
+                ..
+            }))
+        ));
+        assert_eq!(drain(&mut f), vec![(1, 0)], "other partitions go on");
+        f.claim_fetches(now);
+        let (req, _) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(
+            sent(&req),
+            vec![(1, 1)],
+            "the stopped partition is not fetched"
+        );
+        f.seek(&tp(0), 0);
+        assert_eq!(f.position(&tp(0)), Some((0, -1)), "a seek restarts it");
+    }
+
+    #[test]
+    fn leadership_errors_refresh_metadata_and_fetch_from_the_new_leader() {
+        let (mut f, now) = started(FetcherConfig::default());
+        while f.poll_event().is_some() {}
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response(
+                0,
+                vec![
+                    (0, ResponseError::NotLeaderOrFollower.code(), None),
+                    (1, 0, None),
+                ],
+            ),
+        );
+        assert_eq!(f.poll_event(), Some(FetcherEvent::MetadataNeeded));
+        f.update_metadata(&metadata(&[(2, 6), (1, 5)]));
+        let later = now + Duration::from_secs(1);
+        assert_eq!(f.claim_fetches(later), vec![NodeId(1), NodeId(2)]);
+        let (req, _) = f.build_fetch(later, NodeId(2), 16).expect("a fetch");
+        assert_eq!(sent(&req), vec![(0, 0)]);
+        assert_eq!(req.topics[0].partitions[0].current_leader_epoch, 6);
+        // Stale metadata (an older epoch) does not move the leader back.
+        f.update_metadata(&metadata(&[(1, 5), (1, 5)]));
+        f.handle_fetch_failure(later, NodeId(2));
+        let (req, _) = {
+            f.fetching.remove(&NodeId(1));
+            let later = later + Duration::from_secs(1);
+            f.claim_fetches(later);
+            f.build_fetch(later, NodeId(2), 16).expect("still node 2")
+        };
+        assert_eq!(sent(&req), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn a_corrupt_batch_is_a_typed_error_and_the_position_stays() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        let good = batch(0, 2);
+        let mut bad = batch(2, 2).to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x40;
+        let mut both = good.to_vec();
+        both.extend_from_slice(&bad);
+        f.handle_fetch(
+            now,
+            token,
+            response(0, vec![(0, 0, Some(Bytes::from(both)))]),
+        );
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset)), Some(Ok(0)));
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset)), Some(Ok(1)));
+        match f.next_record() {
+            Some(Err(FetchError::Corrupt {
+                topic,
+                partition,
+                offset,
+                ..
+            })) => assert_eq!((topic.as_str(), partition, offset), (T, 0, 2)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(f.next_record(), None);
+        assert_eq!(
+            f.position(&tp(0)),
+            None,
+            "stopped, not moved past the batch"
+        );
+        f.mark_consumed();
+        assert_eq!(
+            f.consumed(Some(&[tp(0)])),
+            vec![(tp(0), 2, 4)],
+            "commits stop before it"
+        );
+    }
+
+    #[test]
+    fn data_fetched_before_a_seek_is_dropped() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.seek(&tp(0), 50);
+        f.handle_fetch(now, token, response(0, vec![(0, 0, Some(batch(0, 2)))]));
+        assert_eq!(drain(&mut f), vec![]);
+        assert_eq!(f.position(&tp(0)), Some((50, -1)));
+        assert_eq!(f.buffered_bytes(), 0);
+    }
+
+    #[test]
+    fn records_before_the_position_in_a_batch_are_skipped() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.seek(&tp(0), 3);
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(now, token, response(0, vec![(0, 0, Some(batch(0, 5)))]));
+        assert_eq!(drain(&mut f), vec![(0, 3), (0, 4)]);
+        assert_eq!(f.lag(&tp(0)), Some(95));
+    }
+}
