@@ -556,11 +556,10 @@ impl Fetcher {
     /// for more): those positions become the ones [`Fetcher::consumed`] reports.
     pub fn mark_consumed(&mut self) {
         for tp in std::mem::take(&mut self.dirty) {
-            match self.partitions.get(&tp).map(|s| &s.position) {
-                Some(Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch)))) => {
-                    self.consumed.insert(tp, (*offset, *epoch));
-                }
-                _ => {}
+            if let Some(Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch)))) =
+                self.partitions.get(&tp).map(|s| &s.position)
+            {
+                self.consumed.insert(tp, (*offset, *epoch));
             }
         }
     }
@@ -824,7 +823,7 @@ impl Fetcher {
                 session.id = response.session_id;
                 session.epoch = 1;
             } else {
-                session.epoch = if sent_epoch >= i32::MAX {
+                session.epoch = if sent_epoch == i32::MAX {
                     1
                 } else {
                     sent_epoch + 1
