@@ -244,6 +244,18 @@ pub enum Error {
         /// The node id.
         node: i32,
     },
+    /// A partition stopped (corrupt batch, offset out of range with no reset, ...).
+    #[error(transparent)]
+    Fetch(#[from] crate::proto::fetch::fetcher::FetchError),
+    /// The group member failed for good.
+    #[error(transparent)]
+    Group(#[from] crate::proto::group::member::GroupError),
+    /// A commit failed.
+    #[error(transparent)]
+    Commit(#[from] crate::proto::group::member::CommitError),
+    /// The consumer is closed.
+    #[error("the consumer is closed")]
+    Closed,
 }
 
 impl Error {

@@ -22,9 +22,11 @@
 //! ```
 
 pub mod config;
+pub mod consumer;
 pub mod driver;
 pub mod error;
 pub mod proto;
 
 pub use config::ClientConfig;
+pub use consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord};
 pub use error::{Error, NegotiationError, RequestError, Result, WireError};

@@ -156,11 +156,23 @@ impl Cluster {
 
     /// The connection to `address` (`host:port`), started if needed.
     pub fn connection(&self, address: &str) -> BrokerConnection {
+        self.keyed_connection(address.to_string(), address)
+    }
+
+    /// A connection to the group coordinator at `address`, separate from the one that
+    /// carries fetches (as the Java client does): a broker answers one connection's
+    /// requests in order, so a Fetch held for `fetch.max.wait.ms` would delay a
+    /// heartbeat, and a JoinGroup held for the rebalance would stall fetching.
+    pub fn coordinator_connection(&self, address: &str) -> BrokerConnection {
+        self.keyed_connection(format!("coordinator/{address}"), address)
+    }
+
+    fn keyed_connection(&self, key: String, address: &str) -> BrokerConnection {
         let mut map = match self.inner.connections.lock() {
             Ok(map) => map,
             Err(poisoned) => poisoned.into_inner(),
         };
-        map.entry(address.to_string())
+        map.entry(key)
             .or_insert_with(|| BrokerConnection::spawn(address, self.inner.settings.clone()))
             .clone()
     }

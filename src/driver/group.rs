@@ -29,6 +29,46 @@ pub struct GroupHandle {
     events: mpsc::UnboundedReceiver<Event>,
 }
 
+/// The command half of a [`GroupHandle`], cheap to clone: commits, revocations and
+/// progress from any task. The member keeps running while a handle or commander lives.
+#[derive(Debug, Clone)]
+pub struct GroupCommander {
+    tx: mpsc::Sender<Command>,
+}
+
+impl GroupCommander {
+    /// Commits `offsets` with the live generation and waits for the result.
+    pub async fn commit(
+        &self,
+        offsets: Vec<CommitOffset>,
+    ) -> Result<Vec<CommitOffset>, CommitError> {
+        commit(&self.tx, offsets).await
+    }
+
+    /// Reports that the revocation of `generation`'s partitions is complete.
+    pub async fn complete_revocation(&self, generation: i32) {
+        let _ = self.tx.send(Command::CompleteRevocation(generation)).await;
+    }
+
+    /// Reports application progress without waiting; dropped if the queue is full
+    /// (another report is then already queued).
+    pub fn try_progress(&self) {
+        let _ = self.tx.try_send(Command::Progress);
+    }
+}
+
+async fn commit(
+    tx: &mpsc::Sender<Command>,
+    offsets: Vec<CommitOffset>,
+) -> Result<Vec<CommitOffset>, CommitError> {
+    let (reply, rx) = oneshot::channel();
+    if tx.send(Command::Commit(offsets, reply)).await.is_err() {
+        return Err(CommitError::Request(Failure::Disconnected));
+    }
+    rx.await
+        .unwrap_or(Err(CommitError::Request(Failure::Disconnected)))
+}
+
 enum Command {
     Commit(
         Vec<CommitOffset>,
@@ -63,12 +103,14 @@ impl GroupHandle {
         &self,
         offsets: Vec<CommitOffset>,
     ) -> Result<Vec<CommitOffset>, CommitError> {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Command::Commit(offsets, tx)).await.is_err() {
-            return Err(CommitError::Request(Failure::Disconnected));
+        commit(&self.tx, offsets).await
+    }
+
+    /// A clonable command handle.
+    pub fn commander(&self) -> GroupCommander {
+        GroupCommander {
+            tx: self.tx.clone(),
         }
-        rx.await
-            .unwrap_or(Err(CommitError::Request(Failure::Disconnected)))
     }
 
     /// Reports that the revocation of `generation`'s partitions is complete.
@@ -224,10 +266,12 @@ fn connection_for(
     match out.target {
         Target::AnyBroker => Ok(cluster.any_connection()),
         Target::Coordinator(node) => match coordinators.get(&node) {
-            Some(address) => Ok(cluster.connection(address)),
+            Some(address) => Ok(cluster.coordinator_connection(address)),
             None => cluster
+                .metadata()
                 .broker(node)
-                .map_err(|e| Failure::Protocol(e.to_string())),
+                .map(|b| cluster.coordinator_connection(&b.address()))
+                .ok_or_else(|| Failure::Protocol(format!("unknown coordinator node {}", node.0))),
         },
     }
 }

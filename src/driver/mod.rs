@@ -7,4 +7,4 @@ mod group;
 
 pub use cluster::{Cluster, TopicScope};
 pub use connection::BrokerConnection;
-pub use group::GroupHandle;
+pub use group::{GroupCommander, GroupHandle};

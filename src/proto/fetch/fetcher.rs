@@ -336,6 +336,8 @@ pub struct Fetcher {
     partitions: BTreeMap<TopicPartition, PartitionState>,
     sessions: HashMap<NodeId, Session>,
     fetching: HashMap<NodeId, InFlightFetch>,
+    /// Brokers with a ListOffsets claimed or in flight.
+    resetting: BTreeSet<NodeId>,
     node_retry_at: HashMap<NodeId, Instant>,
     completed: VecDeque<Completed>,
     buffered_bytes: usize,
@@ -355,6 +357,7 @@ impl Fetcher {
             partitions: BTreeMap::new(),
             sessions: HashMap::new(),
             fetching: HashMap::new(),
+            resetting: BTreeSet::new(),
             node_retry_at: HashMap::new(),
             completed: VecDeque::new(),
             buffered_bytes: 0,
@@ -501,6 +504,12 @@ impl Fetcher {
                 s.position = position;
             }
         }
+        self.drop_completed(|c| &c.tp == tp);
+    }
+
+    /// Drops a partition's fetched, undelivered records; its position stays at the
+    /// last record delivered.
+    pub fn discard_buffered(&mut self, tp: &TopicPartition) {
         self.drop_completed(|c| &c.tp == tp);
     }
 
@@ -968,8 +977,8 @@ impl Fetcher {
 
     // ----- offset resets -----
 
-    /// Brokers that have partitions to reset: follow with
-    /// [`Fetcher::build_list_offsets`].
+    /// Brokers that have partitions to reset, claimed: follow with
+    /// [`Fetcher::build_list_offsets`], then the response or the failure.
     pub fn resets_due(&mut self, now: Instant) -> Vec<NodeId> {
         let mut nodes = BTreeSet::new();
         let mut unknown = false;
@@ -979,9 +988,10 @@ impl Fetcher {
                     continue;
                 }
                 match s.leader {
-                    Some(l) => {
+                    Some(l) if !self.resetting.contains(&l) => {
                         nodes.insert(l);
                     }
+                    Some(_) => {}
                     None => unknown = true,
                 }
             }
@@ -989,6 +999,7 @@ impl Fetcher {
         if unknown {
             self.need_metadata();
         }
+        self.resetting.extend(nodes.iter().copied());
         nodes.into_iter().collect()
     }
 
@@ -1022,6 +1033,7 @@ impl Fetcher {
             by_topic.entry(tp.topic.clone()).or_default().push(p);
         }
         if by_topic.is_empty() {
+            self.resetting.remove(&node);
             return None;
         }
         let mut request = ListOffsetsRequest::default()
@@ -1047,6 +1059,7 @@ impl Fetcher {
 
     /// A ListOffsets to `node` failed: its partitions retry after a backoff.
     pub fn handle_list_offsets_failure(&mut self, now: Instant, node: NodeId) {
+        self.resetting.remove(&node);
         let retry_at = now + self.config.retry_backoff;
         for s in self.partitions.values_mut() {
             if let Position::Resetting(n, reason) = s.position {
@@ -1066,6 +1079,7 @@ impl Fetcher {
         node: NodeId,
         response: ListOffsetsResponse,
     ) {
+        self.resetting.remove(&node);
         let retry_at = now + self.config.retry_backoff;
         let mut answered = BTreeSet::new();
         for topic in response.topics {

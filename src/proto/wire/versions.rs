@@ -28,6 +28,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // kafka-protocol starts at v4; from v13 topics are named by id; v17 only adds
     // follower fields.
     (ApiKey::Fetch, 4, 16),
+    // v1 answers one offset per partition; v4 adds the leader epoch both ways.
+    (ApiKey::ListOffsets, 1, 9),
     // v1 is the first where a null topic list means "all topics".
     (ApiKey::Metadata, 1, 13),
     // v4 has the v3 schema; asking for it first exercises the UNSUPPORTED_VERSION

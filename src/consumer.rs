@@ -1,0 +1,1015 @@
+//! The public consumer: a group member and a fetcher on one cluster, read as an async
+//! stream of records.
+//!
+//! ```no_run
+//! # async fn demo() -> ottla::Result<()> {
+//! use ottla::consumer::{Consumer, OffsetReset};
+//!
+//! let mut consumer = Consumer::builder("127.0.0.1:9092")
+//!     .group_id("orders-service")
+//!     .topics(["orders"])
+//!     .offset_reset(OffsetReset::Earliest)
+//!     .build()
+//!     .await?;
+//! while let Some(record) = consumer.recv().await {
+//!     let record = record?;
+//!     println!("{}/{}@{}", record.topic, record.partition, record.offset);
+//!     consumer.commit().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## How the pieces meet
+//!
+//! A background task owns the group member's handle and drives the fetcher: it sends one
+//! Fetch per broker, resets positions through ListOffsets, and refreshes metadata when
+//! leaders move. The application drains records straight from the fetcher's buffer, so
+//! parsing happens on the application's task and no record crosses a channel.
+//!
+//! **Revocations.** When the group takes partitions away in an orderly way, fetching
+//! them stops at once and their undelivered records are dropped. The revocation
+//! completes the next time the application asks for a record: by then it has finished
+//! what it was given (a consumer is read in a loop). With automatic commits on, the
+//! positions of the revoked partitions are committed first. An application that stays
+//! away longer than `max.poll.interval.ms` loses the partitions instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use kafka_protocol::messages::{ApiKey, FetchRequest, ListOffsetsRequest};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::config::ClientConfig;
+use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope};
+use crate::error::{Error, Result};
+pub use crate::proto::fetch::fetcher::{
+    ConsumerRecord, FetchError, FetcherEvent, OffsetReset, ResetReason, TimestampType,
+};
+use crate::proto::fetch::fetcher::{Fetcher, FetcherConfig};
+pub use crate::proto::fetch::request::IsolationLevel;
+use crate::proto::group::assignor::{Assignor, builtin};
+use crate::proto::group::codec::GROUP_APIS;
+pub use crate::proto::group::consumer_protocol::TopicPartition;
+use crate::proto::group::member::Event;
+pub use crate::proto::group::member::GroupConfig;
+use crate::proto::group::messages::CommitOffset;
+use crate::proto::metadata::NodeId;
+
+/// What the consumer tells the application besides records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsumerEvent {
+    /// A group event (joined, assigned, revoke requested, lost, commit completed, ...).
+    Group(Event),
+    /// A fetcher event (offset reset, partition stopped).
+    Fetch(FetcherEvent),
+}
+
+type GroupTweak = Arc<dyn Fn(&mut GroupConfig) + Send + Sync>;
+
+/// Builds a [`Consumer`]. Settings carry the Java client's names and defaults.
+#[derive(Clone)]
+pub struct ConsumerBuilder {
+    client: ClientConfig,
+    group_id: Option<String>,
+    topics: Vec<String>,
+    assign: Vec<TopicPartition>,
+    fetcher: FetcherConfig,
+    session_timeout: Duration,
+    heartbeat_interval: Duration,
+    max_poll_interval: Duration,
+    assignors: Vec<Arc<dyn Assignor>>,
+    instance_id: Option<String>,
+    auto_commit: Option<Duration>,
+    tweak_group: Option<GroupTweak>,
+}
+
+impl std::fmt::Debug for ConsumerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerBuilder")
+            .field("client", &self.client)
+            .field("group_id", &self.group_id)
+            .field("topics", &self.topics)
+            .field("assign", &self.assign)
+            .field("fetcher", &self.fetcher)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerBuilder {
+    /// A builder for the given bootstrap servers (comma-separated `host:port`).
+    pub fn new(bootstrap_servers: &str) -> Self {
+        let assignors: Vec<Arc<dyn Assignor>> = builtin("cooperative-sticky")
+            .map(Arc::from)
+            .into_iter()
+            .collect();
+        Self {
+            client: ClientConfig::new(bootstrap_servers),
+            group_id: None,
+            topics: Vec::new(),
+            assign: Vec::new(),
+            fetcher: FetcherConfig::default(),
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            assignors,
+            instance_id: None,
+            auto_commit: None,
+            tweak_group: None,
+        }
+    }
+
+    /// Replaces the connection settings (bootstrap servers included).
+    pub fn client_config(mut self, config: ClientConfig) -> Self {
+        self.client = config;
+        self
+    }
+
+    /// `client.id`.
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client.client_id = id.into();
+        self
+    }
+
+    /// `group.id`: consume as a member of this group.
+    pub fn group_id(mut self, id: impl Into<String>) -> Self {
+        self.group_id = Some(id.into());
+        self
+    }
+
+    /// The topics to subscribe to (with a group).
+    pub fn topics<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topics = topics.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Manual assignment: read these partitions without a group, starting from
+    /// `auto.offset.reset` (or a [`Consumer::seek`]).
+    pub fn assign(mut self, partitions: impl IntoIterator<Item = TopicPartition>) -> Self {
+        self.assign = partitions.into_iter().collect();
+        self
+    }
+
+    /// `auto.offset.reset` (default latest).
+    pub fn offset_reset(mut self, reset: OffsetReset) -> Self {
+        self.fetcher.reset = reset;
+        self
+    }
+
+    /// `session.timeout.ms` (default 45 s).
+    pub fn session_timeout(mut self, t: Duration) -> Self {
+        self.session_timeout = t;
+        self
+    }
+
+    /// `heartbeat.interval.ms` (default 3 s).
+    pub fn heartbeat_interval(mut self, t: Duration) -> Self {
+        self.heartbeat_interval = t;
+        self
+    }
+
+    /// `max.poll.interval.ms`, also the rebalance timeout (default 300 s).
+    pub fn max_poll_interval(mut self, t: Duration) -> Self {
+        self.max_poll_interval = t;
+        self
+    }
+
+    /// `partition.assignment.strategy` by name, in preference order: `range`,
+    /// `roundrobin`, `sticky`, `cooperative-sticky` (the default).
+    pub fn assignors<I, S>(mut self, names: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut out: Vec<Arc<dyn Assignor>> = Vec::new();
+        for name in names {
+            let name = name.as_ref();
+            match builtin(name) {
+                Some(a) => out.push(Arc::from(a)),
+                None => {
+                    return Err(Error::Config {
+                        setting: "partition.assignment.strategy",
+                        message: format!(
+                            "unknown assignor {name:?} (range, roundrobin, sticky, cooperative-sticky)"
+                        ),
+                    });
+                }
+            }
+        }
+        self.assignors = out;
+        Ok(self)
+    }
+
+    /// Custom assignors, in preference order.
+    pub fn custom_assignors(mut self, assignors: Vec<Arc<dyn Assignor>>) -> Self {
+        self.assignors = assignors;
+        self
+    }
+
+    /// `group.instance.id`: static membership (KIP-345).
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+
+    /// `isolation.level` (default read_uncommitted).
+    pub fn isolation(mut self, isolation: IsolationLevel) -> Self {
+        self.fetcher.params.isolation = isolation;
+        self
+    }
+
+    /// `fetch.min.bytes` (default 1).
+    pub fn fetch_min_bytes(mut self, bytes: i32) -> Self {
+        self.fetcher.params.min_bytes = bytes;
+        self
+    }
+
+    /// `fetch.max.wait.ms` (default 500 ms).
+    pub fn fetch_max_wait(mut self, t: Duration) -> Self {
+        self.fetcher.params.max_wait_ms = i32::try_from(t.as_millis()).unwrap_or(i32::MAX);
+        self
+    }
+
+    /// `fetch.max.bytes` (default 50 MiB).
+    pub fn fetch_max_bytes(mut self, bytes: i32) -> Self {
+        self.fetcher.params.max_bytes = bytes;
+        self
+    }
+
+    /// `max.partition.fetch.bytes` (default 1 MiB).
+    pub fn max_partition_fetch_bytes(mut self, bytes: i32) -> Self {
+        self.fetcher.partition_max_bytes = bytes;
+        self
+    }
+
+    /// The cap on fetched bytes not yet delivered, across partitions (default 64 MiB).
+    pub fn buffer_max_bytes(mut self, bytes: usize) -> Self {
+        self.fetcher.buffer_max_bytes = bytes;
+        self
+    }
+
+    /// `check.crcs` (default on).
+    pub fn check_crcs(mut self, on: bool) -> Self {
+        self.fetcher.batch.check_crcs = on;
+        self
+    }
+
+    /// Incremental fetch sessions (KIP-227) where the broker offers them (default on).
+    pub fn fetch_sessions(mut self, on: bool) -> Self {
+        self.fetcher.sessions = on;
+        self
+    }
+
+    /// `enable.auto.commit` with `auto.commit.interval.ms` (default off). Commits the
+    /// positions the application has come back from, on the interval, before a
+    /// revocation completes, and on close.
+    pub fn auto_commit(mut self, interval: Option<Duration>) -> Self {
+        self.auto_commit = interval;
+        self
+    }
+
+    /// Adjusts the group member's remaining settings (backoffs, jitter seed,
+    /// `leader_sync_delay`) after the builder has filled in its own.
+    pub fn tweak_group(mut self, f: impl Fn(&mut GroupConfig) + Send + Sync + 'static) -> Self {
+        self.tweak_group = Some(Arc::new(f));
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |setting, message: &str| {
+            Err(Error::Config {
+                setting,
+                message: message.to_string(),
+            })
+        };
+        match (&self.group_id, self.assign.is_empty()) {
+            (Some(_), true) if self.topics.is_empty() => {
+                return bad("topics", "a group consumer needs at least one topic");
+            }
+            (Some(_), false) => {
+                return bad(
+                    "assign",
+                    "use either a group with topics or a manual assignment",
+                );
+            }
+            (None, true) => return bad("group.id", "give a group id, or assign partitions"),
+            _ => {}
+        }
+        if self.group_id.is_none() && self.auto_commit.is_some() {
+            return bad("enable.auto.commit", "needs a group id");
+        }
+        if self.heartbeat_interval >= self.session_timeout {
+            return bad(
+                "heartbeat.interval.ms",
+                "must be lower than session.timeout.ms",
+            );
+        }
+        if self.assignors.is_empty() {
+            return bad(
+                "partition.assignment.strategy",
+                "give at least one assignor",
+            );
+        }
+        if self.fetcher.buffer_max_bytes == 0 {
+            return bad("buffer_max_bytes", "must be positive");
+        }
+        if self.fetcher.partition_max_bytes <= 0 || self.fetcher.params.max_bytes <= 0 {
+            return bad("max.partition.fetch.bytes", "fetch sizes must be positive");
+        }
+        Ok(())
+    }
+
+    /// Connects, starts the group member (or the manual assignment) and the fetch task.
+    pub async fn build(self) -> Result<Consumer> {
+        self.validate()?;
+        let mut required = vec![ApiKey::Fetch, ApiKey::ListOffsets, ApiKey::Metadata];
+        if self.group_id.is_some() {
+            required.extend_from_slice(GROUP_APIS);
+        }
+        let mut topics: BTreeSet<String> = self.topics.iter().cloned().collect();
+        topics.extend(self.assign.iter().map(|tp| tp.topic.clone()));
+        let cluster = Cluster::connect(&self.client, TopicScope::Topics(topics), &required).await?;
+        let mut fetcher = Fetcher::new(self.fetcher.clone());
+        let group = match &self.group_id {
+            Some(id) => {
+                let mut config =
+                    GroupConfig::new(id.clone(), self.topics.clone(), self.assignors.clone());
+                config.session_timeout = self.session_timeout;
+                config.heartbeat_interval = self.heartbeat_interval;
+                config.max_poll_interval = self.max_poll_interval;
+                config.instance_id = self.instance_id.clone();
+                config.seed = self.client.jitter_seed;
+                if let Some(f) = &self.tweak_group {
+                    f(&mut config);
+                }
+                Some(GroupHandle::spawn(cluster.clone(), config))
+            }
+            None => {
+                fetcher.assign(&self.assign, false);
+                None
+            }
+        };
+        let shared = Arc::new(Shared {
+            fetcher: Mutex::new(fetcher),
+            waker: Mutex::new(None),
+            wake_driver: Notify::new(),
+            app: Mutex::new(AppState::default()),
+        });
+        let (commands, rx) = mpsc::unbounded_channel();
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let commander = group.as_ref().map(GroupHandle::commander);
+        let task = tokio::spawn(drive(Driver {
+            cluster,
+            shared: shared.clone(),
+            group,
+            commander: commander.clone(),
+            commands: rx,
+            events: events_tx,
+            auto_commit: self.auto_commit,
+        }));
+        Ok(Consumer {
+            shared,
+            commands,
+            events,
+            group: commander,
+            auto_commit: self.auto_commit.is_some(),
+            last_progress: Instant::now(),
+            task: Some(task),
+        })
+    }
+}
+
+/// State shared by the application side and the background task.
+#[derive(Debug)]
+struct Shared {
+    fetcher: Mutex<Fetcher>,
+    /// The application task waiting for records.
+    waker: Mutex<Option<Waker>>,
+    /// Buffer room freed, or a pause lifted: the task may fetch again.
+    wake_driver: Notify,
+    app: Mutex<AppState>,
+}
+
+#[derive(Debug, Default)]
+struct AppState {
+    /// A revocation waiting for the application to come back for records.
+    revoking: Option<(i32, Vec<TopicPartition>)>,
+    /// The group failed for good.
+    fatal: Option<Error>,
+    /// The task has stopped.
+    stopped: bool,
+    /// Last known committed offsets.
+    committed: BTreeMap<TopicPartition, i64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Shared {
+    fn wake_app(&self) {
+        if let Some(w) = lock(&self.waker).take() {
+            w.wake();
+        }
+    }
+}
+
+enum Command {
+    /// The application came back: the revocation of these partitions can complete.
+    RevocationReady {
+        generation: i32,
+        partitions: Vec<TopicPartition>,
+    },
+    /// Leave the group and stop.
+    Close(oneshot::Sender<()>),
+}
+
+/// A Kafka consumer. Read it with [`Consumer::recv`], [`Consumer::recv_batch`] or as a
+/// [`futures_core::Stream`]. Dropping it stops the background task and leaves the
+/// group without waiting; [`Consumer::close`] commits first (with automatic commits on)
+/// and waits for the LeaveGroup.
+#[derive(Debug)]
+pub struct Consumer {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+    events: mpsc::UnboundedReceiver<ConsumerEvent>,
+    group: Option<GroupCommander>,
+    auto_commit: bool,
+    last_progress: Instant,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Consumer {
+    /// A builder for the given bootstrap servers.
+    pub fn builder(bootstrap_servers: &str) -> ConsumerBuilder {
+        ConsumerBuilder::new(bootstrap_servers)
+    }
+
+    /// The next record; `None` once the consumer has stopped. An `Err` reports a
+    /// partition that stopped (the others go on) or a group failure.
+    pub async fn recv(&mut self) -> Option<Result<ConsumerRecord>> {
+        poll_fn(|cx| self.poll_record(cx)).await
+    }
+
+    /// Up to `max` records, waiting for at least one.
+    pub async fn recv_batch(&mut self, max: usize) -> Result<Vec<ConsumerRecord>> {
+        let mut out = Vec::new();
+        poll_fn(|cx| self.poll_batch(cx, max.max(1), &mut out)).await?;
+        Ok(out)
+    }
+
+    fn on_poll_entry(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_progress) >= Duration::from_millis(500) {
+            self.last_progress = now;
+            if let Some(g) = &self.group {
+                g.try_progress();
+            }
+        }
+        lock(&self.shared.fetcher).mark_consumed();
+        let revoking = lock(&self.shared.app).revoking.take();
+        if let Some((generation, partitions)) = revoking {
+            let _ = self.commands.send(Command::RevocationReady {
+                generation,
+                partitions,
+            });
+        }
+    }
+
+    fn poll_batch(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+        out: &mut Vec<ConsumerRecord>,
+    ) -> Poll<Result<()>> {
+        self.on_poll_entry();
+        for attempt in 0..2 {
+            let freed = {
+                let mut f = lock(&self.shared.fetcher);
+                let before = f.buffered_bytes();
+                let error = f.next_records(max, out);
+                let freed = f.buffered_bytes() < before;
+                if let Some(e) = error {
+                    return Poll::Ready(Err(e.into()));
+                }
+                freed
+            };
+            if freed {
+                self.shared.wake_driver.notify_one();
+            }
+            if !out.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            {
+                let app = lock(&self.shared.app);
+                if let Some(e) = &app.fatal {
+                    return Poll::Ready(Err(e.clone()));
+                }
+                if app.stopped {
+                    return Poll::Ready(Err(Error::Closed));
+                }
+            }
+            if attempt == 0 {
+                // Register, then look again: data may have landed in between.
+                *lock(&self.shared.waker) = Some(cx.waker().clone());
+            }
+        }
+        Poll::Pending
+    }
+
+    fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ConsumerRecord>>> {
+        self.on_poll_entry();
+        for attempt in 0..2 {
+            let (next, freed) = {
+                let mut f = lock(&self.shared.fetcher);
+                let before = f.buffered_bytes();
+                let next = f.next_record();
+                (next, f.buffered_bytes() < before)
+            };
+            if freed {
+                self.shared.wake_driver.notify_one();
+            }
+            match next {
+                Some(Ok(r)) => return Poll::Ready(Some(Ok(r))),
+                Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                None => {}
+            }
+            {
+                let mut app = lock(&self.shared.app);
+                if let Some(e) = app.fatal.take() {
+                    app.stopped = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                if app.stopped {
+                    return Poll::Ready(None);
+                }
+            }
+            if attempt == 0 {
+                *lock(&self.shared.waker) = Some(cx.waker().clone());
+            }
+        }
+        Poll::Pending
+    }
+
+    /// The next event, waiting for one; `None` once the consumer has stopped.
+    pub async fn next_event(&mut self) -> Option<ConsumerEvent> {
+        self.events.recv().await
+    }
+
+    /// An event if one is ready.
+    pub fn try_event(&mut self) -> Option<ConsumerEvent> {
+        self.events.try_recv().ok()
+    }
+
+    /// Commits the positions of every assigned partition (everything delivered so
+    /// far) and waits for the result.
+    pub async fn commit(&self) -> Result<()> {
+        let positions = lock(&self.shared.fetcher).positions();
+        self.commit_positions(positions).await
+    }
+
+    /// Commits the positions of every assigned partition without waiting; the result
+    /// arrives as [`Event::CommitCompleted`].
+    pub fn commit_async(&self) {
+        let positions = lock(&self.shared.fetcher).positions();
+        let Some(group) = self.group.clone() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let offsets = to_commit(positions);
+            if let Ok(done) = group.commit(offsets).await {
+                remember_committed(&shared, &done);
+            }
+        });
+    }
+
+    /// Commits explicit offsets (`offset`: the next record to read, last processed + 1).
+    pub async fn commit_offsets(&self, offsets: &[(TopicPartition, i64)]) -> Result<()> {
+        self.commit_positions(offsets.iter().map(|(tp, o)| (tp.clone(), *o, -1)).collect())
+            .await
+    }
+
+    async fn commit_positions(&self, positions: Vec<(TopicPartition, i64, i32)>) -> Result<()> {
+        let Some(group) = &self.group else {
+            return Err(Error::Config {
+                setting: "group.id",
+                message: "commits need a group".into(),
+            });
+        };
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let done = group.commit(to_commit(positions)).await?;
+        remember_committed(&self.shared, &done);
+        Ok(())
+    }
+
+    /// Stops fetching these partitions and holds back their buffered records until
+    /// [`Consumer::resume`]. They stay assigned and the member keeps heartbeating.
+    pub fn pause(&self, partitions: &[TopicPartition]) {
+        let mut f = lock(&self.shared.fetcher);
+        for tp in partitions {
+            f.pause(tp);
+        }
+    }
+
+    /// Resumes paused partitions.
+    pub fn resume(&self, partitions: &[TopicPartition]) {
+        {
+            let mut f = lock(&self.shared.fetcher);
+            for tp in partitions {
+                f.resume(tp);
+            }
+        }
+        self.shared.wake_driver.notify_one();
+        self.shared.wake_app();
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        lock(&self.shared.fetcher).paused()
+    }
+
+    /// Moves a partition's position (also restarts a partition stopped by an error).
+    pub fn seek(&self, partition: &TopicPartition, offset: i64) {
+        lock(&self.shared.fetcher).seek(partition, offset);
+        self.shared.wake_driver.notify_one();
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        lock(&self.shared.fetcher).assignment()
+    }
+
+    /// The next offset to be delivered for a partition, once known.
+    pub fn position(&self, partition: &TopicPartition) -> Option<i64> {
+        lock(&self.shared.fetcher).position(partition).map(|p| p.0)
+    }
+
+    /// The last committed offset known for a partition (fetched at assignment, or
+    /// committed since).
+    pub fn committed(&self, partition: &TopicPartition) -> Option<i64> {
+        lock(&self.shared.app).committed.get(partition).copied()
+    }
+
+    /// The high watermark (the last stable offset under read_committed) minus the
+    /// position, as of the last fetch.
+    pub fn lag(&self, partition: &TopicPartition) -> Option<i64> {
+        lock(&self.shared.fetcher).lag(partition)
+    }
+
+    /// Bytes fetched and not yet delivered.
+    pub fn buffered_bytes(&self) -> usize {
+        lock(&self.shared.fetcher).buffered_bytes()
+    }
+
+    /// Commits (with automatic commits on), leaves the group and stops.
+    pub async fn close(mut self) -> Result<()> {
+        let mut result = Ok(());
+        if self.auto_commit {
+            lock(&self.shared.fetcher).mark_consumed();
+            let consumed = lock(&self.shared.fetcher).consumed(None);
+            result = self.commit_positions(consumed).await;
+        }
+        let (done, rx) = oneshot::channel();
+        if self.commands.send(Command::Close(done)).is_ok() {
+            let _ = rx.await;
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        result
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // The task sees the command channel close, drops the group handle (a dynamic
+        // member sends LeaveGroup) and ends; nothing here waits.
+        lock(&self.shared.app).stopped = true;
+    }
+}
+
+impl futures_core::Stream for Consumer {
+    type Item = Result<ConsumerRecord>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_record(cx)
+    }
+}
+
+fn to_commit(positions: Vec<(TopicPartition, i64, i32)>) -> Vec<CommitOffset> {
+    positions
+        .into_iter()
+        .map(|(partition, offset, leader_epoch)| CommitOffset {
+            partition,
+            offset,
+            leader_epoch,
+            metadata: None,
+        })
+        .collect()
+}
+
+fn remember_committed(shared: &Shared, done: &[CommitOffset]) {
+    let mut app = lock(&shared.app);
+    for c in done {
+        app.committed.insert(c.partition.clone(), c.offset);
+    }
+}
+
+// ----- the background task -----
+
+struct Driver {
+    cluster: Cluster,
+    shared: Arc<Shared>,
+    group: Option<GroupHandle>,
+    commander: Option<GroupCommander>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    events: mpsc::UnboundedSender<ConsumerEvent>,
+    auto_commit: Option<Duration>,
+}
+
+enum Done {
+    Io,
+    Metadata(bool),
+    Revoked,
+}
+
+async fn drive(mut d: Driver) {
+    let mut tasks: JoinSet<Done> = JoinSet::new();
+    let mut metadata_wanted = false;
+    let mut metadata_running = false;
+    let mut metadata_retry_at: Option<Instant> = None;
+    let mut next_auto_commit = d.auto_commit.map(|i| Instant::now() + i);
+    loop {
+        let now = Instant::now();
+        let wakeup = {
+            let mut f = lock(&d.shared.fetcher);
+            while let Some(event) = f.poll_event() {
+                match event {
+                    FetcherEvent::MetadataNeeded => metadata_wanted = true,
+                    other => {
+                        let _ = d.events.send(ConsumerEvent::Fetch(other));
+                    }
+                }
+            }
+            let std_now = now.into_std();
+            for node in f.claim_fetches(std_now) {
+                tasks.spawn(fetch_round(d.cluster.clone(), d.shared.clone(), node));
+            }
+            for node in f.resets_due(std_now) {
+                tasks.spawn(reset_round(d.cluster.clone(), d.shared.clone(), node));
+            }
+            while let Some(event) = f.poll_event() {
+                if event == FetcherEvent::MetadataNeeded {
+                    metadata_wanted = true;
+                }
+            }
+            f.next_wakeup().map(Instant::from_std)
+        };
+        if metadata_wanted && !metadata_running && metadata_retry_at.is_none_or(|t| now >= t) {
+            metadata_wanted = false;
+            metadata_running = true;
+            let (cluster, shared) = (d.cluster.clone(), d.shared.clone());
+            tasks.spawn(async move {
+                match cluster.refresh_metadata().await {
+                    Ok(m) => {
+                        lock(&shared.fetcher).update_metadata(&m);
+                        Done::Metadata(true)
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "metadata refresh failed");
+                        Done::Metadata(false)
+                    }
+                }
+            });
+        }
+        let deadline = [wakeup, metadata_retry_at, next_auto_commit]
+            .into_iter()
+            .flatten()
+            .min();
+        tokio::select! {
+            event = next_group_event(&mut d.group) => match event {
+                Some(event) => on_group_event(&mut d, &mut tasks, event),
+                // The member stopped (it failed, and said so in its last event).
+                None => d.group = None,
+            },
+            _ = d.shared.wake_driver.notified() => {}
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                match done {
+                    Ok(Done::Metadata(ok)) => {
+                        metadata_running = false;
+                        metadata_retry_at = (!ok).then(|| Instant::now() + Duration::from_millis(250));
+                        if !ok {
+                            metadata_wanted = true;
+                        }
+                    }
+                    Ok(Done::Io) | Ok(Done::Revoked) => {}
+                    Err(e) => warn!(error = %e, "consumer task failed"),
+                }
+                d.shared.wake_app();
+            }
+            command = d.commands.recv() => match command {
+                Some(Command::RevocationReady { generation, partitions }) => {
+                    let (shared, commander, auto) = (d.shared.clone(), d.commander.clone(), d.auto_commit.is_some());
+                    tasks.spawn(async move {
+                        let positions = {
+                            let mut f = lock(&shared.fetcher);
+                            f.mark_consumed();
+                            f.consumed(Some(&partitions))
+                        };
+                        if let Some(group) = commander {
+                            if auto && !positions.is_empty() {
+                                match group.commit(to_commit(positions)).await {
+                                    Ok(done) => remember_committed(&shared, &done),
+                                    Err(e) => warn!(error = %e, "commit before revocation failed"),
+                                }
+                            }
+                            lock(&shared.fetcher).unassign(&partitions);
+                            group.complete_revocation(generation).await;
+                        }
+                        Done::Revoked
+                    });
+                }
+                Some(Command::Close(done)) => {
+                    if let Some(group) = d.group.take() {
+                        group.leave().await;
+                    }
+                    let _ = done.send(());
+                    break;
+                }
+                None => break,
+            },
+            _ = sleep_until(deadline), if deadline.is_some() => {
+                let now = Instant::now();
+                if metadata_retry_at.is_some_and(|t| now >= t) {
+                    metadata_retry_at = None;
+                }
+                if let (Some(at), Some(interval)) = (next_auto_commit, d.auto_commit) {
+                    if now >= at {
+                        next_auto_commit = Some(now + interval);
+                        if let Some(group) = d.commander.clone() {
+                            let positions = lock(&d.shared.fetcher).consumed(None);
+                            let shared = d.shared.clone();
+                            tasks.spawn(async move {
+                                if !positions.is_empty() {
+                                    if let Ok(done) = group.commit(to_commit(positions)).await {
+                                        remember_committed(&shared, &done);
+                                    }
+                                }
+                                Done::Io
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    lock(&d.shared.app).stopped = true;
+    d.shared.wake_app();
+    debug!("consumer task stopped");
+}
+
+async fn next_group_event(group: &mut Option<GroupHandle>) -> Option<Event> {
+    match group {
+        Some(g) => g.next_event().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
+    match &event {
+        Event::Assigned { added, .. } => {
+            lock(&d.shared.fetcher).assign(added, true);
+        }
+        Event::CommittedOffsets { offsets, .. } => {
+            let mut f = lock(&d.shared.fetcher);
+            let mut app = lock(&d.shared.app);
+            for (tp, offset, epoch) in offsets {
+                f.set_committed(tp, *offset, *epoch);
+                if *offset >= 0 {
+                    app.committed.insert(tp.clone(), *offset);
+                }
+            }
+        }
+        Event::RevokeRequested {
+            generation,
+            partitions,
+        } => {
+            {
+                let mut f = lock(&d.shared.fetcher);
+                for tp in partitions {
+                    f.pause(tp);
+                    f.discard_buffered(tp);
+                }
+            }
+            lock(&d.shared.app).revoking = Some((*generation, partitions.clone()));
+            d.shared.wake_app();
+        }
+        Event::Lost { partitions, .. } => {
+            lock(&d.shared.fetcher).unassign(partitions);
+        }
+        Event::Fatal(e) => {
+            lock(&d.shared.app).fatal = Some(Error::Group(e.clone()));
+            d.shared.wake_app();
+        }
+        _ => {}
+    }
+    let _ = d.events.send(ConsumerEvent::Group(event));
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One Fetch to `node`: negotiate (once per connection), build, send, hand back.
+async fn fetch_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Done {
+    let fail = |shared: &Shared| {
+        lock(&shared.fetcher).handle_fetch_failure(Instant::now().into_std(), node);
+    };
+    let conn = match cluster.broker(node) {
+        Ok(c) => c,
+        Err(_) => {
+            fail(&shared);
+            return Done::Io;
+        }
+    };
+    let version = match conn.versions().await {
+        Ok(t) => t.version(ApiKey::Fetch),
+        Err(_) => None,
+    };
+    let Some(version) = version else {
+        fail(&shared);
+        return Done::Io;
+    };
+    let built = lock(&shared.fetcher).build_fetch(Instant::now().into_std(), node, version);
+    let Some((request, token)) = built else {
+        return Done::Io;
+    };
+    match conn
+        .send_version::<FetchRequest>(&request, token.version())
+        .await
+    {
+        Ok(response) => {
+            lock(&shared.fetcher).handle_fetch(Instant::now().into_std(), token, response);
+        }
+        Err(e) => {
+            debug!(node = node.0, error = %e, "fetch failed");
+            fail(&shared);
+        }
+    }
+    shared.wake_app();
+    Done::Io
+}
+
+/// One ListOffsets to `node` for the partitions it leads that need a reset.
+async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Done {
+    let fail = |shared: &Shared| {
+        lock(&shared.fetcher).handle_list_offsets_failure(Instant::now().into_std(), node);
+    };
+    let Ok(conn) = cluster.broker(node) else {
+        fail(&shared);
+        return Done::Io;
+    };
+    let version = match conn.versions().await {
+        Ok(t) => t.version(ApiKey::ListOffsets),
+        Err(_) => None,
+    };
+    let Some(version) = version else {
+        fail(&shared);
+        return Done::Io;
+    };
+    let request: Option<ListOffsetsRequest> =
+        lock(&shared.fetcher).build_list_offsets(Instant::now().into_std(), node, version);
+    let Some(request) = request else {
+        return Done::Io;
+    };
+    match conn.send_version(&request, version).await {
+        Ok(response) => {
+            lock(&shared.fetcher).handle_list_offsets(Instant::now().into_std(), node, response)
+        }
+        Err(e) => {
+            debug!(node = node.0, error = %e, "ListOffsets failed");
+            fail(&shared);
+        }
+    }
+    Done::Io
+}
