@@ -51,7 +51,11 @@ pub fn matches(
 }
 
 /// A producer for `bootstrap` with `codec` and the given extra settings.
-pub fn producer(bootstrap: &str, codec: &str, extra: &[(&str, &str)]) -> anyhow::Result<FutureProducer> {
+pub fn producer(
+    bootstrap: &str,
+    codec: &str,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<FutureProducer> {
     let mut config = RdConfig::new();
     config
         .set("bootstrap.servers", bootstrap)

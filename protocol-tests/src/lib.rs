@@ -6,6 +6,7 @@ pub mod data;
 pub mod group_app;
 pub mod mock;
 pub mod peer;
+pub mod proxy;
 pub mod pyclient;
 pub mod sim;
 pub mod tansu;

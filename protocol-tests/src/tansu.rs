@@ -149,10 +149,16 @@ impl Tansu {
     /// the broker exits during start-up (the port was taken in the meantime), tries once
     /// more on another port.
     pub fn start() -> anyhow::Result<Tansu> {
+        Self::start_advertising(None)
+    }
+
+    /// Like [`Tansu::start`], but tansu tells clients to connect to `advertised`
+    /// (`host:port`) instead of its own port: for a proxy placed in front of it.
+    pub fn start_advertising(advertised: Option<&str>) -> anyhow::Result<Tansu> {
         let bin = find_tansu()?;
-        match Self::start_once(&bin) {
+        match Self::start_once(&bin, advertised) {
             Ok(t) => Ok(t),
-            Err(StartError::Exited(first)) => match Self::start_once(&bin) {
+            Err(StartError::Exited(first)) => match Self::start_once(&bin, advertised) {
                 Ok(t) => Ok(t),
                 Err(StartError::Exited(e) | StartError::Other(e)) => Err(e.context(format!(
                     "tansu failed to start twice; the first time: {first:#}"
@@ -162,9 +168,12 @@ impl Tansu {
         }
     }
 
-    fn start_once(bin: &Path) -> Result<Tansu, StartError> {
+    fn start_once(bin: &Path, advertised: Option<&str>) -> Result<Tansu, StartError> {
         let port = free_port().map_err(StartError::Other)?;
         let url = format!("tcp://127.0.0.1:{port}");
+        let advertised_url = advertised
+            .map(|a| format!("tcp://{a}"))
+            .unwrap_or_else(|| url.clone());
         let log = log_dir().join(format!("tansu-{port}-{}.log", std::process::id()));
         let file = File::create(&log)
             .with_context(|| format!("creating {}", log.display()))
@@ -180,7 +189,7 @@ impl Tansu {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised_url,
             ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdin(Stdio::null())

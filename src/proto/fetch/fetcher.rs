@@ -137,7 +137,7 @@ impl ConsumerRecord {
 #[non_exhaustive]
 pub enum FetchError {
     /// A batch failed its checks (CRC, layout, codec).
-    #[error("{topic}/{partition}: corrupt record batch at offset {offset}: {source}")]
+    #[error("{topic}/{partition} stopped at offset {offset}: {source}")]
     Corrupt {
         /// The topic.
         topic: String,
@@ -542,22 +542,29 @@ impl Fetcher {
         self.partitions.keys().cloned().collect()
     }
 
-    /// The next offset to deliver, with the leader epoch of the last record delivered.
+    /// The next offset to deliver, with the leader epoch of the last record delivered
+    /// (for a stopped partition: where it stopped).
     pub fn position(&self, tp: &TopicPartition) -> Option<(i64, i32)> {
         match self.partitions.get(tp)?.position {
-            Position::At { offset, epoch } => Some((offset, epoch)),
+            Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch))) => {
+                Some((offset, epoch))
+            }
             _ => None,
         }
     }
 
-    /// Every known position.
+    /// Whether a partition is stopped by an error (until a seek).
+    pub fn is_stopped(&self, tp: &TopicPartition) -> bool {
+        self.partitions
+            .get(tp)
+            .is_some_and(|s| matches!(s.position, Position::Stopped(_)))
+    }
+
+    /// Every known position (see [`Fetcher::position`]).
     pub fn positions(&self) -> Vec<(TopicPartition, i64, i32)> {
         self.partitions
-            .iter()
-            .filter_map(|(tp, s)| match s.position {
-                Position::At { offset, epoch } => Some((tp.clone(), offset, epoch)),
-                _ => None,
-            })
+            .keys()
+            .filter_map(|tp| self.position(tp).map(|(o, e)| (tp.clone(), o, e)))
             .collect()
     }
 
@@ -897,6 +904,7 @@ impl Fetcher {
             return;
         }
         let code = p.error_code;
+        tracing::trace!(%tp, fetch_offset, error = %error_name(code), high_watermark = p.high_watermark, log_start = p.log_start_offset, bytes = p.records.as_ref().map_or(0, |r| r.len()), "fetched partition");
         if code == 0 {
             s.high_watermark = p.high_watermark;
             s.last_stable_offset = p.last_stable_offset;
@@ -1681,7 +1689,7 @@ mod tests {
             token,
             response(0, vec![(0, ResponseError::OffsetOutOfRange.code(), None)]),
         );
-        assert_eq!(f.position(&tp(0)), None);
+        assert_eq!(f.position(&tp(0)), None, "no position until the reset");
         assert_eq!(f.resets_due(now), vec![NodeId(1)]);
         let req = f
             .build_list_offsets(now, NodeId(1), 7)
@@ -1814,9 +1822,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(f.next_record(), None);
+        assert!(f.is_stopped(&tp(0)));
         assert_eq!(
             f.position(&tp(0)),
-            None,
+            Some((2, 4)),
             "stopped, not moved past the batch"
         );
         f.mark_consumed();
