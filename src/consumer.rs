@@ -57,8 +57,8 @@ pub use crate::proto::fetch::request::IsolationLevel;
 use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
-use crate::proto::group::member::Event;
 pub use crate::proto::group::member::GroupConfig;
+use crate::proto::group::member::{CommitError, Event};
 use crate::proto::group::messages::CommitOffset;
 use crate::proto::metadata::NodeId;
 
@@ -678,13 +678,40 @@ impl Consumer {
         lock(&self.shared.fetcher).buffered_bytes()
     }
 
-    /// Commits (with automatic commits on), leaves the group and stops.
+    /// Commits what was delivered (with automatic commits on), leaves the group and
+    /// stops. A rebalance in progress is waited out, for up to 30 s, so the commit
+    /// lands; a revocation pending at that moment completes at once.
     pub async fn close(mut self) -> Result<()> {
         let mut result = Ok(());
         if self.auto_commit {
-            lock(&self.shared.fetcher).mark_consumed();
-            let consumed = lock(&self.shared.fetcher).consumed(None);
-            result = self.commit_positions(consumed).await;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                // The application is done: everything delivered counts as consumed,
+                // and a pending revocation may complete (committing its partitions).
+                self.on_poll_entry();
+                let consumed = {
+                    let mut f = lock(&self.shared.fetcher);
+                    f.mark_consumed();
+                    let owned = f.assignment();
+                    f.consumed(Some(&owned))
+                };
+                match self.commit_positions(consumed).await {
+                    Ok(()) => break,
+                    Err(Error::Commit(e))
+                        if (e.is_retriable() || matches!(e, CommitError::NotOwned(_)))
+                            && Instant::now() < deadline =>
+                    {
+                        // Rebalancing, or a revocation raced the commit: try again
+                        // with what is still owned.
+                        debug!(error = %e, "commit on close: retrying");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
         }
         let (done, rx) = oneshot::channel();
         if self.commands.send(Command::Close(done)).is_ok() {

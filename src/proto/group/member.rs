@@ -231,6 +231,30 @@ pub enum CommitError {
     Closed(GroupError),
 }
 
+impl CommitError {
+    /// Whether the same commit may succeed later without losing the partitions: the
+    /// group is rebalancing, the coordinator is moving, or the request was lost.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            CommitError::NoGeneration
+            | CommitError::CoordinatorUnknown
+            | CommitError::Request(_)
+            | CommitError::Stale { .. } => true,
+            CommitError::Broker { code, .. } => matches!(
+                ResponseError::try_from_code(*code),
+                Some(
+                    ResponseError::RebalanceInProgress
+                        | ResponseError::CoordinatorLoadInProgress
+                        | ResponseError::CoordinatorNotAvailable
+                        | ResponseError::NotCoordinator
+                        | ResponseError::RequestTimedOut
+                )
+            ),
+            CommitError::NotOwned(_) | CommitError::Closed(_) => false,
+        }
+    }
+}
+
 /// What the member tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
