@@ -10,7 +10,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use ottla::proto::fetch::batch::{BatchErrorKind, BatchOptions, Batches, CommittedFilter};
+use ottla::proto::fetch::batch::{
+    BatchErrorKind, BatchOptions, Batches, CommittedFilter, Marker, control_markers,
+};
 use proptest::prelude::*;
 
 fn compress(src: &mut BytesMut, dst: &mut BytesMut, codec: Compression) -> anyhow::Result<()> {
@@ -250,8 +252,9 @@ fn read_committed_drops_aborted_transactions_and_every_marker() {
     for b in &batches {
         bytes.extend_from_slice(&encode(b, Compression::None));
     }
-    let read = |aborted: Vec<(i64, i64)>| -> Vec<String> {
-        let mut filter = CommittedFilter::new(aborted);
+    let bytes_frozen = bytes.clone().freeze();
+    let read_with = |aborted: Vec<(i64, i64)>, markers: Vec<Marker>| -> Vec<String> {
+        let mut filter = CommittedFilter::new(aborted).with_markers(markers);
         let mut out = Vec::new();
         for batch in Batches::new(bytes.clone().freeze(), BatchOptions::default()) {
             let batch = batch.unwrap();
@@ -265,8 +268,42 @@ fn read_committed_drops_aborted_transactions_and_every_marker() {
         }
         out
     };
+    let read = |aborted: Vec<(i64, i64)>| read_with(aborted, vec![]);
     // The broker reports producer 8's aborted transaction starting at offset 3.
     assert_eq!(read(vec![(8, 3)]), ["a0", "a1", "c0"]);
-    // read_uncommitted: everything but the markers.
+    // No aborted list and no markers: everything but the markers.
     assert_eq!(read(vec![]), ["a0", "a1", "b0", "b1", "c0"]);
+    // The markers are read from the headers alone, in order.
+    let markers = control_markers(&bytes_frozen);
+    assert_eq!(
+        markers,
+        [
+            Marker {
+                producer_id: 7,
+                offset: 2,
+                abort: false
+            },
+            Marker {
+                producer_id: 8,
+                offset: 6,
+                abort: true
+            },
+            Marker {
+                producer_id: 7,
+                offset: 7,
+                abort: false
+            },
+        ]
+    );
+    // A broker that leaves the aborted list empty (tansu): the ABORT marker in the
+    // same range still hides producer 8's records.
+    assert_eq!(read_with(vec![], markers.clone()), ["a0", "a1", "c0"]);
+    // List and markers agreeing (a real broker) give the same answer.
+    assert_eq!(read_with(vec![(8, 3)], markers), ["a0", "a1", "c0"]);
+}
+
+#[test]
+fn control_markers_stop_quietly_at_garbage() {
+    assert!(control_markers(&Bytes::from_static(&[0xff; 40])).is_empty());
+    assert!(control_markers(&Bytes::new()).is_empty());
 }

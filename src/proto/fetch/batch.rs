@@ -499,18 +499,73 @@ fn nullable_bytes(b: &mut Bytes) -> Option<Option<Bytes>> {
     Some(Some(b.split_to(len)))
 }
 
+/// A transaction marker found in a fetched range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marker {
+    /// The producer whose transaction it ends.
+    pub producer_id: i64,
+    /// The marker's offset.
+    pub offset: i64,
+    /// ABORT (true) or COMMIT (false).
+    pub abort: bool,
+}
+
+/// The transaction markers in a partition's records field, read from batch headers
+/// only: no CRC check, no decompression (control batches are never compressed). Stops
+/// quietly at anything malformed; the iterator reports that.
+pub fn control_markers(records: &Bytes) -> Vec<Marker> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    let options = BatchOptions {
+        check_crcs: false,
+        max_decompressed: 1 << 16,
+    };
+    while let Some(head) = records.get(at..at + 12) {
+        let Ok(length) =
+            usize::try_from(i32::from_be_bytes([head[8], head[9], head[10], head[11]]))
+        else {
+            break;
+        };
+        let Some(batch) = records.get(at..at + 12 + length) else {
+            break;
+        };
+        // attributes at 21..23; the control bit is 0x20.
+        let is_control = batch.get(21..23).is_some_and(|a| a[1] & 0x20 != 0);
+        if is_control && batch.get(16) == Some(&2) {
+            let one = records.slice(at..at + 12 + length);
+            if let Some(Ok(b)) = Batches::new(one, options).next() {
+                if let Some(t) = control_type(&b) {
+                    out.push(Marker {
+                        producer_id: b.producer_id,
+                        offset: b.base_offset,
+                        abort: t == 0,
+                    });
+                }
+            }
+        }
+        at += 12 + length;
+    }
+    out
+}
+
 /// `read_committed` filtering (KIP-98), as the Java client does it: records of a
 /// transaction aborted within the fetched range are dropped, and control batches
 /// (transaction markers) are never shown.
 ///
 /// Feed the batches of one partition in offset order, with the partition's aborted
-/// transactions from the same Fetch response.
+/// transactions from the same Fetch response. Where the markers of the same range are
+/// given too ([`CommittedFilter::with_markers`]), a transactional batch whose
+/// producer's next marker in the range is an ABORT is dropped even if the broker left
+/// it out of the aborted list (tansu does); a real broker's list and markers agree, so
+/// this changes nothing there.
 #[derive(Debug, Clone, Default)]
 pub struct CommittedFilter {
     /// `(first offset, producer id)` not yet reached, in offset order.
     pending: std::collections::VecDeque<(i64, i64)>,
     /// Producers whose transaction is aborted and whose abort marker is still ahead.
     aborted: std::collections::HashSet<i64>,
+    /// Markers in the fetched range, in offset order.
+    markers: Vec<Marker>,
 }
 
 impl CommittedFilter {
@@ -524,7 +579,14 @@ impl CommittedFilter {
                 .map(|(producer, first)| (first, producer))
                 .collect(),
             aborted: Default::default(),
+            markers: Vec::new(),
         }
+    }
+
+    /// Adds the markers of the fetched range ([`control_markers`]).
+    pub fn with_markers(mut self, markers: Vec<Marker>) -> Self {
+        self.markers = markers;
+        self
     }
 
     /// Whether `batch`'s records are shown to the application.
@@ -544,7 +606,18 @@ impl CommittedFilter {
             }
             return false;
         }
-        !(batch.is_transactional() && self.aborted.contains(&batch.producer_id))
+        if !batch.is_transactional() {
+            return true;
+        }
+        if self.aborted.contains(&batch.producer_id) {
+            return false;
+        }
+        // The producer's next marker in the range decides, if there is one.
+        !self
+            .markers
+            .iter()
+            .find(|m| m.producer_id == batch.producer_id && m.offset > last)
+            .is_some_and(|m| m.abort)
     }
 }
 

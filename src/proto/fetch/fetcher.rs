@@ -34,7 +34,7 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, Record};
+use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, Record, control_markers};
 use super::request::{FetchParams, IsolationLevel};
 use crate::proto::error_name;
 use crate::proto::group::consumer_protocol::TopicPartition;
@@ -923,6 +923,7 @@ impl Fetcher {
                         .map(|a| (a.producer_id.0, a.first_offset))
                         .collect(),
                 )
+                .with_markers(control_markers(&records))
             });
             let counted = records.len();
             self.buffered_bytes += counted;
