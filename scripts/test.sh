@@ -30,3 +30,15 @@ else
     cargo test --workspace --no-fail-fast --lib --bins --tests
 fi
 cargo test --workspace --doc
+
+echo "== fuzz targets: build on stable, replay the seeds, short uninstrumented runs"
+# Coverage-guided fuzzing needs nightly and cargo-fuzz (README); this keeps every
+# target building and replays the committed seeds through the real code.
+cargo build --manifest-path fuzz/Cargo.toml --bins
+for target in frame record_batch consumer_protocol group_response fetch_response; do
+    seeds="fuzz/seeds/$target"
+    [ -d "$seeds" ] || seeds=""
+    "fuzz/target/debug/$target" -runs=20000 -max_len=4096 $seeds >/dev/null 2>&1 \
+        || { echo "error: fuzz target $target failed" >&2; "fuzz/target/debug/$target" -runs=20000 -max_len=4096 $seeds; exit 1; }
+    echo "ok: $target"
+done

@@ -796,12 +796,20 @@ async fn tansu_members_come_and_go_eager_nothing_lost_or_repeated() {
 async fn read_committed_hides_aborted(peer: &Peer) {
     use rdkafka::producer::{FutureRecord, Producer};
     protocol_tests::init_tracing();
-    let topic = "txn";
+    // Unique names, so the test can run again on a long-lived external broker.
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!("txn-{run}");
+    let topic = topic.as_str();
     peer.create_topic(topic, 1).expect("topic");
     let producer = protocol_tests::data::producer(
         &peer.bootstrap(),
         "none",
-        &[("transactional.id", "ottla-txn-test"), ("linger.ms", "0")],
+        &[
+            ("transactional.id", &format!("ottla-txn-{run}")),
+            ("linger.ms", "0"),
+        ],
     )
     .expect("producer");
     let p = producer.clone();

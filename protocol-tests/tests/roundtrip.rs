@@ -168,6 +168,134 @@ proptest! {
     }
 }
 
+/// Metadata naming `topics` (each with `partitions` partitions, all led by node 1).
+fn fetcher_metadata(
+    topics: &[(String, u128)],
+    partitions: i32,
+) -> ottla::proto::metadata::ClusterMetadata {
+    use ottla::proto::metadata::{
+        ClusterMetadata, LeaderEpoch, NodeId, PartitionMetadata, TopicMetadata,
+    };
+    let mut m = ClusterMetadata::default();
+    for (name, id) in topics {
+        m.topics.insert(
+            name.clone(),
+            TopicMetadata {
+                name: name.clone(),
+                id: uuid::Uuid::from_u128(*id),
+                internal: false,
+                partitions: (0..partitions)
+                    .map(|p| PartitionMetadata {
+                        partition: p,
+                        leader: Some(NodeId(1)),
+                        leader_epoch: LeaderEpoch(p),
+                        replicas: vec![],
+                        isr: vec![],
+                        error: 0,
+                    })
+                    .collect(),
+                error: 0,
+            },
+        );
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The fetcher's own requests: a full fetch that opens a session, then an
+    /// incremental one that changes some offsets and forgets paused partitions.
+    #[test]
+    fn fetcher_requests_round_trip(
+        version in versions(ApiKey::Fetch),
+        topics in prop::collection::btree_map("[a-z]{1,12}", 1u128..u128::MAX, 1..4),
+        partitions in 1i32..5,
+        offsets in prop::collection::vec(0i64..1 << 40, 16),
+        moves in prop::collection::vec(any::<bool>(), 16),
+        committed in any::<bool>(),
+    ) {
+        use std::time::Instant;
+        use kafka_protocol::messages::FetchResponse;
+        use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig};
+        use ottla::proto::fetch::request::IsolationLevel;
+        use ottla::proto::group::consumer_protocol::TopicPartition;
+        use ottla::proto::metadata::NodeId;
+        let topics: Vec<(String, u128)> = topics.into_iter().collect();
+        let mut config = FetcherConfig::default();
+        if committed {
+            config.params.isolation = IsolationLevel::ReadCommitted;
+        }
+        let mut f = Fetcher::new(config);
+        let tps: Vec<TopicPartition> = topics
+            .iter()
+            .flat_map(|(t, _)| (0..partitions).map(move |p| TopicPartition::new(t.clone(), p)))
+            .collect();
+        f.assign(&tps, true);
+        for (i, tp) in tps.iter().enumerate() {
+            f.set_committed(tp, offsets[i % offsets.len()], -1);
+        }
+        f.update_metadata(&fetcher_metadata(&topics, partitions));
+        let now = Instant::now();
+        f.claim_fetches(now);
+        let (request, token) = f.build_fetch(now, NodeId(1), version).expect("a full fetch");
+        roundtrip(ApiKey::Fetch, token.version(), &request)?;
+        let mut response = FetchResponse::default();
+        response.session_id = 77;
+        f.handle_fetch(now, token, response);
+        for (i, tp) in tps.iter().enumerate() {
+            match (moves[i % moves.len()], i % 3) {
+                (true, 0) => f.pause(tp),
+                (true, _) => f.seek(tp, offsets[(i + 1) % offsets.len()] + 1),
+                _ => {}
+            }
+        }
+        f.claim_fetches(now);
+        if let Some((request, token)) = f.build_fetch(now, NodeId(1), version) {
+            if token.version() >= 7 {
+                prop_assert_eq!(request.session_id, 77);
+            }
+            roundtrip(ApiKey::Fetch, token.version(), &request)?;
+        }
+    }
+
+    #[test]
+    fn list_offsets_requests_round_trip(
+        version in versions(ApiKey::ListOffsets),
+        topics in prop::collection::btree_map("[a-z]{1,12}", 1u128..u128::MAX, 1..4),
+        partitions in 1i32..5,
+        earliest in any::<bool>(),
+        committed in any::<bool>(),
+    ) {
+        use std::time::Instant;
+        use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig, OffsetReset};
+        use ottla::proto::fetch::request::IsolationLevel;
+        use ottla::proto::group::consumer_protocol::TopicPartition;
+        let topics: Vec<(String, u128)> = topics.into_iter().collect();
+        let mut config = FetcherConfig {
+            reset: if earliest { OffsetReset::Earliest } else { OffsetReset::Latest },
+            ..FetcherConfig::default()
+        };
+        if committed {
+            config.params.isolation = IsolationLevel::ReadCommitted;
+        }
+        let mut f = Fetcher::new(config);
+        let tps: Vec<TopicPartition> = topics
+            .iter()
+            .flat_map(|(t, _)| (0..partitions).map(move |p| TopicPartition::new(t.clone(), p)))
+            .collect();
+        f.assign(&tps, false);
+        f.update_metadata(&fetcher_metadata(&topics, partitions));
+        let now = Instant::now();
+        let nodes = f.resets_due(now);
+        prop_assert_eq!(nodes.len(), 1);
+        let request = f.build_list_offsets(now, nodes[0], version).expect("a ListOffsets");
+        let asked: usize = request.topics.iter().map(|t| t.partitions.len()).sum();
+        prop_assert_eq!(asked, tps.len());
+        roundtrip(ApiKey::ListOffsets, version, &request)?;
+    }
+}
+
 /// Every API in ottla's supported table has a round-trip property above; a new entry
 /// without one fails here.
 #[test]
@@ -177,6 +305,7 @@ fn every_supported_api_has_a_round_trip() {
         ApiKey::ApiVersions,
         ApiKey::Metadata,
         ApiKey::Fetch,
+        ApiKey::ListOffsets,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::SyncGroup,

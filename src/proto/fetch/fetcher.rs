@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
@@ -35,7 +34,7 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, Record, control_markers};
-use super::request::{FetchParams, IsolationLevel};
+use super::request::{FetchParams, FetchTarget, IsolationLevel, fetch_request, forgotten_topics};
 use crate::proto::error_name;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -765,23 +764,22 @@ impl Fetcher {
             let epoch = if use_session { 0 } else { -1 };
             (0, epoch, wanted.clone(), BTreeMap::new())
         };
-        let mut request = FetchRequest::default()
-            .with_max_wait_ms(self.config.params.max_wait_ms)
-            .with_min_bytes(self.config.params.min_bytes)
-            .with_topics(fetch_topics(version, &send));
-        request.max_bytes = self
-            .config
-            .params
-            .max_bytes
-            .min(i32::try_from(room).unwrap_or(i32::MAX));
-        request.isolation_level = match self.config.params.isolation {
-            IsolationLevel::ReadUncommitted => 0,
-            IsolationLevel::ReadCommitted => 1,
+        let params = FetchParams {
+            max_bytes: self
+                .config
+                .params
+                .max_bytes
+                .min(i32::try_from(room).unwrap_or(i32::MAX)),
+            ..self.config.params
+        };
+        let Ok(mut request) = fetch_request(version, &params, &targets(&send)) else {
+            self.fetching.remove(&node);
+            return None;
         };
         if version >= 7 {
             request.session_id = session_id;
             request.session_epoch = session_epoch;
-            request.forgotten_topics_data = forgotten_topics(version, &forgotten);
+            request.forgotten_topics_data = forgotten_topics(version, &targets(&forgotten));
         }
         if let Some(f) = self.fetching.get_mut(&node) {
             f.version = Some(version);
@@ -1348,69 +1346,19 @@ enum Drain {
     Exhausted,
 }
 
-fn fetch_topics(
-    version: i16,
-    partitions: &BTreeMap<TopicPartition, SentPartition>,
-) -> Vec<FetchTopic> {
-    let mut topics: Vec<FetchTopic> = Vec::new();
-    for (tp, p) in partitions {
-        let same = topics.last().is_some_and(|t| {
-            if version >= 13 {
-                t.topic_id == p.topic_id
-            } else {
-                t.topic.0.as_str() == tp.topic
-            }
-        });
-        if !same {
-            let mut t = FetchTopic::default();
-            if version >= 13 {
-                t.topic_id = p.topic_id;
-            } else {
-                t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
-            }
-            topics.push(t);
-        }
-        let mut fp = FetchPartition::default()
-            .with_partition(tp.partition)
-            .with_fetch_offset(p.offset)
-            .with_partition_max_bytes(p.max_bytes);
-        if version >= 9 {
-            fp.current_leader_epoch = p.leader_epoch;
-        }
-        if let Some(t) = topics.last_mut() {
-            t.partitions.push(fp);
-        }
-    }
-    topics
-}
-
-fn forgotten_topics(
-    version: i16,
-    partitions: &BTreeMap<TopicPartition, SentPartition>,
-) -> Vec<ForgottenTopic> {
-    let mut topics: Vec<ForgottenTopic> = Vec::new();
-    for (tp, p) in partitions {
-        let same = topics.last().is_some_and(|t| {
-            if version >= 13 {
-                t.topic_id == p.topic_id
-            } else {
-                t.topic.0.as_str() == tp.topic
-            }
-        });
-        if !same {
-            let mut t = ForgottenTopic::default();
-            if version >= 13 {
-                t.topic_id = p.topic_id;
-            } else {
-                t.topic = TopicName(StrBytes::from_string(tp.topic.clone()));
-            }
-            topics.push(t);
-        }
-        if let Some(t) = topics.last_mut() {
-            t.partitions.push(tp.partition);
-        }
-    }
-    topics
+/// The partitions of a fetch as [`FetchTarget`]s, for the request builders.
+fn targets(partitions: &BTreeMap<TopicPartition, SentPartition>) -> Vec<FetchTarget> {
+    partitions
+        .iter()
+        .map(|(tp, p)| FetchTarget {
+            topic: tp.topic.clone(),
+            topic_id: p.topic_id,
+            partition: tp.partition,
+            offset: p.offset,
+            leader_epoch: p.leader_epoch,
+            max_bytes: p.max_bytes,
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -127,6 +127,31 @@ pub fn fetch_request(
         IsolationLevel::ReadCommitted => 1,
     };
     Ok(request)
+}
+
+/// The `forgotten_topics_data` of an incremental fetch (v7+): partitions leaving the
+/// fetch session, named by topic id from v13.
+pub fn forgotten_topics(version: i16, targets: &[FetchTarget]) -> Vec<ForgottenTopic> {
+    let mut by_topic: BTreeMap<(&str, Uuid), Vec<i32>> = BTreeMap::new();
+    for t in targets {
+        by_topic
+            .entry((t.topic.as_str(), t.topic_id))
+            .or_default()
+            .push(t.partition);
+    }
+    by_topic
+        .into_iter()
+        .map(|((name, id), partitions)| {
+            let mut topic = ForgottenTopic::default();
+            if version >= 13 {
+                topic.topic_id = id;
+            } else {
+                topic.topic = TopicName(StrBytes::from_string(name.to_string()));
+            }
+            topic.partitions = partitions;
+            topic
+        })
+        .collect()
 }
 
 /// One partition of a Fetch response.
