@@ -905,3 +905,129 @@ async fn external_read_committed_hides_aborted_transactions() {
         None => println!("OTTLA_BOOTSTRAP not set: skipped"),
     }
 }
+
+// ----- commits and shutdown -----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_commit_forms_and_what_the_next_owner_sees() {
+    protocol_tests::init_tracing();
+    let peer = mock();
+    let topic = "commits";
+    peer.create_topic(topic, 2).expect("topic");
+    produce(&peer.bootstrap(), topic, 2, 0, 200, "none")
+        .await
+        .expect("produce");
+    let (p0, p1) = (TopicPartition::new(topic, 0), TopicPartition::new(topic, 1));
+    let mut consumer = builder(&peer)
+        .group_id("commits")
+        .topics([topic])
+        .build()
+        .await
+        .expect("consumer");
+    // Read everything: 100 records per partition.
+    let mut n = 0;
+    while n < 200 {
+        n += tokio::time::timeout(Duration::from_secs(30), consumer.recv_batch(500))
+            .await
+            .expect("records")
+            .expect("ok")
+            .len();
+    }
+    assert_eq!(consumer.position(&p0), Some(100));
+    assert_eq!(consumer.lag(&p0), Some(0));
+    // Synchronous: every position.
+    consumer.commit().await.expect("commit");
+    assert_eq!(
+        (consumer.committed(&p0), consumer.committed(&p1)),
+        (Some(100), Some(100))
+    );
+    // Explicit offsets.
+    consumer
+        .commit_offsets(&[(p0.clone(), 40)])
+        .await
+        .expect("explicit commit");
+    assert_eq!(consumer.committed(&p0), Some(40));
+    // Asynchronous: the result arrives as an event.
+    consumer.commit_async();
+    let started = Instant::now();
+    let mut completed = false;
+    while !completed && started.elapsed() < Duration::from_secs(10) {
+        match tokio::time::timeout(Duration::from_secs(10), consumer.next_event()).await {
+            Ok(Some(ConsumerEvent::Group(
+                ottla::proto::group::member::Event::CommitCompleted { result, .. },
+            ))) => {
+                let done = result.expect("async commit");
+                completed = done.iter().any(|c| c.partition == p0 && c.offset == 100);
+            }
+            Ok(Some(_)) => {}
+            other => panic!("no commit event: {other:?}"),
+        }
+    }
+    assert!(completed, "the async commit completed");
+    consumer
+        .commit_offsets(&[(p0.clone(), 40)])
+        .await
+        .expect("explicit commit");
+    consumer.close().await.expect("close");
+    // The next member of the group starts where the commits left each partition.
+    let mut next = builder(&peer)
+        .group_id("commits")
+        .topics([topic])
+        .build()
+        .await
+        .expect("consumer");
+    let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+    while first.len() < 1 || next.position(&p1).is_none() {
+        if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(30), next.recv()).await {
+            first.entry(r.partition).or_insert(r.offset);
+        }
+    }
+    assert_eq!(
+        first.get(&0),
+        Some(&40),
+        "partition 0 resumes at the explicit commit"
+    );
+    assert_eq!(
+        next.position(&p1),
+        Some(100),
+        "partition 1 resumes at its position commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_dropping_a_consumer_never_hangs_and_it_leaves_the_group() {
+    protocol_tests::init_tracing();
+    let peer = mock();
+    let topic = "dropped";
+    peer.create_topic(topic, 2).expect("topic");
+    let mut consumer = builder(&peer)
+        .group_id("dropped")
+        .topics([topic])
+        .build()
+        .await
+        .expect("consumer");
+    // Wait until it holds its partitions.
+    let started = Instant::now();
+    while consumer.assignment().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never assigned"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await;
+    }
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.start_request_tracking();
+    let dropped = Instant::now();
+    drop(consumer);
+    let took = dropped.elapsed();
+    assert!(took < Duration::from_secs(1), "drop took {took:?}");
+    // The background task still sends LeaveGroup (API key 13).
+    let started = Instant::now();
+    while !m.requests().iter().any(|r| r.api_key == 13) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no LeaveGroup after the drop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,11 +1,17 @@
 //! Peak memory while consuming a large topic with a bounded buffer.
 //!
-//! `cargo run --release -p protocol-tests --bin bench-memory [-- --mb 1024 --cap-mb 64 --runs 3]`
+//! `cargo run --release -p protocol-tests --bin bench-memory [-- --mb 1024 --cap-mb 64 --runs 3 --app-mib-per-s 40]`
 //!
 //! Starts tansu (the mock cluster keeps only 5 MiB per partition), writes `--mb` MiB of
 //! 1 KiB records with librdkafka's producer, then, for each run, starts a fresh child
 //! process that consumes everything with ottla (manual assignment, `buffer_max_bytes`
-//! = `--cap-mb`) and reports its own peak RSS (`VmHWM`) before and after. The producer
+//! = `--cap-mb`) and reports its own peak RSS (`VmHWM`) before and after. The child
+//! processes at most `--app-mib-per-s` (0: as fast as it can), slower than the broker
+//! delivers, so the buffer fills to its cap and the cap is what is measured (with
+//! `max.partition.fetch.bytes` at 16 MiB, the partitions alone could hold twice the
+//! default cap). glibc's malloc raises its mmap threshold as large blocks are freed and
+//! then keeps freed heap pages; run with `MALLOC_MMAP_THRESHOLD_=131072` to see the
+//! figure without that (the children inherit the environment). The producer
 //! lives in the parent, so its buffers do not count. Prints one line per run and the
 //! median.
 
@@ -47,6 +53,7 @@ fn main() -> ExitCode {
     let mb = arg("--mb", 1024);
     let cap_mb = arg("--cap-mb", 64);
     let runs = arg("--runs", 3);
+    let rate = arg("--app-mib-per-s", 40);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -90,6 +97,7 @@ fn main() -> ExitCode {
                 &peer.bootstrap(),
                 &records.to_string(),
                 &cap_mb.to_string(),
+                &rate.to_string(),
             ])
             .output();
         match out {
@@ -121,8 +129,13 @@ fn main() -> ExitCode {
     peaks.sort_by(f64::total_cmp);
     if let Some(median) = peaks.get(peaks.len() / 2) {
         println!(
-            "median peak RSS {median:.1} MiB consuming {mb} MiB with a {cap_mb} MiB buffer cap ({:.2}x the cap)",
-            median / cap_mb as f64
+            "median peak RSS {median:.1} MiB consuming {mb} MiB with a {cap_mb} MiB buffer cap ({:.2}x the cap; application at {} MiB/s)",
+            median / cap_mb as f64,
+            if rate == 0 {
+                "full speed".to_string()
+            } else {
+                rate.to_string()
+            }
         );
     }
     ExitCode::SUCCESS
@@ -177,12 +190,13 @@ async fn produce(bootstrap: &str, records: u64) -> anyhow::Result<()> {
 
 fn consume() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    let (Some(bootstrap), Some(records), Some(cap_mb)) = (
+    let (Some(bootstrap), Some(records), Some(cap_mb), Some(rate)) = (
         args.get(2),
         args.get(3).and_then(|v| v.parse::<u64>().ok()),
         args.get(4).and_then(|v| v.parse::<usize>().ok()),
+        args.get(5).and_then(|v| v.parse::<u64>().ok()),
     ) else {
-        eprintln!("usage: bench-memory consume BOOTSTRAP RECORDS CAP_MB");
+        eprintln!("usage: bench-memory consume BOOTSTRAP RECORDS CAP_MB APP_MIB_PER_S");
         return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -201,18 +215,28 @@ fn consume() -> ExitCode {
             .assign((0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)))
             .offset_reset(OffsetReset::Earliest)
             .buffer_max_bytes(cap_mb * 1024 * 1024)
+            // 8 partitions x 16 MiB could hold 128 MiB: the cap is what binds.
+            .max_partition_fetch_bytes(16 * 1024 * 1024)
             .build()
             .await?;
         let baseline = status_kb("VmRSS:");
         let started = Instant::now();
         let (mut n, mut bytes, mut max_buffered) = (0u64, 0u64, 0usize);
         while n < records {
-            let batch = consumer.recv_batch(10_000).await?;
+            let batch = consumer.recv_batch(1000).await?;
             max_buffered = max_buffered.max(consumer.buffered_bytes());
             for r in &batch {
                 bytes += r.value.as_ref().map_or(0, |v| v.len() as u64);
             }
             n += batch.len() as u64;
+            drop(batch);
+            if rate > 0 {
+                // Pace the application: never ahead of `rate` MiB/s.
+                let due = Duration::from_secs_f64(bytes as f64 / (rate as f64 * 1048576.0));
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
         }
         let secs = started.elapsed().as_secs_f64();
         anyhow::Ok((baseline, n, bytes, secs, max_buffered))

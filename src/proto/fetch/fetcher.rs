@@ -271,8 +271,8 @@ struct Completed {
     tp: TopicPartition,
     topic: Arc<str>,
     batches: Batches,
-    /// Bytes of `batches` still counted in the buffer.
-    counted: usize,
+    /// The response this data came from (see [`Fetcher::charges`]).
+    charge: u64,
     filter: Option<CommittedFilter>,
     records: VecDeque<Record>,
     /// A bad record found after good ones: the partition stops here once those are out.
@@ -340,6 +340,9 @@ pub struct Fetcher {
     node_retry_at: HashMap<NodeId, Instant>,
     completed: VecDeque<Completed>,
     buffered_bytes: usize,
+    /// Per response with data still buffered: `(bytes, partitions not yet drained)`.
+    charges: HashMap<u64, (usize, usize)>,
+    next_charge: u64,
     errors: VecDeque<FetchError>,
     events: VecDeque<FetcherEvent>,
     metadata_needed: bool,
@@ -360,6 +363,8 @@ impl Fetcher {
             node_retry_at: HashMap::new(),
             completed: VecDeque::new(),
             buffered_bytes: 0,
+            charges: HashMap::new(),
+            next_charge: 0,
             errors: VecDeque::new(),
             events: VecDeque::new(),
             metadata_needed: false,
@@ -877,29 +882,42 @@ impl Fetcher {
                 ));
             }
         }
+        // The whole response stays in memory while any of its partitions' data waits
+        // (the records are slices of it), so it is charged to the buffer as one.
+        let charge = self.next_charge;
+        self.next_charge += 1;
+        let before = self.completed.len();
+        let mut bytes = 0;
         for (tp, p) in results {
             let Some(sent) = inflight.partitions.get(&tp) else {
                 continue;
             };
-            self.on_partition(now, &tp, sent.offset, p);
+            bytes += self.on_partition(now, &tp, sent.offset, p, charge);
+        }
+        let parts = self.completed.len() - before;
+        if parts > 0 {
+            self.buffered_bytes += bytes;
+            self.charges.insert(charge, (bytes, parts));
         }
     }
 
+    /// Takes one partition of a response; returns the bytes it left in the buffer.
     fn on_partition(
         &mut self,
         now: Instant,
         tp: &TopicPartition,
         fetch_offset: i64,
         p: kafka_protocol::messages::fetch_response::PartitionData,
-    ) {
+        charge: u64,
+    ) -> usize {
         let isolation = self.config.params.isolation;
         let options = self.config.batch;
         let Some(s) = self.partitions.get_mut(tp) else {
-            return;
+            return 0;
         };
         if !matches!(s.position, Position::At { offset, .. } if offset == fetch_offset) {
             // The position moved (seek, reset) while the fetch was out.
-            return;
+            return 0;
         }
         let code = p.error_code;
         tracing::trace!(%tp, fetch_offset, error = %error_name(code), high_watermark = p.high_watermark, log_start = p.log_start_offset, bytes = p.records.as_ref().map_or(0, |r| r.len()), "fetched partition");
@@ -910,7 +928,7 @@ impl Fetcher {
             s.retry_at = None;
             let records = p.records.unwrap_or_default();
             if records.is_empty() || s.buffered {
-                return;
+                return 0;
             }
             s.buffered = true;
             let filter = (isolation == IsolationLevel::ReadCommitted).then(|| {
@@ -924,12 +942,11 @@ impl Fetcher {
                 .with_markers(control_markers(&records))
             });
             let counted = records.len();
-            self.buffered_bytes += counted;
             self.completed.push_back(Completed {
                 tp: tp.clone(),
                 topic: s.topic.clone(),
                 batches: Batches::new(records, options),
-                counted,
+                charge,
                 filter,
                 records: VecDeque::new(),
                 pending_error: None,
@@ -937,7 +954,7 @@ impl Fetcher {
                 batch_end: fetch_offset,
                 timestamp_type: TimestampType::CreateTime,
             });
-            return;
+            return counted;
         }
         let retry_at = now + self.config.retry_backoff;
         match ResponseError::try_from_code(code) {
@@ -980,6 +997,7 @@ impl Fetcher {
                 s.retry_at = Some(retry_at);
             }
         }
+        0
     }
 
     // ----- offset resets -----
@@ -1203,7 +1221,13 @@ impl Fetcher {
 
     fn remove_completed(&mut self, i: usize) {
         if let Some(c) = self.completed.remove(i) {
-            self.buffered_bytes = self.buffered_bytes.saturating_sub(c.counted);
+            if let Some((bytes, parts)) = self.charges.get_mut(&c.charge) {
+                *parts -= 1;
+                if *parts == 0 {
+                    self.buffered_bytes = self.buffered_bytes.saturating_sub(*bytes);
+                    self.charges.remove(&c.charge);
+                }
+            }
             if let Some(s) = self.partitions.get_mut(&c.tp) {
                 s.buffered = false;
             }
@@ -1262,12 +1286,7 @@ impl Fetcher {
                     .push_back(FetcherEvent::PartitionStopped(error.clone()));
                 return Drain::Error(error);
             }
-            let before = c.batches.remaining();
-            let next = c.batches.next();
-            let released = before - c.batches.remaining();
-            c.counted -= released.min(c.counted);
-            self.buffered_bytes = self.buffered_bytes.saturating_sub(released);
-            let batch = match next {
+            let batch = match c.batches.next() {
                 None => return Drain::Exhausted,
                 Some(Err(source)) => {
                     let error = FetchError::Corrupt {

@@ -12,6 +12,9 @@ pub const DEFAULT_MAX_FRAME_SIZE: usize = 100 * 1024 * 1024;
 /// The smallest valid response: a 4-byte correlation id.
 const MIN_FRAME_SIZE: usize = 4;
 
+/// Frames larger than this get an allocation of their exact size.
+const EXACT_ALLOCATION_ABOVE: usize = 64 * 1024;
+
 /// Splits a byte stream into frames of `[i32 length][length bytes]`.
 ///
 /// The length is checked against the maximum before any buffer is reserved for the
@@ -54,7 +57,17 @@ impl FrameDecoder {
         }
         let total = 4 + size;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            if buf.capacity() < total && total > EXACT_ALLOCATION_ABOVE {
+                // A large frame (a Fetch response) gets a buffer of exactly its size:
+                // its records are handed out as slices, so the allocation lives as
+                // long as they do, and growing by doubling would keep up to twice the
+                // frame (plus the start of the next one) alive.
+                let mut exact = BytesMut::with_capacity(total);
+                exact.extend_from_slice(buf);
+                *buf = exact;
+            } else {
+                buf.reserve(total - buf.len());
+            }
             return Ok(None);
         }
         buf.advance(4);
