@@ -55,6 +55,28 @@ struct Tally {
     per_member: Vec<u64>,
 }
 
+impl Tally {
+    /// Counts member `m`'s batch, checking each record against what was written.
+    fn add(&mut self, m: usize, batch: &[ottla::ConsumerRecord], partitions: i32, total: u64) {
+        for r in batch {
+            let i = index_of(r.partition, r.offset, partitions);
+            let count = self.seen.entry((r.partition, r.offset)).or_insert(0);
+            *count += 1;
+            if *count == 1 {
+                self.unique += 1;
+            } else {
+                self.duplicates += 1;
+            }
+            self.per_member[m] += 1;
+            let good = i < total && matches(i, r.key.as_deref(), r.value.as_deref(), &r.headers);
+            if !good && self.mismatched.len() < 5 {
+                self.mismatched
+                    .push(format!("{}/{}@{}: {r:?}", r.topic, r.partition, r.offset));
+            }
+        }
+    }
+}
+
 /// Consumes `total` records of a fresh `topic` with `members` consumers of one group,
 /// checking each against what was written. Stops when every record was seen, then
 /// waits a moment for stragglers that would be duplicates.
@@ -121,24 +143,7 @@ async fn member_loop(
                 Ok(Ok(batch)) => batch,
                 Ok(Err(e)) => panic!("member {m}: {e}"),
             };
-        let mut t = tally.lock().unwrap();
-        for r in batch {
-            let i = index_of(r.partition, r.offset, partitions);
-            let count = t.seen.entry((r.partition, r.offset)).or_insert(0);
-            *count += 1;
-            if *count == 1 {
-                t.unique += 1;
-            } else {
-                t.duplicates += 1;
-            }
-            t.per_member[m] += 1;
-            if i >= total || !matches(i, r.key.as_deref(), r.value.as_deref(), &r.headers) {
-                if t.mismatched.len() < 5 {
-                    t.mismatched
-                        .push(format!("{}/{}@{}: {:?}", r.topic, r.partition, r.offset, r));
-                }
-            }
-        }
+        tally.lock().unwrap().add(m, &batch, partitions, total);
     }
 }
 
@@ -623,25 +628,7 @@ async fn slow_member(
             _ = &mut stop => break,
             batch = consumer.recv_batch(200) => {
                 let batch = batch.unwrap_or_else(|e| panic!("member {m}: {e}"));
-                {
-                    let mut t = tally.lock().unwrap();
-                    for r in batch {
-                        let i = index_of(r.partition, r.offset, partitions);
-                        let count = t.seen.entry((r.partition, r.offset)).or_insert(0);
-                        *count += 1;
-                        if *count == 1 {
-                            t.unique += 1;
-                        } else {
-                            t.duplicates += 1;
-                        }
-                        t.per_member[m] += 1;
-                        if !matches(i, r.key.as_deref(), r.value.as_deref(), &r.headers)
-                            && t.mismatched.len() < 5
-                        {
-                            t.mismatched.push(format!("{}/{}@{}", r.topic, r.partition, r.offset));
-                        }
-                    }
-                }
+                tally.lock().unwrap().add(m, &batch, partitions, u64::MAX);
                 // Processing takes time, so rebalances land mid-stream.
                 tokio::time::sleep(pace).await;
             }

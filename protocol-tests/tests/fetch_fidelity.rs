@@ -14,19 +14,13 @@ use ottla::proto::fetch::batch::{BatchOptions, Batches, CommittedFilter};
 use ottla::proto::fetch::request::{
     FetchParams, FetchTarget, FetchedPartition, IsolationLevel, fetch_request, fetched_partitions,
 };
+use protocol_tests::data::{expected, produce};
 use protocol_tests::peer::Peer;
 use rdkafka::ClientConfig as RdConfig;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 const COUNT: usize = 500;
 
-/// Key, value and headers of one record.
-type Written = (
-    Option<Vec<u8>>,
-    Option<Vec<u8>>,
-    Vec<(String, Option<Vec<u8>>)>,
-);
 /// Offset, key, value and headers of one record read back.
 type Read = (
     i64,
@@ -34,48 +28,6 @@ type Read = (
     Option<Bytes>,
     Vec<(Bytes, Option<Bytes>)>,
 );
-
-/// What was produced for record `i`.
-fn expected(i: usize) -> Written {
-    let key = (!i.is_multiple_of(7)).then(|| format!("key-{i}").into_bytes());
-    let value =
-        (!i.is_multiple_of(11)).then(|| format!("value-{i}-{}", "x".repeat(i % 50)).into_bytes());
-    let headers = (0..i % 3)
-        .map(|h| (format!("h{h}"), (h != 1).then(|| vec![h as u8; 3])))
-        .collect();
-    (key, value, headers)
-}
-
-async fn produce(bootstrap: &str, topic: &str, codec: &str) {
-    let producer: FutureProducer = RdConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("compression.type", codec)
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer");
-    for i in 0..COUNT {
-        let (key, value, headers) = expected(i);
-        let mut h = OwnedHeaders::new();
-        for (k, v) in &headers {
-            h = h.insert(Header {
-                key: k,
-                value: v.as_deref(),
-            });
-        }
-        let mut record: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(topic).partition(0).headers(h);
-        if let Some(k) = &key {
-            record = record.key(k);
-        }
-        if let Some(v) = &value {
-            record = record.payload(v);
-        }
-        producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .expect("produce");
-    }
-}
 
 /// Partition 0 of a topic, at its leader, with the negotiated Fetch version.
 struct Partition0 {
@@ -174,12 +126,14 @@ async fn fidelity(peer: Peer) {
     for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
         let topic = format!("fidelity-{codec}");
         peer.create_topic(&topic, 1).unwrap();
-        produce(&peer.bootstrap(), &topic, codec).await;
+        produce(&peer.bootstrap(), &topic, 1, 0, COUNT as u64, codec)
+            .await
+            .expect("produce");
         let got = fetch_all(&peer.bootstrap(), &topic).await;
         assert_eq!(got.len(), COUNT, "{codec}");
         for (i, (offset, key, value, headers)) in got.into_iter().enumerate() {
             assert_eq!(offset, i as i64, "{codec}: offsets contiguous");
-            let (k, v, h) = expected(i);
+            let (k, v, h) = expected(i as u64);
             assert_eq!(key.as_deref(), k.as_deref(), "{codec} key {i}");
             assert_eq!(value.as_deref(), v.as_deref(), "{codec} value {i}");
             let h: Vec<(Bytes, Option<Bytes>)> = h
