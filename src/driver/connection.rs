@@ -541,7 +541,14 @@ impl Task {
                             .map(|source| RequestError::Wire { broker: broker.clone(), source }),
                     };
                     if let Some(err) = failure {
-                        warn!(broker = %broker, error = %err, pending = waiting.len(), "connection dropped");
+                        // Worth a warning only if someone still waits for an answer;
+                        // a client shutting down leaves requests nobody reads.
+                        let waited_for = waiting.iter().filter(|w| !w.respond.is_closed()).count();
+                        if waited_for > 0 {
+                            warn!(broker = %broker, error = %err, pending = waited_for, "connection dropped");
+                        } else {
+                            debug!(broker = %broker, error = %err, "connection dropped with no caller waiting");
+                        }
                         fail_all(&mut waiting, &mut queue, err);
                         return End::Broken;
                     }

@@ -3,8 +3,9 @@
 //!
 //! `cargo run --release -p protocol-tests --bin demo [-- --brokers N --partitions N]`
 //!
-//! It grows with ottla: once the processor exists it will produce an order mix, run
-//! it, and list the dead-lettered records.
+//! Then librdkafka's producer writes 6,000 orders and three ottla consumers in one
+//! group read each exactly once. It grows with ottla: once the processor exists it
+//! will run it on an order mix and list the dead-lettered records.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -75,6 +76,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let mock = MockCluster::new(args.brokers)?;
     mock.cap_group_apis()?;
+    // The broker default (3 s) only delays the first join.
+    mock.set_group_initial_rebalance_delay(Duration::from_millis(500));
     let topics = ["orders", "orders.dlq"];
     for t in topics {
         mock.create_topic(t, args.partitions, 1)?;
@@ -155,89 +158,81 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Three ottla members form a consumer group on `orders` and split its partitions.
+/// librdkafka writes 6,000 orders; three ottla consumers in one group split the
+/// partitions and read every order exactly once.
 async fn group_demo(config: &ClientConfig, partitions: i32) -> anyhow::Result<()> {
-    use ottla::driver::GroupHandle;
-    use ottla::proto::group::assignor::{Assignor, builtin};
-    use ottla::proto::group::member::{Event, GroupConfig};
-    use std::sync::Arc;
+    use std::collections::{BTreeMap, HashSet};
+    use std::sync::{Arc, Mutex};
 
-    println!("\nconsumer group demo-group: 3 ottla members, cooperative-sticky, on orders");
-    let mut members = Vec::new();
-    for _ in 0..3 {
-        let cluster = Cluster::connect(
-            config,
-            TopicScope::Topics(["orders".to_string()].into()),
-            &[],
-        )
-        .await?;
-        let assignor: Arc<dyn Assignor> = Arc::from(
-            builtin("cooperative-sticky")
-                .ok_or_else(|| anyhow::anyhow!("no cooperative-sticky assignor"))?,
-        );
-        let mut gc = GroupConfig::new("demo-group", vec!["orders".into()], vec![assignor]);
-        gc.session_timeout = Duration::from_secs(6);
-        gc.heartbeat_interval = Duration::from_millis(500);
-        // The mock refuses followers' SyncGroups that arrive after the leader's.
-        gc.leader_sync_delay = Duration::from_millis(50);
-        members.push(GroupHandle::spawn(cluster, gc));
+    use ottla::consumer::{Consumer, OffsetReset};
+
+    const ORDERS: u64 = 6000;
+    let bootstrap = config.bootstrap_servers.join(",");
+    protocol_tests::data::produce(&bootstrap, "orders", partitions, 0, ORDERS, "lz4").await?;
+    println!(
+        "
+wrote {ORDERS} orders (lz4) with librdkafka's producer"
+    );
+    println!("consumer group demo-group: 3 ottla consumers, cooperative-sticky, auto-commit");
+    let seen: Arc<Mutex<HashSet<(i32, i64)>>> = Arc::default();
+    let mut consumers = Vec::new();
+    for i in 0..3 {
+        let consumer = Consumer::builder(&bootstrap)
+            .client_id(format!("ottla-demo-{i}"))
+            .group_id("demo-group")
+            .topics(["orders"])
+            .offset_reset(OffsetReset::Earliest)
+            .session_timeout(Duration::from_secs(6))
+            .heartbeat_interval(Duration::from_millis(500))
+            .auto_commit(Some(Duration::from_secs(1)))
+            // The mock refuses followers' SyncGroups that arrive after the leader's.
+            .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+            .build()
+            .await?;
+        consumers.push(consumer);
     }
-    let mut owned: Vec<std::collections::BTreeSet<i32>> = vec![Default::default(); 3];
-    let mut generation = [None; 3];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while owned.iter().map(|o| o.len()).sum::<usize>() != partitions as usize
-        || owned.iter().any(|o| o.is_empty())
-        || generation.iter().any(|g| *g != generation[0])
-    {
-        let tick =
-            tokio::time::timeout_at(deadline, tokio::time::sleep(Duration::from_millis(20))).await;
-        anyhow::ensure!(tick.is_ok(), "the group did not form within 30 s");
-        for (i, m) in members.iter_mut().enumerate() {
-            m.progress().await;
-            while let Some(event) = m.try_event() {
-                match event {
-                    Event::Joined {
-                        generation: g,
-                        member_id,
-                        leader,
-                        ..
-                    } => {
-                        generation[i] = Some(g);
-                        println!(
-                            "  member {i} joined generation {g} as {member_id}{}",
-                            if leader { " (leader)" } else { "" }
-                        );
+    let mut counts = vec![BTreeMap::<i32, u64>::new(); 3];
+    let mut repeated = 0u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.lock().map(|s| s.len() as u64).unwrap_or(0) < ORDERS {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the orders were not all read within 60 s"
+        );
+        for (i, c) in consumers.iter_mut().enumerate() {
+            let Ok(batch) =
+                tokio::time::timeout(Duration::from_millis(20), c.recv_batch(1000)).await
+            else {
+                continue;
+            };
+            for r in batch? {
+                *counts[i].entry(r.partition).or_default() += 1;
+                if let Ok(mut s) = seen.lock() {
+                    if !s.insert((r.partition, r.offset)) {
+                        repeated += 1;
                     }
-                    Event::Assigned { added, .. } => {
-                        owned[i].extend(added.iter().map(|p| p.partition))
-                    }
-                    Event::RevokeRequested {
-                        generation: g,
-                        partitions,
-                    } => {
-                        for p in &partitions {
-                            owned[i].remove(&p.partition);
-                        }
-                        m.complete_revocation(g).await;
-                    }
-                    Event::Lost { partitions, .. } => {
-                        for p in &partitions {
-                            owned[i].remove(&p.partition);
-                        }
-                    }
-                    _ => {}
                 }
             }
         }
     }
-    for (i, o) in owned.iter().enumerate() {
+    for (i, c) in counts.iter().enumerate() {
+        let total: u64 = c.values().sum();
         println!(
-            "  member {i} owns orders partitions {:?}",
-            o.iter().collect::<Vec<_>>()
+            "  consumer {i} read {total:>5} orders from partitions {:?}",
+            c.keys().collect::<Vec<_>>()
         );
     }
-    for m in members {
-        m.leave().await;
+    println!("  {ORDERS} distinct orders read, {repeated} read twice");
+    anyhow::ensure!(repeated == 0, "orders were read twice");
+    // Close together: one at a time, each LeaveGroup would start a rebalance the
+    // next close has to wait out.
+    let closes: Vec<_> = consumers
+        .into_iter()
+        .map(|c| tokio::spawn(c.close()))
+        .collect();
+    for c in closes {
+        c.await??;
     }
+    println!("  all three consumers committed and left the group");
     Ok(())
 }
