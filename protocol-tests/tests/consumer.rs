@@ -352,7 +352,7 @@ async fn pause_resume(peer: Peer, hold: Duration) {
             "no record"
         );
     }
-    consumer.pause(&[p0.clone()]);
+    consumer.pause(std::slice::from_ref(&p0));
     assert_eq!(consumer.paused(), vec![p0.clone()]);
     let held = counts[&0].len();
     // Partition 1 keeps flowing to its end while partition 0 stays still.
@@ -384,7 +384,7 @@ async fn pause_resume(peer: Peer, hold: Duration) {
     assert!(consumer.assignment().contains(&p0), "still assigned");
     assert_eq!(consumer.position(&p0), Some(held as i64));
     assert_eq!(consumer.lag(&p1), Some(0));
-    consumer.resume(&[p0.clone()]);
+    consumer.resume(std::slice::from_ref(&p0));
     while counts[&0].len() < 1000 {
         assert!(
             recv(&mut consumer, &mut counts, Duration::from_secs(30)).await,
@@ -964,7 +964,7 @@ async fn mock_commit_forms_and_what_the_next_owner_sees() {
         .await
         .expect("consumer");
     let mut first: BTreeMap<i32, i64> = BTreeMap::new();
-    while first.len() < 1 || next.position(&p1).is_none() {
+    while first.is_empty() || next.position(&p1).is_none() {
         if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(30), next.recv()).await {
             first.entry(r.partition).or_insert(r.offset);
         }

@@ -162,7 +162,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// partitions and read every order exactly once.
 async fn group_demo(config: &ClientConfig, partitions: i32) -> anyhow::Result<()> {
     use std::collections::{BTreeMap, HashSet};
-    use std::sync::{Arc, Mutex};
 
     use ottla::consumer::{Consumer, OffsetReset};
 
@@ -174,7 +173,7 @@ async fn group_demo(config: &ClientConfig, partitions: i32) -> anyhow::Result<()
 wrote {ORDERS} orders (lz4) with librdkafka's producer"
     );
     println!("consumer group demo-group: 3 ottla consumers, cooperative-sticky, auto-commit");
-    let seen: Arc<Mutex<HashSet<(i32, i64)>>> = Arc::default();
+    let mut seen: HashSet<(i32, i64)> = HashSet::new();
     let mut consumers = Vec::new();
     for i in 0..3 {
         let consumer = Consumer::builder(&bootstrap)
@@ -194,7 +193,7 @@ wrote {ORDERS} orders (lz4) with librdkafka's producer"
     let mut counts = vec![BTreeMap::<i32, u64>::new(); 3];
     let mut repeated = 0u64;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while seen.lock().map(|s| s.len() as u64).unwrap_or(0) < ORDERS {
+    while (seen.len() as u64) < ORDERS {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
             "the orders were not all read within 60 s"
@@ -207,10 +206,8 @@ wrote {ORDERS} orders (lz4) with librdkafka's producer"
             };
             for r in batch? {
                 *counts[i].entry(r.partition).or_default() += 1;
-                if let Ok(mut s) = seen.lock() {
-                    if !s.insert((r.partition, r.offset)) {
-                        repeated += 1;
-                    }
+                if !seen.insert((r.partition, r.offset)) {
+                    repeated += 1;
                 }
             }
         }

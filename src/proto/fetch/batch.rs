@@ -82,6 +82,29 @@ pub enum Compression {
 }
 
 impl Compression {
+    /// The codec's bits in a batch's attributes.
+    pub fn attribute_bits(self) -> i16 {
+        match self {
+            Compression::None => 0,
+            Compression::Gzip => 1,
+            Compression::Snappy => 2,
+            Compression::Lz4 => 3,
+            Compression::Zstd => 4,
+        }
+    }
+
+    /// `compression.type` by name: none, gzip, snappy, lz4, zstd.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "none" => Compression::None,
+            "gzip" => Compression::Gzip,
+            "snappy" => Compression::Snappy,
+            "lz4" => Compression::Lz4,
+            "zstd" => Compression::Zstd,
+            _ => return None,
+        })
+    }
+
     fn from_attributes(attributes: i16) -> Result<Self, BatchErrorKind> {
         match attributes & 0x07 {
             0 => Ok(Compression::None),
