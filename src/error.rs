@@ -253,6 +253,9 @@ pub enum Error {
     /// A commit failed.
     #[error(transparent)]
     Commit(#[from] crate::proto::group::member::CommitError),
+    /// A record was not written.
+    #[error(transparent)]
+    Produce(#[from] crate::proto::produce::accumulator::ProduceError),
     /// The consumer is closed.
     #[error("the consumer is closed")]
     Closed,

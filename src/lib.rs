@@ -25,8 +25,10 @@ pub mod config;
 pub mod consumer;
 pub mod driver;
 pub mod error;
+pub mod producer;
 pub mod proto;
 
 pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord};
 pub use error::{Error, NegotiationError, RequestError, Result, WireError};
+pub use producer::{Producer, ProducerBuilder, ProducerRecord, RecordMetadata};

@@ -1,8 +1,9 @@
-//! A TCP proxy between a client and one broker that corrupts record data on the wire:
-//! it reads the client's request headers to learn which responses answer a Fetch, and
-//! flips one byte inside the records of those responses. Everything else passes
-//! unchanged. Used to show that corruption arriving through the wire layer ends as a
-//! typed error naming the partition and offset.
+//! A TCP proxy between a client and one broker that injects faults on the wire. It
+//! reads the client's request headers to learn which API each response answers, then
+//! either flips one byte inside the records of Fetch responses (corruption must end as
+//! a typed error naming the partition and offset), or swallows every n-th Produce
+//! response and drops the connection: the broker wrote the batch, the client never
+//! hears of it and retries, as when a network fails after the write.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,6 +23,17 @@ pub struct CorruptingProxy {
 
 /// Fetch's API key.
 const FETCH: i16 = 1;
+/// Produce's API key.
+const PRODUCE: i16 = 0;
+
+/// What the proxy does to responses.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Flip the byte `from_end` bytes before the end of Fetch responses over `min_len`.
+    CorruptFetch { min_len: usize, from_end: usize },
+    /// Swallow every `every`-th Produce response and close the connection.
+    DropProduce { every: u64 },
+}
 
 impl CorruptingProxy {
     /// Listens on `listener` and forwards every connection to `upstream`. Fetch
@@ -33,15 +45,40 @@ impl CorruptingProxy {
         min_len: usize,
         from_end: usize,
     ) -> Self {
+        Self::with_fault(
+            listener,
+            upstream,
+            Fault::CorruptFetch { min_len, from_end },
+        )
+    }
+
+    /// Listens on `listener` and forwards to `upstream`, but swallows every `every`-th
+    /// Produce response (counted across connections) and closes that connection.
+    pub fn dropping_produce_responses(
+        listener: TcpListener,
+        upstream: SocketAddr,
+        every: u64,
+    ) -> Self {
+        Self::with_fault(
+            listener,
+            upstream,
+            Fault::DropProduce {
+                every: every.max(1),
+            },
+        )
+    }
+
+    fn with_fault(listener: TcpListener, upstream: SocketAddr, fault: Fault) -> Self {
         let address = listener.local_addr().unwrap_or(upstream);
         let corrupted = Arc::new(AtomicU64::new(0));
         let count = corrupted.clone();
+        let seen = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let count = count.clone();
+                let (count, seen) = (count.clone(), seen.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(upstream).await {
-                        relay(client, server, min_len, from_end, count).await;
+                        relay(client, server, fault, count, seen).await;
                     }
                 });
             }
@@ -58,7 +95,7 @@ impl CorruptingProxy {
         self.address.to_string()
     }
 
-    /// How many responses were corrupted so far.
+    /// How many responses were corrupted or swallowed so far.
     pub fn corrupted(&self) -> u64 {
         self.corrupted.load(Ordering::SeqCst)
     }
@@ -83,9 +120,9 @@ async fn read_frame(s: &mut tokio::net::tcp::OwnedReadHalf) -> Option<Vec<u8>> {
 async fn relay(
     client: TcpStream,
     server: TcpStream,
-    min_len: usize,
-    from_end: usize,
+    fault: Fault,
     count: Arc<AtomicU64>,
+    seen: Arc<AtomicU64>,
 ) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
@@ -108,10 +145,22 @@ async fn relay(
         if frame.len() >= 8 {
             let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
             let api = apis.lock().unwrap().remove(&correlation);
-            if api == Some(FETCH) && frame.len() > min_len && frame.len() > from_end {
-                let at = frame.len() - from_end;
-                frame[at] ^= 0x5a;
-                count.fetch_add(1, Ordering::SeqCst);
+            match fault {
+                Fault::CorruptFetch { min_len, from_end }
+                    if api == Some(FETCH) && frame.len() > min_len && frame.len() > from_end =>
+                {
+                    let at = frame.len() - from_end;
+                    frame[at] ^= 0x5a;
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                Fault::DropProduce { every }
+                    if api == Some(PRODUCE)
+                        && (seen.fetch_add(1, Ordering::SeqCst) + 1).is_multiple_of(every) =>
+                {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    break;
+                }
+                _ => {}
             }
         }
         if cw.write_all(&frame).await.is_err() {

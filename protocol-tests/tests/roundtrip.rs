@@ -296,6 +296,60 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// The producer's requests: batches for several partitions, idempotent or not,
+    /// under every codec.
+    #[test]
+    fn produce_requests_round_trip(
+        version in versions(ApiKey::Produce),
+        partitions in 1i32..5,
+        values in prop::collection::vec(prop::option::of(prop::collection::vec(any::<u8>(), 0..64)), 1..40),
+        codec in 0usize..5,
+        idempotent in any::<bool>(),
+    ) {
+        use std::time::{Duration, Instant};
+        use ottla::proto::fetch::batch::Compression;
+        use ottla::proto::metadata::NodeId;
+        use ottla::proto::produce::accumulator::{Accumulator, ProducerConfig};
+        use ottla::proto::produce::encode::OutRecord;
+        let codec = [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd][codec];
+        let mut a = Accumulator::new(ProducerConfig {
+            compression: codec,
+            idempotence: idempotent,
+            linger: Duration::ZERO,
+            ..ProducerConfig::default()
+        });
+        a.update_metadata(&fetcher_metadata(&[("t".to_string(), 1)], partitions));
+        if a.claim_producer_id() {
+            a.set_producer_id(Ok((1234, 5)));
+        }
+        let now = Instant::now();
+        for (i, v) in values.iter().enumerate() {
+            let record = OutRecord {
+                timestamp: 1_700_000_000_000 + i as i64,
+                key: (i % 2 == 0).then(|| bytes::Bytes::from(format!("k{i}"))),
+                value: v.clone().map(bytes::Bytes::from),
+                headers: vec![("h".into(), None), ("h".into(), Some(bytes::Bytes::from_static(b"x")))],
+            };
+            let partition = i32::try_from(i).unwrap_or(0) % partitions;
+            a.append(now, "t", Some(partition), record).map_err(|e| TestCaseError::fail(e.0.to_string()))?;
+        }
+        a.claim_ready(now);
+        let (request, _) = a.build_produce(now, NodeId(1), version).expect("a Produce");
+        roundtrip(ApiKey::Produce, version, &request)?;
+    }
+
+    #[test]
+    fn init_producer_id_requests_round_trip(version in versions(ApiKey::InitProducerId), timeout in 1i32..1_000_000) {
+        let request = kafka_protocol::messages::InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(timeout);
+        roundtrip(ApiKey::InitProducerId, version, &request)?;
+    }
+}
+
 /// Every API in ottla's supported table has a round-trip property above; a new entry
 /// without one fails here.
 #[test]
@@ -306,6 +360,8 @@ fn every_supported_api_has_a_round_trip() {
         ApiKey::Metadata,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::Produce,
+        ApiKey::InitProducerId,
         ApiKey::FindCoordinator,
         ApiKey::JoinGroup,
         ApiKey::SyncGroup,

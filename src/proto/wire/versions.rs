@@ -30,6 +30,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 16),
     // v1 answers one offset per partition; v4 adds the leader epoch both ways.
     (ApiKey::ListOffsets, 1, 9),
+    // v3 is the first with v2 record batches; v13 names topics by id.
+    (ApiKey::Produce, 3, 12),
+    // v0 is enough for an idempotent producer; v3 adds epoch bumps (KIP-360).
+    (ApiKey::InitProducerId, 0, 4),
     // v1 is the first where a null topic list means "all topics".
     (ApiKey::Metadata, 1, 13),
     // v4 has the v3 schema; asking for it first exercises the UNSUPPORTED_VERSION

@@ -1,0 +1,576 @@
+//! The public producer: idempotent by default, batching with `linger.ms` and
+//! `batch.size`, pure-Rust compression, one future per record.
+//!
+//! ```no_run
+//! # async fn demo() -> ottla::Result<()> {
+//! use ottla::producer::{Producer, ProducerRecord};
+//!
+//! let producer = Producer::builder("127.0.0.1:9092").build().await?;
+//! let delivery = producer
+//!     .send(ProducerRecord::new("orders").key("order-1").value("{\"qty\": 3}"))
+//!     .await?;
+//! let written = delivery.await?;
+//! println!("{}/{}@{}", written.topic, written.partition, written.offset);
+//! producer.close().await;
+//! # Ok(()) }
+//! ```
+//!
+//! `send` waits only while `buffer.memory` is full; the returned [`DeliveryFuture`]
+//! resolves once the broker acknowledged the record (or it failed for good). A retried
+//! batch keeps its sequence numbers, so a write the broker already took is not taken
+//! twice.
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, ProduceRequest};
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::config::ClientConfig;
+use crate::driver::{Cluster, TopicScope};
+use crate::error::{Error, Result};
+pub use crate::proto::fetch::batch::Compression;
+use crate::proto::produce::accumulator::{Accumulator, AppendError, RecordId};
+pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
+use crate::proto::produce::encode::OutRecord;
+
+/// A record to send.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerRecord {
+    /// The topic.
+    pub topic: String,
+    /// An explicit partition (otherwise by key, else sticky).
+    pub partition: Option<i32>,
+    /// The key.
+    pub key: Option<Bytes>,
+    /// The value.
+    pub value: Option<Bytes>,
+    /// Headers in order; keys may repeat.
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// The timestamp (ms); now if unset.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record for `topic` with a null key and value.
+    pub fn new(topic: impl Into<String>) -> Self {
+        Self {
+            topic: topic.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the key.
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the value.
+    pub fn value(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// Sets the partition.
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, key: impl Into<String>, value: Option<Bytes>) -> Self {
+        self.headers.push((key.into(), value));
+        self
+    }
+
+    /// Sets the timestamp (ms).
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+}
+
+/// Where a record was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The offset (-1 when unknown: `acks = 0`, or a retry the broker had already
+    /// taken).
+    pub offset: i64,
+}
+
+/// Resolves when the record is acknowledged or has failed for good.
+#[derive(Debug)]
+pub struct DeliveryFuture {
+    rx: oneshot::Receiver<Result<RecordMetadata, ProduceError>>,
+}
+
+impl Future for DeliveryFuture {
+    type Output = Result<RecordMetadata>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(Ok(m)) => Ok(m),
+            Ok(Err(e)) => Err(Error::Produce(e)),
+            Err(_) => Err(Error::Produce(ProduceError::Closed)),
+        })
+    }
+}
+
+/// Builds a [`Producer`].
+#[derive(Debug, Clone)]
+pub struct ProducerBuilder {
+    client: ClientConfig,
+    config: ProducerConfig,
+    max_block: Duration,
+}
+
+impl ProducerBuilder {
+    /// A builder for the given bootstrap servers.
+    pub fn new(bootstrap_servers: &str) -> Self {
+        Self {
+            client: ClientConfig::new(bootstrap_servers),
+            config: ProducerConfig::default(),
+            max_block: Duration::from_secs(60),
+        }
+    }
+
+    /// Replaces the connection settings.
+    pub fn client_config(mut self, config: ClientConfig) -> Self {
+        self.client = config;
+        self
+    }
+
+    /// `client.id`.
+    pub fn client_id(mut self, id: impl Into<String>) -> Self {
+        self.client.client_id = id.into();
+        self
+    }
+
+    /// `acks` (default all).
+    pub fn acks(mut self, acks: Acks) -> Self {
+        self.config.acks = acks;
+        self
+    }
+
+    /// `linger.ms` (default 5 ms).
+    pub fn linger(mut self, t: Duration) -> Self {
+        self.config.linger = t;
+        self
+    }
+
+    /// `batch.size` (default 16 KiB).
+    pub fn batch_size(mut self, bytes: usize) -> Self {
+        self.config.batch_size = bytes;
+        self
+    }
+
+    /// `compression.type` (default none).
+    pub fn compression(mut self, c: Compression) -> Self {
+        self.config.compression = c;
+        self
+    }
+
+    /// `enable.idempotence` (default on; only with `acks = all`).
+    pub fn idempotence(mut self, on: bool) -> Self {
+        self.config.idempotence = on;
+        self
+    }
+
+    /// `buffer.memory` (default 32 MiB).
+    pub fn buffer_memory(mut self, bytes: usize) -> Self {
+        self.config.buffer_memory = bytes;
+        self
+    }
+
+    /// `delivery.timeout.ms` (default 120 s).
+    pub fn delivery_timeout(mut self, t: Duration) -> Self {
+        self.config.delivery_timeout = t;
+        self
+    }
+
+    /// `retry.backoff.ms` (default 100 ms).
+    pub fn retry_backoff(mut self, t: Duration) -> Self {
+        self.config.retry_backoff = t;
+        self
+    }
+
+    /// `max.block.ms`: how long `send` waits for metadata or buffer room (60 s).
+    pub fn max_block(mut self, t: Duration) -> Self {
+        self.max_block = t;
+        self
+    }
+
+    /// Connects and starts the background task.
+    pub async fn build(self) -> Result<Producer> {
+        if self.config.batch_size == 0 || self.config.buffer_memory < self.config.batch_size {
+            return Err(Error::Config {
+                setting: "buffer.memory",
+                message: "must be at least batch.size, which must be positive".into(),
+            });
+        }
+        let mut config = self.config;
+        config.request_timeout = self.client.request_timeout;
+        let required = vec![ApiKey::Produce, ApiKey::Metadata];
+        let cluster =
+            Cluster::connect(&self.client, TopicScope::Topics(BTreeSet::new()), &required).await?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                acc: Accumulator::new(config),
+                waiters: HashMap::new(),
+                closed: false,
+            }),
+            wake_driver: Notify::new(),
+            room: Notify::new(),
+        });
+        let task = tokio::spawn(drive(cluster.clone(), shared.clone()));
+        Ok(Producer {
+            shared,
+            cluster,
+            max_block: self.max_block,
+            task: Mutex::new(Some(task)),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    acc: Accumulator,
+    waiters: HashMap<
+        RecordId,
+        (
+            String,
+            oneshot::Sender<Result<RecordMetadata, ProduceError>>,
+        ),
+    >,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    wake_driver: Notify,
+    /// Deliveries freed buffer room, or metadata arrived.
+    room: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Shared {
+    /// Hands finished records to their futures.
+    fn dispatch(&self) {
+        let mut freed = false;
+        {
+            let mut s = lock(&self.state);
+            while let Some(d) = s.acc.poll_delivery() {
+                freed = true;
+                if let Some((topic, tx)) = s.waiters.remove(&d.id) {
+                    let _ = tx.send(d.result.map(|offset| RecordMetadata {
+                        topic,
+                        partition: d.partition.partition,
+                        offset,
+                    }));
+                }
+            }
+        }
+        if freed {
+            self.room.notify_waiters();
+        }
+    }
+}
+
+/// A Kafka producer. Cheap to share behind an `Arc`; `send` takes `&self`.
+#[derive(Debug)]
+pub struct Producer {
+    shared: Arc<Shared>,
+    cluster: Cluster,
+    max_block: Duration,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Producer {
+    /// A builder for the given bootstrap servers.
+    pub fn builder(bootstrap_servers: &str) -> ProducerBuilder {
+        ProducerBuilder::new(bootstrap_servers)
+    }
+
+    /// Queues a record. Waits (up to `max.block.ms`) only for the topic's metadata or
+    /// for room in `buffer.memory`; the returned future resolves with the record's
+    /// offset once the broker acknowledged it.
+    pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
+        let deadline = Instant::now() + self.max_block;
+        let timestamp = record.timestamp.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        });
+        let out = OutRecord {
+            timestamp,
+            key: record.key,
+            value: record.value,
+            headers: record.headers,
+        };
+        let mut out = Some(out);
+        loop {
+            let room = self.shared.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            let attempt = {
+                let mut s = lock(&self.shared.state);
+                if s.closed {
+                    return Err(Error::Produce(ProduceError::Closed));
+                }
+                let now = Instant::now().into_std();
+                let Some(r) = out.take() else {
+                    return Err(Error::Produce(ProduceError::Closed));
+                };
+                match s.acc.append(now, &record.topic, record.partition, r) {
+                    Ok((id, _)) => {
+                        let (tx, rx) = oneshot::channel();
+                        s.waiters.insert(id, (record.topic.clone(), tx));
+                        Ok(rx)
+                    }
+                    Err((e, r)) => {
+                        out = Some(r);
+                        Err(e)
+                    }
+                }
+            };
+            match attempt {
+                Ok(rx) => {
+                    self.shared.wake_driver.notify_one();
+                    return Ok(DeliveryFuture { rx });
+                }
+                Err(AppendError::UnknownTopic(topic)) => {
+                    self.cluster.add_topics([topic]);
+                    self.shared.wake_driver.notify_one();
+                }
+                Err(AppendError::BufferFull) => {}
+                Err(e) => {
+                    return Err(Error::Config {
+                        setting: "record",
+                        message: e.to_string(),
+                    });
+                }
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return Err(Error::Config {
+                    setting: "max.block.ms",
+                    message: format!(
+                        "no room or no metadata for topic {} within {:?}",
+                        record.topic, self.max_block
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Sends everything queued without waiting for `linger.ms`, and waits until every
+    /// record queued so far has its delivery.
+    pub async fn flush(&self) {
+        loop {
+            let room = self.shared.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut s = lock(&self.shared.state);
+                if s.acc.is_idle() || s.closed {
+                    return;
+                }
+                s.acc.flush();
+            }
+            self.shared.wake_driver.notify_one();
+            let _ = tokio::time::timeout(Duration::from_millis(100), room).await;
+        }
+    }
+
+    /// Flushes, then stops the background task.
+    pub async fn close(self) {
+        self.flush().await;
+        {
+            let mut s = lock(&self.shared.state);
+            s.closed = true;
+            s.acc.abort_unsent();
+        }
+        self.shared.dispatch();
+        self.shared.wake_driver.notify_one();
+        let task = lock(&self.task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        // Records not yet sent fail with `Closed`; the task stops without waiting.
+        {
+            let mut s = lock(&self.shared.state);
+            s.closed = true;
+            s.acc.abort_unsent();
+        }
+        self.shared.dispatch();
+        self.shared.wake_driver.notify_one();
+    }
+}
+
+async fn drive(cluster: Cluster, shared: Arc<Shared>) {
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut metadata_running = false;
+    loop {
+        let now = Instant::now();
+        let (nodes, metadata, pid, wakeup, done) = {
+            let mut s = lock(&shared.state);
+            s.acc.expire(now.into_std());
+            let pid = s.acc.claim_producer_id();
+            let nodes = s.acc.claim_ready(now.into_std());
+            let metadata = s.acc.metadata_needed() && !metadata_running;
+            let done = s.closed && s.acc.is_idle();
+            (nodes, metadata, pid, s.acc.next_wakeup(), done)
+        };
+        shared.dispatch();
+        if done && tasks.is_empty() {
+            break;
+        }
+        if pid {
+            let (cluster, shared) = (cluster.clone(), shared.clone());
+            tasks.spawn(async move {
+                let result = init_producer_id(&cluster).await;
+                if let Err(e) = &result {
+                    warn!(error = %e, "InitProducerId failed; retrying");
+                    let backoff = lock(&shared.state).acc.config().retry_backoff;
+                    tokio::time::sleep(backoff).await;
+                }
+                lock(&shared.state)
+                    .acc
+                    .set_producer_id(result.map_err(|_| ()));
+            });
+        }
+        if metadata {
+            metadata_running = true;
+            let (cluster, shared) = (cluster.clone(), shared.clone());
+            tasks.spawn(async move {
+                if let Ok(m) = cluster.refresh_metadata().await {
+                    lock(&shared.state).acc.update_metadata(&m);
+                    shared.room.notify_waiters();
+                }
+            });
+        }
+        for node in nodes {
+            tasks.spawn(produce_round(cluster.clone(), shared.clone(), node));
+        }
+        let deadline = wakeup.map(Instant::from_std);
+        tokio::select! {
+            _ = shared.wake_driver.notified() => {}
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Err(e) = joined {
+                    warn!(error = %e, "producer task failed");
+                }
+                // Which task ended is not known here; a second refresh would
+                // coalesce with a running one anyway.
+                metadata_running = false;
+            }
+            _ = sleep_until(deadline), if deadline.is_some() => {}
+        }
+    }
+    debug!("producer task stopped");
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn init_producer_id(cluster: &Cluster) -> Result<(i64, i16)> {
+    let conn = cluster.any_connection();
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let response = conn.send(&request).await?;
+    if response.error_code != 0 {
+        return Err(Error::broker(
+            ApiKey::InitProducerId,
+            response.error_code,
+            None,
+        ));
+    }
+    Ok((response.producer_id.0, response.producer_epoch))
+}
+
+/// One Produce to `node`.
+async fn produce_round(
+    cluster: Cluster,
+    shared: Arc<Shared>,
+    node: crate::proto::metadata::NodeId,
+) {
+    let release = |shared: &Shared| {
+        lock(&shared.state).acc.release_claim(node);
+        shared.wake_driver.notify_one();
+    };
+    let conn = match cluster.broker(node) {
+        Ok(c) => c,
+        Err(_) => {
+            release(&shared);
+            return;
+        }
+    };
+    let version = match conn.versions().await {
+        Ok(t) => t.version(ApiKey::Produce),
+        Err(_) => None,
+    };
+    let Some(version) = version else {
+        release(&shared);
+        return;
+    };
+    let built = lock(&shared.state)
+        .acc
+        .build_produce(Instant::now().into_std(), node, version);
+    let Some((request, token)) = built else {
+        shared.dispatch();
+        shared.wake_driver.notify_one();
+        return;
+    };
+    let acks_zero = request.acks == 0;
+    let result = if acks_zero {
+        conn.send_raw(ApiKey::Produce, version, &request, false)
+            .await
+            .map(|_| None)
+    } else {
+        conn.send_version::<ProduceRequest>(&request, version)
+            .await
+            .map(Some)
+    };
+    {
+        let mut s = lock(&shared.state);
+        let now = Instant::now().into_std();
+        match result {
+            Ok(Some(response)) => s.acc.handle_produce(now, token, response),
+            Ok(None) => s.acc.handle_unacknowledged(token),
+            Err(e) => {
+                debug!(node = node.0, error = %e, "produce failed; retrying");
+                s.acc.handle_failure(now, token);
+            }
+        }
+    }
+    shared.dispatch();
+    shared.wake_driver.notify_one();
+}
