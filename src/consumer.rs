@@ -410,7 +410,10 @@ struct AppState {
     /// The task has stopped.
     stopped: bool,
     /// Last known committed offsets.
-    committed: BTreeMap<TopicPartition, i64>,
+    committed: BTreeMap<TopicPartition, (i64, u64)>,
+    /// Commits are numbered when started; the cache keeps the latest started one
+    /// that succeeded, whatever order the results are read in.
+    commit_ticket: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -582,20 +585,29 @@ impl Consumer {
         self.commit_positions(positions).await
     }
 
-    /// Commits the positions of every assigned partition without waiting; the result
-    /// arrives as [`Event::CommitCompleted`].
-    pub fn commit_async(&self) {
+    /// Commits the positions of every assigned partition without waiting. The commit
+    /// is queued before this returns, and commits reach the coordinator in the order
+    /// they were made; await the returned future for the result, or drop it (the
+    /// result also arrives as [`Event::CommitCompleted`]).
+    pub fn commit_async(&self) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
         let positions = lock(&self.shared.fetcher).positions();
-        let Some(group) = self.group.clone() else {
-            return;
-        };
+        let ticket = commit_ticket(&self.shared);
+        let pending = self
+            .group
+            .as_ref()
+            .map(|g| g.start_commit(to_commit(positions)));
         let shared = self.shared.clone();
-        tokio::spawn(async move {
-            let offsets = to_commit(positions);
-            if let Ok(done) = group.commit(offsets).await {
-                remember_committed(&shared, &done);
-            }
-        });
+        async move {
+            let Some(pending) = pending else {
+                return Err(Error::Config {
+                    setting: "group.id",
+                    message: "commits need a group".into(),
+                });
+            };
+            let done = pending.await?;
+            remember_committed(&shared, &done, ticket);
+            Ok(())
+        }
     }
 
     /// Commits explicit offsets (`offset`: the next record to read, last processed + 1).
@@ -614,8 +626,9 @@ impl Consumer {
         if positions.is_empty() {
             return Ok(());
         }
-        let done = group.commit(to_commit(positions)).await?;
-        remember_committed(&self.shared, &done);
+        let ticket = commit_ticket(&self.shared);
+        let done = group.start_commit(to_commit(positions)).await?;
+        remember_committed(&self.shared, &done, ticket);
         Ok(())
     }
 
@@ -664,7 +677,10 @@ impl Consumer {
     /// The last committed offset known for a partition (fetched at assignment, or
     /// committed since).
     pub fn committed(&self, partition: &TopicPartition) -> Option<i64> {
-        lock(&self.shared.app).committed.get(partition).copied()
+        lock(&self.shared.app)
+            .committed
+            .get(partition)
+            .map(|(offset, _)| *offset)
     }
 
     /// The high watermark (the last stable offset under read_committed) minus the
@@ -752,10 +768,24 @@ fn to_commit(positions: Vec<(TopicPartition, i64, i32)>) -> Vec<CommitOffset> {
         .collect()
 }
 
-fn remember_committed(shared: &Shared, done: &[CommitOffset]) {
+/// A number for a commit being started (see [`AppState::commit_ticket`]).
+fn commit_ticket(shared: &Shared) -> u64 {
+    let mut app = lock(&shared.app);
+    app.commit_ticket += 1;
+    app.commit_ticket
+}
+
+fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {
     let mut app = lock(&shared.app);
     for c in done {
-        app.committed.insert(c.partition.clone(), c.offset);
+        let newer = app
+            .committed
+            .get(&c.partition)
+            .is_none_or(|(_, t)| *t <= ticket);
+        if newer {
+            app.committed
+                .insert(c.partition.clone(), (c.offset, ticket));
+        }
     }
 }
 
@@ -862,8 +892,9 @@ async fn drive(mut d: Driver) {
                         };
                         if let Some(group) = commander {
                             if auto && !positions.is_empty() {
-                                match group.commit(to_commit(positions)).await {
-                                    Ok(done) => remember_committed(&shared, &done),
+                                let ticket = commit_ticket(&shared);
+                                match group.start_commit(to_commit(positions)).await {
+                                    Ok(done) => remember_committed(&shared, &done, ticket),
                                     Err(e) => warn!(error = %e, "commit before revocation failed"),
                                 }
                             }
@@ -892,15 +923,18 @@ async fn drive(mut d: Driver) {
                         next_auto_commit = Some(now + interval);
                         if let Some(group) = d.commander.clone() {
                             let positions = lock(&d.shared.fetcher).consumed(None);
-                            let shared = d.shared.clone();
-                            tasks.spawn(async move {
-                                if !positions.is_empty() {
-                                    if let Ok(done) = group.commit(to_commit(positions)).await {
-                                        remember_committed(&shared, &done);
+                            if !positions.is_empty() {
+                                // Queued now, so it keeps its place among the commits.
+                                let ticket = commit_ticket(&d.shared);
+                                let pending = group.start_commit(to_commit(positions));
+                                let shared = d.shared.clone();
+                                tasks.spawn(async move {
+                                    if let Ok(done) = pending.await {
+                                        remember_committed(&shared, &done, ticket);
                                     }
-                                }
-                                Done::Io
-                            });
+                                    Done::Io
+                                });
+                            }
                         }
                     }
                 }
@@ -930,7 +964,8 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
             for (tp, offset, epoch) in offsets {
                 f.set_committed(tp, *offset, *epoch);
                 if *offset >= 0 {
-                    app.committed.insert(tp.clone(), *offset);
+                    let ticket = app.commit_ticket;
+                    app.committed.insert(tp.clone(), (*offset, ticket));
                 }
             }
         }

@@ -928,33 +928,30 @@ async fn mock_commit_forms_and_what_the_next_owner_sees() {
         (consumer.committed(&p0), consumer.committed(&p1)),
         (Some(100), Some(100))
     );
-    // Explicit offsets.
-    consumer
-        .commit_offsets(&[(p0.clone(), 40)])
-        .await
-        .expect("explicit commit");
-    assert_eq!(consumer.committed(&p0), Some(40));
-    // Asynchronous: the result arrives as an event.
-    consumer.commit_async();
+    // A dropped async commit still happens; its result also arrives as an event.
+    drop(consumer.commit_async());
+    let mut seen_event = false;
     let started = Instant::now();
-    let mut completed = false;
-    while !completed && started.elapsed() < Duration::from_secs(10) {
-        match tokio::time::timeout(Duration::from_secs(10), consumer.next_event()).await {
-            Ok(Some(ConsumerEvent::Group(
-                ottla::proto::group::member::Event::CommitCompleted { result, .. },
-            ))) => {
-                let done = result.expect("async commit");
-                completed = done.iter().any(|c| c.partition == p0 && c.offset == 100);
-            }
-            Ok(Some(_)) => {}
-            other => panic!("no commit event: {other:?}"),
+    while !seen_event && started.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(ConsumerEvent::Group(
+            ottla::proto::group::member::Event::CommitCompleted {
+                result: Ok(done), ..
+            },
+        ))) = tokio::time::timeout(Duration::from_secs(10), consumer.next_event()).await
+        {
+            seen_event = done.iter().any(|c| c.partition == p0 && c.offset == 100);
         }
     }
-    assert!(completed, "the async commit completed");
+    assert!(seen_event, "the dropped async commit completed");
+    // Commits land in the order they were made: the async commit of 100, then the
+    // explicit 40, which therefore stays.
+    let pending = consumer.commit_async();
     consumer
         .commit_offsets(&[(p0.clone(), 40)])
         .await
         .expect("explicit commit");
+    pending.await.expect("async commit");
+    assert_eq!(consumer.committed(&p0), Some(40));
     consumer.close().await.expect("close");
     // The next member of the group starts where the commits left each partition.
     let mut next = builder(&peer)
@@ -964,8 +961,14 @@ async fn mock_commit_forms_and_what_the_next_owner_sees() {
         .await
         .expect("consumer");
     let mut first: BTreeMap<i32, i64> = BTreeMap::new();
+    let started = Instant::now();
     while first.is_empty() || next.position(&p1).is_none() {
-        if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(30), next.recv()).await {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the next owner read nothing: {first:?}, position of partition 1 {:?}",
+            next.position(&p1)
+        );
+        if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(5), next.recv()).await {
             first.entry(r.partition).or_insert(r.offset);
         }
     }

@@ -45,6 +45,32 @@ impl GroupCommander {
         commit(&self.tx, offsets).await
     }
 
+    /// Starts a commit now and returns its result as a future. The commit is queued
+    /// before this returns, so commits reach the coordinator in the order they were
+    /// started whether or not the future is awaited.
+    pub fn start_commit(
+        &self,
+        offsets: Vec<CommitOffset>,
+    ) -> impl std::future::Future<Output = Result<Vec<CommitOffset>, CommitError>> + Send + 'static
+    {
+        let (reply, rx) = oneshot::channel();
+        match self.tx.try_send(Command::Commit(offsets, reply)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(command)) => {
+                // The member is 64 commands behind; keep the command, keep waiting.
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(command).await;
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+        async move {
+            rx.await
+                .unwrap_or(Err(CommitError::Request(Failure::Disconnected)))
+        }
+    }
+
     /// Reports that the revocation of `generation`'s partitions is complete.
     pub async fn complete_revocation(&self, generation: i32) {
         let _ = self.tx.send(Command::CompleteRevocation(generation)).await;
@@ -153,10 +179,25 @@ async fn run(
     let mut leaving: Option<oneshot::Sender<()>> = None;
     let (meta_tx, mut meta_rx) = mpsc::unbounded_channel::<BTreeMap<String, i32>>();
 
+    // OffsetCommits go out one at a time, in the order they were made, so a later
+    // commit can never be overtaken (and undone) by an earlier one.
+    let mut commit_queue: std::collections::VecDeque<Outgoing> = Default::default();
+    let mut commit_in_flight: Option<RequestId> = None;
     loop {
         while let Some(out) = member.poll_request() {
+            if matches!(out.request, GroupRequest::OffsetCommit { .. }) {
+                commit_queue.push_back(out);
+                continue;
+            }
             let conn = connection_for(&cluster, &coordinators, &out);
             inflight.spawn(send(conn, out, long_timeout));
+        }
+        if commit_in_flight.is_none() {
+            if let Some(out) = commit_queue.pop_front() {
+                commit_in_flight = Some(out.id);
+                let conn = connection_for(&cluster, &coordinators, &out);
+                inflight.spawn(send(conn, out, long_timeout));
+            }
         }
         while let Some(event) = member.poll_event() {
             match &event {
@@ -196,6 +237,11 @@ async fn run(
         tokio::select! {
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 let now = tokio::time::Instant::now().into_std();
+                if let Ok((id, _)) = &joined {
+                    if commit_in_flight == Some(*id) {
+                        commit_in_flight = None;
+                    }
+                }
                 match joined {
                     Ok((id, Ok(response))) => member.handle_response(now, id, response),
                     Ok((id, Err(failure))) => member.handle_failure(now, id, failure),
