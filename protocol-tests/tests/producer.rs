@@ -353,3 +353,36 @@ async fn mock_keyed_records_land_where_the_java_partitioner_puts_them() {
 async fn tansu_keyed_records_land_where_the_java_partitioner_puts_them() {
     keyed_partitions_match(Peer::tansu().expect("tansu")).await;
 }
+
+/// `acks = 1` reports offsets; `acks = 0` resolves with offset -1 once written. Both
+/// leave every record in the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_acks_leader_and_none_write_every_record_once() {
+    use ottla::producer::Acks;
+    protocol_tests::init_tracing();
+    let peer = Peer::tansu().expect("tansu");
+    for (acks, name) in [(Acks::Leader, "acks1"), (Acks::None, "acks0")] {
+        let partitions = 2;
+        let count = 1000;
+        peer.create_topic(name, partitions).expect("topic");
+        let producer = Producer::builder(&peer.bootstrap())
+            .acks(acks)
+            .build()
+            .await
+            .expect("producer");
+        let written = produce_with_ottla(&producer, name, partitions, count).await;
+        producer.close().await;
+        let known = written.iter().filter(|(_, o)| *o >= 0).count();
+        match acks {
+            Acks::None => assert_eq!(known, 0, "acks=0 cannot know offsets"),
+            _ => assert_eq!(known, count as usize, "acks=1 reports every offset"),
+        }
+        let bootstrap = peer.bootstrap();
+        let read = tokio::task::spawn_blocking(move || {
+            read_with_rdkafka(&bootstrap, name, partitions, count as usize)
+        })
+        .await
+        .unwrap();
+        check_exact(&read, count, partitions, name);
+    }
+}
