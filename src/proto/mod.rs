@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod fetch;
 pub mod group;
 pub mod metadata;
+pub mod process;
 pub mod produce;
 pub mod wire;
 

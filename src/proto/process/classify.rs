@@ -1,0 +1,176 @@
+//! Error classes: a handler's error says whether retrying can help. Helpers cover the
+//! common cases; anything unclassified counts as transient until retries run out.
+
+use std::fmt;
+
+/// Whether retrying can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Retrying may succeed (timeouts, I/O, 429/5xx, transient broker or database errors).
+    Transient,
+    /// Retrying cannot succeed (bad payload, schema, validation, 4xx, business rule).
+    Permanent,
+}
+
+impl ErrorClass {
+    /// `retryable` / `non-retryable`, the seed's `error_classification` values.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "retryable",
+            ErrorClass::Permanent => "non-retryable",
+        }
+    }
+}
+
+/// A handler's error: its class (if known), a type name and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessError {
+    /// The class; `None`: unclassified (retried like a transient error).
+    pub class: Option<ErrorClass>,
+    /// A type name (`error_type` in logs, metrics and DLQ headers).
+    pub kind: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for ProcessError {}
+
+impl ProcessError {
+    /// A transient error.
+    pub fn transient(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            class: Some(ErrorClass::Transient),
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A permanent error.
+    pub fn permanent(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            class: Some(ErrorClass::Permanent),
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+
+    /// An error of unknown class.
+    pub fn unclassified(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            class: None,
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A payload that could not be parsed (a poison pill): permanent.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::permanent("DeserializationError", message)
+    }
+
+    /// An I/O error: transient, except for kinds that describe the input itself.
+    pub fn from_io(e: &std::io::Error) -> Self {
+        use std::io::ErrorKind::*;
+        let class = match e.kind() {
+            InvalidData | InvalidInput | Unsupported | PermissionDenied => ErrorClass::Permanent,
+            _ => ErrorClass::Transient,
+        };
+        Self {
+            class: Some(class),
+            kind: format!("io::{:?}", e.kind()),
+            message: e.to_string(),
+        }
+    }
+
+    /// An HTTP status from a downstream call, classified by [`HttpClassifier`]'s
+    /// defaults.
+    pub fn from_http_status(status: u16, message: impl Into<String>) -> Self {
+        let class = HttpClassifier::default().classify(status);
+        Self {
+            class,
+            kind: format!("Http{status}"),
+            message: message.into(),
+        }
+    }
+}
+
+/// Which HTTP statuses are transient and which permanent (configurable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpClassifier {
+    /// Transient statuses (default 408, 425, 429, 500, 502, 503, 504).
+    pub transient: Vec<u16>,
+    /// Permanent statuses (default 400, 401, 403, 404, 405, 409, 410, 413, 415, 422).
+    pub permanent: Vec<u16>,
+}
+
+impl Default for HttpClassifier {
+    fn default() -> Self {
+        Self {
+            transient: vec![408, 425, 429, 500, 502, 503, 504],
+            permanent: vec![400, 401, 403, 404, 405, 409, 410, 413, 415, 422],
+        }
+    }
+}
+
+impl HttpClassifier {
+    /// The class of `status`; `None` for statuses in neither list.
+    pub fn classify(&self, status: u16) -> Option<ErrorClass> {
+        if self.transient.contains(&status) {
+            Some(ErrorClass::Transient)
+        } else if self.permanent.contains(&status) {
+            Some(ErrorClass::Permanent)
+        } else {
+            None
+        }
+    }
+}
+
+/// A user's classifier: may refine the class of any error before the policy applies.
+pub trait Classifier: Send + Sync {
+    /// The class to use for `error`.
+    fn classify(&self, error: &ProcessError) -> Option<ErrorClass>;
+}
+
+/// Keeps the class the handler gave.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AsGiven;
+
+impl Classifier for AsGiven {
+    fn classify(&self, error: &ProcessError) -> Option<ErrorClass> {
+        error.class
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn common_cases_are_classified() {
+        let t = Some(ErrorClass::Transient);
+        let p = Some(ErrorClass::Permanent);
+        for s in [429, 502, 503, 504] {
+            assert_eq!(ProcessError::from_http_status(s, "").class, t, "{s}");
+        }
+        for s in [400, 401, 403, 404] {
+            assert_eq!(ProcessError::from_http_status(s, "").class, p, "{s}");
+        }
+        assert_eq!(ProcessError::from_http_status(302, "").class, None);
+        let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "slow");
+        assert_eq!(ProcessError::from_io(&timeout).class, t);
+        let bad = std::io::Error::new(std::io::ErrorKind::InvalidData, "garbage");
+        assert_eq!(ProcessError::from_io(&bad).class, p);
+        assert_eq!(ProcessError::malformed("not json").class, p);
+        // 404 made transient by configuration (an eventually consistent store).
+        let mut c = HttpClassifier::default();
+        c.permanent.retain(|s| *s != 404);
+        c.transient.push(404);
+        assert_eq!(c.classify(404), t);
+    }
+}
