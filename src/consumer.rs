@@ -88,6 +88,7 @@ pub struct ConsumerBuilder {
     assignors: Vec<Arc<dyn Assignor>>,
     instance_id: Option<String>,
     auto_commit: Option<Duration>,
+    manual_revocation: bool,
     tweak_group: Option<GroupTweak>,
 }
 
@@ -122,6 +123,7 @@ impl ConsumerBuilder {
             assignors,
             instance_id: None,
             auto_commit: None,
+            manual_revocation: false,
             tweak_group: None,
         }
     }
@@ -279,6 +281,14 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Revocations complete only through [`Consumer::complete_revocation`], not on the
+    /// next `recv`: for applications that process records concurrently and must finish
+    /// or stop that work first (the `Processor` does).
+    pub fn manual_revocation(mut self) -> Self {
+        self.manual_revocation = true;
+        self
+    }
+
     /// Adjusts the group member's remaining settings (backoffs, jitter seed,
     /// `leader_sync_delay`) after the builder has filled in its own.
     pub fn tweak_group(mut self, f: impl Fn(&mut GroupConfig) + Send + Sync + 'static) -> Self {
@@ -384,6 +394,7 @@ impl ConsumerBuilder {
             events,
             group: commander,
             auto_commit: self.auto_commit.is_some(),
+            manual_revocation: self.manual_revocation,
             last_progress: Instant::now(),
             task: Some(task),
         })
@@ -452,6 +463,7 @@ pub struct Consumer {
     events: mpsc::UnboundedReceiver<ConsumerEvent>,
     group: Option<GroupCommander>,
     auto_commit: bool,
+    manual_revocation: bool,
     last_progress: Instant,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -484,6 +496,9 @@ impl Consumer {
             }
         }
         lock(&self.shared.fetcher).mark_consumed();
+        if self.manual_revocation {
+            return;
+        }
         let revoking = lock(&self.shared.app).revoking.take();
         if let Some((generation, partitions)) = revoking {
             let _ = self.commands.send(Command::RevocationReady {
@@ -568,9 +583,30 @@ impl Consumer {
         Poll::Pending
     }
 
+    /// With [`ConsumerBuilder::manual_revocation`]: the revocation of `partitions` in
+    /// `generation` is complete (their work is finished or stopped, and committed).
+    pub fn complete_revocation(&self, generation: i32, partitions: Vec<TopicPartition>) {
+        let mut app = lock(&self.shared.app);
+        if app.revoking.as_ref().is_some_and(|(g, _)| *g == generation) {
+            app.revoking = None;
+        }
+        drop(app);
+        let _ = self.commands.send(Command::RevocationReady {
+            generation,
+            partitions,
+        });
+    }
+
     /// The next event, waiting for one; `None` once the consumer has stopped.
     pub async fn next_event(&mut self) -> Option<ConsumerEvent> {
         self.events.recv().await
+    }
+
+    /// Takes the event stream out of the consumer, for an application that reads
+    /// events in its own task or `select!` (after this, `next_event` returns `None`).
+    pub fn take_events(&mut self) -> mpsc::UnboundedReceiver<ConsumerEvent> {
+        let (_, empty) = mpsc::unbounded_channel();
+        std::mem::replace(&mut self.events, empty)
     }
 
     /// An event if one is ready.

@@ -25,6 +25,7 @@ pub mod config;
 pub mod consumer;
 pub mod driver;
 pub mod error;
+pub mod processor;
 pub mod producer;
 pub mod proto;
 

@@ -1,0 +1,312 @@
+//! The processing loop against real peers: the seed 003 order scenario (ok, transient
+//! that heals, permanent, malformed), with every permanent order in the dead-letter
+//! topic and the committed offsets at each partition's end.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
+use ottla::processor::{Backoff, Metric, MetricsLog, ProcessError, Processor, RetryPolicy};
+use ottla::producer::{Producer, ProducerRecord};
+use protocol_tests::peer::Peer;
+
+const ORDERS: u32 = 30;
+
+/// Order `i`'s kind: 50% ok, 30% transient (heals after 2 failures), 20% permanent,
+/// half of those malformed JSON.
+fn kind(i: u32) -> &'static str {
+    match i % 10 {
+        0..=4 => "ok",
+        5..=7 => "transient",
+        8 => "rejected",
+        _ => "malformed",
+    }
+}
+
+fn payload(i: u32) -> String {
+    match kind(i) {
+        "malformed" => format!("{{\"id\":{i},\"kind\":"),
+        k => format!("{{\"id\":{i},\"kind\":\"{k}\",\"qty\":{}}}", i % 4 + 1),
+    }
+}
+
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        default: Backoff {
+            max_retries: 3,
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(200),
+            multiplier: 2.0,
+            jitter: true,
+            min_delay: Duration::ZERO,
+        },
+        transient: None,
+    }
+}
+
+async fn seed_003(peer: Peer) {
+    protocol_tests::init_tracing();
+    let topic = format!("orders-{}", peer.name());
+    let partitions = 3;
+    peer.create_topic(&topic, partitions).expect("topic");
+    peer.create_topic(&format!("{topic}.dlq"), 1)
+        .expect("dlq topic");
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+    for i in 0..ORDERS {
+        let r = ProducerRecord::new(&topic)
+            .key(format!("order-{i}"))
+            .value(payload(i))
+            .header("trace-id", Some(Bytes::from(format!("t{i}"))));
+        let m = producer
+            .send(r)
+            .await
+            .expect("send")
+            .await
+            .expect("written");
+        let end = ends.entry(m.partition).or_default();
+        *end = (*end).max(m.offset + 1);
+    }
+    producer.close().await;
+
+    let attempts: Arc<Mutex<HashMap<u32, u32>>> = Arc::default();
+    let succeeded: Arc<Mutex<BTreeSet<u32>>> = Arc::default();
+    let log = MetricsLog::default();
+    let group = format!("billing-{}", peer.name());
+    let mut builder = Processor::builder(&peer.bootstrap(), &group, [topic.clone()])
+        .retry_policy(policy())
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        .commit_interval(Some(Duration::from_millis(200)))
+        .metrics(log.hook())
+        .consumer(|c| c.offset_reset(OffsetReset::Earliest));
+    if let Peer::Mock(m) = &peer {
+        m.set_group_initial_rebalance_delay(Duration::from_millis(300));
+        builder = builder
+            .consumer(|c| c.tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50)));
+    }
+    let processor = builder.build().await.expect("processor");
+    let (a, s) = (attempts.clone(), succeeded.clone());
+    let handler = move |record: ottla::ConsumerRecord, _cancel| {
+        let (a, s) = (a.clone(), s.clone());
+        async move {
+            let value = record.value.unwrap_or_default();
+            let text =
+                std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
+            if !text.ends_with('}') {
+                return Err(ProcessError::malformed(format!(
+                    "unexpected end of JSON: {text}"
+                )));
+            }
+            let id: u32 = text
+                .split("\"id\":")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| ProcessError::malformed("no id"))?;
+            let n = {
+                let mut a = a.lock().unwrap();
+                let n = a.entry(id).or_insert(0);
+                *n += 1;
+                *n
+            };
+            if text.contains("\"transient\"") && n <= 2 {
+                return Err(ProcessError::transient(
+                    "Timeout",
+                    format!("inventory service timed out (attempt {n})"),
+                ));
+            }
+            if text.contains("\"rejected\"") {
+                return Err(ProcessError::permanent(
+                    "BusinessRuleRejection",
+                    "quantity exceeds the credit limit",
+                ));
+            }
+            s.lock().unwrap().insert(id);
+            Ok(())
+        }
+    };
+    let (s, l) = (succeeded.clone(), log.clone());
+    let done = async move {
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let dlq = l
+                .snapshot()
+                .iter()
+                .filter(|m| matches!(m, Metric::DeadLettered { .. }))
+                .count();
+            if s.lock().unwrap().len() + dlq >= ORDERS as usize
+                || started.elapsed() > Duration::from_secs(60)
+            {
+                // Let the last commit go out.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                return;
+            }
+        }
+    };
+    let stats = processor.run(handler, done).await.expect("run");
+    println!("{}: {stats:?}", peer.name());
+
+    // Every ok and healed order succeeded; every transient one took 3 attempts.
+    let ok: BTreeSet<u32> = (0..ORDERS)
+        .filter(|i| matches!(kind(*i), "ok" | "transient"))
+        .collect();
+    assert_eq!(*succeeded.lock().unwrap(), ok);
+    for i in (0..ORDERS).filter(|i| kind(*i) == "transient") {
+        assert_eq!(attempts.lock().unwrap().get(&i), Some(&3), "order {i}");
+    }
+    // Counters match.
+    assert_eq!(stats.succeeded, 24);
+    assert_eq!(stats.dead_lettered, 6);
+    assert_eq!(stats.retries, 9 * 2);
+    assert_eq!(stats.dlq_failures, 0);
+
+    // Every permanent order is in the DLQ, byte for byte, with diagnostic headers.
+    let mut dlq = Consumer::builder(&peer.bootstrap())
+        .assign([TopicPartition::new(format!("{topic}.dlq"), 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+        .expect("dlq reader");
+    let mut letters = BTreeMap::new();
+    while letters.len() < 6 {
+        let r = tokio::time::timeout(Duration::from_secs(20), dlq.recv())
+            .await
+            .expect("dlq records")
+            .expect("open")
+            .expect("ok");
+        let h = |k: &str| {
+            r.headers
+                .iter()
+                .find(|(n, _)| &n[..] == k.as_bytes())
+                .and_then(|(_, v)| v.as_ref())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+        let i: u32 = key.trim_start_matches("order-").parse().expect("order key");
+        assert_eq!(
+            r.value.as_deref(),
+            Some(payload(i).as_bytes()),
+            "value copied"
+        );
+        assert_eq!(h("trace-id"), Some(format!("t{i}")), "original header kept");
+        assert_eq!(h("__dlq.errors.topic"), Some(topic.clone()));
+        assert_eq!(h("__dlq.errors.group"), Some(group.clone()));
+        assert_eq!(
+            h("__dlq.errors.delivery.count"),
+            Some("1".into()),
+            "permanent: one attempt"
+        );
+        assert_eq!(h("ottla.dlq.class"), Some("non-retryable".into()));
+        let expected_type = if kind(i) == "malformed" {
+            "DeserializationError"
+        } else {
+            "BusinessRuleRejection"
+        };
+        assert_eq!(h("ottla.dlq.error.type"), Some(expected_type.into()));
+        let offset: i64 = h("__dlq.errors.offset")
+            .and_then(|o| o.parse().ok())
+            .expect("offset");
+        let partition: i32 = h("__dlq.errors.partition")
+            .and_then(|p| p.parse().ok())
+            .expect("partition");
+        assert_eq!(
+            h("ottla.dlq.dedup.id"),
+            Some(format!("{group}/{topic}/{partition}/{offset}"))
+        );
+        letters.insert(i, expected_type);
+    }
+    let permanent: BTreeSet<u32> = (0..ORDERS)
+        .filter(|i| matches!(kind(*i), "rejected" | "malformed"))
+        .collect();
+    assert_eq!(letters.keys().copied().collect::<BTreeSet<_>>(), permanent);
+
+    // The committed offsets equal each partition's end.
+    let mut check = Consumer::builder(&peer.bootstrap())
+        .group_id(&group)
+        .topics([topic.clone()])
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(500))
+        .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+        .build()
+        .await
+        .expect("checker");
+    let started = Instant::now();
+    loop {
+        let committed: BTreeMap<i32, i64> = (0..partitions)
+            .filter_map(|p| {
+                check
+                    .committed(&TopicPartition::new(&topic, p))
+                    .map(|o| (p, o))
+            })
+            .collect();
+        let ends_known: BTreeMap<i32, i64> = ends.clone();
+        if committed == ends_known {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "committed {committed:?}, ends {ends_known:?}"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), check.recv()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_seed_003_orders_end_handled_or_dead_lettered_and_committed() {
+    seed_003(Peer::mock(3).expect("mock")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_seed_003_orders_end_handled_or_dead_lettered_and_committed() {
+    seed_003(Peer::tansu().expect("tansu")).await;
+}
+
+#[tokio::test]
+async fn invalid_configuration_is_refused_with_the_setting_named() {
+    let b = Processor::builder("127.0.0.1:1", "g", ["t"]);
+    let e = b
+        .timeouts(
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+            Duration::from_secs(300),
+        )
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("heartbeat.interval.ms"), "{e}");
+    let e = Processor::builder("127.0.0.1:1", "g", ["t"])
+        // 3 retries of up to 1.1 + 2.2 + 4.4 s, plus a 30 s budget, do not fit in 20 s.
+        .timeouts(
+            Duration::from_secs(45),
+            Duration::from_secs(3),
+            Duration::from_secs(20),
+        )
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("max.poll.interval.ms"), "{e}");
+    let mut p = policy();
+    p.default.multiplier = 0.0;
+    let e = Processor::builder("127.0.0.1:1", "g", ["t"])
+        .retry_policy(p)
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("retry_backoff_multiplier"), "{e}");
+    let e = Processor::builder("127.0.0.1:1", "g", ["t"])
+        .concurrency(0)
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("concurrency"), "{e}");
+    Processor::builder("127.0.0.1:1", "g", ["t"])
+        .validate()
+        .expect("the defaults are valid");
+}

@@ -1,0 +1,987 @@
+//! The processing loop: a handler per record, retries with backoff that never stall
+//! other partitions, a dead-letter topic for what cannot succeed, and commits that
+//! never pass an unfinished record.
+//!
+//! ```no_run
+//! # async fn demo() -> ottla::Result<()> {
+//! use ottla::processor::{Processor, ProcessError};
+//!
+//! let processor = Processor::builder("127.0.0.1:9092", "billing", ["orders"]).build().await?;
+//! let stats = processor
+//!     .run(
+//!         |record, _cancel| async move {
+//!             let value = record.value.unwrap_or_default();
+//!             let text = std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
+//!             println!("{text}");
+//!             Ok(())
+//!         },
+//!         tokio::signal::ctrl_c(),
+//!     )
+//!     .await?;
+//! println!("{stats:?}");
+//! # Ok(()) }
+//! ```
+//!
+//! **Lanes.** Each partition is a lane: its records are handled one at a time, in
+//! order. Up to `concurrency` lanes run at once. A lane whose record waits for a retry
+//! is paused (its partition is not fetched) while the others keep flowing; heartbeats
+//! are sent by the group task whatever handlers do.
+//!
+//! **Commit rule.** An offset becomes committable only when its record succeeded or its
+//! dead-letter write was acknowledged; commits carry each partition's finished prefix.
+//! A dead-letter write that fails halts its lane (paused, nothing committed past it)
+//! and is retried with backoff until it succeeds.
+//!
+//! **Rebalances.** When partitions are revoked, their backoff waits are cancelled, their
+//! running handlers are signalled through [`Cancel`] and awaited for up to
+//! `acquiesce_share` of the rebalance timeout, the finished prefix is committed, and
+//! only then is the revocation acknowledged. Lost partitions are dropped without a
+//! commit.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, TopicPartition};
+use crate::error::{Error, Result};
+use crate::producer::{Producer, ProducerBuilder, ProducerRecord};
+use crate::proto::group::member::Event;
+pub use crate::proto::process::classify::{
+    AsGiven, Classifier, ErrorClass, HttpClassifier, ProcessError,
+};
+use crate::proto::process::dlq::DeadLetter;
+pub use crate::proto::process::dlq::DlqFormat;
+pub use crate::proto::process::retry::{Backoff, RetryPolicy};
+use crate::proto::process::tracker::OffsetTracker;
+
+/// Tells a running handler that its partition is being taken away: finish quickly or
+/// stop (the record will be handled again by the next owner).
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    flag: Arc<AtomicBool>,
+    notify: Arc<Notify>,
+}
+
+impl Cancel {
+    /// Whether cancellation was requested.
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when cancellation is requested.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+}
+
+/// Counters of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records handled successfully (on any attempt).
+    pub succeeded: u64,
+    /// Retries scheduled.
+    pub retries: u64,
+    /// Records written to the dead-letter topic.
+    pub dead_lettered: u64,
+    /// Dead-letter writes that failed (and were retried).
+    pub dlq_failures: u64,
+    /// Handler panics (treated as permanent errors).
+    pub panics: u64,
+    /// Successful commits.
+    pub commits: u64,
+}
+
+/// One metric observation, for [`ProcessorBuilder::metrics`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Metric {
+    /// A record finished (`success` false: dead-lettered).
+    Processed {
+        /// Whether the handler succeeded.
+        success: bool,
+        /// How long the last attempt took.
+        duration: Duration,
+    },
+    /// A retry was scheduled.
+    Retry {
+        /// 1 for the first retry.
+        attempt: u32,
+        /// The delay.
+        delay: Duration,
+    },
+    /// A handler failed.
+    Error {
+        /// The error type.
+        error_type: String,
+        /// Its class.
+        class: ErrorClass,
+    },
+    /// A record went to the dead-letter topic.
+    DeadLettered {
+        /// The error type.
+        error_type: String,
+        /// Its class.
+        class: ErrorClass,
+    },
+    /// Partitions halted because the dead-letter topic cannot be written.
+    Halted {
+        /// How many.
+        partitions: usize,
+    },
+}
+
+type MetricsHook = Arc<dyn Fn(Metric) + Send + Sync>;
+
+/// Builds a [`Processor`].
+pub struct ProcessorBuilder {
+    consumer: ConsumerBuilder,
+    producer: ProducerBuilder,
+    group: String,
+    policy: RetryPolicy,
+    classifier: Arc<dyn Classifier>,
+    dlq_format: DlqFormat,
+    dlq_suffix: String,
+    concurrency: usize,
+    lane_buffer: usize,
+    commit_interval: Option<Duration>,
+    acquiesce_share: f64,
+    max_poll_interval: Duration,
+    session_timeout: Duration,
+    heartbeat_interval: Duration,
+    processing_budget: Duration,
+    metrics: Option<MetricsHook>,
+}
+
+impl std::fmt::Debug for ProcessorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessorBuilder")
+            .field("group", &self.group)
+            .field("policy", &self.policy)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessorBuilder {
+    /// A processor for `group` on `topics`. The retry policy starts from the
+    /// environment variables `max_retries`, `initial_retry_delay_ms`,
+    /// `max_retry_delay_ms`, `retry_backoff_multiplier`, `retry_jitter` and
+    /// `retry_min_delay_ms` where set.
+    pub fn new<I, S>(bootstrap: &str, group: &str, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            consumer: Consumer::builder(bootstrap).group_id(group).topics(topics),
+            producer: Producer::builder(bootstrap),
+            group: group.to_string(),
+            policy: RetryPolicy::default(),
+            classifier: Arc::new(AsGiven),
+            dlq_format: DlqFormat::Apache,
+            dlq_suffix: ".dlq".into(),
+            concurrency: 16,
+            lane_buffer: 1000,
+            commit_interval: Some(Duration::from_secs(1)),
+            acquiesce_share: 0.5,
+            max_poll_interval: Duration::from_secs(300),
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            processing_budget: Duration::from_secs(30),
+            metrics: None,
+        }
+    }
+
+    /// Adjusts the consumer (offset reset, fetch sizes, assignors, ...). Group id,
+    /// topics and the timeouts below are set by this builder.
+    pub fn consumer(mut self, f: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder) -> Self {
+        self.consumer = f(self.consumer);
+        self
+    }
+
+    /// Adjusts the dead-letter producer.
+    pub fn producer(mut self, f: impl FnOnce(ProducerBuilder) -> ProducerBuilder) -> Self {
+        self.producer = f(self.producer);
+        self
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Reads the retry policy from the environment variables named in
+    /// [`ProcessorBuilder::new`].
+    pub fn retry_policy_from_env(mut self) -> Result<Self> {
+        self.policy = RetryPolicy::from_vars(|k| std::env::var(k).ok()).map_err(config)?;
+        Ok(self)
+    }
+
+    /// A classifier applied to every handler error.
+    pub fn classifier(mut self, c: Arc<dyn Classifier>) -> Self {
+        self.classifier = c;
+        self
+    }
+
+    /// The dead-letter header format (default [`DlqFormat::Apache`]).
+    pub fn dlq_format(mut self, f: DlqFormat) -> Self {
+        self.dlq_format = f;
+        self
+    }
+
+    /// The dead-letter topic is the original topic plus this suffix (default `.dlq`).
+    pub fn dlq_suffix(mut self, s: impl Into<String>) -> Self {
+        self.dlq_suffix = s.into();
+        self
+    }
+
+    /// Lanes running at once (default 16).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Commit after every finished record (`None`) or on an interval (default 1 s).
+    pub fn commit_interval(mut self, every: Option<Duration>) -> Self {
+        self.commit_interval = every;
+        self
+    }
+
+    /// The share of the rebalance timeout that revoked handlers may take to finish
+    /// (default 0.5).
+    pub fn acquiesce_share(mut self, share: f64) -> Self {
+        self.acquiesce_share = share;
+        self
+    }
+
+    /// `session.timeout.ms`, `heartbeat.interval.ms` and `max.poll.interval.ms` (the
+    /// rebalance timeout).
+    pub fn timeouts(mut self, session: Duration, heartbeat: Duration, max_poll: Duration) -> Self {
+        self.session_timeout = session;
+        self.heartbeat_interval = heartbeat;
+        self.max_poll_interval = max_poll;
+        self
+    }
+
+    /// The longest one handler call is expected to take (default 30 s), for the
+    /// progress-window check.
+    pub fn processing_budget(mut self, t: Duration) -> Self {
+        self.processing_budget = t;
+        self
+    }
+
+    /// A hook that receives every metric observation.
+    pub fn metrics(mut self, hook: impl Fn(Metric) + Send + Sync + 'static) -> Self {
+        self.metrics = Some(Arc::new(hook));
+        self
+    }
+
+    /// Checks the whole configuration; the error names the setting to change.
+    pub fn validate(&self) -> Result<()> {
+        self.policy.validate().map_err(config)?;
+        let bad = |setting: &'static str, message: String| Err(Error::Config { setting, message });
+        if self.heartbeat_interval * 3 > self.session_timeout {
+            return bad(
+                "heartbeat.interval.ms",
+                format!(
+                    "{:?} is more than a third of session.timeout.ms ({:?}); lower it",
+                    self.heartbeat_interval, self.session_timeout
+                ),
+            );
+        }
+        let window = self.policy.worst_case_total() + self.processing_budget;
+        if self.max_poll_interval < window {
+            return bad(
+                "max.poll.interval.ms",
+                format!(
+                    "{:?} is shorter than max_retries x max_retry_delay plus the processing budget ({window:?}); raise it to at least that",
+                    self.max_poll_interval
+                ),
+            );
+        }
+        if self.concurrency == 0 {
+            return bad("concurrency", "must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.acquiesce_share) || self.acquiesce_share == 0.0 {
+            return bad("acquiesce_share", "must be in (0, 1]".into());
+        }
+        if self.dlq_suffix.is_empty() {
+            return bad(
+                "dlq_suffix",
+                "must not be empty: the DLQ would be the topic itself".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Validates, then connects the consumer and the dead-letter producer.
+    pub async fn build(self) -> Result<Processor> {
+        self.validate()?;
+        let consumer = self
+            .consumer
+            .session_timeout(self.session_timeout)
+            .heartbeat_interval(self.heartbeat_interval)
+            .max_poll_interval(self.max_poll_interval)
+            .auto_commit(None)
+            .manual_revocation()
+            .build()
+            .await?;
+        let producer = self.producer.build().await?;
+        Ok(Processor {
+            consumer,
+            producer: Arc::new(producer),
+            group: self.group,
+            policy: self.policy,
+            classifier: self.classifier,
+            dlq_format: self.dlq_format,
+            dlq_suffix: self.dlq_suffix,
+            concurrency: self.concurrency,
+            lane_buffer: self.lane_buffer,
+            commit_interval: self.commit_interval,
+            acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
+            metrics: self.metrics,
+        })
+    }
+}
+
+fn config(e: crate::proto::process::retry::ConfigError) -> Error {
+    Error::Config {
+        setting: e.setting,
+        message: e.message,
+    }
+}
+
+/// The processing loop. See the module docs.
+pub struct Processor {
+    consumer: Consumer,
+    producer: Arc<Producer>,
+    group: String,
+    policy: RetryPolicy,
+    classifier: Arc<dyn Classifier>,
+    dlq_format: DlqFormat,
+    dlq_suffix: String,
+    concurrency: usize,
+    lane_buffer: usize,
+    commit_interval: Option<Duration>,
+    acquiesce: Duration,
+    metrics: Option<MetricsHook>,
+}
+
+impl std::fmt::Debug for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor")
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The state of one record between attempts.
+#[derive(Debug, Clone)]
+struct Attempt {
+    record: ConsumerRecord,
+    /// Attempts made so far.
+    attempts: u32,
+    first_failure_ms: Option<i64>,
+    last_error: Option<ProcessError>,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    queue: VecDeque<ConsumerRecord>,
+    tracker: OffsetTracker,
+    running: Option<Cancel>,
+    /// A record waiting for its retry.
+    retry: Option<(Attempt, Instant)>,
+    /// A record waiting for its dead-letter write to be retried.
+    halted: Option<(Attempt, ErrorClass, Instant, u32)>,
+    dlq_in_flight: bool,
+    paused: bool,
+    /// Bumped when the lane is revoked or lost: results of an older epoch are ignored.
+    epoch: u64,
+}
+
+enum Done {
+    Handled {
+        tp: TopicPartition,
+        epoch: u64,
+        attempt: Attempt,
+        outcome: std::result::Result<(), ProcessError>,
+        panicked: bool,
+        took: Duration,
+    },
+    DeadLettered {
+        tp: TopicPartition,
+        epoch: u64,
+        attempt: Attempt,
+        class: ErrorClass,
+        result: Result<()>,
+    },
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl Processor {
+    /// A builder.
+    pub fn builder<I, S>(bootstrap: &str, group: &str, topics: I) -> ProcessorBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ProcessorBuilder::new(bootstrap, group, topics)
+    }
+
+    fn metric(&self, m: Metric) {
+        if let Some(h) = &self.metrics {
+            h(m);
+        }
+    }
+
+    /// Runs `handler` on every record until `shutdown` resolves, then stops fetching,
+    /// lets running handlers finish (within the acquiesce window), commits the finished
+    /// prefix and leaves the group.
+    pub async fn run<H, F, S>(mut self, handler: H, shutdown: S) -> Result<Stats>
+    where
+        H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+        S: Future + Send,
+    {
+        let handler = Arc::new(handler);
+        let mut lanes: BTreeMap<TopicPartition, Lane> = BTreeMap::new();
+        let mut tasks: JoinSet<Done> = JoinSet::new();
+        let mut stats = Stats::default();
+        let mut jitter = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next_commit = self.commit_interval.map(|i| Instant::now() + i);
+        let mut epochs: HashMap<TopicPartition, u64> = HashMap::new();
+        let mut epoch_counter = 0u64;
+        let mut events = self.consumer.take_events();
+        tokio::pin!(shutdown);
+        let result: Result<()> = loop {
+            // Start what can start.
+            self.dispatch(&mut lanes, &mut tasks, &handler);
+            self.update_pauses(&mut lanes);
+            if self.commit_interval.is_none() {
+                self.commit(&mut lanes, &mut stats).await;
+            }
+            let buffered: usize = lanes.values().map(|l| l.queue.len()).sum();
+            let want_records = buffered < self.lane_buffer * 4;
+            let deadline = lanes
+                .values()
+                .flat_map(|l| {
+                    [
+                        l.retry.as_ref().map(|r| r.1),
+                        l.halted.as_ref().map(|h| h.2),
+                    ]
+                })
+                .flatten()
+                .chain(next_commit)
+                .min();
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                batch = self.consumer.recv_batch(500), if want_records => {
+                    match batch {
+                        Ok(records) => {
+                            for r in records {
+                                let tp = r.topic_partition();
+                                let lane = lanes.entry(tp.clone()).or_default();
+                                lane.epoch = *epochs.entry(tp).or_insert_with(|| { epoch_counter += 1; epoch_counter });
+                                lane.tracker.deliver(r.offset);
+                                lane.queue.push_back(r);
+                            }
+                        }
+                        Err(Error::Fetch(e)) => {
+                            // A partition stopped (corrupt batch): nothing is committed past it.
+                            error!(error = %e, "partition stopped; its records are not committed past this point");
+                        }
+                        Err(e) => break Err(e),
+                    }
+                }
+                Some(event) = events.recv() => {
+                    if let ConsumerEvent::Group(event) = event {
+                        match event {
+                            Event::RevokeRequested { generation, partitions } => {
+                                self.acquiesce(&mut lanes, &mut tasks, &mut stats, &partitions, &mut jitter).await;
+                                for tp in &partitions {
+                                    lanes.remove(tp);
+                                    epochs.remove(tp);
+                                }
+                                self.consumer.complete_revocation(generation, partitions);
+                            }
+                            Event::Lost { partitions, .. } => {
+                                for tp in &partitions {
+                                    if let Some(l) = lanes.remove(tp) {
+                                        if let Some(c) = l.running {
+                                            c.cancel();
+                                        }
+                                    }
+                                    epochs.remove(tp);
+                                }
+                                warn!(?partitions, "partitions lost: in-flight results are dropped, nothing is committed for them");
+                            }
+                            Event::Fatal(e) => break Err(Error::Group(e)),
+                            _ => {}
+                        }
+                    }
+                }
+                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                    match done {
+                        Ok(done) => self.on_done(done, &mut lanes, &mut tasks, &mut stats, &mut jitter),
+                        Err(e) => warn!(error = %e, "a processing task failed"),
+                    }
+                }
+                _ = sleep_until(deadline), if deadline.is_some() => {
+                    let now = Instant::now();
+                    if next_commit.is_some_and(|t| now >= t) {
+                        next_commit = self.commit_interval.map(|i| now + i);
+                        self.commit(&mut lanes, &mut stats).await;
+                    }
+                    self.retry_dlq(&mut lanes, &mut tasks, now);
+                }
+            }
+        };
+        // Shut down: acquiesce on everything, commit, leave.
+        let all: Vec<TopicPartition> = lanes.keys().cloned().collect();
+        self.acquiesce(&mut lanes, &mut tasks, &mut stats, &all, &mut jitter)
+            .await;
+        let close = self.consumer.close().await;
+        result.and(close).map(|()| stats)
+    }
+
+    fn next_jitter(state: &mut u64) -> f64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        (*state >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Starts handlers for lanes that are idle and have records, up to `concurrency`.
+    fn dispatch<H, F>(
+        &self,
+        lanes: &mut BTreeMap<TopicPartition, Lane>,
+        tasks: &mut JoinSet<Done>,
+        handler: &Arc<H>,
+    ) where
+        H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+    {
+        let now = Instant::now();
+        let mut running = lanes.values().filter(|l| l.running.is_some()).count();
+        for (tp, lane) in lanes.iter_mut() {
+            if running >= self.concurrency {
+                break;
+            }
+            if lane.running.is_some() || lane.halted.is_some() || lane.dlq_in_flight {
+                continue;
+            }
+            let attempt = match lane.retry.take() {
+                Some((a, due)) if now >= due => a,
+                Some(waiting) => {
+                    lane.retry = Some(waiting);
+                    continue;
+                }
+                None => match lane.queue.pop_front() {
+                    Some(record) => Attempt {
+                        record,
+                        attempts: 0,
+                        first_failure_ms: None,
+                        last_error: None,
+                    },
+                    None => continue,
+                },
+            };
+            let cancel = Cancel::default();
+            lane.running = Some(cancel.clone());
+            running += 1;
+            let (handler, tp, epoch) = (handler.clone(), tp.clone(), lane.epoch);
+            tasks.spawn(async move {
+                let started = std::time::Instant::now();
+                let call = handler(attempt.record.clone(), cancel);
+                // A panic is caught by the inner task and becomes a permanent error.
+                let (outcome, panicked) = match tokio::spawn(AssertUnwindSafe(call)).await {
+                    Ok(r) => (r, false),
+                    Err(e) => (
+                        Err(ProcessError::permanent(
+                            "Panic",
+                            if e.is_panic() {
+                                "the handler panicked"
+                            } else {
+                                "the handler was cancelled"
+                            },
+                        )),
+                        e.is_panic(),
+                    ),
+                };
+                Done::Handled {
+                    tp,
+                    epoch,
+                    attempt,
+                    outcome,
+                    panicked,
+                    took: started.elapsed(),
+                }
+            });
+        }
+    }
+
+    fn update_pauses(&mut self, lanes: &mut BTreeMap<TopicPartition, Lane>) {
+        let mut halted = 0;
+        for (tp, lane) in lanes.iter_mut() {
+            let should = lane.retry.is_some()
+                || lane.halted.is_some()
+                || lane.queue.len() >= self.lane_buffer;
+            halted += usize::from(lane.halted.is_some());
+            if should && !lane.paused {
+                self.consumer.pause(std::slice::from_ref(tp));
+                lane.paused = true;
+            } else if !should && lane.paused {
+                self.consumer.resume(std::slice::from_ref(tp));
+                lane.paused = false;
+            }
+        }
+        if halted > 0 {
+            self.metric(Metric::Halted { partitions: halted });
+        }
+    }
+
+    fn on_done(
+        &mut self,
+        done: Done,
+        lanes: &mut BTreeMap<TopicPartition, Lane>,
+        tasks: &mut JoinSet<Done>,
+        stats: &mut Stats,
+        jitter: &mut u64,
+    ) {
+        match done {
+            Done::Handled {
+                tp,
+                epoch,
+                mut attempt,
+                outcome,
+                panicked,
+                took,
+            } => {
+                let Some(lane) = lanes.get_mut(&tp).filter(|l| l.epoch == epoch) else {
+                    return; // revoked or lost meanwhile
+                };
+                lane.running = None;
+                attempt.attempts += 1;
+                let offset = attempt.record.offset;
+                match outcome {
+                    Ok(()) => {
+                        lane.tracker.finish(offset);
+                        stats.succeeded += 1;
+                        self.metric(Metric::Processed {
+                            success: true,
+                            duration: took,
+                        });
+                    }
+                    Err(error) => {
+                        stats.panics += u64::from(panicked);
+                        let class = self.classifier.classify(&error);
+                        let shown = class.unwrap_or(ErrorClass::Transient);
+                        self.metric(Metric::Error {
+                            error_type: error.kind.clone(),
+                            class: shown,
+                        });
+                        attempt.first_failure_ms.get_or_insert_with(now_ms);
+                        attempt.last_error = Some(error.clone());
+                        let retry = attempt.attempts - 1;
+                        match self.policy.backoff_for(class) {
+                            Some(b) if retry < b.max_retries => {
+                                let delay = b.delay(retry, Self::next_jitter(jitter));
+                                warn!(
+                                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
+                                    retry_count = retry + 1, error_type = %error.kind, error_classification = shown.label(),
+                                    backoff_delay_ms = delay.as_millis() as u64, error = %error.message,
+                                    "handler failed; retrying"
+                                );
+                                stats.retries += 1;
+                                self.metric(Metric::Retry {
+                                    attempt: retry + 1,
+                                    delay,
+                                });
+                                lane.retry = Some((attempt, Instant::now() + delay));
+                            }
+                            Some(_) => {
+                                error!(
+                                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
+                                    retry_count = retry, error_type = %error.kind, error_classification = shown.label(),
+                                    "retries exhausted; dead-lettering"
+                                );
+                                self.dead_letter(&tp, lane, attempt, ErrorClass::Transient, tasks);
+                            }
+                            None => {
+                                warn!(
+                                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
+                                    error_type = %error.kind, error_classification = "non-retryable", error = %error.message,
+                                    "permanent error; dead-lettering at once"
+                                );
+                                self.dead_letter(&tp, lane, attempt, ErrorClass::Permanent, tasks);
+                            }
+                        }
+                    }
+                }
+            }
+            Done::DeadLettered {
+                tp,
+                epoch,
+                attempt,
+                class,
+                result,
+            } => {
+                let Some(lane) = lanes.get_mut(&tp).filter(|l| l.epoch == epoch) else {
+                    return;
+                };
+                lane.dlq_in_flight = false;
+                let error_type = attempt
+                    .last_error
+                    .as_ref()
+                    .map(|e| e.kind.clone())
+                    .unwrap_or_default();
+                match result {
+                    Ok(()) => {
+                        info!(
+                            consumer_group = %self.group, topic = %tp.topic, partition = tp.partition,
+                            offset = attempt.record.offset, error_type = %error_type, error_classification = class.label(),
+                            "record dead-lettered"
+                        );
+                        lane.tracker.finish(attempt.record.offset);
+                        lane.halted = None;
+                        stats.dead_lettered += 1;
+                        self.metric(Metric::DeadLettered { error_type, class });
+                        self.metric(Metric::Processed {
+                            success: false,
+                            duration: Duration::ZERO,
+                        });
+                    }
+                    Err(e) => {
+                        stats.dlq_failures += 1;
+                        let failures = lane.halted.as_ref().map_or(0, |h| h.3) + 1;
+                        let delay = Duration::from_millis(100 * 2u64.pow(failures.min(6)));
+                        error!(
+                            topic = %tp.topic, partition = tp.partition, offset = attempt.record.offset, error = %e,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "dead-letter write failed; the partition is halted and nothing is committed past this record"
+                        );
+                        lane.halted = Some((attempt, class, Instant::now() + delay, failures));
+                    }
+                }
+            }
+        }
+    }
+
+    fn retry_dlq(
+        &self,
+        lanes: &mut BTreeMap<TopicPartition, Lane>,
+        tasks: &mut JoinSet<Done>,
+        now: Instant,
+    ) {
+        for (tp, lane) in lanes.iter_mut() {
+            let due = lane.halted.as_ref().is_some_and(|h| now >= h.2) && !lane.dlq_in_flight;
+            if due {
+                if let Some((attempt, class, _, failures)) = lane.halted.clone() {
+                    lane.halted = Some((
+                        attempt.clone(),
+                        class,
+                        now + Duration::from_secs(3600),
+                        failures,
+                    ));
+                    self.dead_letter(tp, lane, attempt, class, tasks);
+                }
+            }
+        }
+    }
+
+    fn dead_letter(
+        &self,
+        tp: &TopicPartition,
+        lane: &mut Lane,
+        attempt: Attempt,
+        class: ErrorClass,
+        tasks: &mut JoinSet<Done>,
+    ) {
+        let record = &attempt.record;
+        let error = attempt
+            .last_error
+            .clone()
+            .unwrap_or_else(|| ProcessError::unclassified("Unknown", ""));
+        let letter = DeadLetter {
+            topic: &tp.topic,
+            partition: tp.partition,
+            offset: record.offset,
+            timestamp: record.timestamp,
+            group: &self.group,
+            error: &error,
+            class,
+            attempts: attempt.attempts,
+            first_failure_ms: attempt.first_failure_ms.unwrap_or_else(now_ms),
+            dead_lettered_ms: now_ms(),
+        };
+        let mut out = ProducerRecord::new(format!("{}{}", tp.topic, self.dlq_suffix));
+        out.key = record.key.clone();
+        out.timestamp = Some(record.timestamp);
+        out.headers = record
+            .headers
+            .iter()
+            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
+            .collect();
+        if self.dlq_format == DlqFormat::JsonEnvelope {
+            out.value = Some(Bytes::from(letter.envelope(
+                record.key.as_deref(),
+                record.value.as_deref(),
+                &record.headers,
+            )));
+        } else {
+            out.value = record.value.clone();
+        }
+        out.headers.extend(letter.headers(self.dlq_format));
+        lane.dlq_in_flight = true;
+        let (producer, tp, epoch) = (self.producer.clone(), tp.clone(), lane.epoch);
+        tasks.spawn(async move {
+            let result = match producer.send(out).await {
+                Ok(delivery) => delivery.await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            Done::DeadLettered {
+                tp,
+                epoch,
+                attempt,
+                class,
+                result,
+            }
+        });
+    }
+
+    /// Commits every lane's finished prefix that moved.
+    async fn commit(&self, lanes: &mut BTreeMap<TopicPartition, Lane>, stats: &mut Stats) {
+        let offsets: Vec<(TopicPartition, i64)> = lanes
+            .iter()
+            .filter_map(|(tp, l)| l.tracker.pending_commit().map(|o| (tp.clone(), o)))
+            .collect();
+        if offsets.is_empty() {
+            return;
+        }
+        match self.consumer.commit_offsets(&offsets).await {
+            Ok(()) => {
+                stats.commits += 1;
+                for (tp, o) in offsets {
+                    if let Some(l) = lanes.get_mut(&tp) {
+                        l.tracker.committed(o);
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "commit failed; the prefix is committed later"),
+        }
+    }
+
+    /// Revocation (or shutdown) of `partitions`: cancel their backoff waits, signal and
+    /// await their running handlers (bounded), then commit their finished prefix.
+    async fn acquiesce(
+        &mut self,
+        lanes: &mut BTreeMap<TopicPartition, Lane>,
+        tasks: &mut JoinSet<Done>,
+        stats: &mut Stats,
+        partitions: &[TopicPartition],
+        jitter: &mut u64,
+    ) {
+        self.consumer.pause(partitions);
+        for tp in partitions {
+            if let Some(l) = lanes.get_mut(tp) {
+                l.retry = None;
+                l.queue.clear();
+                if let Some(c) = &l.running {
+                    c.cancel();
+                }
+            }
+        }
+        let deadline = Instant::now() + self.acquiesce;
+        let busy = |lanes: &BTreeMap<TopicPartition, Lane>| {
+            partitions.iter().any(|tp| {
+                lanes
+                    .get(tp)
+                    .is_some_and(|l| l.running.is_some() || l.dlq_in_flight)
+            })
+        };
+        while busy(lanes) {
+            match tokio::time::timeout_at(deadline, tasks.join_next()).await {
+                Ok(Some(Ok(done))) => self.on_done(done, lanes, tasks, stats, jitter),
+                Ok(Some(Err(e))) => warn!(error = %e, "a processing task failed"),
+                Ok(None) => break,
+                Err(_) => {
+                    warn!(
+                        ?partitions,
+                        "handlers did not finish within the acquiesce window; their records are not committed"
+                    );
+                    break;
+                }
+            }
+            // A retry scheduled meanwhile is dropped: the next owner starts there.
+            for tp in partitions {
+                if let Some(l) = lanes.get_mut(tp) {
+                    l.retry = None;
+                    l.halted = None;
+                }
+            }
+        }
+        let mut only: BTreeMap<TopicPartition, Lane> = BTreeMap::new();
+        for tp in partitions {
+            if let Some(l) = lanes.remove(tp) {
+                only.insert(tp.clone(), l);
+            }
+        }
+        self.commit(&mut only, stats).await;
+        lanes.append(&mut only);
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Shared counters for tests and tools that read metrics from another task.
+#[derive(Debug, Default, Clone)]
+pub struct MetricsLog(Arc<Mutex<Vec<Metric>>>);
+
+impl MetricsLog {
+    /// A hook that appends to this log.
+    pub fn hook(&self) -> impl Fn(Metric) + Send + Sync + 'static {
+        let log = self.0.clone();
+        move |m| {
+            if let Ok(mut l) = log.lock() {
+                l.push(m);
+            }
+        }
+    }
+
+    /// Everything observed so far.
+    pub fn snapshot(&self) -> Vec<Metric> {
+        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
