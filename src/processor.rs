@@ -143,6 +143,13 @@ pub enum Metric {
         /// Its class.
         class: ErrorClass,
     },
+    /// A partition's finished prefix was committed.
+    Committed {
+        /// The partition.
+        partition: TopicPartition,
+        /// The offset committed (the next record to handle).
+        offset: i64,
+    },
     /// Partitions halted because the dead-letter topic cannot be written.
     Halted {
         /// How many.
@@ -892,6 +899,10 @@ impl Processor {
                     if let Some(l) = lanes.get_mut(&tp) {
                         l.tracker.committed(o);
                     }
+                    self.metric(Metric::Committed {
+                        partition: tp,
+                        offset: o,
+                    });
                 }
             }
             Err(e) => warn!(error = %e, "commit failed; the prefix is committed later"),

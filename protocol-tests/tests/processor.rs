@@ -310,3 +310,252 @@ async fn invalid_configuration_is_refused_with_the_setting_named() {
         .validate()
         .expect("the defaults are valid");
 }
+
+/// A processor on `topic` in `group` with short timeouts.
+async fn processor_for(
+    peer: &Peer,
+    group: &str,
+    topic: &str,
+    policy: RetryPolicy,
+    log: &MetricsLog,
+    assignor: &str,
+) -> Processor {
+    let assignor = assignor.to_string();
+    Processor::builder(&peer.bootstrap(), group, [topic.to_string()])
+        .retry_policy(policy)
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        .commit_interval(Some(Duration::from_millis(100)))
+        .metrics(log.hook())
+        .consumer(move |c| {
+            c.offset_reset(OffsetReset::Earliest)
+                .assignors([assignor])
+                .expect("assignor")
+                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+        })
+        .producer(|p| p.retry_backoff(Duration::from_millis(20)))
+        .build()
+        .await
+        .expect("processor")
+}
+
+async fn produce_values(peer: &Peer, topic: &str, values: &[(i32, String)]) {
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    for (p, v) in values {
+        producer
+            .send(
+                ProducerRecord::new(topic)
+                    .partition(*p)
+                    .key(v.clone())
+                    .value(v.clone()),
+            )
+            .await
+            .expect("send")
+            .await
+            .expect("written");
+    }
+    producer.close().await;
+}
+
+/// The dead-letter topic cannot be written for a while (injected TOPIC_AUTHORIZATION_FAILED
+/// on Produce): the partition halts, nothing is committed past the record, and it all
+/// recovers once the errors stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_dlq_outage_halts_the_partition_and_recovers() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(300));
+    let topic = "outage";
+    peer.create_topic(topic, 1).expect("topic");
+    peer.create_topic("outage.dlq", 1).expect("dlq");
+    let values: Vec<(i32, String)> = (0..10)
+        .map(|i| {
+            (
+                0,
+                if i == 3 {
+                    "poison".into()
+                } else {
+                    format!("v{i}")
+                },
+            )
+        })
+        .collect();
+    produce_values(&peer, topic, &values).await;
+    // The next three Produce requests (the dead-letter writes) fail.
+    m.push_request_errors(0, &[29, 29, 29]);
+    let log = MetricsLog::default();
+    let processor =
+        processor_for(&peer, "outage", topic, policy(), &log, "cooperative-sticky").await;
+    let l = log.clone();
+    let done = async move {
+        let started = Instant::now();
+        while !l
+            .snapshot()
+            .iter()
+            .any(|m| matches!(m, Metric::Committed { offset: 10, .. }))
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let stats = processor
+        .run(
+            |r: ottla::ConsumerRecord, _| async move {
+                if r.value.as_deref() == Some(&b"poison"[..]) {
+                    Err(ProcessError::malformed("poison pill"))
+                } else {
+                    Ok(())
+                }
+            },
+            done,
+        )
+        .await
+        .expect("run");
+    println!("{stats:?}");
+    let metrics = log.snapshot();
+    assert!(
+        metrics.iter().any(|m| matches!(m, Metric::Halted { .. })),
+        "the partition halted"
+    );
+    assert_eq!(stats.dlq_failures, 3, "three failed dead-letter writes");
+    assert_eq!((stats.dead_lettered, stats.succeeded), (1, 9));
+    // No commit passed the poison record before its dead-letter write succeeded.
+    let dead_at = metrics
+        .iter()
+        .position(|m| matches!(m, Metric::DeadLettered { .. }))
+        .expect("dead-lettered");
+    for m in &metrics[..dead_at] {
+        if let Metric::Committed { offset, .. } = m {
+            assert!(
+                *offset <= 3,
+                "committed {offset} before the poison record was dead-lettered"
+            );
+        }
+    }
+    assert!(
+        metrics
+            .iter()
+            .any(|m| matches!(m, Metric::Committed { offset: 10, .. }))
+    );
+}
+
+/// A record is in backoff when its partition is revoked (eager rebalance: a second
+/// member joins). The first member cancels the wait, commits the finished prefix and
+/// acknowledges within the rebalance timeout; the next owner continues from the
+/// committed offset and nothing is lost. On tansu: the mock refuses commits once a
+/// rebalance has started (docs/rebalance.md), so an eager member's prefix commit
+/// cannot land there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
+    protocol_tests::init_tracing();
+    let peer = Peer::tansu().expect("tansu");
+    let topic = "backoff";
+    peer.create_topic(topic, 2).expect("topic");
+    let values: Vec<(i32, String)> = (0..20)
+        .map(|i| (i % 2, format!("p{}-{}", i % 2, i / 2)))
+        .collect();
+    produce_values(&peer, topic, &values).await;
+    // The first attempt at p0-2 fails; the retry waits 10 s, longer than the second
+    // member takes to join (tansu holds a JoinGroup for 3 s).
+    let slow = RetryPolicy {
+        default: Backoff {
+            max_retries: 1,
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(10),
+            multiplier: 1.0,
+            jitter: false,
+            min_delay: Duration::ZERO,
+        },
+        transient: None,
+    };
+    let handled: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let succeeded: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let handler = {
+        let (h, s) = (handled.clone(), succeeded.clone());
+        move |r: ottla::ConsumerRecord, _| {
+            let (h, s) = (h.clone(), s.clone());
+            async move {
+                let v =
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                let n = {
+                    let mut h = h.lock().unwrap();
+                    let n = h.entry(v.clone()).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                if v == "p0-2" && n == 1 {
+                    return Err(ProcessError::transient("Timeout", "downstream slow"));
+                }
+                s.lock().unwrap().insert(v);
+                Ok(())
+            }
+        }
+    };
+    let (log_a, log_b) = (MetricsLog::default(), MetricsLog::default());
+    let first = processor_for(&peer, "handover", topic, slow.clone(), &log_a, "range").await;
+    let all_done = {
+        let s = succeeded.clone();
+        move || {
+            let s = s.clone();
+            async move {
+                let started = Instant::now();
+                while s.lock().unwrap().len() < 20 && started.elapsed() < Duration::from_secs(60) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    };
+    let a = tokio::spawn(first.run(handler.clone(), all_done()));
+    // Wait until p0-2 is in backoff, then start a second member.
+    let started = Instant::now();
+    while !log_a
+        .snapshot()
+        .iter()
+        .any(|m| matches!(m, Metric::Retry { .. }))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no retry scheduled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let joined_at = Instant::now();
+    let second = processor_for(&peer, "handover", topic, slow, &log_b, "range").await;
+    let b = tokio::spawn(second.run(handler, all_done()));
+    let (a, b) = (
+        a.await.expect("a").expect("a ran"),
+        b.await.expect("b").expect("b ran"),
+    );
+    println!(
+        "first {a:?}\nsecond {b:?}\nhandover to the end took {:?}",
+        joined_at.elapsed()
+    );
+    // Nothing lost: every record succeeded; p0-2 took exactly two attempts.
+    assert_eq!(succeeded.lock().unwrap().len(), 20);
+    assert_eq!(handled.lock().unwrap().get("p0-2"), Some(&2));
+    // The first member committed p0's prefix (up to the record in backoff) when it
+    // gave the partition up, before the 10 s backoff ran out.
+    let committed_at_2 = log_a.snapshot().iter().any(
+        |m| matches!(m, Metric::Committed { partition, offset: 2 } if partition.partition == 0),
+    );
+    assert!(committed_at_2, "{:?}", log_a.snapshot());
+    assert!(
+        joined_at.elapsed() < Duration::from_secs(20),
+        "within the rebalance timeout"
+    );
+    // Records before the backoff were not handled twice.
+    for (v, n) in handled.lock().unwrap().iter() {
+        if v != "p0-2" {
+            assert_eq!(*n, 1, "{v} handled {n} times");
+        }
+    }
+}
