@@ -136,8 +136,12 @@ pub enum Metric {
         /// Its class.
         class: ErrorClass,
     },
-    /// A record went to the dead-letter topic.
+    /// A record went to the dead-letter topic (the write was acknowledged).
     DeadLettered {
+        /// The record's partition.
+        partition: TopicPartition,
+        /// The record's offset.
+        offset: i64,
         /// The error type.
         error_type: String,
         /// Its class.
@@ -779,7 +783,12 @@ impl Processor {
                         lane.tracker.finish(attempt.record.offset);
                         lane.halted = None;
                         stats.dead_lettered += 1;
-                        self.metric(Metric::DeadLettered { error_type, class });
+                        self.metric(Metric::DeadLettered {
+                            partition: tp.clone(),
+                            offset: attempt.record.offset,
+                            error_type,
+                            class,
+                        });
                         self.metric(Metric::Processed {
                             success: false,
                             duration: Duration::ZERO,

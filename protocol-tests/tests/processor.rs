@@ -559,3 +559,216 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
         }
     }
 }
+
+/// `OTTLA_PROCESSOR_SEEDS` (default 3): how many seeds the crash test runs.
+fn crash_seeds() -> u64 {
+    std::env::var("OTTLA_PROCESSOR_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Handler outcomes drawn from a seed, processors killed (their task aborted, no
+/// close) at random points and restarted. Every record ends handled or dead-lettered,
+/// and no commit ever passes a record that was not finished (checked at each commit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_killed_processors_lose_nothing_and_never_commit_past_unfinished_records() {
+    protocol_tests::init_tracing();
+    for seed in 1..=crash_seeds() {
+        crash_one(seed).await;
+    }
+}
+
+async fn crash_one(seed: u64) {
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "crashy";
+    let partitions = 3;
+    let count = 300u64;
+    peer.create_topic(topic, partitions).expect("topic");
+    peer.create_topic("crashy.dlq", 1).expect("dlq");
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // Outcome per record: 0 ok, 1 transient healing after 1-3 failures, 2 permanent.
+    let plan: Vec<(u64, u32)> = (0..count)
+        .map(|_| match rng.below(10) {
+            0..=6 => (0, 0),
+            7 | 8 => (1, 1 + rng.below(3) as u32),
+            _ => (2, 0),
+        })
+        .collect();
+    let values: Vec<(i32, String)> = (0..count)
+        .map(|i| ((i % partitions as u64) as i32, format!("r{i}")))
+        .collect();
+    produce_values(&peer, topic, &values).await;
+    let index = |r: &ottla::ConsumerRecord| -> u64 {
+        String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+            .trim_start_matches('r')
+            .parse()
+            .unwrap_or(u64::MAX)
+    };
+    // Finished records by (partition, offset): succeeded, or dead-lettered and acked.
+    let finished: Arc<Mutex<BTreeSet<(i32, i64)>>> = Arc::default();
+    let succeeded: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
+    let attempts: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let quick = RetryPolicy {
+        default: Backoff {
+            max_retries: 2,
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(40),
+            multiplier: 2.0,
+            jitter: true,
+            min_delay: Duration::ZERO,
+        },
+        transient: None,
+    };
+    let make_handler = || {
+        let (s, a, f, plan) = (
+            succeeded.clone(),
+            attempts.clone(),
+            finished.clone(),
+            plan.clone(),
+        );
+        move |r: ottla::ConsumerRecord, _| {
+            let (s, a, f, plan) = (s.clone(), a.clone(), f.clone(), plan.clone());
+            let i = index(&r);
+            async move {
+                let (kind, heal_after) = plan.get(i as usize).copied().unwrap_or((2, 0));
+                let n = {
+                    let mut a = a.lock().unwrap();
+                    let n = a.entry(i).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                match kind {
+                    2 => Err(ProcessError::permanent("Rejected", format!("record {i}"))),
+                    1 if n <= heal_after => Err(ProcessError::transient(
+                        "Flaky",
+                        format!("record {i} attempt {n}"),
+                    )),
+                    _ => {
+                        s.lock().unwrap().insert(i);
+                        f.lock().unwrap().insert((r.partition, r.offset));
+                        Ok(())
+                    }
+                }
+            }
+        }
+    };
+    let hook = {
+        let (f, v) = (finished.clone(), violations.clone());
+        move |m: Metric| match m {
+            Metric::DeadLettered {
+                partition, offset, ..
+            } => {
+                f.lock().unwrap().insert((partition.partition, offset));
+            }
+            Metric::Committed { partition, offset } => {
+                let f = f.lock().unwrap();
+                // Offsets of a partition are 0.. in production order here.
+                if let Some(o) = (0..offset).find(|o| !f.contains(&(partition.partition, *o))) {
+                    v.lock().unwrap().push(format!(
+                        "committed {partition}@{offset} while {o} was unfinished"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    };
+    let build = || async {
+        Processor::builder(&peer.bootstrap(), "crashy", [topic])
+            .retry_policy(quick.clone())
+            .timeouts(
+                Duration::from_secs(6),
+                Duration::from_millis(500),
+                Duration::from_secs(20),
+            )
+            .processing_budget(Duration::from_secs(5))
+            .commit_interval(Some(Duration::from_millis(50)))
+            .metrics(hook.clone())
+            .consumer(|c| {
+                c.offset_reset(OffsetReset::Earliest)
+                    .max_partition_fetch_bytes(512)
+                    .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+            })
+            .build()
+            .await
+            .expect("processor")
+    };
+    let kills = 1 + rng.below(3);
+    for _ in 0..kills {
+        let p = build().await;
+        let task = tokio::spawn(p.run(make_handler(), std::future::pending::<()>()));
+        tokio::time::sleep(Duration::from_millis(300 + rng.below(900))).await;
+        task.abort();
+        let _ = task.await;
+    }
+    let done = {
+        let f = finished.clone();
+        async move {
+            let started = Instant::now();
+            while f.lock().unwrap().len() < count as usize
+                && started.elapsed() < Duration::from_secs(60)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let p = build().await;
+    let stats = p.run(make_handler(), done).await.expect("final run");
+    let violations = violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+    // Every record ended handled successfully or dead-lettered (a transient record can
+    // exhaust its retries); permanent ones never succeeded.
+    assert_eq!(
+        finished.lock().unwrap().len(),
+        count as usize,
+        "seed {seed}: finished"
+    );
+    let succeeded = succeeded.lock().unwrap().clone();
+    assert!(
+        succeeded.iter().all(|i| plan[*i as usize].0 != 2),
+        "seed {seed}: a permanent record succeeded"
+    );
+    let must_be_lettered: BTreeSet<u64> = (0..count).filter(|i| !succeeded.contains(i)).collect();
+    let mut dlq = Consumer::builder(&peer.bootstrap())
+        .assign([TopicPartition::new("crashy.dlq", 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+        .expect("dlq reader");
+    let mut lettered = BTreeSet::new();
+    let started = Instant::now();
+    while !must_be_lettered.is_subset(&lettered) && started.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(2), dlq.recv()).await {
+            lettered.insert(index(&r));
+        }
+    }
+    assert!(
+        must_be_lettered.is_subset(&lettered),
+        "seed {seed}: not dead-lettered: {:?}",
+        must_be_lettered.difference(&lettered).collect::<Vec<_>>()
+    );
+    println!(
+        "seed {seed}: {kills} kills; {} handled, {} dead-lettered ({} copies in the DLQ); last run {stats:?}",
+        succeeded.len(),
+        must_be_lettered.len(),
+        lettered.len()
+    );
+}
