@@ -15,7 +15,7 @@
 //!             println!("{text}");
 //!             Ok(())
 //!         },
-//!         tokio::signal::ctrl_c(),
+//!         tokio::time::sleep(std::time::Duration::from_secs(3600)), // or a shutdown signal
 //!     )
 //!     .await?;
 //! println!("{stats:?}");

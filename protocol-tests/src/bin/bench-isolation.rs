@@ -1,0 +1,143 @@
+//! Isolation: while one partition's record is in retry backoff, do the other partitions
+//! keep their throughput?
+//!
+//! `cargo run --release -p protocol-tests --bin bench-isolation [-- --retry-secs 30 --runs 3]`
+//!
+//! Four partitions on tansu, each with more records than can be handled in the window.
+//! The handler costs 1 ms per record (a sleep: a downstream call). In the "failing" run,
+//! the first record of partition 0 fails transiently for `--retry-secs` (retries every
+//! second); in the "clean" run nothing fails. For each run it prints the records/s of
+//! partitions 1-3 over the window, and the ratio failing/clean (interleaved runs,
+//! medians).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ottla::consumer::OffsetReset;
+use ottla::processor::{Backoff, ProcessError, Processor, RetryPolicy};
+use ottla::producer::{Producer, ProducerRecord};
+use protocol_tests::peer::Peer;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let secs = arg("--retry-secs", 30);
+    let runs = arg("--runs", 3);
+    match run(secs, runs).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-isolation: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
+    let peer = Peer::tansu()?;
+    let window = Duration::from_secs(secs);
+    // 1 ms per record over 4 lanes: at most ~4,000/s; give each partition more than
+    // the window can use.
+    let per_partition = 1200 * secs.max(1);
+    let mut results: Vec<(bool, f64)> = Vec::new();
+    for run in 1..=runs {
+        for failing in [false, true] {
+            let topic = format!("iso-{run}-{failing}");
+            peer.create_topic(&topic, 4)?;
+            let producer = Producer::builder(&peer.bootstrap()).build().await?;
+            let mut pending = Vec::new();
+            for i in 0..per_partition * 4 {
+                let r = ProducerRecord::new(&topic)
+                    .partition((i % 4) as i32)
+                    .value(format!("{i}"));
+                pending.push(producer.send(r).await?);
+            }
+            for p in pending {
+                p.await?;
+            }
+            producer.close().await;
+            let counts: Arc<Mutex<BTreeMap<i32, u64>>> = Arc::default();
+            let processor =
+                Processor::builder(&peer.bootstrap(), &format!("g-{topic}"), [topic.clone()])
+                    .retry_policy(RetryPolicy {
+                        default: Backoff {
+                            max_retries: 1000,
+                            initial: Duration::from_secs(1),
+                            max: Duration::from_secs(1),
+                            multiplier: 1.0,
+                            jitter: false,
+                            min_delay: Duration::ZERO,
+                        },
+                        transient: None,
+                    })
+                    .timeouts(
+                        Duration::from_secs(6),
+                        Duration::from_millis(500),
+                        Duration::from_secs(2000),
+                    )
+                    .concurrency(4)
+                    .consumer(|c| c.offset_reset(OffsetReset::Earliest))
+                    .build()
+                    .await?;
+            let c = counts.clone();
+            let started = Arc::new(Mutex::new(None::<Instant>));
+            let s = started.clone();
+            let handler = move |r: ottla::ConsumerRecord, _| {
+                let (c, s) = (c.clone(), s.clone());
+                async move {
+                    let t0 = *s.lock().unwrap().get_or_insert_with(Instant::now);
+                    if failing && r.partition == 0 && r.offset == 0 && t0.elapsed() < window {
+                        return Err(ProcessError::transient("Unavailable", "downstream down"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    if t0.elapsed() < window {
+                        *c.lock().unwrap().entry(r.partition).or_default() += 1;
+                    }
+                    Ok(())
+                }
+            };
+            let stop = async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if started
+                        .lock()
+                        .unwrap()
+                        .is_some_and(|t| t.elapsed() >= window)
+                    {
+                        return;
+                    }
+                }
+            };
+            processor.run(handler, stop).await?;
+            let counts = counts.lock().unwrap().clone();
+            let others: u64 = (1..4).map(|p| counts.get(&p).copied().unwrap_or(0)).sum();
+            let rate = others as f64 / window.as_secs_f64();
+            println!(
+                "run {run} {:>7}: partitions 1-3 handled {rate:>7.0} records/s; partition 0 handled {}",
+                if failing { "failing" } else { "clean" },
+                counts.get(&0).copied().unwrap_or(0)
+            );
+            results.push((failing, rate));
+        }
+    }
+    let median = |f: bool| {
+        let mut v: Vec<f64> = results.iter().filter(|r| r.0 == f).map(|r| r.1).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let (clean, failing) = (median(false), median(true));
+    println!(
+        "median partitions 1-3: clean {clean:.0} records/s, with partition 0 retrying for {secs} s {failing:.0} records/s: ratio {:.3}",
+        failing / clean
+    );
+    Ok(())
+}
