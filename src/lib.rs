@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod consumer;
+pub mod dlq;
 pub mod driver;
 pub mod error;
 pub mod processor;

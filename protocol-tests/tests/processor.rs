@@ -772,3 +772,131 @@ async fn crash_one(seed: u64) {
         lettered.len()
     );
 }
+
+/// The DLQ tools read back what the processor dead-lettered, and replay it to the
+/// original topic once per original record, without diagnostic headers, counting
+/// replays and refusing loops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_dlq_tools_inspect_and_replay() {
+    use ottla::dlq::{REPLAY_COUNT, inspect, replay, summary};
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "tools";
+    peer.create_topic(topic, 2).expect("topic");
+    peer.create_topic("tools.dlq", 1).expect("dlq");
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    for i in 0..6 {
+        let value = if i % 2 == 0 {
+            format!("bad-{i}")
+        } else {
+            format!("good-{i}")
+        };
+        producer
+            .send(
+                ProducerRecord::new(topic)
+                    .partition(i % 2)
+                    .key(format!("k{i}"))
+                    .value(value)
+                    .header("trace-id", Some(Bytes::from(format!("t{i}")))),
+            )
+            .await
+            .expect("send")
+            .await
+            .expect("written");
+    }
+    producer.close().await;
+    let log = MetricsLog::default();
+    let processor =
+        processor_for(&peer, "tools", topic, policy(), &log, "cooperative-sticky").await;
+    let l = log.clone();
+    let done = async move {
+        let started = Instant::now();
+        while l
+            .snapshot()
+            .iter()
+            .filter(|m| matches!(m, Metric::DeadLettered { .. }))
+            .count()
+            < 3
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    processor
+        .run(
+            |r: ottla::ConsumerRecord, _| async move {
+                if r.value.as_deref().is_some_and(|v| v.starts_with(b"bad")) {
+                    Err(ProcessError::permanent("Rejected", "bad order"))
+                } else {
+                    Ok(())
+                }
+            },
+            done,
+        )
+        .await
+        .expect("run");
+    let config = ottla::ClientConfig::new(&peer.bootstrap());
+    let entries = inspect(&config, "tools.dlq").await.expect("inspect");
+    assert_eq!(entries.len(), 3);
+    for e in &entries {
+        let (t, p, o) = e.origin.clone().expect("origin");
+        assert_eq!(t, topic);
+        assert_eq!(p, 0, "the bad records were all on partition 0");
+        assert!(o <= 2);
+        assert_eq!(e.class, "non-retryable");
+        assert_eq!(e.error_type.as_deref(), Some("Rejected"));
+    }
+    let counts = summary(&entries);
+    assert_eq!(
+        counts.get(&("non-retryable".into(), "Rejected".into())),
+        Some(&3)
+    );
+    // Each original record once, even if asked twice.
+    let mut twice = entries.clone();
+    twice.extend(entries.clone());
+    let report = replay(&config, &twice, 3).await.expect("replay");
+    assert_eq!((report.replayed, report.duplicates), (3, 3));
+    // Already replayed enough: refused.
+    let mut looping = entries.clone();
+    for e in &mut looping {
+        e.replays = 3;
+    }
+    let report = replay(&config, &looping, 3).await.expect("replay");
+    assert_eq!((report.replayed, report.looping), (0, 3));
+    // The replayed records are back on partition 0, byte for byte, with a replay count.
+    let mut back = Consumer::builder(&peer.bootstrap())
+        .assign([TopicPartition::new(topic, 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+        .expect("reader");
+    let mut replayed = Vec::new();
+    let started = Instant::now();
+    while replayed.len() < 3 && started.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(2), back.recv()).await
+            && r.offset >= 3
+        {
+            replayed.push(r);
+        }
+    }
+    assert_eq!(replayed.len(), 3);
+    for r in &replayed {
+        let names: Vec<String> = r
+            .headers
+            .iter()
+            .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            vec!["trace-id".to_string(), REPLAY_COUNT.to_string()],
+            "diagnostics stripped"
+        );
+        assert!(r.value.as_deref().is_some_and(|v| v.starts_with(b"bad-")));
+        assert_eq!(r.headers[1].1.as_deref(), Some(&b"1"[..]));
+    }
+}
