@@ -36,7 +36,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::ClientConfig;
-use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope};
+use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::proto::fetch::fetcher::{
     ConsumerRecord, FetchError, FetcherEvent, OffsetReset, ResetReason, TimestampType,
@@ -425,13 +425,6 @@ struct AppState {
     /// Commits are numbered when started; the cache keeps the latest started one
     /// that succeeded, whatever order the results are read in.
     commit_ticket: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
 }
 
 impl Shared {
@@ -1029,13 +1022,6 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
         _ => {}
     }
     let _ = d.events.send(ConsumerEvent::Group(event));
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// One Fetch to `node`: negotiate (once per connection), build, send, hand back.

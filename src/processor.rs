@@ -52,6 +52,7 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, TopicPartition};
+use crate::driver::sleep_until;
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder, ProducerRecord};
 use crate::proto::group::member::Event;
@@ -975,13 +976,6 @@ impl Processor {
         }
         self.commit(&mut only, stats).await;
         lanes.append(&mut only);
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

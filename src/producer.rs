@@ -23,7 +23,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::ClientConfig;
-use crate::driver::{Cluster, TopicScope};
+use crate::driver::{Cluster, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::proto::fetch::batch::Compression;
 use crate::proto::produce::accumulator::{Accumulator, AppendError, RecordId};
@@ -266,13 +266,6 @@ struct Shared {
     room: Notify,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
-
 impl Shared {
     /// Hands finished records to their futures.
     fn dispatch(&self) {
@@ -491,13 +484,6 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
         }
     }
     debug!("producer task stopped");
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 async fn init_producer_id(cluster: &Cluster) -> Result<(i64, i16)> {

@@ -25,3 +25,13 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// `--name VALUE` from the command line of a benchmark program, or `default`.
+pub fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -567,7 +567,7 @@ impl Task {
                         None => channel_open = false,
                     }
                 }
-                _ = sleep_until_opt(next_deadline), if next_deadline.is_some() => {
+                _ = super::sleep_until(next_deadline), if next_deadline.is_some() => {
                     let now = Instant::now();
                     let Some(api) = waiting.iter().find(|w| w.deadline <= now).map(|w| w.api) else {
                         continue;
@@ -608,13 +608,6 @@ fn deliver_frames(
         let _ = w.respond.send(Ok(frame));
     }
     Ok(())
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn check_version(

@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 
 use super::cluster::Cluster;
 use super::connection::BrokerConnection;
+use super::sleep_until;
 use crate::error::RequestError;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
 use crate::proto::group::member::{
@@ -279,13 +280,6 @@ async fn run(
                 member.handle_timeout(tokio::time::Instant::now().into_std());
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -8,3 +8,20 @@ mod group;
 pub use cluster::{Cluster, TopicScope};
 pub use connection::BrokerConnection;
 pub use group::{GroupCommander, GroupHandle};
+
+/// Sleeps until `at`, or forever when there is no deadline (for `select!` arms).
+pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
+/// section here is a few field updates).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

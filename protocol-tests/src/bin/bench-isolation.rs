@@ -20,14 +20,7 @@ use ottla::processor::{Backoff, ProcessError, Processor, RetryPolicy};
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use protocol_tests::arg;
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -25,14 +25,7 @@ const TOPIC: &str = "memory";
 const PARTITIONS: i32 = 8;
 const RECORD: usize = 1024;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use protocol_tests::arg;
 
 fn status_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")

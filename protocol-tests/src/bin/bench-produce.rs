@@ -18,14 +18,7 @@ use protocol_tests::peer::Peer;
 
 const PARTITIONS: i32 = 8;
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use protocol_tests::arg;
 
 /// CPU seconds (user + system) of this process.
 fn cpu_seconds() -> f64 {
