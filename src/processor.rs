@@ -108,6 +108,8 @@ pub struct Stats {
     pub dlq_failures: u64,
     /// Handler panics (treated as permanent errors).
     pub panics: u64,
+    /// Records sent on to a retry topic.
+    pub forwarded: u64,
     /// Successful commits.
     pub commits: u64,
 }
@@ -148,6 +150,15 @@ pub enum Metric {
         /// Its class.
         class: ErrorClass,
     },
+    /// A record was sent on to a retry topic.
+    RetryTopic {
+        /// The record's partition.
+        partition: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// The retry topic's hop (1 for the first).
+        hop: u32,
+    },
     /// A partition's finished prefix was committed.
     Committed {
         /// The partition.
@@ -173,6 +184,8 @@ pub struct ProcessorBuilder {
     classifier: Arc<dyn Classifier>,
     dlq_format: DlqFormat,
     dlq_suffix: String,
+    topics: Vec<String>,
+    retry_delays: Vec<Duration>,
     concurrency: usize,
     lane_buffer: usize,
     commit_interval: Option<Duration>,
@@ -204,8 +217,11 @@ impl ProcessorBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        let topics: Vec<String> = topics.into_iter().map(Into::into).collect();
         Self {
-            consumer: Consumer::builder(bootstrap).group_id(group).topics(topics),
+            consumer: Consumer::builder(bootstrap).group_id(group),
+            topics,
+            retry_delays: Vec::new(),
             producer: Producer::builder(bootstrap),
             group: group.to_string(),
             policy: RetryPolicy::default(),
@@ -265,6 +281,17 @@ impl ProcessorBuilder {
     /// The dead-letter topic is the original topic plus this suffix (default `.dlq`).
     pub fn dlq_suffix(mut self, s: impl Into<String>) -> Self {
         self.dlq_suffix = s.into();
+        self
+    }
+
+    /// Non-blocking retry topics, after the in-place retries: a record whose retries
+    /// ran out goes to `<topic>.retry.<delay>` for each delay in turn (for example
+    /// `orders.retry.30s`, then `orders.retry.5m`), and only then to the dead-letter
+    /// topic. A retry topic's lane waits until the record's timestamp plus the delay,
+    /// pausing only that partition. The hop and the original coordinates travel in the
+    /// `ottla.retry.*` headers. The topics must exist.
+    pub fn retry_topics(mut self, delays: Vec<Duration>) -> Self {
+        self.retry_delays = delays;
         self
     }
 
@@ -350,8 +377,14 @@ impl ProcessorBuilder {
     /// Validates, then connects the consumer and the dead-letter producer.
     pub async fn build(self) -> Result<Processor> {
         self.validate()?;
+        let mut topics = self.topics.clone();
+        for t in &self.topics {
+            topics.extend(self.retry_delays.iter().map(|d| retry_topic(t, *d)));
+        }
         let consumer = self
             .consumer
+            .group_id(self.group.clone())
+            .topics(topics)
             .session_timeout(self.session_timeout)
             .heartbeat_interval(self.heartbeat_interval)
             .max_poll_interval(self.max_poll_interval)
@@ -368,6 +401,7 @@ impl ProcessorBuilder {
             classifier: self.classifier,
             dlq_format: self.dlq_format,
             dlq_suffix: self.dlq_suffix,
+            retry_delays: self.retry_delays,
             concurrency: self.concurrency,
             lane_buffer: self.lane_buffer,
             commit_interval: self.commit_interval,
@@ -393,6 +427,7 @@ pub struct Processor {
     classifier: Arc<dyn Classifier>,
     dlq_format: DlqFormat,
     dlq_suffix: String,
+    retry_delays: Vec<Duration>,
     concurrency: usize,
     lane_buffer: usize,
     commit_interval: Option<Duration>,
@@ -427,6 +462,8 @@ struct Lane {
     retry: Option<(Attempt, Instant)>,
     /// A record waiting for its dead-letter write to be retried.
     halted: Option<(Attempt, ErrorClass, Instant, u32)>,
+    /// Where the halted record is going: a retry-topic hop, or the DLQ (`None`).
+    halted_hop: Option<u32>,
     dlq_in_flight: bool,
     paused: bool,
     /// Bumped when the lane is revoked or lost: results of an older epoch are ignored.
@@ -447,8 +484,58 @@ enum Done {
         epoch: u64,
         attempt: Attempt,
         class: ErrorClass,
+        /// `Some(hop)`: forwarded to that retry topic, not dead-lettered.
+        to: Option<u32>,
         result: Result<()>,
     },
+}
+
+/// `<topic>.retry.<delay>`, the delay as `500ms`, `30s`, `5m` or `1h`.
+pub fn retry_topic(topic: &str, delay: Duration) -> String {
+    let ms = delay.as_millis();
+    let label = if ms % 3_600_000 == 0 && ms > 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 && ms > 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    };
+    format!("{topic}.retry.{label}")
+}
+
+/// Header of the retry-topic hop a record is on (1 for the first retry topic).
+pub const RETRY_HOP: &str = "ottla.retry.hop";
+const RETRY_TOPIC: &str = "ottla.retry.topic";
+const RETRY_PARTITION: &str = "ottla.retry.partition";
+const RETRY_OFFSET: &str = "ottla.retry.offset";
+
+fn header_str(r: &ConsumerRecord, name: &str) -> Option<String> {
+    r.headers
+        .iter()
+        .find(|(k, _)| &k[..] == name.as_bytes())
+        .and_then(|(_, v)| v.as_deref())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// The retry hop of a record (0: not from a retry topic).
+fn hop_of(r: &ConsumerRecord) -> u32 {
+    header_str(r, RETRY_HOP)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Where a record first came from: its retry headers, or its own coordinates.
+fn origin_of(r: &ConsumerRecord) -> (String, i32, i64) {
+    match (
+        header_str(r, RETRY_TOPIC),
+        header_str(r, RETRY_PARTITION).and_then(|v| v.parse().ok()),
+        header_str(r, RETRY_OFFSET).and_then(|v| v.parse().ok()),
+    ) {
+        (Some(t), Some(p), Some(o)) => (t, p, o),
+        _ => (r.topic.to_string(), r.partition, r.offset),
+    }
 }
 
 fn now_ms() -> i64 {
@@ -616,12 +703,30 @@ impl Processor {
                     continue;
                 }
                 None => match lane.queue.pop_front() {
-                    Some(record) => Attempt {
-                        record,
-                        attempts: 0,
-                        first_failure_ms: None,
-                        last_error: None,
-                    },
+                    Some(record) => {
+                        let hop = hop_of(&record);
+                        let attempt = Attempt {
+                            record,
+                            attempts: 0,
+                            first_failure_ms: None,
+                            last_error: None,
+                        };
+                        // A retry-topic record waits for its timestamp plus the delay.
+                        let delay = hop
+                            .checked_sub(1)
+                            .and_then(|i| self.retry_delays.get(i as usize));
+                        if let Some(delay) = delay {
+                            let due_ms = attempt.record.timestamp
+                                + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+                            let wait = due_ms - now_ms();
+                            if wait > 0 {
+                                let wait = Duration::from_millis(wait.unsigned_abs());
+                                lane.retry = Some((attempt, now + wait));
+                                continue;
+                            }
+                        }
+                        attempt
+                    }
                     None => continue,
                 },
             };
@@ -742,9 +847,19 @@ impl Processor {
                                 error!(
                                     consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
                                     retry_count = retry, error_type = %error.kind, error_classification = shown.label(),
-                                    "retries exhausted; dead-lettering"
+                                    "retries exhausted; forwarding"
                                 );
-                                self.dead_letter(&tp, lane, attempt, ErrorClass::Transient, tasks);
+                                let hop = hop_of(&attempt.record);
+                                let next = (hop as usize) < self.retry_delays.len();
+                                let to = next.then_some(hop + 1);
+                                self.dead_letter(
+                                    &tp,
+                                    lane,
+                                    attempt,
+                                    ErrorClass::Transient,
+                                    to,
+                                    tasks,
+                                );
                             }
                             None => {
                                 warn!(
@@ -752,7 +867,14 @@ impl Processor {
                                     error_type = %error.kind, error_classification = "non-retryable", error = %error.message,
                                     "permanent error; dead-lettering at once"
                                 );
-                                self.dead_letter(&tp, lane, attempt, ErrorClass::Permanent, tasks);
+                                self.dead_letter(
+                                    &tp,
+                                    lane,
+                                    attempt,
+                                    ErrorClass::Permanent,
+                                    None,
+                                    tasks,
+                                );
                             }
                         }
                     }
@@ -763,12 +885,29 @@ impl Processor {
                 epoch,
                 attempt,
                 class,
+                to,
                 result,
             } => {
                 let Some(lane) = lanes.get_mut(&tp).filter(|l| l.epoch == epoch) else {
                     return;
                 };
                 lane.dlq_in_flight = false;
+                if let (Some(hop), Ok(())) = (to, &result) {
+                    info!(
+                        consumer_group = %self.group, topic = %tp.topic, partition = tp.partition,
+                        offset = attempt.record.offset, hop, "record sent to a retry topic"
+                    );
+                    lane.tracker.finish(attempt.record.offset);
+                    lane.halted = None;
+                    stats.forwarded += 1;
+                    self.metric(Metric::RetryTopic {
+                        partition: tp.clone(),
+                        offset: attempt.record.offset,
+                        hop,
+                    });
+                    return;
+                }
+                lane.halted_hop = to;
                 let error_type = attempt
                     .last_error
                     .as_ref()
@@ -827,29 +966,54 @@ impl Processor {
                         now + Duration::from_secs(3600),
                         failures,
                     ));
-                    self.dead_letter(tp, lane, attempt, class, tasks);
+                    let to = lane.halted_hop;
+                    self.dead_letter(tp, lane, attempt, class, to, tasks);
                 }
             }
         }
     }
 
+    /// Sends a record on: to retry topic `to` (a hop), or to the dead-letter topic.
     fn dead_letter(
         &self,
         tp: &TopicPartition,
         lane: &mut Lane,
         attempt: Attempt,
         class: ErrorClass,
+        to: Option<u32>,
         tasks: &mut JoinSet<Done>,
     ) {
         let record = &attempt.record;
+        let (origin_topic, origin_partition, origin_offset) = origin_of(record);
+        if let Some(delay) = to.and_then(|h| self.retry_delays.get(h as usize - 1)) {
+            let mut out = ProducerRecord::new(retry_topic(&origin_topic, *delay));
+            out.key = record.key.clone();
+            out.value = record.value.clone();
+            out.headers = record
+                .headers
+                .iter()
+                .filter(|(k, _)| !k.starts_with(b"ottla.retry."))
+                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
+                .collect();
+            for (k, v) in [
+                (RETRY_HOP, to.unwrap_or(1).to_string()),
+                (RETRY_TOPIC, origin_topic.clone()),
+                (RETRY_PARTITION, origin_partition.to_string()),
+                (RETRY_OFFSET, origin_offset.to_string()),
+            ] {
+                out.headers.push((k.to_string(), Some(Bytes::from(v))));
+            }
+            self.send_on(tp, lane, attempt, class, to, out, tasks);
+            return;
+        }
         let error = attempt
             .last_error
             .clone()
             .unwrap_or_else(|| ProcessError::unclassified("Unknown", ""));
         let letter = DeadLetter {
-            topic: &tp.topic,
-            partition: tp.partition,
-            offset: record.offset,
+            topic: &origin_topic,
+            partition: origin_partition,
+            offset: origin_offset,
             timestamp: record.timestamp,
             group: &self.group,
             error: &error,
@@ -858,7 +1022,7 @@ impl Processor {
             first_failure_ms: attempt.first_failure_ms.unwrap_or_else(now_ms),
             dead_lettered_ms: now_ms(),
         };
-        let mut out = ProducerRecord::new(format!("{}{}", tp.topic, self.dlq_suffix));
+        let mut out = ProducerRecord::new(format!("{origin_topic}{}", self.dlq_suffix));
         out.key = record.key.clone();
         out.timestamp = Some(record.timestamp);
         out.headers = record
@@ -876,6 +1040,20 @@ impl Processor {
             out.value = record.value.clone();
         }
         out.headers.extend(letter.headers(self.dlq_format));
+        self.send_on(tp, lane, attempt, class, None, out, tasks);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_on(
+        &self,
+        tp: &TopicPartition,
+        lane: &mut Lane,
+        attempt: Attempt,
+        class: ErrorClass,
+        to: Option<u32>,
+        out: ProducerRecord,
+        tasks: &mut JoinSet<Done>,
+    ) {
         lane.dlq_in_flight = true;
         let (producer, tp, epoch) = (self.producer.clone(), tp.clone(), lane.epoch);
         tasks.spawn(async move {
@@ -888,6 +1066,7 @@ impl Processor {
                 epoch,
                 attempt,
                 class,
+                to,
                 result,
             }
         });

@@ -900,3 +900,148 @@ async fn mock_dlq_tools_inspect_and_replay() {
         assert_eq!(r.headers[1].1.as_deref(), Some(&b"1"[..]));
     }
 }
+
+/// In-place retries, then retry topics with their delays, then the dead-letter topic:
+/// a record that heals on its first retry-topic hop succeeds there, one that never
+/// heals goes through both hops to the DLQ, which names where it first came from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
+    use ottla::processor::{RETRY_HOP, retry_topic};
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "rt";
+    let delays = vec![Duration::from_millis(300), Duration::from_millis(600)];
+    peer.create_topic(topic, 1).expect("topic");
+    for d in &delays {
+        peer.create_topic(&retry_topic(topic, *d), 1)
+            .expect("retry topic");
+    }
+    peer.create_topic("rt.dlq", 1).expect("dlq");
+    assert_eq!(retry_topic(topic, delays[0]), "rt.retry.300ms");
+    assert_eq!(retry_topic(topic, Duration::from_secs(300)), "rt.retry.5m");
+    produce_values(
+        &peer,
+        topic,
+        &[(0, "ok".into()), (0, "heals".into()), (0, "never".into())],
+    )
+    .await;
+    let early: Arc<Mutex<Vec<String>>> = Arc::default();
+    let attempts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let handler = {
+        let (early, attempts) = (early.clone(), attempts.clone());
+        move |r: ottla::ConsumerRecord, _| {
+            let (early, attempts) = (early.clone(), attempts.clone());
+            async move {
+                let v =
+                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                let hop = r
+                    .headers
+                    .iter()
+                    .find(|(k, _)| &k[..] == RETRY_HOP.as_bytes())
+                    .and_then(|(_, v)| v.as_deref())
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                if let Some(h) = &hop {
+                    let wait = if h == "1" { 300 } else { 600 };
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap()
+                        .as_millis() as i64;
+                    if now < r.timestamp + wait {
+                        early
+                            .lock()
+                            .unwrap()
+                            .push(format!("{v} on hop {h} after {} ms", now - r.timestamp));
+                    }
+                }
+                let n = {
+                    let mut a = attempts.lock().unwrap();
+                    let n = a.entry(v.clone()).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                match v.as_str() {
+                    "heals" if n <= 2 => Err(ProcessError::transient("Busy", "try later")),
+                    "never" => Err(ProcessError::transient("Busy", "still down")),
+                    _ => Ok(()),
+                }
+            }
+        }
+    };
+    let log = MetricsLog::default();
+    let quick = RetryPolicy {
+        default: Backoff {
+            max_retries: 1,
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(20),
+            multiplier: 1.0,
+            jitter: false,
+            min_delay: Duration::ZERO,
+        },
+        transient: None,
+    };
+    let processor = Processor::builder(&peer.bootstrap(), "rt", [topic])
+        .retry_policy(quick)
+        .retry_topics(delays)
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        .commit_interval(Some(Duration::from_millis(100)))
+        .metrics(log.hook())
+        .consumer(|c| {
+            c.offset_reset(OffsetReset::Earliest)
+                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+        })
+        .build()
+        .await
+        .expect("processor");
+    let l = log.clone();
+    let done = async move {
+        let started = Instant::now();
+        while !l
+            .snapshot()
+            .iter()
+            .any(|m| matches!(m, Metric::DeadLettered { .. }))
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let stats = processor.run(handler, done).await.expect("run");
+    println!("{stats:?}");
+    assert!(
+        early.lock().unwrap().is_empty(),
+        "handled before the delay: {:?}",
+        early.lock().unwrap()
+    );
+    assert_eq!(
+        (stats.succeeded, stats.forwarded, stats.dead_lettered),
+        (2, 3, 1)
+    );
+    // heals: 2 in place, 1 on hop 1; never: 2 in place, 2 per hop.
+    assert_eq!(attempts.lock().unwrap().get("heals"), Some(&3));
+    assert_eq!(attempts.lock().unwrap().get("never"), Some(&6));
+    let config = ottla::ClientConfig::new(&peer.bootstrap());
+    let entries = ottla::dlq::inspect(&config, "rt.dlq")
+        .await
+        .expect("inspect");
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    assert_eq!(
+        e.origin,
+        Some(("rt".to_string(), 0, 2)),
+        "the DLQ names the first origin"
+    );
+    let hop = e
+        .record
+        .headers
+        .iter()
+        .find(|(k, _)| &k[..] == RETRY_HOP.as_bytes())
+        .and_then(|(_, v)| v.clone());
+    assert_eq!(hop.as_deref(), Some(&b"2"[..]));
+}
