@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
-use ottla::processor::{Backoff, Metric, MetricsLog, ProcessError, Processor, RetryPolicy};
+use ottla::processor::{
+    Backoff, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder, RetryPolicy,
+};
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
 
@@ -78,22 +80,12 @@ async fn seed_003(peer: Peer) {
     let succeeded: Arc<Mutex<BTreeSet<u32>>> = Arc::default();
     let log = MetricsLog::default();
     let group = format!("billing-{}", peer.name());
-    let mut builder = Processor::builder(&peer.bootstrap(), &group, [topic.clone()])
-        .retry_policy(policy())
-        .timeouts(
-            Duration::from_secs(6),
-            Duration::from_millis(500),
-            Duration::from_secs(20),
-        )
-        .processing_budget(Duration::from_secs(5))
-        .commit_interval(Some(Duration::from_millis(200)))
-        .metrics(log.hook())
-        .consumer(|c| c.offset_reset(OffsetReset::Earliest));
     if let Peer::Mock(m) = &peer {
         m.set_group_initial_rebalance_delay(Duration::from_millis(300));
-        builder = builder
-            .consumer(|c| c.tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50)));
     }
+    let builder = test_builder(&peer, &group, &topic, policy())
+        .commit_interval(Some(Duration::from_millis(200)))
+        .metrics(log.hook());
     let processor = builder.build().await.expect("processor");
     let (a, s) = (attempts.clone(), succeeded.clone());
     let handler = move |record: ottla::ConsumerRecord, _cancel| {
@@ -311,6 +303,24 @@ async fn invalid_configuration_is_refused_with_the_setting_named() {
         .expect("the defaults are valid");
 }
 
+/// The settings every suite here shares: short group timeouts (tansu holds joins
+/// for half the session timeout), reading from the start, and the mock's SyncGroup
+/// tie-break (harmless on tansu).
+fn test_builder(peer: &Peer, group: &str, topic: &str, policy: RetryPolicy) -> ProcessorBuilder {
+    Processor::builder(&peer.bootstrap(), group, [topic.to_string()])
+        .retry_policy(policy)
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        .consumer(|c| {
+            c.offset_reset(OffsetReset::Earliest)
+                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+        })
+}
+
 /// A processor on `topic` in `group` with short timeouts.
 async fn processor_for(
     peer: &Peer,
@@ -321,22 +331,10 @@ async fn processor_for(
     assignor: &str,
 ) -> Processor {
     let assignor = assignor.to_string();
-    Processor::builder(&peer.bootstrap(), group, [topic.to_string()])
-        .retry_policy(policy)
-        .timeouts(
-            Duration::from_secs(6),
-            Duration::from_millis(500),
-            Duration::from_secs(20),
-        )
-        .processing_budget(Duration::from_secs(5))
+    test_builder(peer, group, topic, policy)
         .commit_interval(Some(Duration::from_millis(100)))
         .metrics(log.hook())
-        .consumer(move |c| {
-            c.offset_reset(OffsetReset::Earliest)
-                .assignors([assignor])
-                .expect("assignor")
-                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
-        })
+        .consumer(move |c| c.assignors([assignor]).expect("assignor"))
         .producer(|p| p.retry_backoff(Duration::from_millis(20)))
         .build()
         .await
@@ -691,21 +689,10 @@ async fn crash_one(seed: u64) {
         }
     };
     let build = || async {
-        Processor::builder(&peer.bootstrap(), "crashy", [topic])
-            .retry_policy(quick.clone())
-            .timeouts(
-                Duration::from_secs(6),
-                Duration::from_millis(500),
-                Duration::from_secs(20),
-            )
-            .processing_budget(Duration::from_secs(5))
+        test_builder(&peer, "crashy", topic, quick.clone())
             .commit_interval(Some(Duration::from_millis(50)))
             .metrics(hook.clone())
-            .consumer(|c| {
-                c.offset_reset(OffsetReset::Earliest)
-                    .max_partition_fetch_bytes(512)
-                    .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
-            })
+            .consumer(|c| c.max_partition_fetch_bytes(512))
             .build()
             .await
             .expect("processor")
@@ -981,21 +968,10 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
         },
         transient: None,
     };
-    let processor = Processor::builder(&peer.bootstrap(), "rt", [topic])
-        .retry_policy(quick)
+    let processor = test_builder(&peer, "rt", topic, quick)
         .retry_topics(delays)
-        .timeouts(
-            Duration::from_secs(6),
-            Duration::from_millis(500),
-            Duration::from_secs(20),
-        )
-        .processing_budget(Duration::from_secs(5))
         .commit_interval(Some(Duration::from_millis(100)))
         .metrics(log.hook())
-        .consumer(|c| {
-            c.offset_reset(OffsetReset::Earliest)
-                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
-        })
         .build()
         .await
         .expect("processor");
