@@ -70,7 +70,7 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
                             jitter: false,
                             min_delay: Duration::ZERO,
                         },
-                        transient: None,
+                        ..RetryPolicy::default()
                     })
                     .timeouts(
                         Duration::from_secs(6),

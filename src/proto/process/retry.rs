@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::classify::ErrorClass;
+use super::classify::{ErrorClass, ProcessError};
 
 /// Retry settings for one class of errors.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,13 +65,18 @@ impl Backoff {
     }
 }
 
-/// The retry policy: a default and optional overrides per error class.
+/// The retry policy: a default and optional overrides per error class and per error
+/// type.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RetryPolicy {
     /// Used for transient and unclassified errors.
     pub default: Backoff,
     /// Overrides for a class (permanent errors are never retried whatever this says).
     pub transient: Option<Backoff>,
+    /// Overrides for retryable errors of one type ([`ProcessError::kind`], for example
+    /// `Http429` with a long rate floor, or `Timeout` with more retries). They win over
+    /// the class overrides; permanent errors are still never retried.
+    pub by_type: Vec<(String, Backoff)>,
 }
 
 /// A setting that failed validation; the message says what to change.
@@ -92,6 +97,35 @@ impl RetryPolicy {
             Some(ErrorClass::Transient) => Some(self.transient.as_ref().unwrap_or(&self.default)),
             None => Some(&self.default),
         }
+    }
+
+    /// The backoff for `error` once classified as `class`: its type's override if
+    /// there is one, else its class's; `None` when it must not be retried.
+    pub fn backoff_for_error(
+        &self,
+        error: &ProcessError,
+        class: Option<ErrorClass>,
+    ) -> Option<&Backoff> {
+        if class == Some(ErrorClass::Permanent) {
+            return None;
+        }
+        self.by_type
+            .iter()
+            .find(|(kind, _)| *kind == error.kind)
+            .map(|(_, b)| b)
+            .or_else(|| self.backoff_for(class))
+    }
+
+    /// Adds an override for errors of type `kind`.
+    pub fn with_type_override(mut self, kind: impl Into<String>, backoff: Backoff) -> Self {
+        self.by_type.push((kind.into(), backoff));
+        self
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Backoff> {
+        std::iter::once(&self.default)
+            .chain(self.transient.as_ref())
+            .chain(self.by_type.iter().map(|(_, b)| b))
     }
 
     /// Reads `max_retries`, `initial_retry_delay_ms`, `max_retry_delay_ms`,
@@ -137,7 +171,7 @@ impl RetryPolicy {
         }
         let policy = RetryPolicy {
             default: b,
-            transient: None,
+            ..RetryPolicy::default()
         };
         policy.validate()?;
         Ok(policy)
@@ -145,7 +179,7 @@ impl RetryPolicy {
 
     /// Checks the settings themselves.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        for b in std::iter::once(&self.default).chain(self.transient.as_ref()) {
+        for b in self.all() {
             if !(b.multiplier.is_finite() && b.multiplier >= 1.0) {
                 return Err(ConfigError {
                     setting: "retry_backoff_multiplier",
@@ -168,8 +202,7 @@ impl RetryPolicy {
 
     /// The longest any record's retries can wait in all.
     pub fn worst_case_total(&self) -> Duration {
-        std::iter::once(&self.default)
-            .chain(self.transient.as_ref())
+        self.all()
             .map(Backoff::worst_case_total)
             .max()
             .unwrap_or_default()
@@ -215,6 +248,51 @@ mod tests {
         let p = RetryPolicy::default();
         assert!(p.backoff_for(Some(ErrorClass::Permanent)).is_none());
         assert_eq!(p.backoff_for(None), Some(&p.default));
+    }
+
+    #[test]
+    fn type_overrides_win_over_class_overrides_but_never_retry_permanent_errors() {
+        let slow = Backoff {
+            min_delay: Duration::from_secs(60),
+            max: Duration::from_secs(120),
+            ..Backoff::default()
+        };
+        let transient = Backoff {
+            max_retries: 9,
+            ..Backoff::default()
+        };
+        let p = RetryPolicy {
+            transient: Some(transient.clone()),
+            ..RetryPolicy::default()
+        }
+        .with_type_override("Http429", slow.clone());
+        let limited = ProcessError::from_http_status(429, "slow down");
+        assert_eq!(p.backoff_for_error(&limited, limited.class), Some(&slow));
+        let timeout = ProcessError::transient("Timeout", "");
+        assert_eq!(
+            p.backoff_for_error(&timeout, timeout.class),
+            Some(&transient)
+        );
+        let other = ProcessError::unclassified("Weird", "");
+        assert_eq!(p.backoff_for_error(&other, None), Some(&p.default));
+        // A classifier that calls a 429 permanent wins over its type's override.
+        assert_eq!(
+            p.backoff_for_error(&limited, Some(ErrorClass::Permanent)),
+            None
+        );
+        // The override takes part in validation and in the worst case.
+        assert!(p.worst_case_total() >= slow.worst_case_total());
+        let bad = RetryPolicy::default().with_type_override(
+            "X",
+            Backoff {
+                multiplier: 0.1,
+                ..Backoff::default()
+            },
+        );
+        assert_eq!(
+            bad.validate().map_err(|e| e.setting),
+            Err("retry_backoff_multiplier")
+        );
     }
 
     #[test]
