@@ -22,8 +22,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **Lanes.** Each partition is a lane: its records are handled one at a time, in
-//! order. Up to `concurrency` lanes run at once. A lane whose record waits for a retry
+//! **Lanes.** Each partition is a lane: its records are handled one at a time (or one
+//! batch at a time with [`Processor::run_batch`]), in order. Up to `concurrency` lanes run at once. A lane whose record waits for a retry
 //! is paused (its partition is not fetched) while the others keep flowing; heartbeats
 //! are sent by the group task whatever handlers do.
 //!
@@ -57,7 +57,7 @@ use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder, ProducerRecord};
 use crate::proto::group::member::Event;
 pub use crate::proto::process::classify::{
-    AsGiven, Classifier, ErrorClass, HttpClassifier, ProcessError,
+    AsGiven, BatchError, Classifier, ErrorClass, HttpClassifier, ProcessError,
 };
 use crate::proto::process::dlq::DeadLetter;
 pub use crate::proto::process::dlq::DlqFormat;
@@ -122,7 +122,7 @@ pub enum Metric {
     Processed {
         /// Whether the handler succeeded.
         success: bool,
-        /// How long the last attempt took.
+        /// How long the last attempt took (for a batch, the whole call).
         duration: Duration,
     },
     /// A retry was scheduled.
@@ -404,6 +404,7 @@ impl ProcessorBuilder {
             retry_delays: self.retry_delays,
             concurrency: self.concurrency,
             lane_buffer: self.lane_buffer,
+            max_batch: 1,
             commit_interval: self.commit_interval,
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
             metrics: self.metrics,
@@ -430,6 +431,8 @@ pub struct Processor {
     retry_delays: Vec<Duration>,
     concurrency: usize,
     lane_buffer: usize,
+    /// Records per handler call: 1 for [`Processor::run`].
+    max_batch: usize,
     commit_interval: Option<Duration>,
     acquiesce: Duration,
     metrics: Option<MetricsHook>,
@@ -451,6 +454,8 @@ struct Attempt {
     attempts: u32,
     first_failure_ms: Option<i64>,
     last_error: Option<ProcessError>,
+    /// How long the last attempt took.
+    took: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -466,6 +471,9 @@ struct Lane {
     halted_hop: Option<u32>,
     dlq_in_flight: bool,
     paused: bool,
+    /// Records up to this offset are handled one at a time: their batch failed
+    /// without naming a record.
+    solo_through: Option<i64>,
     /// Bumped when the lane is revoked or lost: results of an older epoch are ignored.
     epoch: u64,
 }
@@ -474,15 +482,16 @@ enum Done {
     Handled {
         tp: TopicPartition,
         epoch: u64,
-        attempt: Attempt,
-        outcome: std::result::Result<(), ProcessError>,
+        /// The batch, in offset order (one record for [`Processor::run`] and retries).
+        attempts: Vec<Attempt>,
+        outcome: std::result::Result<(), BatchError>,
         panicked: bool,
         took: Duration,
     },
     DeadLettered {
         tp: TopicPartition,
         epoch: u64,
-        attempt: Attempt,
+        attempt: Box<Attempt>,
         class: ErrorClass,
         /// `Some(hop)`: forwarded to that retry topic, not dead-lettered.
         to: Option<u32>,
@@ -563,12 +572,95 @@ impl Processor {
     /// Runs `handler` on every record until `shutdown` resolves, then stops fetching,
     /// lets running handlers finish (within the acquiesce window), commits the finished
     /// prefix and leaves the group.
-    pub async fn run<H, F, S>(mut self, handler: H, shutdown: S) -> Result<Stats>
+    pub async fn run<H, F, S>(self, handler: H, shutdown: S) -> Result<Stats>
     where
         H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
         F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
         S: Future + Send,
     {
+        let handler = Arc::new(handler);
+        let one = move |mut records: Vec<ConsumerRecord>, cancel: Cancel| {
+            let handler = handler.clone();
+            async move {
+                match records.pop() {
+                    Some(record) => handler(record, cancel)
+                        .await
+                        .map_err(|e| BatchError::at(0, e)),
+                    None => Ok(()),
+                }
+            }
+        };
+        self.run_inner(1, one, shutdown).await
+    }
+
+    /// Like [`Processor::run`], but `handler` gets up to `max_records` records of one
+    /// partition at a time, in offset order (whatever is buffered; it never waits to
+    /// fill a batch). A batch is handled by one call, so one partition still has one
+    /// call at a time.
+    ///
+    /// On error, [`BatchError::at`] names the failing record: the records before it
+    /// count as handled, it goes through the retry policy (retried alone) and the
+    /// dead-letter topic like a record of [`Processor::run`], and the records after it
+    /// come again in later batches. [`BatchError::whole`] (or `?` on a
+    /// [`ProcessError`]) replays the batch one record at a time, so that only the
+    /// records that fail on their own are retried or dead-lettered. A panic counts as
+    /// a batch error without an index.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ottla::Result<()> {
+    /// use ottla::processor::{BatchError, ProcessError, Processor};
+    ///
+    /// let processor = Processor::builder("127.0.0.1:9092", "audit", ["events"]).build().await?;
+    /// processor
+    ///     .run_batch(
+    ///         200,
+    ///         |records, _cancel| async move {
+    ///             for (i, record) in records.iter().enumerate() {
+    ///                 if record.value.is_none() {
+    ///                     return Err(BatchError::at(i, ProcessError::malformed("no value")));
+    ///                 }
+    ///             }
+    ///             // ... one bulk insert of the whole batch ...
+    ///             Ok(())
+    ///         },
+    ///         tokio::time::sleep(std::time::Duration::from_secs(3600)),
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_batch<H, F, S>(
+        self,
+        max_records: usize,
+        handler: H,
+        shutdown: S,
+    ) -> Result<Stats>
+    where
+        H: Fn(Vec<ConsumerRecord>, Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
+        S: Future + Send,
+    {
+        if max_records == 0 {
+            return Err(Error::Config {
+                setting: "max_records",
+                message: "a batch must allow at least 1 record".into(),
+            });
+        }
+        self.run_inner(max_records, handler, shutdown).await
+    }
+
+    async fn run_inner<H, F, S>(
+        mut self,
+        max_batch: usize,
+        handler: H,
+        shutdown: S,
+    ) -> Result<Stats>
+    where
+        H: Fn(Vec<ConsumerRecord>, Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
+        S: Future + Send,
+    {
+        self.max_batch = max_batch;
+        self.lane_buffer = self.lane_buffer.max(max_batch);
         let handler = Arc::new(handler);
         let mut lanes: BTreeMap<TopicPartition, Lane> = BTreeMap::new();
         let mut tasks: JoinSet<Done> = JoinSet::new();
@@ -684,8 +776,8 @@ impl Processor {
         tasks: &mut JoinSet<Done>,
         handler: &Arc<H>,
     ) where
-        H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
-        F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+        H: Fn(Vec<ConsumerRecord>, Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
     {
         let now = Instant::now();
         let mut running = lanes.values().filter(|l| l.running.is_some()).count();
@@ -696,72 +788,99 @@ impl Processor {
             if lane.running.is_some() || lane.halted.is_some() || lane.dlq_in_flight {
                 continue;
             }
-            let attempt = match lane.retry.take() {
-                Some((a, due)) if now >= due => a,
+            let attempts = match lane.retry.take() {
+                Some((a, due)) if now >= due => vec![a],
                 Some(waiting) => {
                     lane.retry = Some(waiting);
                     continue;
                 }
-                None => match lane.queue.pop_front() {
-                    Some(record) => {
-                        let hop = hop_of(&record);
-                        let attempt = Attempt {
-                            record,
-                            attempts: 0,
-                            first_failure_ms: None,
-                            last_error: None,
-                        };
-                        // A retry-topic record waits for its timestamp plus the delay.
-                        let delay = hop
-                            .checked_sub(1)
-                            .and_then(|i| self.retry_delays.get(i as usize));
-                        if let Some(delay) = delay {
-                            let due_ms = attempt.record.timestamp
-                                + i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-                            let wait = due_ms - now_ms();
-                            if wait > 0 {
-                                let wait = Duration::from_millis(wait.unsigned_abs());
-                                lane.retry = Some((attempt, now + wait));
-                                continue;
-                            }
-                        }
-                        attempt
-                    }
-                    None => continue,
-                },
+                None => self.next_batch(lane, now),
             };
+            if attempts.is_empty() {
+                continue;
+            }
             let cancel = Cancel::default();
             lane.running = Some(cancel.clone());
             running += 1;
             let (handler, tp, epoch) = (handler.clone(), tp.clone(), lane.epoch);
+            let records: Vec<ConsumerRecord> = attempts.iter().map(|a| a.record.clone()).collect();
             tasks.spawn(async move {
                 let started = std::time::Instant::now();
-                let call = handler(attempt.record.clone(), cancel);
-                // A panic is caught by the inner task and becomes a permanent error.
+                // The handler is called inside the inner task, so that a panic, whether
+                // in the call or in its future, is caught and becomes an error.
+                let call = async move { handler(records, cancel).await };
                 let (outcome, panicked) = match tokio::spawn(AssertUnwindSafe(call)).await {
                     Ok(r) => (r, false),
                     Err(e) => (
-                        Err(ProcessError::permanent(
+                        Err(BatchError::whole(ProcessError::permanent(
                             "Panic",
                             if e.is_panic() {
                                 "the handler panicked"
                             } else {
                                 "the handler was cancelled"
                             },
-                        )),
+                        ))),
                         e.is_panic(),
                     ),
                 };
                 Done::Handled {
                     tp,
                     epoch,
-                    attempt,
+                    attempts,
                     outcome,
                     panicked,
                     took: started.elapsed(),
                 }
             });
         }
+    }
+
+    /// The next records of an idle lane: up to `max_batch` (one while replaying a
+    /// failed batch), stopping before a retry-topic record that must still wait.
+    fn next_batch(&self, lane: &mut Lane, now: Instant) -> Vec<Attempt> {
+        let mut batch: Vec<Attempt> = Vec::new();
+        while batch.len() < self.max_batch {
+            let Some(record) = lane.queue.front() else {
+                break;
+            };
+            let solo = lane.solo_through.is_some_and(|o| record.offset <= o);
+            if !solo {
+                lane.solo_through = None;
+            }
+            if solo && !batch.is_empty() {
+                break;
+            }
+            // A retry-topic record waits for its timestamp plus the delay.
+            let delay = hop_of(record)
+                .checked_sub(1)
+                .and_then(|i| self.retry_delays.get(i as usize));
+            let wait = delay.map_or(0, |d| {
+                record.timestamp + i64::try_from(d.as_millis()).unwrap_or(i64::MAX) - now_ms()
+            });
+            if wait > 0 && !batch.is_empty() {
+                break;
+            }
+            let Some(record) = lane.queue.pop_front() else {
+                break;
+            };
+            let attempt = Attempt {
+                record,
+                attempts: 0,
+                first_failure_ms: None,
+                last_error: None,
+                took: Duration::ZERO,
+            };
+            if wait > 0 {
+                let wait = Duration::from_millis(wait.unsigned_abs());
+                lane.retry = Some((attempt, now + wait));
+                break;
+            }
+            batch.push(attempt);
+            if solo {
+                break;
+            }
+        }
+        batch
     }
 
     fn update_pauses(&mut self, lanes: &mut BTreeMap<TopicPartition, Lane>) {
@@ -796,7 +915,7 @@ impl Processor {
             Done::Handled {
                 tp,
                 epoch,
-                mut attempt,
+                mut attempts,
                 outcome,
                 panicked,
                 took,
@@ -805,80 +924,64 @@ impl Processor {
                     return; // revoked or lost meanwhile
                 };
                 lane.running = None;
-                attempt.attempts += 1;
-                let offset = attempt.record.offset;
-                match outcome {
-                    Ok(()) => {
-                        lane.tracker.finish(offset);
-                        stats.succeeded += 1;
-                        self.metric(Metric::Processed {
-                            success: true,
-                            duration: took,
-                        });
-                    }
-                    Err(error) => {
-                        stats.panics += u64::from(panicked);
-                        let class = self.classifier.classify(&error);
-                        let shown = class.unwrap_or(ErrorClass::Transient);
+                stats.panics += u64::from(panicked);
+                let n = attempts.len();
+                let (handled, error) = match outcome {
+                    Ok(()) => (n, None),
+                    Err(BatchError {
+                        index: Some(i),
+                        error,
+                    }) if i < n => (i, Some(error)),
+                    Err(BatchError { error, .. }) if n == 1 => (0, Some(error)),
+                    Err(BatchError { error, .. }) => {
+                        // No record named: replay the batch one record at a time.
+                        let class = self
+                            .classifier
+                            .classify(&error)
+                            .unwrap_or(ErrorClass::Transient);
                         self.metric(Metric::Error {
                             error_type: error.kind.clone(),
-                            class: shown,
+                            class,
                         });
-                        attempt.first_failure_ms.get_or_insert_with(now_ms);
-                        attempt.last_error = Some(error.clone());
-                        let retry = attempt.attempts - 1;
-                        match self.policy.backoff_for(class) {
-                            Some(b) if retry < b.max_retries => {
-                                let delay = b.delay(retry, Self::next_jitter(jitter));
-                                warn!(
-                                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
-                                    retry_count = retry + 1, error_type = %error.kind, error_classification = shown.label(),
-                                    backoff_delay_ms = delay.as_millis() as u64, error = %error.message,
-                                    "handler failed; retrying"
-                                );
-                                stats.retries += 1;
-                                self.metric(Metric::Retry {
-                                    attempt: retry + 1,
-                                    delay,
-                                });
-                                lane.retry = Some((attempt, Instant::now() + delay));
-                            }
-                            Some(_) => {
-                                error!(
-                                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
-                                    retry_count = retry, error_type = %error.kind, error_classification = shown.label(),
-                                    "retries exhausted; forwarding"
-                                );
-                                let hop = hop_of(&attempt.record);
-                                let next = (hop as usize) < self.retry_delays.len();
-                                let to = next.then_some(hop + 1);
-                                self.dead_letter(
-                                    &tp,
-                                    lane,
-                                    attempt,
-                                    ErrorClass::Transient,
-                                    to,
-                                    tasks,
-                                );
-                            }
-                            None => {
-                                warn!(
-                                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
-                                    error_type = %error.kind, error_classification = "non-retryable", error = %error.message,
-                                    "permanent error; dead-lettering at once"
-                                );
-                                self.dead_letter(
-                                    &tp,
-                                    lane,
-                                    attempt,
-                                    ErrorClass::Permanent,
-                                    None,
-                                    tasks,
-                                );
-                            }
+                        let (first, last) = (
+                            attempts.first().map(|a| a.record.offset),
+                            attempts.last().map(|a| a.record.offset),
+                        );
+                        warn!(
+                            consumer_group = %self.group, topic = %tp.topic, partition = tp.partition,
+                            first_offset = first, last_offset = last, error_type = %error.kind,
+                            error = %error.message, "batch failed without naming a record; replaying it one record at a time"
+                        );
+                        lane.solo_through = last;
+                        for a in attempts.into_iter().rev() {
+                            lane.queue.push_front(a.record);
                         }
+                        return;
                     }
+                };
+                let rest = attempts.split_off(handled);
+                for a in attempts {
+                    lane.tracker.finish(a.record.offset);
+                    stats.succeeded += 1;
+                    self.metric(Metric::Processed {
+                        success: true,
+                        duration: took,
+                    });
                 }
+                let Some(error) = error else {
+                    return;
+                };
+                let mut rest = rest.into_iter();
+                let Some(mut attempt) = rest.next() else {
+                    return;
+                };
+                // The records after the failing one come again, after it.
+                for a in rest.rev() {
+                    lane.queue.push_front(a.record);
+                }
+                attempt.attempts += 1;
+                attempt.took = took;
+                self.on_failure(&tp, lane, attempt, error, tasks, stats, jitter);
             }
             Done::DeadLettered {
                 tp,
@@ -931,7 +1034,7 @@ impl Processor {
                         });
                         self.metric(Metric::Processed {
                             success: false,
-                            duration: Duration::ZERO,
+                            duration: attempt.took,
                         });
                     }
                     Err(e) => {
@@ -943,9 +1046,70 @@ impl Processor {
                             retry_in_ms = delay.as_millis() as u64,
                             "dead-letter write failed; the partition is halted and nothing is committed past this record"
                         );
-                        lane.halted = Some((attempt, class, Instant::now() + delay, failures));
+                        lane.halted = Some((*attempt, class, Instant::now() + delay, failures));
                     }
                 }
+            }
+        }
+    }
+
+    /// A record's attempt failed: retry it, send it on to a retry topic, or
+    /// dead-letter it, by its class and the policy.
+    #[allow(clippy::too_many_arguments)]
+    fn on_failure(
+        &self,
+        tp: &TopicPartition,
+        lane: &mut Lane,
+        mut attempt: Attempt,
+        error: ProcessError,
+        tasks: &mut JoinSet<Done>,
+        stats: &mut Stats,
+        jitter: &mut u64,
+    ) {
+        let offset = attempt.record.offset;
+        let class = self.classifier.classify(&error);
+        let shown = class.unwrap_or(ErrorClass::Transient);
+        self.metric(Metric::Error {
+            error_type: error.kind.clone(),
+            class: shown,
+        });
+        attempt.first_failure_ms.get_or_insert_with(now_ms);
+        attempt.last_error = Some(error.clone());
+        let retry = attempt.attempts - 1;
+        match self.policy.backoff_for_error(&error, class) {
+            Some(b) if retry < b.max_retries => {
+                let delay = b.delay(retry, Self::next_jitter(jitter));
+                warn!(
+                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
+                    retry_count = retry + 1, error_type = %error.kind, error_classification = shown.label(),
+                    backoff_delay_ms = delay.as_millis() as u64, error = %error.message,
+                    "handler failed; retrying"
+                );
+                stats.retries += 1;
+                self.metric(Metric::Retry {
+                    attempt: retry + 1,
+                    delay,
+                });
+                lane.retry = Some((attempt, Instant::now() + delay));
+            }
+            Some(_) => {
+                error!(
+                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
+                    retry_count = retry, error_type = %error.kind, error_classification = shown.label(),
+                    "retries exhausted; forwarding"
+                );
+                let hop = hop_of(&attempt.record);
+                let next = (hop as usize) < self.retry_delays.len();
+                let to = next.then_some(hop + 1);
+                self.dead_letter(tp, lane, attempt, ErrorClass::Transient, to, tasks);
+            }
+            None => {
+                warn!(
+                    consumer_group = %self.group, topic = %tp.topic, partition = tp.partition, offset,
+                    error_type = %error.kind, error_classification = "non-retryable", error = %error.message,
+                    "permanent error; dead-lettering at once"
+                );
+                self.dead_letter(tp, lane, attempt, ErrorClass::Permanent, None, tasks);
             }
         }
     }
@@ -1064,7 +1228,7 @@ impl Processor {
             Done::DeadLettered {
                 tp,
                 epoch,
-                attempt,
+                attempt: Box::new(attempt),
                 class,
                 to,
                 result,

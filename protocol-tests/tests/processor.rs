@@ -3,13 +3,14 @@
 //! topic and the committed offsets at each partition's end.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
-    Backoff, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder, RetryPolicy,
+    Backoff, BatchError, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder, RetryPolicy,
 };
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
@@ -44,13 +45,69 @@ fn policy() -> RetryPolicy {
             jitter: true,
             min_delay: Duration::ZERO,
         },
-        transient: None,
+        ..RetryPolicy::default()
     }
 }
 
-async fn seed_003(peer: Peer) {
+/// How the seed 003 handler is called.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Form {
+    /// `run`: one record per call.
+    PerRecord,
+    /// `run_batch`, naming the failing record.
+    Batch,
+    /// `run_batch`, failing the whole batch without naming a record.
+    WholeBatch,
+}
+
+type Attempts = Arc<Mutex<HashMap<u32, u32>>>;
+type Succeeded = Arc<Mutex<BTreeSet<u32>>>;
+
+/// The seed's order service: parses the order, fails transient orders twice, rejects
+/// the rejected ones.
+fn handle_order(
+    record: &ottla::ConsumerRecord,
+    attempts: &Attempts,
+    succeeded: &Succeeded,
+) -> Result<(), ProcessError> {
+    let value = record.value.clone().unwrap_or_default();
+    let text = std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
+    if !text.ends_with('}') {
+        return Err(ProcessError::malformed(format!(
+            "unexpected end of JSON: {text}"
+        )));
+    }
+    let id: u32 = text
+        .split("\"id\":")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| ProcessError::malformed("no id"))?;
+    let n = {
+        let mut a = attempts.lock().unwrap();
+        let n = a.entry(id).or_insert(0);
+        *n += 1;
+        *n
+    };
+    if text.contains("\"transient\"") && n <= 2 {
+        return Err(ProcessError::transient(
+            "Timeout",
+            format!("inventory service timed out (attempt {n})"),
+        ));
+    }
+    if text.contains("\"rejected\"") {
+        return Err(ProcessError::permanent(
+            "BusinessRuleRejection",
+            "quantity exceeds the credit limit",
+        ));
+    }
+    succeeded.lock().unwrap().insert(id);
+    Ok(())
+}
+
+async fn seed_003(peer: Peer, form: Form) {
     protocol_tests::init_tracing();
-    let topic = format!("orders-{}", peer.name());
+    let topic = format!("orders-{}-{form:?}", peer.name()).to_lowercase();
     let partitions = 3;
     peer.create_topic(&topic, partitions).expect("topic");
     peer.create_topic(&format!("{topic}.dlq"), 1)
@@ -59,18 +116,19 @@ async fn seed_003(peer: Peer) {
         .build()
         .await
         .expect("producer");
+    // Sent in one burst, so that a partition's orders share record batches and
+    // arrive together (the mock answers a Fetch with one record batch).
     let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut deliveries = Vec::new();
     for i in 0..ORDERS {
         let r = ProducerRecord::new(&topic)
             .key(format!("order-{i}"))
             .value(payload(i))
             .header("trace-id", Some(Bytes::from(format!("t{i}"))));
-        let m = producer
-            .send(r)
-            .await
-            .expect("send")
-            .await
-            .expect("written");
+        deliveries.push(producer.send(r).await.expect("send"));
+    }
+    for d in deliveries {
+        let m = d.await.expect("written");
         let end = ends.entry(m.partition).or_default();
         *end = (*end).max(m.offset + 1);
     }
@@ -79,7 +137,7 @@ async fn seed_003(peer: Peer) {
     let attempts: Arc<Mutex<HashMap<u32, u32>>> = Arc::default();
     let succeeded: Arc<Mutex<BTreeSet<u32>>> = Arc::default();
     let log = MetricsLog::default();
-    let group = format!("billing-{}", peer.name());
+    let group = format!("billing-{}-{form:?}", peer.name());
     if let Peer::Mock(m) = &peer {
         m.set_group_initial_rebalance_delay(Duration::from_millis(300));
     }
@@ -87,46 +145,6 @@ async fn seed_003(peer: Peer) {
         .commit_interval(Some(Duration::from_millis(200)))
         .metrics(log.hook());
     let processor = builder.build().await.expect("processor");
-    let (a, s) = (attempts.clone(), succeeded.clone());
-    let handler = move |record: ottla::ConsumerRecord, _cancel| {
-        let (a, s) = (a.clone(), s.clone());
-        async move {
-            let value = record.value.unwrap_or_default();
-            let text =
-                std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
-            if !text.ends_with('}') {
-                return Err(ProcessError::malformed(format!(
-                    "unexpected end of JSON: {text}"
-                )));
-            }
-            let id: u32 = text
-                .split("\"id\":")
-                .nth(1)
-                .and_then(|r| r.split(',').next())
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| ProcessError::malformed("no id"))?;
-            let n = {
-                let mut a = a.lock().unwrap();
-                let n = a.entry(id).or_insert(0);
-                *n += 1;
-                *n
-            };
-            if text.contains("\"transient\"") && n <= 2 {
-                return Err(ProcessError::transient(
-                    "Timeout",
-                    format!("inventory service timed out (attempt {n})"),
-                ));
-            }
-            if text.contains("\"rejected\"") {
-                return Err(ProcessError::permanent(
-                    "BusinessRuleRejection",
-                    "quantity exceeds the credit limit",
-                ));
-            }
-            s.lock().unwrap().insert(id);
-            Ok(())
-        }
-    };
     let (s, l) = (succeeded.clone(), log.clone());
     let done = async move {
         let started = Instant::now();
@@ -146,8 +164,54 @@ async fn seed_003(peer: Peer) {
             }
         }
     };
-    let stats = processor.run(handler, done).await.expect("run");
-    println!("{}: {stats:?}", peer.name());
+    let (a, s) = (attempts.clone(), succeeded.clone());
+    let largest_batch = Arc::new(AtomicUsize::new(0));
+    let largest = largest_batch.clone();
+    // Transient failures of whole batches of more than one record: each starts a
+    // replay instead of a retry.
+    let replays = Arc::new(AtomicUsize::new(0));
+    let r = replays.clone();
+    let stats = match form {
+        Form::PerRecord => processor
+            .run(
+                move |record, _cancel| {
+                    let outcome = handle_order(&record, &a, &s);
+                    async move { outcome }
+                },
+                done,
+            )
+            .await
+            .expect("run"),
+        Form::Batch | Form::WholeBatch => processor
+            .run_batch(
+                8,
+                move |records, _cancel| {
+                    largest.fetch_max(records.len(), Ordering::Relaxed);
+                    let outcome = records.iter().enumerate().try_for_each(|(i, rec)| {
+                        handle_order(rec, &a, &s).map_err(|e| match form {
+                            Form::Batch => BatchError::at(i, e),
+                            _ => {
+                                if records.len() > 1 && e.kind == "Timeout" {
+                                    r.fetch_add(1, Ordering::Relaxed);
+                                }
+                                BatchError::whole(e)
+                            }
+                        })
+                    });
+                    async move { outcome }
+                },
+                done,
+            )
+            .await
+            .expect("run"),
+    };
+    println!("{} {form:?}: {stats:?}", peer.name());
+    if form != Form::PerRecord {
+        assert!(
+            largest_batch.load(Ordering::Relaxed) > 1,
+            "the handler was given batches"
+        );
+    }
 
     // Every ok and healed order succeeded; every transient one took 3 attempts.
     let ok: BTreeSet<u32> = (0..ORDERS)
@@ -160,7 +224,13 @@ async fn seed_003(peer: Peer) {
     // Counters match.
     assert_eq!(stats.succeeded, 24);
     assert_eq!(stats.dead_lettered, 6);
-    assert_eq!(stats.retries, 9 * 2);
+    // Two retries per transient order, except where a batch failed as a whole: that
+    // failure starts a record-by-record replay instead of a retry.
+    let replays = replays.load(Ordering::Relaxed) as u64;
+    assert_eq!(stats.retries + replays, 9 * 2);
+    if form == Form::WholeBatch {
+        assert!(replays > 0, "some batch failed as a whole");
+    }
     assert_eq!(stats.dlq_failures, 0);
 
     // Every permanent order is in the DLQ, byte for byte, with diagnostic headers.
@@ -256,12 +326,27 @@ async fn seed_003(peer: Peer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_seed_003_orders_end_handled_or_dead_lettered_and_committed() {
-    seed_003(Peer::mock(3).expect("mock")).await;
+    seed_003(Peer::mock(3).expect("mock"), Form::PerRecord).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_seed_003_in_batches_naming_the_failing_record() {
+    seed_003(Peer::mock(3).expect("mock"), Form::Batch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_seed_003_in_batches_failing_whole_replays_record_by_record() {
+    seed_003(Peer::mock(3).expect("mock"), Form::WholeBatch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_seed_003_in_batches_naming_the_failing_record() {
+    seed_003(Peer::tansu().expect("tansu"), Form::Batch).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_seed_003_orders_end_handled_or_dead_lettered_and_committed() {
-    seed_003(Peer::tansu().expect("tansu")).await;
+    seed_003(Peer::tansu().expect("tansu"), Form::PerRecord).await;
 }
 
 #[tokio::test]
@@ -346,18 +431,17 @@ async fn produce_values(peer: &Peer, topic: &str, values: &[(i32, String)]) {
         .build()
         .await
         .expect("producer");
+    // One burst: a partition's values share record batches where the producer can.
+    let mut deliveries = Vec::new();
     for (p, v) in values {
-        producer
-            .send(
-                ProducerRecord::new(topic)
-                    .partition(*p)
-                    .key(v.clone())
-                    .value(v.clone()),
-            )
-            .await
-            .expect("send")
-            .await
-            .expect("written");
+        let r = ProducerRecord::new(topic)
+            .partition(*p)
+            .key(v.clone())
+            .value(v.clone());
+        deliveries.push(producer.send(r).await.expect("send"));
+    }
+    for d in deliveries {
+        d.await.expect("written");
     }
     producer.close().await;
 }
@@ -445,6 +529,133 @@ async fn mock_dlq_outage_halts_the_partition_and_recovers() {
     );
 }
 
+/// Handlers that panic, in the call itself or in the future it returns, and a batch
+/// handler that panics: each panic is caught, counts as a permanent error of type
+/// `Panic`, and only the record that panics goes to the dead-letter topic; the loop
+/// keeps going and commits every partition to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_handler_panics_are_dead_lettered_and_never_stop_the_loop() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(300));
+    for batch in [false, true] {
+        let topic = format!("panics-{batch}");
+        peer.create_topic(&topic, 2).expect("topic");
+        peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
+        let values: Vec<(i32, String)> = (0..20)
+            .map(|i| {
+                let v = match i {
+                    4 => "panic-now".to_string(),
+                    13 => "panic-later".to_string(),
+                    _ => format!("v{i}"),
+                };
+                (i % 2, v)
+            })
+            .collect();
+        produce_values(&peer, &topic, &values).await;
+        let log = MetricsLog::default();
+        let processor = processor_for(&peer, &topic, &topic, policy(), &log, "range").await;
+        let l = log.clone();
+        let done = async move {
+            let started = Instant::now();
+            let at_end = |m: &Metric| matches!(m, Metric::Committed { offset: 10, .. });
+            while l.snapshot().iter().filter(|m| at_end(m)).count() < 2
+                && started.elapsed() < Duration::from_secs(60)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let handled: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+        let h = handled.clone();
+        let stats = if batch {
+            processor
+                .run_batch(
+                    5,
+                    move |records, _| {
+                        let h = h.clone();
+                        async move {
+                            let values: Vec<String> = records
+                                .iter()
+                                .map(|r| {
+                                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+                                        .into_owned()
+                                })
+                                .collect();
+                            if values.iter().any(|v| v.starts_with("panic")) {
+                                panic!("a batch with a bad record");
+                            }
+                            h.lock().unwrap().extend(values);
+                            Ok(())
+                        }
+                    },
+                    done,
+                )
+                .await
+        } else {
+            processor
+                .run(
+                    move |r: ottla::ConsumerRecord, _| {
+                        let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+                            .into_owned();
+                        if v == "panic-now" {
+                            panic!("the handler panics before returning its future");
+                        }
+                        let h = h.clone();
+                        async move {
+                            if v == "panic-later" {
+                                panic!("the handler's future panics");
+                            }
+                            h.lock().unwrap().insert(v);
+                            Ok(())
+                        }
+                    },
+                    done,
+                )
+                .await
+        }
+        .expect("run");
+        println!("batch {batch}: {stats:?}");
+        // In batches, a bad record may panic once more: with others around it, then
+        // when its batch is replayed one record at a time.
+        if batch {
+            assert!((2..=4).contains(&stats.panics), "{stats:?}");
+        } else {
+            assert_eq!(stats.panics, 2);
+        }
+        assert_eq!((stats.succeeded, stats.dead_lettered), (18, 2), "{stats:?}");
+        let want: BTreeSet<String> = values
+            .iter()
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.starts_with("panic"))
+            .collect();
+        assert_eq!(*handled.lock().unwrap(), want);
+        let metrics = log.snapshot();
+        let dead: Vec<(i64, String)> = metrics
+            .iter()
+            .filter_map(|m| match m {
+                Metric::DeadLettered {
+                    offset, error_type, ..
+                } => Some((*offset, error_type.clone())),
+                _ => None,
+            })
+            .collect();
+        // Record 4 is offset 2 of partition 0; record 13 is offset 6 of partition 1.
+        let mut offsets: Vec<i64> = dead.iter().map(|d| d.0).collect();
+        offsets.sort_unstable();
+        assert_eq!(offsets, [2, 6]);
+        assert!(dead.iter().all(|d| d.1 == "Panic"), "{dead:?}");
+        assert_eq!(
+            metrics
+                .iter()
+                .filter(|m| matches!(m, Metric::Committed { offset: 10, .. }))
+                .count(),
+            2,
+            "both partitions committed to their end"
+        );
+    }
+}
+
 /// A record is in backoff when its partition is revoked (eager rebalance: a second
 /// member joins). The first member cancels the wait, commits the finished prefix and
 /// acknowledges within the rebalance timeout; the next owner continues from the
@@ -472,7 +683,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
             jitter: false,
             min_delay: Duration::ZERO,
         },
-        transient: None,
+        ..RetryPolicy::default()
     };
     let handled: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let succeeded: Arc<Mutex<BTreeSet<String>>> = Arc::default();
@@ -591,7 +802,41 @@ async fn mock_killed_processors_lose_nothing_and_never_commit_past_unfinished_re
     }
 }
 
+/// Runs `p` with a per-record `handler`, as is (`Form::PerRecord`) or adapted to the
+/// batch form (batches of up to 16, stopping at the first failure).
+async fn run_as<H, F, S>(
+    p: Processor,
+    form: Form,
+    handler: H,
+    shutdown: S,
+) -> ottla::Result<ottla::processor::Stats>
+where
+    H: Fn(ottla::ConsumerRecord, ottla::processor::Cancel) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<(), ProcessError>> + Send + 'static,
+    S: std::future::Future + Send,
+{
+    if form == Form::PerRecord {
+        return p.run(handler, shutdown).await;
+    }
+    let handler = Arc::new(handler);
+    let batched = move |records: Vec<ottla::ConsumerRecord>, cancel: ottla::processor::Cancel| {
+        let handler = handler.clone();
+        async move {
+            for (i, r) in records.into_iter().enumerate() {
+                handler(r, cancel.clone()).await.map_err(|e| match form {
+                    Form::Batch => BatchError::at(i, e),
+                    _ => BatchError::whole(e),
+                })?;
+            }
+            Ok(())
+        }
+    };
+    p.run_batch(16, batched, shutdown).await
+}
+
 async fn crash_one(seed: u64) {
+    // The handler's form rotates with the seed.
+    let form = [Form::PerRecord, Form::Batch, Form::WholeBatch][(seed % 3) as usize];
     let peer = Peer::mock(1).expect("mock");
     let Peer::Mock(m) = &peer else { unreachable!() };
     m.set_group_initial_rebalance_delay(Duration::from_millis(200));
@@ -633,7 +878,7 @@ async fn crash_one(seed: u64) {
             jitter: true,
             min_delay: Duration::ZERO,
         },
-        transient: None,
+        ..RetryPolicy::default()
     };
     let make_handler = || {
         let (s, a, f, plan) = (
@@ -700,7 +945,12 @@ async fn crash_one(seed: u64) {
     let kills = 1 + rng.below(3);
     for _ in 0..kills {
         let p = build().await;
-        let task = tokio::spawn(p.run(make_handler(), std::future::pending::<()>()));
+        let task = tokio::spawn(run_as(
+            p,
+            form,
+            make_handler(),
+            std::future::pending::<()>(),
+        ));
         tokio::time::sleep(Duration::from_millis(300 + rng.below(900))).await;
         task.abort();
         let _ = task.await;
@@ -718,7 +968,9 @@ async fn crash_one(seed: u64) {
         }
     };
     let p = build().await;
-    let stats = p.run(make_handler(), done).await.expect("final run");
+    let stats = run_as(p, form, make_handler(), done)
+        .await
+        .expect("final run");
     let violations = violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
     // Every record ended handled successfully or dead-lettered (a transient record can
@@ -753,7 +1005,7 @@ async fn crash_one(seed: u64) {
         must_be_lettered.difference(&lettered).collect::<Vec<_>>()
     );
     println!(
-        "seed {seed}: {kills} kills; {} handled, {} dead-lettered ({} copies in the DLQ); last run {stats:?}",
+        "seed {seed} ({form:?}): {kills} kills; {} handled, {} dead-lettered ({} copies in the DLQ); last run {stats:?}",
         succeeded.len(),
         must_be_lettered.len(),
         lettered.len()
@@ -966,7 +1218,7 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
             jitter: false,
             min_delay: Duration::ZERO,
         },
-        transient: None,
+        ..RetryPolicy::default()
     };
     let processor = test_builder(&peer, "rt", topic, quick)
         .retry_topics(delays)

@@ -100,6 +100,53 @@ impl ProcessError {
     }
 }
 
+/// A batch handler's error: which record failed (`index` into the batch) and why.
+///
+/// With an index, the records before it count as handled, the failing record goes
+/// through the retry policy and the dead-letter topic on its own, and the records
+/// after it are handed over again. Without one (or with an index outside the batch),
+/// the batch is replayed one record at a time, so each record gets its own outcome;
+/// records the handler already applied are applied again (at-least-once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchError {
+    /// The failing record's index in the batch, if the handler knows it.
+    pub index: Option<usize>,
+    /// What went wrong.
+    pub error: ProcessError,
+}
+
+impl BatchError {
+    /// Record `index` of the batch failed with `error`.
+    pub fn at(index: usize, error: ProcessError) -> Self {
+        Self {
+            index: Some(index),
+            error,
+        }
+    }
+
+    /// The batch failed, and the handler cannot say because of which record.
+    pub fn whole(error: ProcessError) -> Self {
+        Self { index: None, error }
+    }
+}
+
+impl From<ProcessError> for BatchError {
+    fn from(error: ProcessError) -> Self {
+        Self::whole(error)
+    }
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "record {i} of the batch: {}", self.error),
+            None => write!(f, "the batch: {}", self.error),
+        }
+    }
+}
+
+impl std::error::Error for BatchError {}
+
 /// Which HTTP statuses are transient and which permanent (configurable).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpClassifier {
