@@ -427,16 +427,27 @@ impl Drop for Producer {
 async fn drive(cluster: Cluster, shared: Arc<Shared>) {
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut metadata_running = false;
+    // Refreshes are spaced by `retry.backoff.ms`: a record for a topic the cluster does
+    // not have keeps asking for metadata until `max.block.ms`, and must not spin.
+    let mut next_refresh = Instant::now();
     loop {
         let now = Instant::now();
-        let (nodes, metadata, pid, wakeup, done) = {
+        let (nodes, metadata, pid, mut wakeup, done, backoff) = {
             let mut s = lock(&shared.state);
             s.acc.expire(now.into_std());
             let pid = s.acc.claim_producer_id();
             let nodes = s.acc.claim_ready(now.into_std());
             let metadata = s.acc.metadata_needed() && !metadata_running;
             let done = s.closed && s.acc.is_idle();
-            (nodes, metadata, pid, s.acc.next_wakeup(), done)
+            let backoff = s.acc.config().retry_backoff;
+            (nodes, metadata, pid, s.acc.next_wakeup(), done, backoff)
+        };
+        let metadata = if metadata && now < next_refresh {
+            let at = next_refresh.into_std();
+            wakeup = Some(wakeup.map_or(at, |w| w.min(at)));
+            false
+        } else {
+            metadata
         };
         shared.dispatch();
         if done && tasks.is_empty() {
@@ -458,6 +469,7 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
         }
         if metadata {
             metadata_running = true;
+            next_refresh = now + backoff;
             let (cluster, shared) = (cluster.clone(), shared.clone());
             tasks.spawn(async move {
                 if let Ok(m) = cluster.refresh_metadata().await {

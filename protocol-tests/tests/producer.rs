@@ -386,3 +386,40 @@ async fn tansu_acks_leader_and_none_write_every_record_once() {
         check_exact(&read, count, partitions, name);
     }
 }
+
+/// A record for a topic the cluster does not have: `send` fails after `max.block.ms`
+/// naming the topic, and metadata is asked for once per `retry.backoff.ms` meanwhile.
+/// The producer once refreshed in a tight loop (about 10,000 Metadata requests a
+/// second, two cores busy) until the send gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_send_to_a_missing_topic_fails_in_time_without_spinning_on_metadata() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    let producer = Producer::builder(&peer.bootstrap())
+        .max_block(Duration::from_secs(1))
+        .retry_backoff(Duration::from_millis(100))
+        .build()
+        .await
+        .expect("producer");
+    m.start_request_tracking();
+    let started = std::time::Instant::now();
+    let outcome = match producer.send(ProducerRecord::new("nowhere").value("x")).await {
+        Ok(delivery) => delivery.await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    let waited = started.elapsed();
+    let e = outcome.expect_err("no such topic");
+    assert!(e.to_string().contains("nowhere"), "{e}");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    let metadata = m.requests().iter().filter(|r| r.api_key == 3).count();
+    println!("{metadata} Metadata requests in {waited:?}");
+    assert!(
+        (1..=30).contains(&metadata),
+        "{metadata} Metadata requests in {waited:?}"
+    );
+    producer.close().await;
+}
