@@ -174,6 +174,7 @@ pub enum Metric {
 }
 
 type MetricsHook = Arc<dyn Fn(Metric) + Send + Sync>;
+type DlqName = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// Builds a [`Processor`].
 pub struct ProcessorBuilder {
@@ -184,6 +185,7 @@ pub struct ProcessorBuilder {
     classifier: Arc<dyn Classifier>,
     dlq_format: DlqFormat,
     dlq_suffix: String,
+    dlq_name: Option<DlqName>,
     topics: Vec<String>,
     retry_delays: Vec<Duration>,
     concurrency: usize,
@@ -228,6 +230,7 @@ impl ProcessorBuilder {
             classifier: Arc::new(AsGiven),
             dlq_format: DlqFormat::Apache,
             dlq_suffix: ".dlq".into(),
+            dlq_name: None,
             concurrency: 16,
             lane_buffer: 1000,
             commit_interval: Some(Duration::from_secs(1)),
@@ -282,6 +285,19 @@ impl ProcessorBuilder {
     pub fn dlq_suffix(mut self, s: impl Into<String>) -> Self {
         self.dlq_suffix = s.into();
         self
+    }
+
+    /// Names the dead-letter topic of each original topic (instead of the suffix), for
+    /// example `|t| t.replace(".v1", ".dlq")` for `brew.orders.v1` → `brew.orders.dlq`.
+    /// The topics must exist: until they do, dead-letter writes fail and their lanes
+    /// halt.
+    pub fn dlq_topic(mut self, name: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
+        self.dlq_name = Some(Arc::new(name));
+        self
+    }
+
+    fn dlq_of(&self, topic: &str) -> String {
+        dlq_of(self.dlq_name.as_ref(), &self.dlq_suffix, topic)
     }
 
     /// Non-blocking retry topics, after the in-place retries: a record whose retries
@@ -365,6 +381,17 @@ impl ProcessorBuilder {
         if !(0.0..=1.0).contains(&self.acquiesce_share) || self.acquiesce_share == 0.0 {
             return bad("acquiesce_share", "must be in (0, 1]".into());
         }
+        for t in &self.topics {
+            let dlq = self.dlq_of(t);
+            if dlq == *t || self.topics.contains(&dlq) {
+                return bad(
+                    "dlq_topic",
+                    format!(
+                        "the dead-letter topic of {t} is {dlq}, a topic this processor reads; name it apart"
+                    ),
+                );
+            }
+        }
         if self.dlq_suffix.is_empty() {
             return bad(
                 "dlq_suffix",
@@ -401,6 +428,7 @@ impl ProcessorBuilder {
             classifier: self.classifier,
             dlq_format: self.dlq_format,
             dlq_suffix: self.dlq_suffix,
+            dlq_name: self.dlq_name,
             retry_delays: self.retry_delays,
             concurrency: self.concurrency,
             lane_buffer: self.lane_buffer,
@@ -409,6 +437,13 @@ impl ProcessorBuilder {
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
             metrics: self.metrics,
         })
+    }
+}
+
+fn dlq_of(name: Option<&DlqName>, suffix: &str, topic: &str) -> String {
+    match name {
+        Some(f) => f(topic),
+        None => format!("{topic}{suffix}"),
     }
 }
 
@@ -428,6 +463,7 @@ pub struct Processor {
     classifier: Arc<dyn Classifier>,
     dlq_format: DlqFormat,
     dlq_suffix: String,
+    dlq_name: Option<DlqName>,
     retry_delays: Vec<Duration>,
     concurrency: usize,
     lane_buffer: usize,
@@ -1186,7 +1222,11 @@ impl Processor {
             first_failure_ms: attempt.first_failure_ms.unwrap_or_else(now_ms),
             dead_lettered_ms: now_ms(),
         };
-        let mut out = ProducerRecord::new(format!("{origin_topic}{}", self.dlq_suffix));
+        let mut out = ProducerRecord::new(dlq_of(
+            self.dlq_name.as_ref(),
+            &self.dlq_suffix,
+            &origin_topic,
+        ));
         out.key = record.key.clone();
         out.timestamp = Some(record.timestamp);
         out.headers = record

@@ -383,6 +383,16 @@ async fn invalid_configuration_is_refused_with_the_setting_named() {
         .validate()
         .unwrap_err();
     assert!(e.to_string().contains("concurrency"), "{e}");
+    // A dead-letter topic that is one of the topics read would loop.
+    let e = Processor::builder("127.0.0.1:1", "g", ["orders", "orders.bad"])
+        .dlq_topic(|t| format!("{}.bad", t.trim_end_matches(".bad")))
+        .validate()
+        .unwrap_err();
+    assert!(e.to_string().contains("dlq_topic"), "{e}");
+    Processor::builder("127.0.0.1:1", "g", ["brew.orders.v1"])
+        .dlq_topic(|t| t.replace(".v1", ".dlq"))
+        .validate()
+        .expect("a named dead-letter topic is valid");
     Processor::builder("127.0.0.1:1", "g", ["t"])
         .validate()
         .expect("the defaults are valid");
