@@ -1,22 +1,41 @@
 //! # ottla
 //!
-//! A pure-Rust Kafka client library with a hand-written consumer-group protocol.
+//! A pure-Rust Kafka client library with a hand-written consumer-group protocol: no
+//! librdkafka and no C in the default build, compression codecs included.
 //!
-//! The crate is layered as in `quinn`/`quinn-proto`:
+//! What most applications use:
 //!
-//! - [`proto`] is the sans-IO core: framing, version negotiation, metadata, and (later)
-//!   the group member and the fetcher as state machines. No sockets, tasks or clocks.
+//! - [`Processor`](processor::Processor): a handler per record (or per batch), retries
+//!   with backoff that never stall other partitions, a dead-letter topic, commits that
+//!   never pass an unfinished record, and acquiescing on rebalance;
+//! - [`Consumer`]: a consumer-group member (or manual assignment) with a zero-copy
+//!   fetch path, pause/resume, seeks and every commit form;
+//! - [`Producer`]: an idempotent producer with the Java client's partitioner;
+//! - [`dlq`]: reading and replaying a dead-letter topic.
+//!
+//! They are layered as in `quinn`/`quinn-proto`:
+//!
+//! - [`proto`] is the sans-IO core: framing, version negotiation, metadata, the group
+//!   member, the assignors, the fetcher, record batches, the producer's accumulator and
+//!   the processing loop's pure parts, as state machines and pure functions. No
+//!   sockets, tasks or clocks.
 //! - [`driver`] runs that core on tokio: one task per broker connection, the cluster's
-//!   metadata, reconnects and timeouts.
+//!   metadata, the group task, reconnects and timeouts.
 //!
 //! ```no_run
 //! # async fn demo() -> ottla::Result<()> {
-//! use ottla::{ClientConfig, driver::{Cluster, TopicScope}};
+//! use ottla::consumer::{Consumer, OffsetReset};
 //!
-//! let config = ClientConfig::new("127.0.0.1:9092");
-//! let cluster = Cluster::connect(&config, TopicScope::All, &[]).await?;
-//! for topic in cluster.metadata().topics.values() {
-//!     println!("{} has {} partitions", topic.name, topic.partitions.len());
+//! let mut consumer = Consumer::builder("127.0.0.1:9092")
+//!     .group_id("billing")
+//!     .topics(["orders"])
+//!     .offset_reset(OffsetReset::Earliest)
+//!     .build()
+//!     .await?;
+//! while let Some(record) = consumer.recv().await {
+//!     let record = record?;
+//!     println!("{}@{}: {:?}", record.partition, record.offset, record.value);
+//!     consumer.commit_async();
 //! }
 //! # Ok(()) }
 //! ```
