@@ -53,3 +53,8 @@ pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord};
 pub use error::{Error, NegotiationError, RequestError, Result, WireError};
 pub use producer::{Producer, ProducerBuilder, ProducerRecord, RecordMetadata};
+
+/// The README's examples, compiled by `cargo test --doc` so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
