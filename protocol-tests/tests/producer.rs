@@ -404,7 +404,10 @@ async fn mock_send_to_a_missing_topic_fails_in_time_without_spinning_on_metadata
         .expect("producer");
     m.start_request_tracking();
     let started = std::time::Instant::now();
-    let outcome = match producer.send(ProducerRecord::new("nowhere").value("x")).await {
+    let outcome = match producer
+        .send(ProducerRecord::new("nowhere").value("x"))
+        .await
+    {
         Ok(delivery) => delivery.await.map(|_| ()),
         Err(e) => Err(e),
     };
