@@ -181,12 +181,7 @@ impl PyMemberBuilder {
             bail!("a {} member needs at least one topic", self.client);
         }
         let script = script_path();
-        let peers = workspace_root().join(".peers").join("python");
-        let mut pythonpath = OsString::from(&peers);
-        if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
-            pythonpath.push(":");
-            pythonpath.push(old);
-        }
+        let pythonpath = python_path();
         let python = python();
         let mut child = Command::new(&python)
             .arg(&script)
@@ -520,6 +515,86 @@ impl PyMember {
             thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// One run of `peers/py_produce.py`: `client` writes `count` numbered records to
+/// `topic` (record `i` to partition `i % partitions`, key `k<i>`, value
+/// `v<i>:<codec>:` plus padding, headers `idx`, `codec` and an empty `empty`).
+#[derive(Debug, Clone)]
+pub struct PyProduce {
+    /// The client.
+    pub client: PyClient,
+    /// Bootstrap servers.
+    pub bootstrap: String,
+    /// The topic (it must exist).
+    pub topic: String,
+    /// Its partitions.
+    pub partitions: i32,
+    /// How many records.
+    pub count: u64,
+    /// `none`, `gzip`, `snappy`, `lz4` or `zstd`.
+    pub codec: String,
+    /// Write in this many transactions, aborting every third (confluent only).
+    pub transactions: u32,
+    /// kafka-python's `api_version`.
+    pub api_version: Option<String>,
+}
+
+impl PyProduce {
+    /// Runs the script to the end; returns the indexes of the aborted records.
+    pub fn run(&self) -> anyhow::Result<Vec<u64>> {
+        let script = script_path().with_file_name("py_produce.py");
+        let mut cmd = Command::new(python());
+        cmd.arg(&script)
+            .args(["--client", self.client.as_arg()])
+            .args(["--bootstrap", &self.bootstrap, "--topic", &self.topic])
+            .args(["--partitions", &self.partitions.to_string()])
+            .args(["--count", &self.count.to_string(), "--codec", &self.codec])
+            .args(["--transactions", &self.transactions.to_string()])
+            .env("PYTHONPATH", python_path())
+            .env("PYTHONUNBUFFERED", "1");
+        if let Some(v) = &self.api_version {
+            cmd.args(["--api-version", v]);
+        }
+        let out = cmd
+            .output()
+            .with_context(|| format!("running {}: {INSTALL_HINT}", script.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !stdout.contains(&format!("done {}", self.count)) {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+            bail!(
+                "{} producer failed ({}): {stdout}\n{}",
+                self.client,
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        let aborted = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("aborted "))
+            .map(|list| {
+                list.split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(|x| x.trim().parse::<u64>())
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()
+            .context("the aborted list")?
+            .unwrap_or_default();
+        Ok(aborted)
+    }
+}
+
+/// `<workspace>/.peers/python` first, then any `PYTHONPATH` already set.
+fn python_path() -> OsString {
+    let peers = workspace_root().join(".peers").join("python");
+    let mut pythonpath = OsString::from(&peers);
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|v| !v.is_empty()) {
+        pythonpath.push(":");
+        pythonpath.push(old);
+    }
+    pythonpath
 }
 
 impl Drop for PyMember {
