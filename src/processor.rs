@@ -1276,14 +1276,14 @@ impl Processor {
         });
     }
 
-    /// Commits every lane's finished prefix that moved.
-    async fn commit(&self, lanes: &mut BTreeMap<TopicPartition, Lane>, stats: &mut Stats) {
+    /// Commits every lane's finished prefix that moved. `false`: the commit failed.
+    async fn commit(&self, lanes: &mut BTreeMap<TopicPartition, Lane>, stats: &mut Stats) -> bool {
         let offsets: Vec<(TopicPartition, i64)> = lanes
             .iter()
             .filter_map(|(tp, l)| l.tracker.pending_commit().map(|o| (tp.clone(), o)))
             .collect();
         if offsets.is_empty() {
-            return;
+            return true;
         }
         match self.consumer.commit_offsets(&offsets).await {
             Ok(()) => {
@@ -1297,8 +1297,12 @@ impl Processor {
                         offset: o,
                     });
                 }
+                true
             }
-            Err(e) => warn!(error = %e, "commit failed; the prefix is committed later"),
+            Err(e) => {
+                warn!(error = %e, ?offsets, "commit failed");
+                false
+            }
         }
     }
 
@@ -1357,7 +1361,12 @@ impl Processor {
                 only.insert(tp.clone(), l);
             }
         }
-        self.commit(&mut only, stats).await;
+        if !self.commit(&mut only, stats).await {
+            warn!(
+                ?partitions,
+                "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
+            );
+        }
         lanes.append(&mut only);
     }
 }
