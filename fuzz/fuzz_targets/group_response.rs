@@ -1,4 +1,5 @@
-//! Every group response ottla reads, at every version it negotiates.
+//! Every group response ottla reads, at every version it negotiates, through the group
+//! codec (also reached by the `response` target; this one spends all its time there).
 #![no_main]
 
 use bytes::Bytes;

@@ -174,7 +174,7 @@ fn plan(a: &Args) -> Vec<Kind> {
                 Kind::Transient
             } else if roll < a.transient_pct + a.permanent_pct {
                 permanent += 1;
-                if permanent % 2 == 0 {
+                if permanent.is_multiple_of(2) {
                     Kind::Malformed
                 } else {
                     Kind::Permanent
@@ -437,12 +437,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     // 5. Counters.
-    let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-    let healed = seen
-        .succeeded
-        .iter()
-        .filter(|id| seen.attempts.get(id).copied().unwrap_or(0) > 1)
-        .count();
+    let (succeeded, healed) = {
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let healed = seen
+            .succeeded
+            .iter()
+            .filter(|id| seen.attempts.get(id).copied().unwrap_or(0) > 1)
+            .count();
+        (seen.succeeded.clone(), healed)
+    };
     println!("\ncounters");
     println!(
         "  handled         {:>5}  ({} on the first attempt, {healed} after retries)",
@@ -525,8 +528,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             format!("{n} {head:?}")
         }
     }
-    if seen.succeeded != want_ok {
-        let missing: Vec<_> = want_ok.difference(&seen.succeeded).collect();
+    if succeeded != want_ok {
+        let missing: Vec<_> = want_ok.difference(&succeeded).collect();
         problems.push(format!("orders not handled: {}", some(missing)));
     }
     if got_dlq != want_dlq {

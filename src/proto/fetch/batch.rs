@@ -310,6 +310,17 @@ fn parse_batch(
     let producer_epoch = b.get_i16();
     let base_sequence = b.get_i32();
     let record_count = b.get_i32();
+    // The batch's offsets must fit an i64, so that `next_offset` and every offset
+    // computed from it are exact (found by fuzzing: a base offset near i64::MAX
+    // overflowed, a panic in debug builds and a wrapped offset in release ones).
+    if base_offset
+        .checked_add(i64::from(last_offset_delta) + 1)
+        .is_none()
+    {
+        return Err(err(BatchErrorKind::Malformed(
+            "batch offsets past the end of the log",
+        )));
+    }
     let compression = Compression::from_attributes(attributes).map_err(err)?;
     let records = match compression {
         Compression::None => b.clone(),
@@ -481,8 +492,15 @@ fn read_record(buf: &mut Bytes, batch: &RecordBatch) -> Result<Record, BatchErro
     } else {
         batch.base_timestamp.wrapping_add(timestamp_delta)
     };
+    // A record may claim a delta past the batch's last one; its offset, and the one
+    // after it, must still fit an i64.
+    let offset = batch
+        .base_offset
+        .checked_add(i64::from(offset_delta))
+        .filter(|o| *o < i64::MAX)
+        .ok_or(err("record offset past the end of the log"))?;
     Ok(Record {
-        offset: batch.base_offset + i64::from(offset_delta),
+        offset,
         timestamp,
         key,
         value,
@@ -678,6 +696,60 @@ mod tests {
             decompress(Compression::Snappy, cut, 1 << 20),
             Err(BatchErrorKind::Decompress { .. })
         ));
+    }
+
+    /// One two-record batch written by ottla, moved to `base_offset`, its last offset
+    /// delta set to `last_delta` (with CRC checks off, the CRC need not follow).
+    fn batch_at(base_offset: i64, last_delta: i32) -> Bytes {
+        use crate::proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
+        let record = OutRecord {
+            value: Some(Bytes::from_static(b"v")),
+            ..OutRecord::default()
+        };
+        let batch = encode_batch(
+            &[record.clone(), record],
+            Compression::None,
+            ProducerFields::NONE,
+        )
+        .unwrap();
+        let mut b = batch.to_vec();
+        b[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        b[23..27].copy_from_slice(&last_delta.to_be_bytes());
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn offsets_past_i64_max_are_malformed_not_an_overflow() {
+        // Found by the record_batch fuzz target.
+        let options = BatchOptions {
+            check_crcs: false,
+            ..BatchOptions::default()
+        };
+        let first = |bytes| Batches::new(bytes, options).next().unwrap();
+        assert!(matches!(
+            first(batch_at(i64::MAX - 1, 1)),
+            Err(BatchError {
+                kind: BatchErrorKind::Malformed(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            first(batch_at(i64::MIN, -2)),
+            Err(BatchError {
+                kind: BatchErrorKind::Malformed(_),
+                ..
+            })
+        ));
+        // The batch fits (it claims to end at i64::MAX - 1), its second record does
+        // not: the first is read, the second is an error.
+        let batch = first(batch_at(i64::MAX - 1, 0)).expect("the header fits");
+        assert_eq!(batch.next_offset(), i64::MAX);
+        let records: Vec<_> = batch.records().collect();
+        assert_eq!(records[0].as_ref().unwrap().offset, i64::MAX - 1);
+        assert!(records[1].is_err());
+        // At the edge, everything fits.
+        let batch = first(batch_at(i64::MAX - 2, 1)).expect("fits");
+        assert!(batch.records().all(|r| r.is_ok()));
     }
 
     #[test]

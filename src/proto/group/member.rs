@@ -24,8 +24,11 @@
 //! | [`Timer::Session`] | a generation is live | no successful heartbeat for `session_timeout`: the partitions are lost |
 //! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
 //! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
-//! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried | the retry is due |
-//! | [`Timer::Sync`] | a leader holds its SyncGroup (`leader_sync_delay`) | the SyncGroup is sent |
+//! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned, coordinator known | the retry is due |
+//! | [`Timer::Sync`] | a leader holds its SyncGroup (`leader_sync_delay`), coordinator known | the SyncGroup is sent |
+//!
+//! A timer is armed only while firing it does something: one that fired and did nothing
+//! would stay in the past and spin the driver's loop.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -721,7 +724,11 @@ impl GroupMember {
             | State::Syncing { deadline, .. }
             | State::Leaving { deadline, .. } => timers.push((Timer::Request, *deadline)),
             State::Revoking { deadline, .. } => timers.push((Timer::Revocation, *deadline)),
-            State::LeaderDelay { send_at, .. } => timers.push((Timer::Sync, *send_at)),
+            // Armed only when `advance` can send it: a timer that fires and does nothing
+            // stays in the past and spins the driver (found by fuzzing).
+            State::LeaderDelay { send_at, .. } if self.coordinator().is_some() => {
+                timers.push((Timer::Sync, *send_at))
+            }
             _ => {}
         }
         if let Some(hb) = &self.heartbeat {
@@ -736,8 +743,14 @@ impl GroupMember {
                 self.last_progress + self.config.max_poll_interval,
             ));
         }
+        // As `advance` decides to send it: in the group, with partitions left to ask for
+        // (a revocation may have taken them all while a retry was pending).
         if let Some(f) = &self.fetch {
-            if f.in_flight.is_none() && self.coordinator().is_some() {
+            if in_group
+                && f.in_flight.is_none()
+                && !f.partitions.is_empty()
+                && self.coordinator().is_some()
+            {
                 timers.push((Timer::OffsetFetch, f.retry_at));
             }
         }
@@ -1317,9 +1330,12 @@ impl GroupMember {
             match self.assign(&protocol, &members) {
                 Ok(a) => a,
                 Err(e) => {
+                    // Through `close`, like every fatal error: a closed member has no
+                    // generation, heartbeat or offset fetch left (found by fuzzing: the
+                    // offset fetch's timer stayed armed and `generation()` answered).
                     self.lose_all(LostReason::Fatal);
                     self.events.push_back(Event::Fatal(e.clone()));
-                    self.state = State::Closed(Some(e));
+                    self.close(Some(e));
                     return;
                 }
             }
@@ -1877,6 +1893,11 @@ impl GroupMember {
     }
 
     fn fatal(&mut self, api: &'static str, code: i16) {
+        // Closed is sticky: a late answer (a FindCoordinator still in flight when the
+        // application left) must not turn a clean close into an error. Found by fuzzing.
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
         let error = GroupError::Broker {
             group: self.config.group_id.clone(),
             api,
@@ -2164,6 +2185,187 @@ mod tests {
             ),
             "{ev:?}"
         );
+    }
+
+    #[test]
+    fn joining_assignment_error_closes_like_every_fatal_error() {
+        // Found by the group_ops fuzz target: a leader that could not assign closed by
+        // setting the state alone, so the closed member still reported its generation
+        // and kept the offset fetch's timer armed.
+        let mut h = H::new(config("cooperative-sticky"));
+        h.join_alone_p("cooperative-sticky");
+        h.events();
+        let _fetch = h.request();
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let join = h.request();
+        assert_eq!(
+            h.m.generation(),
+            Some(7),
+            "cooperative: kept while rejoining"
+        );
+        h.respond(
+            join.id,
+            join_response_p("no-such-assignor", 0, 8, "m1", "m1", vec![]),
+        );
+        let ev = h.events();
+        assert!(
+            matches!(ev[..], [.., Event::Fatal(GroupError::Assignment { .. })]),
+            "{ev:?}"
+        );
+        assert_eq!(h.m.state(), StateKind::Closed);
+        assert_eq!(h.m.generation(), None);
+        assert_eq!(h.m.poll_timeout(), None);
+        assert!(h.m.assignment().is_empty());
+        h.no_request();
+    }
+
+    #[test]
+    fn closed_late_fatal_find_coordinator_answer_keeps_the_clean_close() {
+        // Found by the group_ops fuzz target: a member that left while its
+        // FindCoordinator was in flight turned its clean close into a fatal error (and
+        // emitted Fatal after Left) when that lookup was answered with a fatal code.
+        let mut h = H::new(config("range"));
+        let lookup = h.request();
+        assert!(matches!(
+            lookup.request,
+            GroupRequest::FindCoordinator { .. }
+        ));
+        h.m.leave(h.now);
+        assert_eq!(h.events(), vec![Event::Left]);
+        h.respond(
+            lookup.id,
+            GroupResponse::FindCoordinator {
+                error: ResponseError::GroupAuthorizationFailed.code(),
+                node_id: -1,
+                host: String::new(),
+                port: -1,
+            },
+        );
+        assert_eq!(h.events(), vec![]);
+        assert_eq!(h.m.state(), StateKind::Closed);
+        assert_eq!(h.m.error(), None);
+        assert_eq!(
+            h.m.commit(h.now, vec![]),
+            Err(CommitError::Closed(GroupError::Closed {
+                group: GROUP.into()
+            }))
+        );
+    }
+
+    #[test]
+    fn joining_offset_fetch_retry_for_revoked_partitions_leaves_no_timer_due() {
+        // Found by the group_ops fuzz target: the partitions of a pending OffsetFetch
+        // were revoked, then the fetch failed. Its retry timer stayed armed with nothing
+        // left to ask for, so `poll_timeout` stayed in the past and the driver's loop
+        // spun for as long as the JoinGroup was held.
+        let mut h = H::new(config("range"));
+        h.join_alone();
+        h.events();
+        let fetch = h.request();
+        assert!(matches!(fetch.request, GroupRequest::OffsetFetch { .. }));
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        h.events();
+        h.m.complete_revocation(h.now, 7);
+        let join = h.request();
+        assert!(matches!(join.request, GroupRequest::JoinGroup { .. }));
+        h.respond(
+            fetch.id,
+            GroupResponse::OffsetFetch {
+                error: ResponseError::CoordinatorLoadInProgress.code(),
+                partitions: vec![],
+            },
+        );
+        h.advance(Duration::from_secs(1));
+        h.no_request();
+        assert_eq!(h.m.state(), StateKind::Joining);
+        let next = h.m.poll_timeout().expect("the JoinGroup's timer");
+        assert!(next > h.now, "{:?} is due and stays due", h.m.next_timer());
+    }
+
+    #[test]
+    fn leader_delay_with_the_coordinator_unknown_leaves_no_timer_due() {
+        // Found by the group_ops fuzz target: a leader holding its SyncGroup lost its
+        // coordinator (a commit of the generation it is leaving failed); the held
+        // SyncGroup's timer stayed armed though it cannot be sent until the coordinator
+        // is found again, and the driver's loop spun.
+        let mut c = config("cooperative-sticky");
+        c.leader_sync_delay = Duration::from_millis(50);
+        let mut h = H::new(c);
+        h.find_coordinator();
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let members = vec![JoinedMember {
+            member_id: "m1".into(),
+            instance_id: None,
+            metadata: protocols[0].1.clone(),
+        }];
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 7, "m1", "m1", members.clone()),
+        );
+        h.no_request();
+        h.advance(Duration::from_millis(50));
+        let sync = h.request();
+        let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
+            panic!("{sync:?}")
+        };
+        let mine = assignments[0].1.clone();
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment: mine,
+            },
+        );
+        let _fetch = h.request();
+        h.events();
+        let commit =
+            h.m.commit(
+                h.now,
+                vec![CommitOffset {
+                    partition: tp(0),
+                    offset: 1,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
+            )
+            .expect("stable");
+        let _ = h.request();
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let join = h.request();
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
+        );
+        assert_eq!(h.m.state(), StateKind::Syncing, "holding the SyncGroup");
+        h.m.handle_failure(h.now, commit, Failure::Disconnected);
+        assert_eq!(h.m.coordinator(), None);
+        h.events();
+        h.advance(Duration::from_millis(60));
+        h.no_request();
+        let next = h.m.poll_timeout().expect("the coordinator lookup's timer");
+        assert!(next > h.now, "{:?} is due and stays due", h.m.next_timer());
     }
 
     #[test]

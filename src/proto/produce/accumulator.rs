@@ -781,7 +781,13 @@ impl Accumulator {
     fn finish_ok(&mut self, tp: &TopicPartition, b: Batch, base: i64) {
         self.buffered = self.buffered.saturating_sub(b.bytes);
         for (i, id) in b.ids.into_iter().enumerate() {
-            let offset = if base >= 0 { base + i as i64 } else { -1 };
+            // A base offset the broker cannot have written (negative, or so large that
+            // a later record would pass i64::MAX) is reported as unknown (-1).
+            let offset = i64::try_from(i)
+                .ok()
+                .filter(|_| base >= 0)
+                .and_then(|i| base.checked_add(i))
+                .unwrap_or(-1);
             self.deliveries.push_back(Delivery {
                 id,
                 partition: tp.clone(),
@@ -978,6 +984,26 @@ mod tests {
             (43, 0, 0, 1),
             "renumbered under the new id"
         );
+    }
+
+    #[test]
+    fn a_base_offset_near_i64_max_gives_unknown_offsets_not_an_overflow() {
+        // Found by the `response` fuzz target: `base + i` overflowed (a panic in debug
+        // builds) for a Produce answer with a base offset near i64::MAX.
+        let (mut a, now) = ready(ProducerConfig {
+            linger: Duration::ZERO,
+            ..Default::default()
+        });
+        for v in ["a", "b", "c"] {
+            a.append(now, "t", Some(0), record(v)).unwrap();
+        }
+        a.claim_ready(now);
+        let (_, token) = a.build_produce(now, NodeId(1), 9).unwrap();
+        a.handle_produce(now, token, answer(0, i64::MAX - 1));
+        let offsets: Vec<i64> = std::iter::from_fn(|| a.poll_delivery())
+            .map(|d| d.result.unwrap())
+            .collect();
+        assert_eq!(offsets, vec![i64::MAX - 1, i64::MAX, -1]);
     }
 
     #[test]
