@@ -508,12 +508,14 @@ fn syncing_rebalance_in_progress_rejoins_at_once_keeping_the_member_id() {
 
 // ----- timings -----
 
-/// An eager member stops heartbeating when it asks the application to revoke, sends
-/// nothing until the application acknowledges, then rejoins at once; no heartbeat goes
-/// out while the JoinGroup waits either. Heartbeats resume one interval after the
-/// SyncGroup answer.
+/// An eager member keeps heartbeating (once per interval) while the application
+/// revokes, as the Java client does: until its JoinGroup the broker still expects
+/// heartbeats. The answers (REBALANCE_IN_PROGRESS) keep the session, so a revocation
+/// longer than the session timeout loses nothing. Once acknowledged, the member rejoins
+/// at once and sends nothing while the JoinGroup waits; heartbeats resume one interval
+/// after the SyncGroup answer.
 #[test]
-fn revoking_and_joining_send_no_heartbeats_until_the_sync_answer() {
+fn eager_revoking_heartbeats_on_and_joining_sends_none_until_the_sync_answer() {
     let mut h = H::stable_leader();
     let hb = h.heartbeat();
     h.respond(
@@ -526,11 +528,30 @@ fn revoking_and_joining_send_no_heartbeats_until_the_sync_answer() {
         &h.events()[..],
         [Event::RevokeRequested { generation: 7, .. }]
     ));
+    // 5 s of revoking with a 1 s heartbeat interval.
+    let mut heartbeats = 0;
     for _ in 0..50 {
         h.m.note_progress(h.now);
         h.advance(Duration::from_millis(100));
-        assert!(h.requests().is_empty(), "sent while revoking");
+        for out in h.requests() {
+            assert!(
+                matches!(out.request, GroupRequest::Heartbeat { generation: 7, .. }),
+                "only heartbeats while revoking: {out:?}"
+            );
+            heartbeats += 1;
+            h.respond(
+                out.id,
+                GroupResponse::Heartbeat {
+                    error: REBALANCE_IN_PROGRESS,
+                },
+            );
+        }
     }
+    assert!(
+        (4..=6).contains(&heartbeats),
+        "{heartbeats} heartbeats in 5 s"
+    );
+    assert_eq!(h.events(), vec![], "nothing lost while revoking");
     assert_eq!(h.m.state(), StateKind::Revoking);
     h.m.complete_revocation(h.now, 7);
     let join = h.request();

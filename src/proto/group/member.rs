@@ -1579,8 +1579,12 @@ impl GroupMember {
         if current != Some(generation) {
             return;
         }
-        if error == 0 {
+        // REBALANCE_IN_PROGRESS is an answer from a broker that still counts this member
+        // in: it renews the session as a success does.
+        if error == 0 || error == ResponseError::RebalanceInProgress.code() {
             hb.last_ok = now;
+        }
+        if error == 0 {
             return;
         }
         match reaction(error) {
@@ -1735,7 +1739,10 @@ impl GroupMember {
         }
         if generation.rebalance == RebalanceProtocol::Eager && !self.owned.is_empty() {
             let partitions = self.assignment();
-            self.heartbeat = None;
+            // Heartbeats go on while the application gives the partitions back, as in
+            // the Java client: until this member sends its JoinGroup, the broker still
+            // expects its heartbeats, and removes it after `session_timeout` without
+            // them, however long the rebalance timeout is.
             self.state = State::Revoking {
                 generation: generation.id,
                 partitions: partitions.clone(),
@@ -1813,8 +1820,8 @@ impl GroupMember {
         } else {
             now
         };
-        // Heartbeats stop until the next generation forms: the broker would answer
-        // REBALANCE_IN_PROGRESS, which must not count against the session.
+        // Heartbeats stop until the next generation forms: from its JoinGroup on, the
+        // broker counts a member as alive until the rebalance completes.
         self.heartbeat = None;
         self.state = State::Unjoined {
             join_at,
@@ -2765,11 +2772,28 @@ mod tests {
             },
         );
         let _ = h.events();
-        // The application keeps polling but never finishes the revocation.
+        // The application keeps polling but never finishes the revocation. Heartbeats
+        // go on meanwhile, answered REBALANCE_IN_PROGRESS, which keeps the session.
+        let mut heartbeats = 0;
+        let mut others = Vec::new();
         for _ in 0..30 {
             h.m.note_progress(h.now);
             h.advance(Duration::from_secs(1));
+            while let Some(out) = h.m.poll_request() {
+                if matches!(out.request, GroupRequest::Heartbeat { .. }) {
+                    heartbeats += 1;
+                    h.respond(
+                        out.id,
+                        GroupResponse::Heartbeat {
+                            error: ResponseError::RebalanceInProgress.code(),
+                        },
+                    );
+                } else {
+                    others.push(out);
+                }
+            }
         }
+        assert!(heartbeats >= 10, "{heartbeats} heartbeats while revoking");
         let ev = h.events();
         assert!(
             ev.iter().any(|e| matches!(
@@ -2781,10 +2805,10 @@ mod tests {
             )),
             "{ev:?}"
         );
-        assert!(matches!(
-            h.request().request,
-            GroupRequest::JoinGroup { .. }
-        ));
+        assert!(
+            matches!(&others[..], [o] if matches!(o.request, GroupRequest::JoinGroup { .. })),
+            "{others:?}"
+        );
     }
 
     #[test]
