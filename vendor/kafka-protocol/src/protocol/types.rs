@@ -985,10 +985,14 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                // ottla patch: the count comes from the wire; every element takes at least
-                // one byte, so never reserve more than the bytes left (no huge allocation
-                // for a garbage count).
-                let mut result = Vec::with_capacity((n as usize).min(buf.remaining()));
+                // ottla patch: the count comes from the wire. Every element takes at
+                // least one byte, so a count above the bytes left is garbage (the Java
+                // client refuses it the same way), and the reservation never takes more
+                // memory than the bytes left: elements are often many times larger in
+                // memory than on the wire.
+                let n = n as usize;
+                check_array_count(n, buf.remaining())?;
+                let mut result = Vec::with_capacity(bounded_reservation::<T>(n, buf.remaining()));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1011,6 +1015,23 @@ impl<T, E: Decoder<T>> Decoder<Vec<T>> for Array<E> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// ottla patch: refuses an array count that cannot fit in the bytes left, since every
+/// element takes at least one byte on the wire.
+fn check_array_count(count: usize, remaining: usize) -> Result<()> {
+    if count > remaining {
+        bail!("Array length {count} exceeds the {remaining} bytes remaining in the buffer");
+    }
+    Ok(())
+}
+
+/// ottla patch: how many elements of `T` to reserve for an array of `count` elements
+/// read from a buffer with `remaining` bytes left: never more memory than those bytes.
+/// A valid array of elements larger in memory than on the wire grows past this by
+/// doubling, as its elements are decoded.
+fn bounded_reservation<T>(count: usize, remaining: usize) -> usize {
+    count.min(remaining / std::mem::size_of::<T>().max(1))
 }
 
 /// An array whose length is encoded with a varint.
@@ -1096,8 +1117,11 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                // ottla patch: bound the reservation by the bytes left (see Array above).
-                let mut result = Vec::with_capacity(((n - 1) as usize).min(buf.remaining()));
+                // ottla patch: check the count and bound the reservation (see Array above).
+                let count = (n - 1) as usize;
+                check_array_count(count, buf.remaining())?;
+                let mut result =
+                    Vec::with_capacity(bounded_reservation::<T>(count, buf.remaining()));
                 for _ in 1..n {
                     result.push(self.0.decode(buf)?);
                 }
