@@ -4,6 +4,7 @@
 
 pub mod data;
 pub mod group_app;
+pub mod hostile;
 pub mod mock;
 pub mod peer;
 pub mod proxy;
