@@ -31,6 +31,10 @@ else
 fi
 cargo test --workspace --doc
 
+echo "== the demo (the README's main job), as a smoke test: it exits non-zero on a wrong end state"
+cargo run -q -p protocol-tests --bin demo >/dev/null
+echo "ok: demo"
+
 echo "== fuzz targets: build on stable, check the seeds, replay them, short uninstrumented runs"
 # Coverage-guided fuzzing needs nightly and cargo-fuzz (fuzz/README.md). This keeps every
 # target in fuzz/Cargo.toml building, checks that the committed seeds are current and get
