@@ -1,0 +1,1250 @@
+//! The chaos runner: a group of ottla `Processor`s consumes sequence-numbered records
+//! while a seeded scheduler moves the group coordinator, takes brokers down, delays
+//! responses, injects retriable error codes, kills, crashes, adds and removes members,
+//! and makes handlers fail. At the end it checks that nothing was lost and that the
+//! group's invariants held, and prints the figures.
+//!
+//! ```text
+//! cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu]
+//! ```
+//!
+//! [`run`] is the whole run; the `chaos` binary parses its command line with
+//! [`Config::from_args`] and prints the [`Report`]; `tests/chaos.rs` runs it briefly.
+//!
+//! **What is checked** (see [`journal`] for how):
+//!
+//! - lost = 0: every record the producer had acknowledged was handled successfully at
+//!   least once, or is in the dead-letter topic;
+//! - committed offsets never regress (from the processors' metrics hooks, and read
+//!   back from the broker every second);
+//! - no commit passes a record that was not finished;
+//! - no partition is handled by two members in the same generation (generations from
+//!   ottla's tracing events, see [`capture`]);
+//! - a record handled again lies at or above the committed offset of that moment:
+//!   duplicates come only from the in-flight window of a handover; their number is
+//!   printed next to that window's size summed over the handovers;
+//! - every member stops only when asked; the committed offsets reach the log end
+//!   within the drain timeout once the faults stop.
+//!
+//! **Replay.** The fault plan is a pure function of the seed and the configuration
+//! ([`schedule::plan`]), and so are the handler failures (drawn from the seed, the
+//! sequence number and the attempt). ottla's own timing is not replayed: the same
+//! seed injects the same faults at the same times, and ottla meets them in whatever
+//! state it is in.
+
+pub mod capture;
+pub mod journal;
+pub mod member;
+pub mod schedule;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
+use rdkafka::ClientConfig as RdConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::mock::MockCluster;
+use crate::peer::Peer;
+use journal::{Analysis, Journal};
+use member::{Fates, Member, MemberContext, Stop};
+use schedule::{Action, FaultKind, INJECTED_APIS, PlanInput};
+
+/// The topic the records go to.
+pub const TOPIC: &str = "chaos";
+
+/// Which broker the run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerKind {
+    /// librdkafka's in-process mock cluster: every fault kind.
+    Mock,
+    /// A tansu child process: member faults and handler failures only.
+    Tansu,
+}
+
+/// A run's settings. [`Config::default`] is the binary's default; every field has a
+/// flag (see [`USAGE`]).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long records are produced and faults injected.
+    pub duration: Duration,
+    /// The seed everything is drawn from.
+    pub seed: u64,
+    /// The broker.
+    pub broker: BrokerKind,
+    /// Members at the start.
+    pub members: usize,
+    /// Brokers of the mock cluster.
+    pub brokers: i32,
+    /// Partitions of the topic.
+    pub partitions: i32,
+    /// Records per second.
+    pub produce_rate: f64,
+    /// Fault rates per minute.
+    pub rates: BTreeMap<FaultKind, f64>,
+    /// Handler failure probabilities.
+    pub fates: Fates,
+    /// The assignor; `None`: drawn from the seed.
+    pub assignor: Option<String>,
+    /// How often the processors commit.
+    pub commit_interval: Duration,
+    /// The members' session timeout (heartbeats every sixth of it). The mock holds a
+    /// rebalance's JoinGroups for the session timeout less 1 s, tansu for half of it.
+    pub session_timeout: Duration,
+    /// The producer's `linger.ms`, and the members' `fetch.max.wait.ms`. The mock
+    /// returns one record batch per partition per Fetch, and a member fetches a
+    /// partition again only once its last fetch is consumed, with one Fetch per broker
+    /// in flight: a partition with a backlog, sharing a broker with a caught-up
+    /// partition of the same member, gets one batch per `fetch.max.wait`. With 5 ms
+    /// batches (one record) and 500 ms waits that is 2 records a second, slower than
+    /// they are produced (try `--linger 5ms --fetch-max-wait 500ms`). Larger batches and
+    /// shorter waits keep the drain within its timeout.
+    pub linger: Duration,
+    /// See `linger`.
+    pub fetch_max_wait: Duration,
+    /// How long the members may take to commit everything once the faults stop.
+    pub drain_timeout: Duration,
+    /// Print every fault as it is applied.
+    pub verbose: bool,
+    /// Print a progress line this often (`None`: never).
+    pub progress: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            duration: Duration::from_secs(60),
+            seed: seed_from_time(),
+            broker: BrokerKind::Mock,
+            members: 3,
+            brokers: 3,
+            partitions: 6,
+            produce_rate: 200.0,
+            rates: FaultKind::ALL
+                .into_iter()
+                .map(|k| (k, k.default_rate()))
+                .collect(),
+            fates: Fates {
+                transient: 0.03,
+                permanent: 0.002,
+                slow: 0.005,
+            },
+            assignor: None,
+            commit_interval: Duration::from_millis(200),
+            session_timeout: Duration::from_secs(3),
+            linger: Duration::from_millis(100),
+            fetch_max_wait: Duration::from_millis(100),
+            drain_timeout: Duration::from_secs(90),
+            verbose: false,
+            progress: Some(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// The assignors a seed draws from.
+pub const ASSIGNORS: [&str; 4] = ["cooperative-sticky", "range", "roundrobin", "sticky"];
+
+/// The command line.
+pub const USAGE: &str = "\
+chaos: an ottla consumer group under injected faults; checks that nothing is lost.
+
+  --duration D          how long to produce and inject faults: 60s, 2m, 10m, 1h (env OTTLA_CHAOS_DURATION; default 60s)
+  --seed N              the seed (env OTTLA_CHAOS_SEED; default: from the clock, printed)
+  --broker mock|tansu   the broker (env OTTLA_CHAOS_BROKER; default mock)
+  --members N           members at the start (env OTTLA_CHAOS_MEMBERS; default 3)
+  --brokers N           mock brokers (default 3)
+  --partitions N        topic partitions (default 6)
+  --produce-rate R      records per second (default 200)
+  --rate KIND=PER_MIN   a fault rate per minute, repeatable or comma-separated; KIND is one of
+                        move, down, rtt, error, kill, crash, join, leave, or all (env OTTLA_CHAOS_RATES)
+                        defaults: move=12 down=2 rtt=4 error=8 kill=2 crash=1 join=1 leave=1
+  --transient P         probability that a handler attempt fails transiently (default 0.03)
+  --permanent P         probability that a record always fails, so is dead-lettered (default 0.002)
+  --slow P              probability that an attempt takes 50-300 ms (default 0.005)
+  --assignor NAME       cooperative-sticky, range, roundrobin or sticky (default: drawn from the seed)
+  --commit-interval D   how often the processors commit (default 200ms)
+  --session-timeout D   the members' session timeout, heartbeats at a sixth of it (default 3s)
+  --linger D            the producer's linger.ms (default 100ms)
+  --fetch-max-wait D    the members' fetch.max.wait.ms (default 100ms; the mock returns one batch per
+                        partition per Fetch, so small batches and long waits drain a backlog slowly)
+  --drain-timeout D     how long members may take to commit everything at the end (default 90s)
+  --progress D          a progress line this often, 0 for none (default 10s)
+  -v, --verbose         print every fault as it is applied
+  RUST_LOG              ottla's logs on stderr (default: none), with member thread names
+
+The last line is the summary; the exit status is non-zero when a record was lost or a check failed.";
+
+impl Config {
+    /// The configuration from command-line arguments (without the program name) and
+    /// the `OTTLA_CHAOS_*` environment variables; flags win.
+    pub fn from_args(
+        args: &[String],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Config> {
+        let mut c = Config::default();
+        if let Some(v) = env("OTTLA_CHAOS_DURATION") {
+            c.duration = parse_duration(&v).context("OTTLA_CHAOS_DURATION")?;
+        }
+        if let Some(v) = env("OTTLA_CHAOS_SEED") {
+            c.seed = v.trim().parse().context("OTTLA_CHAOS_SEED")?;
+        }
+        if let Some(v) = env("OTTLA_CHAOS_BROKER") {
+            c.broker = parse_broker(&v)?;
+        }
+        if let Some(v) = env("OTTLA_CHAOS_MEMBERS") {
+            c.members = v.trim().parse().context("OTTLA_CHAOS_MEMBERS")?;
+        }
+        let mut rates: Vec<String> = env("OTTLA_CHAOS_RATES").into_iter().collect();
+        let mut i = 0;
+        while i < args.len() {
+            let flag = args[i].as_str();
+            let (name, inline) = match flag.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
+                _ => (flag, None),
+            };
+            if matches!(name, "-v" | "--verbose") {
+                c.verbose = true;
+                i += 1;
+                continue;
+            }
+            if matches!(name, "-h" | "--help") {
+                bail!("{USAGE}");
+            }
+            let value = match inline {
+                Some(v) => v,
+                None => {
+                    i += 1;
+                    args.get(i)
+                        .cloned()
+                        .with_context(|| format!("{name} needs a value"))?
+                }
+            };
+            let bad = || format!("{name} {value}");
+            match name {
+                "--duration" => c.duration = parse_duration(&value).with_context(bad)?,
+                "--seed" => c.seed = value.parse().with_context(bad)?,
+                "--broker" => c.broker = parse_broker(&value)?,
+                "--members" => c.members = value.parse().with_context(bad)?,
+                "--brokers" => c.brokers = value.parse().with_context(bad)?,
+                "--partitions" => c.partitions = value.parse().with_context(bad)?,
+                "--produce-rate" => c.produce_rate = value.parse().with_context(bad)?,
+                "--rate" => rates.push(value),
+                "--transient" => c.fates.transient = value.parse().with_context(bad)?,
+                "--permanent" => c.fates.permanent = value.parse().with_context(bad)?,
+                "--slow" => c.fates.slow = value.parse().with_context(bad)?,
+                "--assignor" => c.assignor = Some(value),
+                "--commit-interval" => {
+                    c.commit_interval = parse_duration(&value).with_context(bad)?
+                }
+                "--session-timeout" => {
+                    c.session_timeout = parse_duration(&value).with_context(bad)?
+                }
+                "--linger" => c.linger = parse_duration(&value).with_context(bad)?,
+                "--fetch-max-wait" => {
+                    c.fetch_max_wait = parse_duration(&value).with_context(bad)?
+                }
+                "--drain-timeout" => c.drain_timeout = parse_duration(&value).with_context(bad)?,
+                "--progress" => {
+                    let d = parse_duration(&value).with_context(bad)?;
+                    c.progress = (!d.is_zero()).then_some(d);
+                }
+                _ => bail!("unknown flag {name}\n\n{USAGE}"),
+            }
+            i += 1;
+        }
+        for list in rates {
+            for item in list.split([',', ' ']).filter(|s| !s.is_empty()) {
+                let (kind, rate) = item
+                    .split_once('=')
+                    .with_context(|| format!("rate {item:?}: expected KIND=PER_MIN"))?;
+                let rate: f64 = rate
+                    .parse()
+                    .with_context(|| format!("rate {item:?}: not a number"))?;
+                if kind == "all" {
+                    c.rates.values_mut().for_each(|r| *r = rate);
+                } else {
+                    let k = FaultKind::parse(kind)
+                        .with_context(|| format!("rate {item:?}: unknown fault kind {kind}"))?;
+                    c.rates.insert(k, rate);
+                }
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.members == 0 {
+            bail!("--members must be at least 1");
+        }
+        if self.partitions < 1 || self.brokers < 1 {
+            bail!("--partitions and --brokers must be at least 1");
+        }
+        if self.produce_rate <= 0.0 {
+            bail!("--produce-rate must be positive");
+        }
+        if let Some(a) = &self.assignor
+            && !ASSIGNORS.contains(&a.as_str())
+        {
+            bail!("unknown assignor {a:?}: one of {ASSIGNORS:?}");
+        }
+        if self.session_timeout < Duration::from_millis(600) {
+            bail!("--session-timeout must be at least 600ms");
+        }
+        for p in [self.fates.transient, self.fates.permanent, self.fates.slow] {
+            if !(0.0..1.0).contains(&p) {
+                bail!("probabilities must be in [0, 1)");
+            }
+        }
+        Ok(())
+    }
+
+    /// The assignor of this run.
+    pub fn assignor(&self) -> String {
+        self.assignor.clone().unwrap_or_else(|| {
+            ASSIGNORS[(schedule::mix(self.seed, 7) % ASSIGNORS.len() as u64) as usize].into()
+        })
+    }
+
+    /// The rates in effect: kinds the broker cannot inject are off on tansu.
+    pub fn effective_rates(&self) -> BTreeMap<FaultKind, f64> {
+        self.rates
+            .iter()
+            .map(|(k, r)| {
+                let off = self.broker == BrokerKind::Tansu && k.needs_mock();
+                (*k, if off { 0.0 } else { *r })
+            })
+            .collect()
+    }
+
+    /// The command line that replays this run.
+    pub fn replay_command(&self) -> String {
+        let broker = match self.broker {
+            BrokerKind::Mock => "mock",
+            BrokerKind::Tansu => "tansu",
+        };
+        let mut cmd = format!(
+            "cargo run --release -p protocol-tests --bin chaos -- --duration {} --seed {} --broker {broker} --members {}",
+            format_duration(self.duration),
+            self.seed,
+            self.members
+        );
+        let defaults = Config::default();
+        let changed: Vec<String> = self
+            .rates
+            .iter()
+            .filter(|(k, r)| defaults.rates.get(k) != Some(r))
+            .map(|(k, r)| format!("{}={r}", k.name()))
+            .collect();
+        if !changed.is_empty() {
+            cmd.push_str(&format!(" --rate {}", changed.join(",")));
+        }
+        for (flag, value, default) in [
+            (
+                "--transient",
+                self.fates.transient,
+                defaults.fates.transient,
+            ),
+            (
+                "--permanent",
+                self.fates.permanent,
+                defaults.fates.permanent,
+            ),
+            ("--slow", self.fates.slow, defaults.fates.slow),
+            ("--produce-rate", self.produce_rate, defaults.produce_rate),
+        ] {
+            if value != default {
+                cmd.push_str(&format!(" {flag} {value}"));
+            }
+        }
+        if self.partitions != defaults.partitions {
+            cmd.push_str(&format!(" --partitions {}", self.partitions));
+        }
+        if self.brokers != defaults.brokers {
+            cmd.push_str(&format!(" --brokers {}", self.brokers));
+        }
+        if let Some(a) = &self.assignor {
+            cmd.push_str(&format!(" --assignor {a}"));
+        }
+        for (flag, value, default) in [
+            ("--linger", self.linger, defaults.linger),
+            (
+                "--fetch-max-wait",
+                self.fetch_max_wait,
+                defaults.fetch_max_wait,
+            ),
+        ] {
+            if value != default {
+                cmd.push_str(&format!(" {flag} {}", format_duration(value)));
+            }
+        }
+        if self.session_timeout != defaults.session_timeout {
+            cmd.push_str(&format!(
+                " --session-timeout {}",
+                format_duration(self.session_timeout)
+            ));
+        }
+        cmd
+    }
+}
+
+fn parse_broker(v: &str) -> anyhow::Result<BrokerKind> {
+    match v.trim() {
+        "mock" => Ok(BrokerKind::Mock),
+        "tansu" => Ok(BrokerKind::Tansu),
+        other => bail!("unknown broker {other:?}: mock or tansu"),
+    }
+}
+
+/// `500ms`, `60s`, `2m`, `1h`, or a number of seconds.
+pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: f64 = number
+        .parse()
+        .with_context(|| format!("duration {s:?}: expected a number and ms, s, m or h"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => bail!("duration {s:?}: unknown unit {u:?} (ms, s, m, h)"),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        bail!("duration {s:?} is not a positive length of time");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if d.subsec_millis() != 0 {
+        format!("{}ms", d.as_millis())
+    } else if s.is_multiple_of(60) && s > 0 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn seed_from_time() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // Short enough to type.
+    nanos % 1_000_000_000
+}
+
+/// The figures and findings of a run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// The assignor used.
+    pub assignor: String,
+    /// The checks' results.
+    pub analysis: Analysis,
+    /// Coordinator moves applied.
+    pub moves: u64,
+    /// Faults applied by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Whether the capture learnt generations, so that the ownership check ran.
+    pub ownership_checked: bool,
+    /// Whether the committed offsets reached the log end within the drain timeout.
+    pub drained: bool,
+    /// How long the drain took.
+    pub drain_time: Duration,
+    /// Copies found in the dead-letter topic.
+    pub dlq_records: u64,
+}
+
+impl Report {
+    /// Nothing lost and every check passed.
+    pub fn passed(&self) -> bool {
+        self.analysis.lost == 0 && self.analysis.violation_count == 0
+    }
+
+    /// Faults applied, all kinds.
+    pub fn fault_total(&self) -> u64 {
+        self.faults.values().sum()
+    }
+
+    /// The one-line summary.
+    pub fn summary(&self) -> String {
+        let a = &self.analysis;
+        let failed: Vec<String> = a
+            .checks
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(c, n)| format!(" {}={n}", c.name()))
+            .collect();
+        format!(
+            "lost={} duplicates={} moves={} rebalances={} faults={} produced={} handled={} dead_lettered={} in_flight_bound={} violations={}{} ownership={} drained={} seed={} result={}",
+            a.lost,
+            a.duplicates,
+            self.moves,
+            a.generations,
+            self.fault_total(),
+            a.produced,
+            a.handled,
+            a.dead_lettered,
+            a.in_flight_bound,
+            a.violation_count,
+            failed.concat(),
+            if self.ownership_checked {
+                "checked"
+            } else {
+                "unchecked"
+            },
+            self.drained,
+            self.seed,
+            if self.passed() { "pass" } else { "FAIL" },
+        )
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let a = &self.analysis;
+        let verdict = |ok: bool| if ok { "ok" } else { "FAILED" };
+        writeln!(f, "== chaos results (seed {}) ==", self.seed)?;
+        writeln!(
+            f,
+            "records:     produced {} (sent {}, {} sends failed), handled {} distinct, dead-lettered {} ({} copies in the DLQ topic), lost {}  [{}]",
+            a.produced,
+            a.sent,
+            a.produce_failures,
+            a.handled,
+            a.dead_lettered,
+            self.dlq_records,
+            a.lost,
+            verdict(a.lost == 0)
+        )?;
+        for (e, n) in &a.produce_errors {
+            writeln!(f, "             send failure x{n}: {e}")?;
+        }
+        for l in &a.lost_examples {
+            writeln!(f, "             LOST {l}")?;
+        }
+        writeln!(
+            f,
+            "duplicates:  {} finished again, over {} handovers whose finished-but-uncommitted window summed to {} (in-flight bound){}",
+            a.duplicates,
+            a.episodes,
+            a.in_flight_bound,
+            if a.duplicates <= a.in_flight_bound {
+                ": within it"
+            } else {
+                ": ABOVE it (records finished again that were not in a handover window; see overlaps)"
+            }
+        )?;
+        writeln!(
+            f,
+            "handlers:    {} calls, {} transient failures, {} permanent, {} cancelled, {} retries scheduled",
+            a.handler_calls, a.transient, a.permanent, a.cancelled, a.retries
+        )?;
+        writeln!(
+            f,
+            "commits:     {} partition commits reported by the metrics hooks; {} broker reads of the committed offsets ({} failed)",
+            a.commits, a.polls, a.poll_failures
+        )?;
+        writeln!(
+            f,
+            "ownership:   {} generations seen; {} handler starts before a generation was known; {} times a handler started while another live member still ran one of that partition{}",
+            a.generations,
+            a.untagged,
+            a.overlaps,
+            if self.ownership_checked {
+                ""
+            } else {
+                "; UNCHECKED: no generation was learnt from ottla's \"synced\" events"
+            }
+        )?;
+        let checks: Vec<String> = a
+            .checks
+            .iter()
+            .map(|(c, n)| format!("{}={n}", c.name()))
+            .collect();
+        writeln!(
+            f,
+            "invariants:  {}  [{}]",
+            checks.join(" "),
+            verdict(a.violation_count == 0)
+        )?;
+        writeln!(
+            f,
+            "members:     {} incarnations, {} ended without being asked",
+            a.incarnations, a.unexpected_ends
+        )?;
+        writeln!(
+            f,
+            "drain:       {} in {:.1}s",
+            if self.drained {
+                "committed offsets reached the log end"
+            } else {
+                "TIMED OUT before the committed offsets reached the log end"
+            },
+            self.drain_time.as_secs_f64()
+        )?;
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
+        writeln!(
+            f,
+            "faults:      {} ({}), assignor {}",
+            self.fault_total(),
+            faults.join(" "),
+            self.assignor
+        )?;
+        let gaps: Vec<String> = a
+            .gaps
+            .iter()
+            .map(|(p, (g, at))| format!("p{p} {:.2}s@{at:.0}s", g.as_secs_f64()))
+            .collect();
+        writeln!(
+            f,
+            "gaps:        longest per partition (length@start): {}",
+            gaps.join(", ")
+        )?;
+        if let Some((p, (g, at))) = a.gaps.iter().max_by_key(|(_, (g, _))| *g) {
+            let during: Vec<String> = a
+                .faults
+                .iter()
+                .filter(|(t, _)| *t >= at - 7.0 && *t <= at + g.as_secs_f64())
+                .map(|(t, w)| format!("{t:.1}s {w}"))
+                .collect();
+            writeln!(
+                f,
+                "             faults around the longest (p{p}): {}",
+                if during.is_empty() {
+                    "none".to_string()
+                } else {
+                    during.join("; ")
+                }
+            )?;
+        }
+        let mut log: Vec<(&String, &u64)> = a.member_log.iter().collect();
+        log.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+        writeln!(
+            f,
+            "member log:  (ottla's messages on member threads, by count)"
+        )?;
+        for (message, n) in log {
+            writeln!(f, "  {n:>6} x {message}")?;
+        }
+        for n in &a.notes {
+            writeln!(f, "note:        {n}")?;
+        }
+        if a.violation_count == 0 {
+            writeln!(f, "violations:  none")?;
+        } else {
+            writeln!(
+                f,
+                "violations:  {} (first {} shown)",
+                a.violation_count,
+                a.violations.len()
+            )?;
+            for v in &a.violations {
+                writeln!(f, "  VIOLATION {v}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the whole chaos run: start the broker and the members, produce and inject
+/// faults for `config.duration`, drain, stop, check. `Err` only when the run could not
+/// be set up; findings are in the [`Report`].
+pub async fn run(config: Config) -> anyhow::Result<Report> {
+    let capture = capture::install();
+    let assignor = config.assignor();
+    let rates = config.effective_rates();
+    let peer = match config.broker {
+        BrokerKind::Mock => Peer::mock(config.brokers)?,
+        BrokerKind::Tansu => Peer::tansu()?,
+    };
+    let mock: Option<&MockCluster> = match &peer {
+        Peer::Mock(m) => {
+            m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+            Some(m)
+        }
+        _ => None,
+    };
+    let dlq_topic = format!("{TOPIC}.dlq");
+    peer.create_topic(TOPIC, config.partitions)?;
+    peer.create_topic(&dlq_topic, 1)?;
+    let bootstrap = peer.bootstrap();
+    let group = format!("chaos-{}", config.seed);
+    let brokers = mock.map(|m| m.broker_ids()).unwrap_or_default();
+
+    let plan = schedule::plan(&PlanInput {
+        seed: config.seed,
+        duration: config.duration,
+        rates: rates.clone(),
+        brokers: brokers.clone(),
+        members: config.members,
+        max_members: config.members + 2,
+    });
+    println!(
+        "chaos: seed={} broker={} members={} duration={} assignor={assignor} partitions={} produce_rate={}/s planned_actions={}",
+        config.seed,
+        peer.name(),
+        config.members,
+        format_duration(config.duration),
+        config.partitions,
+        config.produce_rate,
+        plan.len()
+    );
+    let shown: Vec<String> = rates
+        .iter()
+        .map(|(k, r)| format!("{}={r}", k.name()))
+        .collect();
+    println!(
+        "chaos: faults per minute: {}; handler transient={} permanent={} slow={}",
+        shown.join(" "),
+        config.fates.transient,
+        config.fates.permanent,
+        config.fates.slow
+    );
+    println!("chaos: replay with: {}", config.replay_command());
+    if !capture {
+        println!("chaos: another tracing subscriber is installed; generations cannot be learnt");
+    }
+
+    let journal = Arc::new(Journal::new());
+    let ctx = Arc::new(MemberContext {
+        bootstrap: bootstrap.clone(),
+        group: group.clone(),
+        topic: TOPIC.into(),
+        assignor: assignor.clone(),
+        seed: config.seed,
+        fates: config.fates,
+        commit_interval: config.commit_interval,
+        session_timeout: config.session_timeout,
+        fetch_max_wait: config.fetch_max_wait,
+        journal: journal.clone(),
+    });
+
+    // Committed offsets read back from the broker.
+    let polling = Arc::new(AtomicBool::new(true));
+    let poller = {
+        let (bootstrap, group, journal, polling) = (
+            bootstrap.clone(),
+            group.clone(),
+            journal.clone(),
+            polling.clone(),
+        );
+        let partitions = config.partitions;
+        std::thread::Builder::new()
+            .name("chaos-poller".into())
+            .spawn(move || poll_committed(&bootstrap, &group, partitions, &journal, &polling))
+            .context("spawning the committed-offset poller")?
+    };
+
+    let mut runner = Runner {
+        ctx: ctx.clone(),
+        mock,
+        group: group.clone(),
+        slots: Vec::new(),
+        stopped: Vec::new(),
+        faults: BTreeMap::new(),
+        verbose: config.verbose,
+    };
+    for slot in 0..config.members {
+        runner.start_slot(slot);
+    }
+
+    // The producer.
+    let producing = Arc::new(AtomicBool::new(true));
+    let producer = tokio::spawn(produce(
+        bootstrap.clone(),
+        config.linger,
+        config.partitions,
+        config.produce_rate,
+        journal.clone(),
+        producing.clone(),
+    ));
+
+    // Faults.
+    let start = Instant::now();
+    let mut next_progress = config.progress.map(|p| start + p);
+    let mut steps = plan.into_iter().peekable();
+    loop {
+        let now = Instant::now();
+        if now >= start + config.duration {
+            break;
+        }
+        while let Some((at, _)) = steps.peek() {
+            if start + *at > now {
+                break;
+            }
+            if let Some((_, action)) = steps.next() {
+                runner.apply(&action);
+            }
+        }
+        runner.supervise();
+        if next_progress.is_some_and(|p| now >= p) {
+            next_progress = config.progress.map(|d| now + d);
+            print_progress(&journal, &runner, start.elapsed(), None);
+        }
+        let next_step = steps.peek().map(|(at, _)| start + *at);
+        let wake = [
+            Some(now + Duration::from_millis(250)),
+            next_step,
+            Some(start + config.duration),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(now);
+        tokio::time::sleep_until(wake.into()).await;
+    }
+
+    // Restore the cluster and bring every killed member back, then stop producing
+    // and wait for the last deliveries.
+    if let Some(m) = mock {
+        for b in &brokers {
+            let _ = m.broker_up(*b);
+            let _ = m.set_rtt(*b, Duration::ZERO);
+        }
+        for api in INJECTED_APIS {
+            m.clear_request_errors(api.key);
+        }
+    }
+    runner.restart_all_killed();
+    producing.store(false, Ordering::SeqCst);
+    match producer.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => journal.note(format!("the producer stopped: {e:#}")),
+        Err(e) => journal.note(format!("the producer task failed: {e}")),
+    }
+    println!(
+        "chaos: t={:.0}s faults stopped; draining",
+        start.elapsed().as_secs_f64()
+    );
+
+    // Drain: until every partition's committed offset reaches its last record.
+    let targets = journal.targets();
+    let drain_start = Instant::now();
+    let mut drained = false;
+    while drain_start.elapsed() < config.drain_timeout {
+        runner.supervise();
+        if journal.progress(Some(&targets)).drained {
+            drained = true;
+            break;
+        }
+        let now = Instant::now();
+        if next_progress.is_some_and(|p| now >= p) {
+            next_progress = config.progress.map(|d| now + d);
+            print_progress(&journal, &runner, start.elapsed(), Some(&targets));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let drain_time = drain_start.elapsed();
+    if !drained {
+        for line in journal.behind(&targets) {
+            journal.note(format!("stalled: {line}"));
+        }
+        let p = journal.progress(Some(&targets));
+        journal.violation(
+            journal::Check::Drain,
+            format!(
+            "the committed offsets did not reach the log end within {:?} after the faults stopped ({} records behind)",
+            config.drain_timeout, p.uncommitted
+        ),
+        );
+    }
+    runner.leave_all().await;
+    polling.store(false, Ordering::SeqCst);
+    let _ = tokio::task::spawn_blocking(move || poller.join()).await;
+
+    let dlq = read_dlq(&bootstrap, &dlq_topic).await;
+    let in_dlq: BTreeSet<u64> = dlq.iter().copied().collect();
+    let analysis = journal.analyse(&in_dlq);
+    let ownership_checked = analysis.generations > 0;
+    let mut faults: BTreeMap<&'static str, u64> = rates
+        .iter()
+        .filter(|(_, r)| **r > 0.0)
+        .map(|(k, _)| (k.name(), 0))
+        .collect();
+    for (k, n) in &runner.faults {
+        faults.insert(k.name(), *n);
+    }
+    let moves = runner.faults.get(&FaultKind::Move).copied().unwrap_or(0);
+    drop(runner);
+    drop(peer);
+    Ok(Report {
+        seed: config.seed,
+        assignor,
+        moves,
+        faults,
+        analysis,
+        ownership_checked,
+        drained,
+        drain_time,
+        dlq_records: dlq.len() as u64,
+    })
+}
+
+fn print_progress(
+    journal: &Journal,
+    runner: &Runner<'_>,
+    elapsed: Duration,
+    targets: Option<&BTreeMap<i32, i64>>,
+) {
+    let p = journal.progress(targets);
+    println!(
+        "chaos: t={:.0}s sent={} acked={} finished={} uncommitted={} generations={} members={} faults={}",
+        elapsed.as_secs_f64(),
+        p.sent,
+        p.acked,
+        p.finished,
+        p.uncommitted,
+        p.generations,
+        runner.live(),
+        runner.faults.values().sum::<u64>()
+    );
+}
+
+/// Executes the plan against the broker and the members.
+struct Runner<'a> {
+    ctx: Arc<MemberContext>,
+    mock: Option<&'a MockCluster>,
+    group: String,
+    slots: Vec<SlotState>,
+    /// Members told to stop, kept until their threads end.
+    stopped: Vec<Member>,
+    faults: BTreeMap<FaultKind, u64>,
+    verbose: bool,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The running incarnation.
+    member: Option<Member>,
+    /// Incarnations started so far.
+    incarnations: usize,
+    /// It left cleanly and stays gone.
+    left: bool,
+}
+
+impl Runner<'_> {
+    fn start_slot(&mut self, slot: usize) {
+        while self.slots.len() <= slot {
+            self.slots.push(SlotState::default());
+        }
+        let s = &mut self.slots[slot];
+        s.member = Some(Member::start(self.ctx.clone(), slot, s.incarnations));
+        s.incarnations += 1;
+        s.left = false;
+    }
+
+    fn live(&self) -> usize {
+        self.slots.iter().filter(|s| s.member.is_some()).count()
+    }
+
+    fn stop_slot(&mut self, slot: usize, how: Stop) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        s.left = how == Stop::Leave;
+        let Some(mut m) = s.member.take() else {
+            return;
+        };
+        if how != Stop::Leave {
+            self.ctx.journal.incarnation_stopping(m.inc);
+        }
+        m.stop(how);
+        self.stopped.push(m);
+    }
+
+    fn apply(&mut self, action: &Action) {
+        let kind = action.kind();
+        if let Some(k) = kind {
+            *self.faults.entry(k).or_default() += 1;
+        }
+        let result = match (action, self.mock) {
+            (Action::MoveCoordinator { to }, Some(m)) => m.set_group_coordinator(&self.group, *to),
+            (Action::BrokerDown { broker }, Some(m)) => m.broker_down(*broker),
+            (Action::BrokerUp { broker }, Some(m)) => m.broker_up(*broker),
+            (Action::RttSpike { broker, rtt_ms }, Some(m)) => {
+                m.set_rtt(*broker, Duration::from_millis(*rtt_ms))
+            }
+            (Action::RttNormal { broker }, Some(m)) => m.set_rtt(*broker, Duration::ZERO),
+            (Action::InjectErrors { api, codes }, Some(m)) => {
+                m.push_request_errors(api.key, codes);
+                Ok(())
+            }
+            (Action::Kill { slot, crash }, _) => {
+                let how = if *crash { Stop::Crash } else { Stop::Abort };
+                self.stop_slot(*slot, how);
+                Ok(())
+            }
+            (Action::Leave { slot }, _) => {
+                self.stop_slot(*slot, Stop::Leave);
+                Ok(())
+            }
+            (Action::Restart { slot } | Action::Join { slot }, _) => {
+                if self.slots.get(*slot).is_none_or(|s| s.member.is_none()) {
+                    self.start_slot(*slot);
+                }
+                Ok(())
+            }
+            (_, None) => Ok(()),
+        };
+        let what = match kind {
+            Some(k) => format!("{}: {action}", k.name()),
+            None => format!("then: {action}"),
+        };
+        if let Err(e) = result {
+            self.ctx.journal.note(format!("{what} failed: {e:#}"));
+        }
+        if self.verbose {
+            println!("chaos: t={:.1}s {what}", self.ctx.journal.now());
+        }
+        self.ctx.journal.fault(what);
+    }
+
+    /// Restarts members that ended without being asked (each such end is already a
+    /// violation), so the run goes on; forgets stopped members whose threads ended.
+    fn supervise(&mut self) {
+        let journal = self.ctx.journal.clone();
+        let dead: Vec<usize> = (0..self.slots.len())
+            .filter(|s| {
+                self.slots[*s]
+                    .member
+                    .as_ref()
+                    .is_some_and(|m| journal.has_ended(m.inc))
+            })
+            .collect();
+        for slot in dead {
+            self.start_slot(slot);
+        }
+        self.stopped.retain(|m| !journal.has_ended(m.inc));
+    }
+
+    /// Brings back every slot that was killed or crashed (not those that left).
+    fn restart_all_killed(&mut self) {
+        let down: Vec<usize> = (0..self.slots.len())
+            .filter(|s| self.slots[*s].member.is_none() && !self.slots[*s].left)
+            .collect();
+        for slot in down {
+            self.start_slot(slot);
+        }
+    }
+
+    /// Asks every member to leave and waits for them.
+    async fn leave_all(&mut self) {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].member.is_some() {
+                self.stop_slot(slot, Stop::Leave);
+            }
+        }
+        // All were told at once; waiting in turn takes as long as the slowest.
+        for m in &mut self.stopped {
+            if !m.wait(Duration::from_secs(60)).await {
+                self.ctx.journal.violation(
+                    journal::Check::Member,
+                    format!(
+                        "member #{} did not stop within 60 s of being asked to",
+                        m.inc
+                    ),
+                );
+            }
+        }
+        self.stopped.clear();
+    }
+}
+
+/// Writes records `0..` at `rate` per second until `producing` turns false, then
+/// waits for every delivery. Record `seq` has key `<seq>` and value `seq=<seq> ...`
+/// and goes to partition `seq % partitions`.
+async fn produce(
+    bootstrap: String,
+    linger: Duration,
+    partitions: i32,
+    rate: f64,
+    journal: Arc<Journal>,
+    producing: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let producer: FutureProducer = RdConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("client.id", "chaos-producer")
+        .set("linger.ms", linger.as_millis().to_string())
+        .set("acks", "all")
+        // Retries may write a record twice; loss is counted by sequence number and
+        // duplicates by offset, so the producer's copies do not count as the consumer's.
+        .set("enable.idempotence", "false")
+        .set("message.timeout.ms", "120000")
+        .set("retry.backoff.ms", "50")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .context("creating the rdkafka producer")?;
+    let mut deliveries = tokio::task::JoinSet::new();
+    let tick = Duration::from_millis(10);
+    let per_tick = rate * tick.as_secs_f64();
+    let mut owed = 0.0;
+    let mut seq: u64 = 0;
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while producing.load(Ordering::SeqCst) {
+        interval.tick().await;
+        owed += per_tick;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            let key = seq.to_string();
+            let value = format!("seq={seq} {}", "x".repeat((seq % 64) as usize));
+            let partition = (seq % partitions as u64) as i32;
+            let mut record = FutureRecord::to(TOPIC)
+                .partition(partition)
+                .key(&key)
+                .payload(&value);
+            let delivery = loop {
+                match producer.send_result(record) {
+                    Ok(d) => break d,
+                    Err((e, r)) if e.to_string().contains("Queue full") => {
+                        record = r;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((e, _)) => bail!("send of seq {seq} refused: {e}"),
+                }
+            };
+            journal.sent(seq);
+            let journal = journal.clone();
+            let this = seq;
+            deliveries.spawn(async move {
+                match delivery.await {
+                    Ok(Ok(d)) => journal.acked(this, d.partition, d.offset),
+                    Ok(Err((e, _))) => journal.produce_failed(this, e.to_string()),
+                    Err(_) => journal.produce_failed(this, "delivery cancelled".into()),
+                }
+            });
+            seq += 1;
+        }
+        while deliveries.try_join_next().is_some() {}
+    }
+    while deliveries.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Reads the group's committed offsets from the broker every second, with rdkafka
+/// (OffsetFetch; the consumer never joins the group).
+fn poll_committed(
+    bootstrap: &str,
+    group: &str,
+    partitions: i32,
+    journal: &Journal,
+    polling: &AtomicBool,
+) {
+    let consumer: BaseConsumer = match RdConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("client.id", "chaos-poller")
+        .set("enable.auto.commit", "false")
+        .create()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            journal.note(format!("the committed-offset poller could not start: {e}"));
+            return;
+        }
+    };
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(TOPIC, p);
+    }
+    while polling.load(Ordering::SeqCst) {
+        match consumer.committed_offsets(list.clone(), Duration::from_secs(5)) {
+            Ok(l) => {
+                for e in l.elements() {
+                    if let Offset::Offset(o) = e.offset() {
+                        journal.polled(e.partition(), o);
+                    }
+                }
+            }
+            Err(_) => journal.poll_failed(),
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// The sequence numbers in the dead-letter topic (one per copy).
+async fn read_dlq(bootstrap: &str, topic: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let Ok(mut consumer) = Consumer::builder(bootstrap)
+        .assign([TopicPartition::new(topic, 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+    else {
+        return out;
+    };
+    // Until 3 s pass with nothing new (the topic is complete: its writers stopped).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await {
+            Ok(Some(Ok(r))) => {
+                if let Some(seq) = r
+                    .key
+                    .as_deref()
+                    .and_then(|k| std::str::from_utf8(k).ok())
+                    .and_then(|k| k.parse().ok())
+                {
+                    out.push(seq);
+                }
+            }
+            Ok(Some(Err(_))) => {}
+            Ok(None) | Err(_) => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("60s").unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("2 weeks").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn flags_win_over_the_environment() {
+        let args: Vec<String> = ["--duration", "2m", "--rate", "move=30,kill=0", "--seed=5"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let env = |k: &str| match k {
+            "OTTLA_CHAOS_DURATION" => Some("10m".to_string()),
+            "OTTLA_CHAOS_BROKER" => Some("tansu".to_string()),
+            _ => None,
+        };
+        let c = Config::from_args(&args, env).unwrap();
+        assert_eq!(c.duration, Duration::from_secs(120));
+        assert_eq!(c.seed, 5);
+        assert_eq!(c.broker, BrokerKind::Tansu);
+        assert_eq!(c.rates[&FaultKind::Move], 30.0);
+        assert_eq!(c.rates[&FaultKind::Kill], 0.0);
+        assert_eq!(c.effective_rates()[&FaultKind::Move], 0.0);
+        assert!(c.replay_command().contains("--seed 5"));
+        assert!(Config::from_args(&["--bogus".into(), "1".into()], |_| None).is_err());
+    }
+}

@@ -1,0 +1,124 @@
+//! Learns each member's generation from ottla's own tracing events.
+//!
+//! The `Processor` consumes its consumer's group events itself and its metrics hook
+//! reports no assignment or generation, so the chaos runner reads the group member's
+//! `debug!` event `"synced"` (fields `member`, `generation`, `leader`), which
+//! `GroupMember` logs when a SyncGroup response makes it part of a generation, just
+//! before it emits `Assigned`. Every member runs on its own thread (a current-thread
+//! runtime), so the thread tells which member logged it: the member thread sets a
+//! thread-local naming its incarnation, and this layer reports to the journal.
+//!
+//! If ottla stops logging `"synced"`, no generation is learnt and the report says the
+//! ownership check did not run (`ownership=unchecked`), rather than passing it.
+
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+
+use super::journal::Journal;
+
+/// Debug and info messages of member threads counted in the report (the first is the
+/// generation source); every warning and error is counted too.
+const COUNTED: &[&str] = &[
+    "synced",
+    "joining",
+    "coordinator found",
+    "coordinator unknown; rediscovering",
+    "rebalance request failed",
+];
+
+thread_local! {
+    static MEMBER: RefCell<Option<(Arc<Journal>, usize)>> = const { RefCell::new(None) };
+}
+
+/// Marks this thread as member incarnation `inc` of `journal`.
+pub fn enter_member(journal: Arc<Journal>, inc: usize) {
+    MEMBER.with(|m| *m.borrow_mut() = Some((journal, inc)));
+}
+
+/// Installs the process-wide subscriber once: the capture layer (ottla's debug events,
+/// for member threads only) and a formatter for `RUST_LOG` (default: nothing) on
+/// stderr, with thread names (`chaos-m<slot>.<incarnation>`) and time since start.
+/// Returns whether the capture is active; it is not when another subscriber was
+/// installed first.
+pub fn install() -> bool {
+    static INSTALLED: OnceLock<bool> = OnceLock::new();
+    *INSTALLED.get_or_init(|| {
+        let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("off"));
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_thread_names(true)
+            .with_timer(tracing_subscriber::fmt::time::uptime())
+            .with_filter(env);
+        let capture = Capture.with_filter(Targets::new().with_target("ottla", Level::DEBUG));
+        tracing_subscriber::registry()
+            .with(fmt)
+            .with(capture)
+            .try_init()
+            .is_ok()
+    })
+}
+
+struct Capture;
+
+impl<S: Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        MEMBER.with(|m| {
+            let member = m.borrow();
+            let Some((journal, inc)) = member.as_ref() else {
+                return;
+            };
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let level = *event.metadata().level();
+            if level > Level::WARN && !COUNTED.contains(&fields.message.as_str()) {
+                return;
+            }
+            let generation = (fields.message == "synced")
+                .then_some(fields.generation)
+                .flatten()
+                .and_then(|g| i32::try_from(g).ok());
+            journal.member_log(*inc, fields.message, generation);
+        });
+    }
+}
+
+#[derive(Default)]
+struct Fields {
+    message: String,
+    generation: Option<i64>,
+}
+
+impl Visit for Fields {
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if field.name() == "generation" {
+            self.generation = Some(value);
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "generation" {
+            self.generation = i64::try_from(value).ok();
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_string();
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "generation" => self.generation = format!("{value:?}").parse().ok(),
+            _ => {}
+        }
+    }
+}

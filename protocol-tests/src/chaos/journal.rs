@@ -1,0 +1,967 @@
+//! What a chaos run saw, and the checks made on it as it happens.
+//!
+//! Every record carries a sequence number that does not depend on its partition. The
+//! producer reports what it sent and where each record landed; the members' handlers
+//! report every call and every success; the processors' metrics hooks report every
+//! commit and every acknowledged dead-letter write; the tracing capture reports each
+//! member's generation. From these the journal checks, online:
+//!
+//! - **commits never regress**: a partition's committed offset never goes down;
+//! - **commits never pass an unfinished record**: every offset below a committed one
+//!   was handled successfully or dead-lettered by someone;
+//! - **one owner per generation**: no two member incarnations start handlers on one
+//!   partition while tagged with the same generation (a member handles only what it
+//!   owns, so this is the observable form of "no partition owned by two members in the
+//!   same generation");
+//! - **duplicates only above the committed offset**: a record handled again lies at
+//!   or above the committed offset of the moment, that is inside the window of
+//!   finished-but-uncommitted records that a new owner is allowed to redo;
+//!
+//! and, at the end, loss (every acknowledged sequence number handled successfully or
+//! found in the dead-letter topic), the duplicates against the in-flight bound, and
+//! the longest consumption gap of each partition.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Violation messages kept (all are counted).
+const KEPT: usize = 200;
+
+/// The invariants checked; each failure is counted under one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// A partition's committed offset went down (metrics hook or broker read).
+    Regression,
+    /// A commit passed a record that no one had finished.
+    UnfinishedCommit,
+    /// Two members handled one partition in the same generation.
+    DoubleOwner,
+    /// A finished record was handled again below the committed offset of the moment.
+    BelowCommit,
+    /// A record did not hold what was written at its offset.
+    Content,
+    /// A dead-letter write was reported acknowledged, but the record is not in the
+    /// dead-letter topic.
+    DlqMissing,
+    /// A member stopped without being asked, or did not stop when asked.
+    Member,
+    /// The committed offsets did not reach the log end in time after the faults.
+    Drain,
+}
+
+impl Check {
+    /// Every check, in report order.
+    pub const ALL: [Check; 8] = [
+        Check::Regression,
+        Check::UnfinishedCommit,
+        Check::DoubleOwner,
+        Check::BelowCommit,
+        Check::Content,
+        Check::DlqMissing,
+        Check::Member,
+        Check::Drain,
+    ];
+
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::Regression => "regressions",
+            Check::UnfinishedCommit => "unfinished_commits",
+            Check::DoubleOwner => "double_owners",
+            Check::BelowCommit => "redone_below_commit",
+            Check::Content => "content",
+            Check::DlqMissing => "dlq_missing",
+            Check::Member => "member_failures",
+            Check::Drain => "drain",
+        }
+    }
+}
+
+/// The run's record of events. Shared by the producer, the members, the capture layer
+/// and the scheduler.
+#[derive(Debug)]
+pub struct Journal {
+    start: Instant,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sent: u64,
+    acked: HashMap<u64, Ack>,
+    produce_failures: u64,
+    produce_errors: BTreeMap<String, u64>,
+    offsets: HashMap<(i32, i64), OffsetRecord>,
+    attempts: HashMap<u64, u32>,
+    partitions: BTreeMap<i32, Partition>,
+    incarnations: Vec<Incarnation>,
+    generations: BTreeSet<i32>,
+    /// `(partition, generation)` -> the first handler start tagged with it.
+    owners: HashMap<(i32, i32), Start>,
+    counts: Counts,
+    member_log: BTreeMap<String, u64>,
+    faults: Vec<(f64, String)>,
+    notes: Vec<String>,
+    violations: Vec<String>,
+    checks: BTreeMap<Check, u64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ack {
+    partition: i32,
+    offset: i64,
+    at: f64,
+}
+
+#[derive(Debug, Default)]
+struct OffsetRecord {
+    seq: Option<u64>,
+    ok: u32,
+    dead_lettered: u32,
+    /// When it was first finished (handled or dead-lettered).
+    done_at: Option<f64>,
+}
+
+impl OffsetRecord {
+    fn finished(&self) -> bool {
+        self.ok + self.dead_lettered > 0
+    }
+}
+
+#[derive(Debug, Default)]
+struct Partition {
+    /// The last handler start here: incarnation, offset, when.
+    last_handled: Option<(usize, i64, f64)>,
+    /// Handler starts per second of the run.
+    starts_per_second: Vec<u32>,
+    /// The highest committed offset reported by a metrics hook, by whom, when.
+    committed: Option<(i64, usize, f64)>,
+    commits: u64,
+    /// Every offset below this one is finished.
+    finished_below: i64,
+    max_finished: i64,
+    /// Handler calls running, by incarnation.
+    running: BTreeMap<usize, u32>,
+    /// Each incarnation's last handler start here: offset, and whether it redid a
+    /// finished record.
+    last_start: HashMap<usize, (i64, bool)>,
+    /// The last committed offset read back from the broker.
+    polled: Option<i64>,
+    polls: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    incarnation: usize,
+    offset: i64,
+    at: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Incarnation {
+    name: String,
+    generation: Option<i32>,
+    /// Asked to stop without closing (kill or crash): its late handler results do not
+    /// count as live ownership.
+    stopping: bool,
+    ended: Option<(f64, String)>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Counts {
+    handler_calls: u64,
+    transient: u64,
+    permanent: u64,
+    cancelled: u64,
+    retries: u64,
+    halted: u64,
+    duplicates: u64,
+    episodes: u64,
+    in_flight_bound: u64,
+    overlaps: u64,
+    untagged: u64,
+    poll_failures: u64,
+    unexpected_ends: u64,
+}
+
+/// A snapshot for progress lines and the drain.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// Sequence numbers sent.
+    pub sent: u64,
+    /// Acknowledged by the broker.
+    pub acked: u64,
+    /// Distinct offsets finished.
+    pub finished: u64,
+    /// Records acknowledged but not yet below a committed offset.
+    pub uncommitted: i64,
+    /// Whether every partition's committed offset reached its last acknowledged
+    /// record.
+    pub drained: bool,
+    /// Distinct generations seen.
+    pub generations: usize,
+}
+
+/// The checks' results at the end of a run.
+#[derive(Debug, Clone, Default)]
+pub struct Analysis {
+    /// Sequence numbers sent.
+    pub sent: u64,
+    /// Acknowledged by the broker.
+    pub produced: u64,
+    /// Sends that failed (the record may or may not be in the log).
+    pub produce_failures: u64,
+    /// Why they failed, by error.
+    pub produce_errors: BTreeMap<String, u64>,
+    /// Distinct sequence numbers handled successfully.
+    pub handled: u64,
+    /// Distinct sequence numbers dead-lettered (acknowledged write).
+    pub dead_lettered: u64,
+    /// Acknowledged sequence numbers neither handled nor in the dead-letter topic.
+    pub lost: u64,
+    /// Up to 20 of them, described.
+    pub lost_examples: Vec<String>,
+    /// Finishes (success or dead letter) of an offset beyond its first.
+    pub duplicates: u64,
+    /// Handover episodes (a member redoing finished records).
+    pub episodes: u64,
+    /// Records finished but not committed when each episode began, summed.
+    pub in_flight_bound: u64,
+    /// Handler calls.
+    pub handler_calls: u64,
+    /// Injected handler failures: transient, permanent; and calls that stopped on
+    /// cancellation.
+    pub transient: u64,
+    /// See `transient`.
+    pub permanent: u64,
+    /// See `transient`.
+    pub cancelled: u64,
+    /// Retries the processors scheduled.
+    pub retries: u64,
+    /// Commits reported by the metrics hooks (one per partition and commit).
+    pub commits: u64,
+    /// Committed offsets read back from the broker, and failed reads.
+    pub polls: u64,
+    /// See `polls`.
+    pub poll_failures: u64,
+    /// Distinct generations seen; 0 when the capture saw none.
+    pub generations: usize,
+    /// Handler starts with no generation known (the capture saw no sync yet).
+    pub untagged: u64,
+    /// Handler calls of one partition running in two live incarnations at once.
+    pub overlaps: u64,
+    /// Incarnations started.
+    pub incarnations: usize,
+    /// Incarnations that ended without being asked to.
+    pub unexpected_ends: u64,
+    /// Longest consumption gap per partition, and when it began (seconds into the run).
+    pub gaps: BTreeMap<i32, (Duration, f64)>,
+    /// Counts of interesting member log events.
+    pub member_log: BTreeMap<String, u64>,
+    /// Faults applied, with their times.
+    pub faults: Vec<(f64, String)>,
+    /// Observations that are not failures.
+    pub notes: Vec<String>,
+    /// Failed checks (up to 200 kept).
+    pub violations: Vec<String>,
+    /// How many failures, by check (every check listed).
+    pub checks: BTreeMap<Check, u64>,
+    /// All failures.
+    pub violation_count: u64,
+}
+
+impl Journal {
+    /// An empty journal; times are counted from now.
+    pub fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Seconds since the start.
+    pub fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    // ---- producer ----
+
+    /// Sequence number `seq` was handed to the producer.
+    pub fn sent(&self, _seq: u64) {
+        self.lock().sent += 1;
+    }
+
+    /// `seq` was acknowledged at `partition`/`offset`.
+    pub fn acked(&self, seq: u64, partition: i32, offset: i64) {
+        let at = self.now();
+        self.lock().acked.insert(
+            seq,
+            Ack {
+                partition,
+                offset,
+                at,
+            },
+        );
+    }
+
+    /// The send of `seq` failed.
+    pub fn produce_failed(&self, _seq: u64, error: String) {
+        let mut j = self.lock();
+        j.produce_failures += 1;
+        *j.produce_errors.entry(error).or_default() += 1;
+    }
+
+    // ---- members ----
+
+    /// A new incarnation of a member slot; returns its number.
+    pub fn incarnation_started(&self, name: String) -> usize {
+        let mut j = self.lock();
+        j.incarnations.push(Incarnation {
+            name,
+            generation: None,
+            stopping: false,
+            ended: None,
+        });
+        j.incarnations.len() - 1
+    }
+
+    /// `inc` was told to stop without closing.
+    pub fn incarnation_stopping(&self, inc: usize) {
+        if let Some(i) = self.lock().incarnations.get_mut(inc) {
+            i.stopping = true;
+        }
+    }
+
+    /// `inc` ended; `expected` is false when nobody asked it to.
+    pub fn incarnation_ended(&self, inc: usize, how: String, expected: bool) {
+        let at = self.now();
+        let mut j = self.lock();
+        let name = j.name(inc);
+        if !expected {
+            j.counts.unexpected_ends += 1;
+            j.violation(
+                Check::Member,
+                format!("t={at:.1}s: member {name} stopped without being asked to: {how}"),
+            );
+        }
+        if let Some(i) = j.incarnations.get_mut(inc) {
+            i.ended = Some((at, how));
+        }
+    }
+
+    /// Whether `inc` has ended.
+    pub fn has_ended(&self, inc: usize) -> bool {
+        self.lock()
+            .incarnations
+            .get(inc)
+            .is_some_and(|i| i.ended.is_some())
+    }
+
+    /// How `inc` ended, if it did.
+    pub fn end_of(&self, inc: usize) -> Option<String> {
+        self.lock()
+            .incarnations
+            .get(inc)
+            .and_then(|i| i.ended.as_ref().map(|e| e.1.clone()))
+    }
+
+    /// The member thread of `inc` logged `message` (the capture layer's report);
+    /// `generation` when it was a sync.
+    pub fn member_log(&self, inc: usize, message: String, generation: Option<i32>) {
+        let mut j = self.lock();
+        *j.member_log.entry(message).or_default() += 1;
+        if let Some(g) = generation {
+            j.generations.insert(g);
+            if let Some(i) = j.incarnations.get_mut(inc) {
+                i.generation = Some(g);
+            }
+        }
+    }
+
+    /// A handler call of `inc` begins on `partition`/`offset`, holding `seq`. Returns
+    /// the attempt number of `seq` (1 for its first call anywhere).
+    pub fn handler_started(&self, inc: usize, partition: i32, offset: i64, seq: u64) -> u32 {
+        let at = self.now();
+        let mut j = self.lock();
+        j.counts.handler_calls += 1;
+        let attempt = {
+            let a = j.attempts.entry(seq).or_default();
+            *a += 1;
+            *a
+        };
+        let (known_seq, finished) = {
+            let r = j.offsets.entry((partition, offset)).or_default();
+            (r.seq.replace(seq), r.finished())
+        };
+        if let Some(k) = known_seq.filter(|k| *k != seq) {
+            let name = j.name(inc);
+            j.violation(Check::Content, format!(
+                "t={at:.1}s: {name} read seq {seq} at {partition}@{offset}, where seq {k} was read before"
+            ));
+        }
+        // One owner per generation.
+        let generation = j.incarnations.get(inc).and_then(|i| i.generation);
+        match generation {
+            None => j.counts.untagged += 1,
+            Some(g) => {
+                let first = *j.owners.entry((partition, g)).or_insert(Start {
+                    incarnation: inc,
+                    offset,
+                    at,
+                });
+                if first.incarnation != inc {
+                    let (a, b) = (j.name(first.incarnation), j.name(inc));
+                    j.violation(Check::DoubleOwner, format!(
+                        "partition {partition} handled by two members in generation {g}: {a} at offset {} (t={:.1}s) and {b} at offset {offset} (t={at:.1}s)",
+                        first.offset, first.at
+                    ));
+                }
+            }
+        }
+        // Two live incarnations running handlers of one partition at once.
+        let others: Vec<usize> = j
+            .partitions
+            .get(&partition)
+            .map(|p| {
+                p.running
+                    .iter()
+                    .filter(|(i, n)| **i != inc && **n > 0)
+                    .map(|(i, _)| *i)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let live_others: Vec<usize> = others
+            .into_iter()
+            .filter(|o| {
+                j.incarnations
+                    .get(*o)
+                    .is_some_and(|i| !i.stopping && i.ended.is_none())
+            })
+            .collect();
+        if !live_others.is_empty() {
+            j.counts.overlaps += 1;
+            if j.notes.len() < 50 {
+                let names: Vec<String> = live_others
+                    .iter()
+                    .map(|o| {
+                        let g = j.incarnations.get(*o).and_then(|i| i.generation);
+                        format!("{} (generation {g:?})", j.name(*o))
+                    })
+                    .collect();
+                let name = j.name(inc);
+                j.notes.push(format!(
+                    "t={at:.1}s: {name} (generation {generation:?}) started {partition}@{offset} while {} still ran a handler of that partition",
+                    names.join(", ")
+                ));
+            }
+        }
+        let name = j.name(inc);
+        let p = j.partitions.entry(partition).or_default();
+        *p.running.entry(inc).or_default() += 1;
+        let committed = p.committed;
+        let max_finished = p.max_finished;
+        let previous = p.last_start.insert(inc, (offset, finished));
+        p.last_handled = Some((inc, offset, at));
+        let second = at as usize;
+        if p.starts_per_second.len() <= second {
+            p.starts_per_second.resize(second + 1, 0);
+        }
+        p.starts_per_second[second] += 1;
+        let mut violation = None;
+        if finished {
+            // A finished record is handled again: a new episode begins when this
+            // incarnation was not already redoing records further back.
+            let new_episode = match previous {
+                None => true,
+                Some((before, redoing)) => !redoing || before >= offset,
+            };
+            let base = committed.map_or(0, |c| c.0);
+            if new_episode {
+                j.counts.episodes += 1;
+                j.counts.in_flight_bound += (max_finished + 1 - base).max(0) as u64;
+            }
+            if let Some((c, by, when)) = committed.filter(|c| offset < c.0) {
+                let by = j.name(by);
+                violation = Some(format!(
+                    "t={at:.1}s: {name} handled {partition}@{offset} again, below the committed offset {c} ({by} committed it at t={when:.1}s)"
+                ));
+            }
+        }
+        if let Some(v) = violation {
+            j.violation(Check::BelowCommit, v);
+        }
+        attempt
+    }
+
+    /// The handler call of `inc` on `partition` ended (any way).
+    pub fn handler_finished(&self, inc: usize, partition: i32) {
+        let mut j = self.lock();
+        if let Some(p) = j.partitions.get_mut(&partition)
+            && let Some(n) = p.running.get_mut(&inc)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                p.running.remove(&inc);
+            }
+        }
+    }
+
+    /// The handler of `inc` succeeded on `partition`/`offset`.
+    pub fn handled(&self, _inc: usize, partition: i32, offset: i64) {
+        let at = self.now();
+        let mut j = self.lock();
+        j.finish(partition, offset, at, false);
+    }
+
+    /// The handler failed on purpose: `permanent` or transient.
+    pub fn handler_failed(&self, permanent: bool) {
+        let mut j = self.lock();
+        if permanent {
+            j.counts.permanent += 1;
+        } else {
+            j.counts.transient += 1;
+        }
+    }
+
+    /// A slow handler stopped because its partition was being revoked.
+    pub fn handler_cancelled(&self) {
+        self.lock().counts.cancelled += 1;
+    }
+
+    /// A processor scheduled a retry.
+    pub fn retried(&self) {
+        self.lock().counts.retries += 1;
+    }
+
+    /// A processor reported halted partitions (dead-letter writes failing).
+    pub fn halted(&self) {
+        self.lock().counts.halted += 1;
+    }
+
+    /// The metrics hook of `inc` reported the dead-letter write of
+    /// `partition`/`offset` acknowledged.
+    pub fn dead_lettered(&self, _inc: usize, partition: i32, offset: i64) {
+        let at = self.now();
+        let mut j = self.lock();
+        j.finish(partition, offset, at, true);
+    }
+
+    /// The metrics hook of `inc` reported `offset` committed for `partition`.
+    pub fn committed(&self, inc: usize, partition: i32, offset: i64) {
+        let at = self.now();
+        let mut j = self.lock();
+        let name = j.name(inc);
+        let mut found = Vec::new();
+        {
+            let Inner {
+                partitions,
+                offsets,
+                ..
+            } = &mut *j;
+            let p = partitions.entry(partition).or_default();
+            p.commits += 1;
+            if let Some((last, by, when)) = p.committed
+                && offset < last
+            {
+                found.push((
+                    Check::Regression,
+                    format!(
+                        "t={at:.1}s: committed offset of partition {partition} went back from {last} to {offset} ({name}; {last} was committed at t={when:.1}s by "
+                    ),
+                    Some(by),
+                ));
+            }
+            while p.finished_below < offset
+                && offsets
+                    .get(&(partition, p.finished_below))
+                    .is_some_and(OffsetRecord::finished)
+            {
+                p.finished_below += 1;
+            }
+            if p.finished_below < offset {
+                found.push((
+                    Check::UnfinishedCommit,
+                    format!(
+                        "t={at:.1}s: {name} committed {partition}@{offset} while offset {} was not finished",
+                        p.finished_below
+                    ),
+                    None,
+                ));
+            }
+            if p.committed.is_none_or(|c| offset >= c.0) {
+                p.committed = Some((offset, inc, at));
+            }
+        }
+        for (check, message, by) in found {
+            let message = match by {
+                Some(by) => format!("{message}{})", j.name(by)),
+                None => message,
+            };
+            j.violation(check, message);
+        }
+    }
+
+    /// The committed offset of `partition` read back from the broker.
+    pub fn polled(&self, partition: i32, offset: i64) {
+        let at = self.now();
+        let mut j = self.lock();
+        let p = j.partitions.entry(partition).or_default();
+        p.polls += 1;
+        let before = p.polled.replace(offset.max(p.polled.unwrap_or(offset)));
+        if let Some(b) = before.filter(|b| offset < *b) {
+            j.violation(Check::Regression, format!(
+                "t={at:.1}s: the broker's committed offset of partition {partition} went back from {b} to {offset}"
+            ));
+        }
+    }
+
+    /// A read of the committed offsets failed.
+    pub fn poll_failed(&self) {
+        self.lock().counts.poll_failures += 1;
+    }
+
+    /// A fault was applied.
+    pub fn fault(&self, what: String) {
+        let at = self.now();
+        self.lock().faults.push((at, what));
+    }
+
+    /// A check failed outside the journal's own checks.
+    pub fn violation(&self, check: Check, message: String) {
+        self.lock().violation(check, message);
+    }
+
+    /// An observation worth printing that is not a failure.
+    pub fn note(&self, message: String) {
+        let mut j = self.lock();
+        if j.notes.len() < 100 {
+            j.notes.push(message);
+        }
+    }
+
+    /// Per partition, the offset after the last acknowledged record: what the
+    /// committed offsets must reach.
+    pub fn targets(&self) -> BTreeMap<i32, i64> {
+        let j = self.lock();
+        let mut out = BTreeMap::new();
+        for a in j.acked.values() {
+            let t = out.entry(a.partition).or_insert(0);
+            *t = (*t).max(a.offset + 1);
+        }
+        out
+    }
+
+    /// The partitions whose committed offset is short of `targets`, described.
+    pub fn behind(&self, targets: &BTreeMap<i32, i64>) -> Vec<String> {
+        let j = self.lock();
+        let mut out = Vec::new();
+        for (p, t) in targets {
+            let state = j.partitions.get(p);
+            let c = state.and_then(|s| s.committed);
+            if c.is_some_and(|c| c.0 >= *t) {
+                continue;
+            }
+            let committed = c.map_or_else(
+                || "nothing committed".to_string(),
+                |(o, by, at)| format!("committed {o} by {} at t={at:.1}s", j.name(by)),
+            );
+            let last = state.and_then(|s| s.last_handled).map_or_else(
+                || "no handler call".to_string(),
+                |(inc, o, at)| {
+                    let i = j.incarnations.get(inc);
+                    format!(
+                        "last handler call {p}@{o} by {} (generation {:?}, {}) at t={at:.1}s",
+                        j.name(inc),
+                        i.and_then(|i| i.generation),
+                        i.and_then(|i| i.ended.as_ref()).map_or(
+                            "running".to_string(),
+                            |e| format!("ended t={:.1}s: {}", e.0, e.1)
+                        )
+                    )
+                },
+            );
+            // Handler starts in each 10 s of the last 100 s.
+            let per_second = state.map(|s| s.starts_per_second.as_slice()).unwrap_or(&[]);
+            let end = per_second.len();
+            let recent: Vec<String> = (0..10)
+                .rev()
+                .filter_map(|k| {
+                    let hi = end.checked_sub(k * 10)?;
+                    let lo = hi.saturating_sub(10);
+                    Some(per_second[lo..hi].iter().sum::<u32>().to_string())
+                })
+                .collect();
+            out.push(format!(
+                "partition {p}: log end {t}, {committed}; {last}; handler starts per 10 s up to t={end}s: [{}]",
+                recent.join(" ")
+            ));
+        }
+        out
+    }
+
+    /// Where the run stands.
+    pub fn progress(&self, targets: Option<&BTreeMap<i32, i64>>) -> Progress {
+        let j = self.lock();
+        let computed;
+        let targets = match targets {
+            Some(t) => t,
+            None => {
+                let mut out = BTreeMap::new();
+                for a in j.acked.values() {
+                    let t = out.entry(a.partition).or_insert(0);
+                    *t = (*t).max(a.offset + 1);
+                }
+                computed = out;
+                &computed
+            }
+        };
+        let mut uncommitted = 0;
+        let mut drained = true;
+        for (p, t) in targets {
+            let c = j
+                .partitions
+                .get(p)
+                .and_then(|s| s.committed)
+                .map_or(0, |c| c.0);
+            uncommitted += (t - c).max(0);
+            drained &= c >= *t;
+        }
+        Progress {
+            sent: j.sent,
+            acked: j.acked.len() as u64,
+            finished: j.offsets.values().filter(|r| r.finished()).count() as u64,
+            uncommitted,
+            drained,
+            generations: j.generations.len(),
+        }
+    }
+
+    /// The end-of-run checks. `in_dlq`: sequence numbers found in the dead-letter
+    /// topic.
+    pub fn analyse(&self, in_dlq: &BTreeSet<u64>) -> Analysis {
+        let mut j = self.lock();
+        let mut handled = BTreeSet::new();
+        let mut lettered = BTreeSet::new();
+        for r in j.offsets.values() {
+            let Some(seq) = r.seq else { continue };
+            if r.ok > 0 {
+                handled.insert(seq);
+            }
+            if r.dead_lettered > 0 {
+                lettered.insert(seq);
+            }
+        }
+        // Dead-lettered by the metrics, but not in the topic: lost.
+        let missing: Vec<u64> = lettered
+            .iter()
+            .filter(|s| !handled.contains(s) && !in_dlq.contains(s))
+            .copied()
+            .collect();
+        for s in &missing {
+            j.violation(
+                Check::DlqMissing,
+                format!("seq {s} was reported dead-lettered but is not in the dead-letter topic"),
+            );
+        }
+        let mut lost = 0;
+        let mut lost_examples = Vec::new();
+        let mut acked: Vec<(u64, Ack)> = j.acked.iter().map(|(s, a)| (*s, *a)).collect();
+        acked.sort_by_key(|(s, _)| *s);
+        for (seq, a) in &acked {
+            if handled.contains(seq) || (lettered.contains(seq) && in_dlq.contains(seq)) {
+                continue;
+            }
+            lost += 1;
+            if lost_examples.len() < 20 {
+                let r = j.offsets.get(&(a.partition, a.offset));
+                let committed = j
+                    .partitions
+                    .get(&a.partition)
+                    .and_then(|p| p.committed)
+                    .map(|c| c.0);
+                lost_examples.push(format!(
+                    "seq {seq} at {}@{} (acked t={:.1}s): attempts {}, handled {}, dead-lettered {}, partition committed at {committed:?}",
+                    a.partition,
+                    a.offset,
+                    a.at,
+                    j.attempts.get(seq).copied().unwrap_or(0),
+                    r.map_or(0, |r| r.ok),
+                    r.map_or(0, |r| r.dead_lettered),
+                ));
+            }
+        }
+        // Longest gap per partition: the time between consecutive first finishes,
+        // counted from the later of the previous finish and the acknowledgement of the
+        // record finished (before it was acknowledged it may not have been readable).
+        let mut per_partition: BTreeMap<i32, Vec<(f64, Option<f64>)>> = BTreeMap::new();
+        for ((p, _), r) in &j.offsets {
+            if let Some(done) = r.done_at {
+                let ack = r.seq.and_then(|s| j.acked.get(&s)).map(|a| a.at);
+                per_partition.entry(*p).or_default().push((done, ack));
+            }
+        }
+        let mut gaps = BTreeMap::new();
+        for (p, mut v) in per_partition {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut worst = (Duration::ZERO, 0.0);
+            for w in v.windows(2) {
+                // Records never acknowledged cannot tell when they became available.
+                let (prev, (done, Some(ack))) = (w[0].0, w[1]) else {
+                    continue;
+                };
+                let from = ack.max(prev);
+                let gap = done - from;
+                if gap > worst.0.as_secs_f64() {
+                    worst = (Duration::from_secs_f64(gap), from);
+                }
+            }
+            gaps.insert(p, worst);
+        }
+        let c = j.counts.clone();
+        Analysis {
+            sent: j.sent,
+            produced: j.acked.len() as u64,
+            produce_failures: j.produce_failures,
+            produce_errors: j.produce_errors.clone(),
+            handled: handled.len() as u64,
+            dead_lettered: lettered.difference(&handled).count() as u64,
+            lost,
+            lost_examples,
+            duplicates: c.duplicates,
+            episodes: c.episodes,
+            in_flight_bound: c.in_flight_bound,
+            handler_calls: c.handler_calls,
+            transient: c.transient,
+            permanent: c.permanent,
+            cancelled: c.cancelled,
+            retries: c.retries,
+            commits: j.partitions.values().map(|p| p.commits).sum(),
+            polls: j.partitions.values().map(|p| p.polls).sum(),
+            poll_failures: c.poll_failures,
+            generations: j.generations.len(),
+            untagged: c.untagged,
+            overlaps: c.overlaps,
+            incarnations: j.incarnations.len(),
+            unexpected_ends: c.unexpected_ends,
+            gaps,
+            member_log: j.member_log.clone(),
+            faults: j.faults.clone(),
+            notes: j.notes.clone(),
+            violations: j.violations.clone(),
+            checks: Check::ALL
+                .into_iter()
+                .map(|c| (c, j.checks.get(&c).copied().unwrap_or(0)))
+                .collect(),
+            violation_count: j.checks.values().sum(),
+        }
+    }
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Inner {
+    fn name(&self, inc: usize) -> String {
+        self.incarnations
+            .get(inc)
+            .map_or_else(|| format!("#{inc}"), |i| i.name.clone())
+    }
+
+    fn violation(&mut self, check: Check, message: String) {
+        *self.checks.entry(check).or_default() += 1;
+        if self.violations.len() < KEPT {
+            self.violations
+                .push(format!("[{}] {message}", check.name()));
+        }
+    }
+
+    fn finish(&mut self, partition: i32, offset: i64, at: f64, dead_letter: bool) {
+        let r = self.offsets.entry((partition, offset)).or_default();
+        if r.finished() {
+            self.counts.duplicates += 1;
+        }
+        if dead_letter {
+            r.dead_lettered += 1;
+        } else {
+            r.ok += 1;
+        }
+        r.done_at.get_or_insert(at);
+        let p = self.partitions.entry(partition).or_default();
+        p.max_finished = p.max_finished.max(offset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn journal_with_member() -> (Journal, usize) {
+        let j = Journal::new();
+        let inc = j.incarnation_started("m0.0".into());
+        j.member_log(inc, "synced".into(), Some(1));
+        (j, inc)
+    }
+
+    #[test]
+    fn a_commit_past_an_unfinished_record_is_a_violation() {
+        let (j, m) = journal_with_member();
+        for o in 0..3 {
+            j.acked(o as u64, 0, o);
+            j.handler_started(m, 0, o, o as u64);
+        }
+        j.handled(m, 0, 0);
+        j.handled(m, 0, 2);
+        j.committed(m, 0, 1);
+        assert_eq!(j.analyse(&BTreeSet::new()).violation_count, 0);
+        j.committed(m, 0, 3);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.violation_count, 1, "{:?}", a.violations);
+        assert_eq!(a.lost, 1);
+    }
+
+    #[test]
+    fn regressions_and_double_owners_are_violations() {
+        let (j, m) = journal_with_member();
+        let n = j.incarnation_started("m1.0".into());
+        j.member_log(n, "synced".into(), Some(1));
+        j.handler_started(m, 0, 0, 0);
+        j.handled(m, 0, 0);
+        j.handler_finished(m, 0);
+        j.committed(m, 0, 1);
+        j.committed(m, 0, 0);
+        j.handler_started(n, 0, 1, 1);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.violation_count, 2, "{:?}", a.violations);
+    }
+
+    #[test]
+    fn redone_records_above_the_commit_are_duplicates_within_the_bound() {
+        let (j, m) = journal_with_member();
+        for o in 0..5 {
+            j.acked(o as u64, 0, o);
+            j.handler_started(m, 0, o, o as u64);
+            j.handled(m, 0, o);
+            j.handler_finished(m, 0);
+        }
+        j.committed(m, 0, 2);
+        let n = j.incarnation_started("m1.0".into());
+        j.member_log(n, "synced".into(), Some(2));
+        for o in 2..5 {
+            j.handler_started(n, 0, o, o as u64);
+            j.handled(n, 0, o);
+            j.handler_finished(n, 0);
+        }
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.violation_count, 0, "{:?}", a.violations);
+        assert_eq!((a.duplicates, a.episodes, a.in_flight_bound), (3, 1, 3));
+        assert_eq!((a.lost, a.handled), (0, 5));
+    }
+}

@@ -1,0 +1,344 @@
+//! One group member: an `ottla::Processor` on its own thread and current-thread
+//! runtime, so that it can be stopped three ways:
+//!
+//! - **leave**: its shutdown future resolves; it acquiesces, commits and leaves;
+//! - **abort**: its `run` future is dropped mid-flight (a task abort); the consumer's
+//!   drop lets its background task send LeaveGroup, and nothing is committed;
+//! - **crash**: the runtime is dropped at once, with every task in it: no commit, no
+//!   LeaveGroup, sockets closed, as when a process dies.
+//!
+//! The handler reports every call to the journal and fails on purpose as the seed says.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ottla::ClientConfig;
+use ottla::ConsumerRecord;
+use ottla::consumer::OffsetReset;
+use ottla::processor::{Backoff, Cancel, Metric, ProcessError, Processor, RetryPolicy};
+use tokio::sync::oneshot;
+
+use super::capture;
+use super::journal::Journal;
+use super::schedule::{mix, unit};
+
+/// How a member is told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Close cleanly.
+    Leave,
+    /// Drop the `run` future.
+    Abort,
+    /// Drop the runtime.
+    Crash,
+}
+
+/// What every member shares.
+#[derive(Debug, Clone)]
+pub struct MemberContext {
+    /// Bootstrap servers.
+    pub bootstrap: String,
+    /// The group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
+    /// The assignor.
+    pub assignor: String,
+    /// The run's seed.
+    pub seed: u64,
+    /// Handler failure probabilities.
+    pub fates: Fates,
+    /// How often processors commit.
+    pub commit_interval: Duration,
+    /// The session timeout; heartbeats every sixth of it.
+    pub session_timeout: Duration,
+    /// `fetch.max.wait.ms`.
+    pub fetch_max_wait: Duration,
+    /// The journal.
+    pub journal: Arc<Journal>,
+}
+
+/// Handler failures drawn from the seed, the sequence number and the attempt, so that
+/// they do not depend on timing or on which member handles the record.
+#[derive(Debug, Clone, Copy)]
+pub struct Fates {
+    /// Probability that an attempt fails with a transient error.
+    pub transient: f64,
+    /// Probability that a record always fails with a permanent error (dead-lettered).
+    pub permanent: f64,
+    /// Probability that an attempt takes 50-300 ms (stopping early when cancelled).
+    pub slow: f64,
+}
+
+impl Fates {
+    fn permanent(&self, seed: u64, seq: u64) -> bool {
+        unit(mix(mix(seed, 1), seq)) < self.permanent
+    }
+
+    fn transient(&self, seed: u64, seq: u64, attempt: u32) -> bool {
+        unit(mix(mix(mix(seed, 2), seq), u64::from(attempt))) < self.transient
+    }
+
+    fn work(&self, seed: u64, seq: u64, attempt: u32) -> Option<Duration> {
+        let h = mix(mix(mix(seed, 3), seq), u64::from(attempt));
+        (unit(h) < self.slow).then(|| Duration::from_millis(50 + (h >> 7) % 250))
+    }
+}
+
+/// A running member incarnation.
+#[derive(Debug)]
+pub struct Member {
+    /// Its slot.
+    pub slot: usize,
+    /// Its incarnation number in the journal.
+    pub inc: usize,
+    stop: Option<oneshot::Sender<Stop>>,
+    done: Option<oneshot::Receiver<()>>,
+}
+
+impl Member {
+    /// Starts incarnation `k` of `slot`.
+    pub fn start(ctx: Arc<MemberContext>, slot: usize, k: usize) -> Member {
+        let name = format!("m{slot}.{k}");
+        let inc = ctx.journal.incarnation_started(name.clone());
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("chaos-{name}"))
+            .spawn(move || {
+                capture::enter_member(ctx.journal.clone(), inc);
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        ctx.journal
+                            .incarnation_ended(inc, format!("no runtime: {e}"), false);
+                        return;
+                    }
+                };
+                let (how, expected) = runtime.block_on(life(&ctx, slot, inc, stop_rx));
+                // A crash drops every task here, unpolled: nothing more is sent.
+                drop(runtime);
+                ctx.journal.incarnation_ended(inc, how, expected);
+                let _ = done_tx.send(());
+            });
+        if let Err(e) = spawned {
+            panic!("cannot spawn a member thread: {e}");
+        }
+        Member {
+            slot,
+            inc,
+            stop: Some(stop_tx),
+            done: Some(done_rx),
+        }
+    }
+
+    /// Tells it to stop; returns false if it had already stopped.
+    pub fn stop(&mut self, how: Stop) -> bool {
+        self.stop.take().is_some_and(|s| s.send(how).is_ok())
+    }
+
+    /// Waits until its thread is done, up to `limit`; true if it is.
+    pub async fn wait(&mut self, limit: Duration) -> bool {
+        let Some(done) = self.done.as_mut() else {
+            return true;
+        };
+        match tokio::time::timeout(limit, done).await {
+            Ok(_) => {
+                self.done = None;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// The member's life; returns how it ended and whether it was asked to.
+async fn life(
+    ctx: &Arc<MemberContext>,
+    slot: usize,
+    inc: usize,
+    mut stop: oneshot::Receiver<Stop>,
+) -> (String, bool) {
+    let processor = loop {
+        tokio::select! {
+            built = build(ctx, slot, inc) => match built {
+                Ok(p) => break p,
+                Err(e) => ctx.journal.note(format!("m{slot} (#{inc}) could not start: {e}; retrying")),
+            },
+            _ = &mut stop => return ("stopped before it started".into(), true),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+            _ = &mut stop => return ("stopped before it started".into(), true),
+        }
+    };
+    let (leave_tx, leave_rx) = oneshot::channel::<()>();
+    let mut run = Box::pin(processor.run(handler(ctx.clone(), inc), leave_rx));
+    tokio::select! {
+        result = &mut run => (format!("run returned on its own: {result:?}"), false),
+        how = &mut stop => match how.unwrap_or(Stop::Crash) {
+            Stop::Leave => {
+                let _ = leave_tx.send(());
+                match tokio::time::timeout(Duration::from_secs(45), run).await {
+                    Ok(Ok(stats)) => (format!("left: {stats:?}"), true),
+                    Ok(Err(e)) => (format!("close failed: {e}"), false),
+                    Err(_) => ("close took more than 45 s".into(), false),
+                }
+            }
+            Stop::Abort => {
+                drop(run);
+                // Let the consumer's background task see the drop and leave.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                ("aborted".into(), true)
+            }
+            Stop::Crash => ("crashed".into(), true),
+        },
+    }
+}
+
+async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Result<Processor> {
+    let mut client =
+        ClientConfig::new(&ctx.bootstrap).with_client_id(format!("chaos-m{slot}-{inc}"));
+    client.jitter_seed = mix(ctx.seed, 1000 + inc as u64);
+    let producer_client = client.clone();
+    let assignor = ctx.assignor.clone();
+    let fetch_max_wait = ctx.fetch_max_wait;
+    let journal = ctx.journal.clone();
+    let hook = move |m: Metric| match m {
+        Metric::Committed { partition, offset } => {
+            journal.committed(inc, partition.partition, offset)
+        }
+        Metric::DeadLettered {
+            partition, offset, ..
+        } => journal.dead_lettered(inc, partition.partition, offset),
+        Metric::Retry { .. } => journal.retried(),
+        Metric::Halted { .. } => journal.halted(),
+        _ => {}
+    };
+    Processor::builder(&ctx.bootstrap, &ctx.group, [ctx.topic.clone()])
+        .retry_policy(policy())
+        .timeouts(
+            ctx.session_timeout,
+            ctx.session_timeout / 6,
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        .commit_interval(Some(ctx.commit_interval))
+        .metrics(hook)
+        .consumer(move |c| {
+            let c = c
+                .client_config(client)
+                .offset_reset(OffsetReset::Earliest)
+                .fetch_max_wait(fetch_max_wait)
+                // The mock refuses a follower's SyncGroup that arrives after the
+                // leader's (PEERS.md); harmless elsewhere.
+                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50));
+            match c.clone().assignors([assignor.as_str()]) {
+                Ok(c) => c,
+                Err(_) => c,
+            }
+        })
+        .producer(move |p| {
+            p.client_config(producer_client)
+                .retry_backoff(Duration::from_millis(20))
+        })
+        .build()
+        .await
+}
+
+/// Short retries, so that a failing record does not hold its partition for long.
+fn policy() -> RetryPolicy {
+    RetryPolicy {
+        default: Backoff {
+            max_retries: 4,
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(50),
+            multiplier: 2.0,
+            jitter: true,
+            min_delay: Duration::ZERO,
+        },
+        ..RetryPolicy::default()
+    }
+}
+
+/// The sequence number a record carries in its key (`<seq>`), checked against its
+/// value (`seq=<seq> ...`).
+pub fn seq_of(record: &ConsumerRecord) -> Option<u64> {
+    let key = record.key.as_deref()?;
+    let seq: u64 = std::str::from_utf8(key).ok()?.parse().ok()?;
+    let value = record.value.as_deref()?;
+    let expected = format!("seq={seq} ");
+    value.starts_with(expected.as_bytes()).then_some(seq)
+}
+
+/// Ends the journal's handler call when dropped, however the call ends.
+struct Running {
+    journal: Arc<Journal>,
+    inc: usize,
+    partition: i32,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.journal.handler_finished(self.inc, self.partition);
+    }
+}
+
+type HandlerFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ProcessError>> + Send>>;
+
+fn handler(
+    ctx: Arc<MemberContext>,
+    inc: usize,
+) -> impl Fn(ConsumerRecord, Cancel) -> HandlerFuture + Send + Sync + 'static {
+    move |record: ConsumerRecord, cancel: Cancel| {
+        let ctx = ctx.clone();
+        Box::pin(async move {
+            let journal = &ctx.journal;
+            let (partition, offset) = (record.partition, record.offset);
+            let Some(seq) = seq_of(&record) else {
+                journal.violation(
+                    super::journal::Check::Content,
+                    format!(
+                        "record {partition}@{offset} has no sequence number or a value that does not match it"
+                    ),
+                );
+                return Err(ProcessError::malformed("no sequence number"));
+            };
+            let attempt = journal.handler_started(inc, partition, offset, seq);
+            let _running = Running {
+                journal: journal.clone(),
+                inc,
+                partition,
+            };
+            if let Some(work) = ctx.fates.work(ctx.seed, seq, attempt) {
+                tokio::select! {
+                    _ = tokio::time::sleep(work) => {}
+                    _ = cancel.cancelled() => {
+                        journal.handler_cancelled();
+                        return Err(ProcessError::transient("Cancelled", "the partition is being revoked"));
+                    }
+                }
+            }
+            if ctx.fates.permanent(ctx.seed, seq) {
+                journal.handler_failed(true);
+                return Err(ProcessError::permanent(
+                    "ChaosPermanent",
+                    format!("seq {seq} always fails"),
+                ));
+            }
+            if ctx.fates.transient(ctx.seed, seq, attempt) {
+                journal.handler_failed(false);
+                return Err(ProcessError::transient(
+                    "ChaosTransient",
+                    format!("seq {seq} attempt {attempt}"),
+                ));
+            }
+            journal.handled(inc, partition, offset);
+            Ok(())
+        })
+    }
+}
