@@ -261,8 +261,8 @@ struct PartitionState {
     last_stable_offset: i64,
     log_start_offset: i64,
     retry_at: Option<Instant>,
-    /// Fetched data of this partition waits in the buffer.
-    buffered: bool,
+    /// Fetched data of this partition waits in the buffer, since this time.
+    buffered: Option<Instant>,
 }
 
 /// One partition's fetched data, drained record by record.
@@ -349,6 +349,12 @@ pub struct Fetcher {
     /// Partitions whose position moved since [`Fetcher::mark_consumed`].
     dirty: BTreeSet<TopicPartition>,
     consumed: BTreeMap<TopicPartition, (i64, i32)>,
+    /// The earliest end of a deferred fetch (see [`Fetcher::deferred`]), as of the last
+    /// [`Fetcher::claim_fetches`].
+    deferred_until: Option<Instant>,
+    /// Turns the order of partitions in each request (KIP-74: a broker fills partitions
+    /// in request order, so a fixed order starves the last ones).
+    rotation: usize,
 }
 
 impl Fetcher {
@@ -370,6 +376,8 @@ impl Fetcher {
             metadata_needed: false,
             dirty: BTreeSet::new(),
             consumed: BTreeMap::new(),
+            deferred_until: None,
+            rotation: 0,
         }
     }
 
@@ -406,7 +414,7 @@ impl Fetcher {
                     last_stable_offset: -1,
                     log_start_offset: -1,
                     retry_at: None,
-                    buffered: false,
+                    buffered: None,
                 },
             );
         }
@@ -661,16 +669,52 @@ impl Fetcher {
     fn fetchable(&self, now: Instant, s: &PartitionState) -> bool {
         matches!(s.position, Position::At { .. })
             && !s.paused
-            && !s.buffered
+            && s.buffered.is_none()
             && s.leader.is_some()
             && s.retry_at.is_none_or(|t| now >= t)
     }
 
-    /// The earliest time a backoff ends, for the driver's timer.
+    /// The earliest time a backoff or a deferred fetch ends, for the driver's timer.
     pub fn next_wakeup(&self) -> Option<Instant> {
         let partitions = self.partitions.values().filter_map(|s| s.retry_at);
         let nodes = self.node_retry_at.values().copied();
-        partitions.chain(nodes).min()
+        partitions.chain(nodes).chain(self.deferred_until).min()
+    }
+
+    /// Whether a Fetch to `node` now would only long-poll: every partition it would
+    /// carry has caught up with the log end seen last, while other partitions of the
+    /// node still have data waiting in the buffer. The broker would hold such a Fetch
+    /// for `fetch.max.wait.ms`, and the waiting partitions could not be fetched again
+    /// until it returns, so the fetch waits (at most `fetch.max.wait.ms` after that data
+    /// came) for them to drain and then goes out with them. `Some(deadline)` while
+    /// deferred.
+    fn deferred(&self, now: Instant, node: NodeId) -> Option<Instant> {
+        let wait =
+            Duration::from_millis(u64::try_from(self.config.params.max_wait_ms).unwrap_or(0));
+        let committed = self.config.params.isolation == IsolationLevel::ReadCommitted;
+        let mut deadline: Option<Instant> = None;
+        for s in self.partitions.values() {
+            if s.leader != Some(node) {
+                continue;
+            }
+            if let Some(since) = s.buffered {
+                if !s.paused && now < since + wait {
+                    deadline = Some(deadline.map_or(since + wait, |d| d.min(since + wait)));
+                }
+            } else if self.fetchable(now, s) {
+                let end = if committed && s.last_stable_offset >= 0 {
+                    s.last_stable_offset
+                } else {
+                    s.high_watermark
+                };
+                let caught_up =
+                    matches!(s.position, Position::At { offset, .. } if end >= 0 && offset >= end);
+                if !caught_up {
+                    return None;
+                }
+            }
+        }
+        deadline
     }
 
     /// Brokers that can be fetched from now. Each is marked in flight: follow with
@@ -691,6 +735,14 @@ impl Fetcher {
                 }
             }
         }
+        self.deferred_until = None;
+        nodes.retain(|node| match self.deferred(now, *node) {
+            Some(until) => {
+                self.deferred_until = Some(self.deferred_until.map_or(until, |d| d.min(until)));
+                false
+            }
+            None => true,
+        });
         for node in &nodes {
             self.fetching.insert(
                 *node,
@@ -777,7 +829,13 @@ impl Fetcher {
                 .min(i32::try_from(room).unwrap_or(i32::MAX)),
             ..self.config.params
         };
-        let Ok(mut request) = fetch_request(version, &params, &targets(&send)) else {
+        let mut send_targets = targets(&send);
+        if !send_targets.is_empty() {
+            let turn = self.rotation % send_targets.len();
+            send_targets.rotate_left(turn);
+            self.rotation = self.rotation.wrapping_add(1);
+        }
+        let Ok(mut request) = fetch_request(version, &params, &send_targets) else {
             self.fetching.remove(&node);
             return None;
         };
@@ -927,10 +985,10 @@ impl Fetcher {
             s.log_start_offset = p.log_start_offset;
             s.retry_at = None;
             let records = p.records.unwrap_or_default();
-            if records.is_empty() || s.buffered {
+            if records.is_empty() || s.buffered.is_some() {
                 return 0;
             }
-            s.buffered = true;
+            s.buffered = Some(now);
             let filter = (isolation == IsolationLevel::ReadCommitted).then(|| {
                 CommittedFilter::new(
                     p.aborted_transactions
@@ -1229,7 +1287,7 @@ impl Fetcher {
                 }
             }
             if let Some(s) = self.partitions.get_mut(&c.tp) {
-                s.buffered = false;
+                s.buffered = None;
             }
         }
     }
@@ -1486,6 +1544,20 @@ mod tests {
         r
     }
 
+    /// `response` with each partition's high watermark set.
+    fn response_hw(session: i32, parts: Vec<(i32, Option<Bytes>, i64)>) -> FetchResponse {
+        let hws: Vec<i64> = parts.iter().map(|p| p.2).collect();
+        let mut r = response(
+            session,
+            parts.into_iter().map(|(p, b, _)| (p, 0, b)).collect(),
+        );
+        for (d, hw) in r.responses[0].partitions.iter_mut().zip(hws) {
+            d.high_watermark = hw;
+            d.last_stable_offset = hw;
+        }
+        r
+    }
+
     /// A fetcher with partitions 0 and 1 led by node 1, both at offset 0.
     fn started(config: FetcherConfig) -> (Fetcher, Instant) {
         let now = Instant::now();
@@ -1497,11 +1569,19 @@ mod tests {
         (f, now)
     }
 
-    fn sent(r: &FetchRequest) -> Vec<(i32, i64)> {
+    /// The partitions of a request in the order sent.
+    fn sent_in_order(r: &FetchRequest) -> Vec<(i32, i64)> {
         r.topics
             .iter()
             .flat_map(|t| t.partitions.iter().map(|p| (p.partition, p.fetch_offset)))
             .collect()
+    }
+
+    /// The partitions of a request, sorted (requests turn their order).
+    fn sent(r: &FetchRequest) -> Vec<(i32, i64)> {
+        let mut v = sent_in_order(r);
+        v.sort_unstable();
+        v
     }
 
     fn drain(f: &mut Fetcher) -> Vec<(i32, i64)> {
@@ -1825,5 +1905,117 @@ mod tests {
         f.handle_fetch(now, token, response(0, vec![(0, 0, Some(batch(0, 5)))]));
         assert_eq!(drain(&mut f), vec![(0, 3), (0, 4)]);
         assert_eq!(f.lag(&tp(0)), Some(95));
+    }
+    #[test]
+    fn a_fetch_that_would_only_long_poll_waits_for_the_buffered_data_to_drain() {
+        // The 500 ms stall: partition 0's data waits in the buffer, partition 1 is at
+        // the log end. A Fetch of partition 1 alone would sit at the broker for
+        // fetch.max.wait.ms, and partition 0 could not be fetched again until it came
+        // back. Instead the fetch waits for partition 0 to drain and carries both.
+        let (mut f, now) = started(FetcherConfig::default());
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
+        );
+        assert_eq!(
+            f.claim_fetches(now),
+            vec![],
+            "deferred: only a long poll is possible"
+        );
+        let wait = Duration::from_millis(500);
+        assert_eq!(
+            f.next_wakeup(),
+            Some(now + wait),
+            "the driver wakes when the deferral ends"
+        );
+        assert_eq!(drain(&mut f), vec![(0, 0), (0, 1), (0, 2)]);
+        let later = now + Duration::from_millis(3);
+        assert_eq!(f.claim_fetches(later), vec![NodeId(1)]);
+        assert_eq!(f.next_wakeup(), None);
+        let (req, _) = f.build_fetch(later, NodeId(1), 16).expect("a fetch");
+        assert_eq!(
+            sent(&req),
+            vec![(0, 3)],
+            "partition 0 goes out with partition 1 (in the session)"
+        );
+    }
+
+    #[test]
+    fn a_deferred_fetch_goes_out_after_fetch_max_wait_even_if_nothing_drains() {
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
+        );
+        assert_eq!(f.claim_fetches(now + Duration::from_millis(499)), vec![]);
+        // The application stopped reading: partition 1 must not starve.
+        let late = now + Duration::from_millis(500);
+        assert_eq!(f.claim_fetches(late), vec![NodeId(1)]);
+        let (req, _) = f.build_fetch(late, NodeId(1), 16).expect("a fetch");
+        assert_eq!(
+            req.forgotten_topics_data[0].partitions,
+            vec![0],
+            "only partition 1 is fetched"
+        );
+    }
+
+    #[test]
+    fn a_fetch_is_not_deferred_when_a_partition_has_data_to_get_or_the_buffered_one_is_paused() {
+        // Partition 1 lags (high watermark 10 at offset 0): the fetch returns at once.
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 10)]),
+        );
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+
+        // Partition 0 is paused: its data may wait for ever, so it defers nothing.
+        let (mut f, now) = started(FetcherConfig::default());
+        f.claim_fetches(now);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
+        );
+        f.pause(&tp(0));
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+    }
+
+    #[test]
+    fn each_full_fetch_starts_at_another_partition() {
+        // Without a session every request names every partition; a broker fills the
+        // response in request order, so the first partition must change.
+        let config = FetcherConfig {
+            sessions: false,
+            ..FetcherConfig::default()
+        };
+        let now = Instant::now();
+        let mut f = Fetcher::new(config);
+        let all = [tp(0), tp(1), tp(2)];
+        f.assign(&all, true);
+        for p in &all {
+            f.set_committed(p, 0, -1);
+        }
+        f.update_metadata(&metadata(&[(1, 5), (1, 5), (1, 5)]));
+        let mut firsts = Vec::new();
+        for _ in 0..4 {
+            assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+            let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+            let order: Vec<i32> = sent_in_order(&req).into_iter().map(|(p, _)| p).collect();
+            assert_eq!(order.len(), 3);
+            firsts.push(order[0]);
+            f.handle_fetch(now, token, response(0, vec![]));
+        }
+        assert_eq!(firsts, vec![0, 1, 2, 0]);
     }
 }

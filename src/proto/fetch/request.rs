@@ -1,6 +1,6 @@
 //! Fetch requests for a negotiated version, and the partitions of a Fetch response.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
@@ -79,7 +79,10 @@ pub fn fetch_request(
     params: &FetchParams,
     targets: &[FetchTarget],
 ) -> Result<FetchRequest, FetchRequestError> {
-    let mut by_topic: BTreeMap<(&str, Uuid), Vec<&FetchTarget>> = BTreeMap::new();
+    // Topics in the order of their first partition, partitions in the order given: a
+    // broker fills a response in request order.
+    let mut by_topic: Vec<((&str, Uuid), Vec<&FetchTarget>)> = Vec::new();
+    let mut index: HashMap<(&str, Uuid), usize> = HashMap::new();
     for t in targets {
         if version >= 13 && t.topic_id.is_nil() {
             return Err(FetchRequestError::NoTopicId {
@@ -87,10 +90,14 @@ pub fn fetch_request(
                 topic: t.topic.clone(),
             });
         }
-        by_topic
-            .entry((t.topic.as_str(), t.topic_id))
-            .or_default()
-            .push(t);
+        let key = (t.topic.as_str(), t.topic_id);
+        match index.get(&key).and_then(|&i| by_topic.get_mut(i)) {
+            Some((_, parts)) => parts.push(t),
+            None => {
+                index.insert(key, by_topic.len());
+                by_topic.push((key, vec![t]));
+            }
+        }
     }
     let topics = by_topic
         .into_iter()
