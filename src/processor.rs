@@ -171,6 +171,40 @@ pub enum Metric {
         /// How many.
         partitions: usize,
     },
+    /// This member joined a generation of the group (SyncGroup answered). Reported
+    /// before any record of that generation's new partitions is handled.
+    Joined {
+        /// The generation.
+        generation: i32,
+        /// This member's id in it.
+        member_id: String,
+        /// Whether this member computed the assignment.
+        leader: bool,
+    },
+    /// Partitions were added to this member in a generation.
+    Assigned {
+        /// The generation.
+        generation: i32,
+        /// The partitions added.
+        partitions: Vec<TopicPartition>,
+    },
+    /// Partitions were given back in a rebalance, after their work stopped (finished,
+    /// or cancelled past the acquiescence budget) and their finished offsets were
+    /// committed; reported just before the revocation is acknowledged.
+    Revoked {
+        /// The generation the revocation was asked in: under an eager protocol the one
+        /// ending, under a cooperative one the new one, which no longer gives them to
+        /// this member.
+        generation: i32,
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+    },
+    /// Partitions were taken away without a chance to commit (session lost, fenced):
+    /// their in-flight results were dropped.
+    Lost {
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+    },
 }
 
 type MetricsHook = Arc<dyn Fn(Metric) + Send + Sync>;
@@ -520,8 +554,7 @@ enum Done {
         epoch: u64,
         /// The batch, in offset order (one record for [`Processor::run`] and retries).
         attempts: Vec<Attempt>,
-        outcome: std::result::Result<(), BatchError>,
-        panicked: bool,
+        outcome: Outcome,
         took: Duration,
     },
     DeadLettered {
@@ -533,6 +566,75 @@ enum Done {
         to: Option<u32>,
         result: Result<()>,
     },
+}
+
+/// What one lane task reports about the records it was given.
+struct Outcome {
+    /// `Ok`: every record not left (see `stopped_after`) was handled; `Err` as from a
+    /// batch handler.
+    result: std::result::Result<(), BatchError>,
+    /// The task stopped early, without an error, after this many records (cancelled,
+    /// or its time slice ran out): the others come again.
+    stopped_after: Option<usize>,
+    /// The failure is a panic of the handler.
+    panicked: bool,
+    /// How long each record's call took, for the records handled and the failing one
+    /// ([`Processor::run`] with a metrics hook); empty: the whole call's time for each.
+    durations: Vec<Duration>,
+}
+
+impl Outcome {
+    fn of(result: std::result::Result<(), BatchError>) -> Self {
+        Self {
+            result,
+            stopped_after: None,
+            panicked: false,
+            durations: Vec::new(),
+        }
+    }
+
+    fn panic(message: String, index: Option<usize>) -> Self {
+        let error = ProcessError::permanent("Panic", message);
+        Self {
+            result: Err(BatchError { index, error }),
+            stopped_after: None,
+            panicked: true,
+            durations: Vec::new(),
+        }
+    }
+}
+
+/// Records one [`Processor::run`] task takes from its lane at most.
+const RUN_CHUNK: usize = 256;
+/// How long one [`Processor::run`] task keeps calling the handler before it reports
+/// back (finished offsets become committable only then).
+const RUN_SLICE: Duration = Duration::from_millis(10);
+
+/// Calls `f` and awaits its future, catching a panic in either: `Err` carries the
+/// panic's message. Instead of a task per call, which costs far more than a handler
+/// that only counts.
+async fn catch_call<F: Future>(f: impl FnOnce() -> F) -> std::result::Result<F::Output, String> {
+    let future = std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(panic_message)?;
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(payload) => std::task::Poll::Ready(Err(panic_message(payload))),
+        }
+    })
+    .await
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let detail = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned());
+    match detail {
+        Some(d) => format!("the handler panicked: {d}"),
+        None => "the handler panicked".into(),
+    }
 }
 
 /// `<topic>.retry.<delay>`, the delay as `500ms`, `30s`, `5m` or `1h`.
@@ -614,19 +716,52 @@ impl Processor {
         F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
         S: Future + Send,
     {
+        // A task takes up to RUN_CHUNK records of its lane and calls the handler on
+        // them one after the other, for up to RUN_SLICE: the cost of a task is shared
+        // by the records of a fast handler, and a slow one still gets a task per record.
         let handler = Arc::new(handler);
-        let one = move |mut records: Vec<ConsumerRecord>, cancel: Cancel| {
+        let timed = self.metrics.is_some();
+        let call = move |records: Vec<ConsumerRecord>, cancel: Cancel| {
             let handler = handler.clone();
             async move {
-                match records.pop() {
-                    Some(record) => handler(record, cancel)
-                        .await
-                        .map_err(|e| BatchError::at(0, e)),
-                    None => Ok(()),
+                let slice = std::time::Instant::now();
+                let mut durations = Vec::new();
+                for (i, record) in records.into_iter().enumerate() {
+                    if i > 0 && (cancel.is_cancelled() || slice.elapsed() >= RUN_SLICE) {
+                        return Outcome {
+                            stopped_after: Some(i),
+                            durations,
+                            ..Outcome::of(Ok(()))
+                        };
+                    }
+                    let started = timed.then(std::time::Instant::now);
+                    let result = catch_call(|| handler(record, cancel.clone())).await;
+                    if let Some(started) = started {
+                        durations.push(started.elapsed());
+                    }
+                    match result {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            return Outcome {
+                                durations,
+                                ..Outcome::of(Err(BatchError::at(i, e)))
+                            };
+                        }
+                        Err(message) => {
+                            return Outcome {
+                                durations,
+                                ..Outcome::panic(message, Some(i))
+                            };
+                        }
+                    }
+                }
+                Outcome {
+                    durations,
+                    ..Outcome::of(Ok(()))
                 }
             }
         };
-        self.run_inner(1, one, shutdown).await
+        self.run_inner(RUN_CHUNK, call, shutdown).await
     }
 
     /// Like [`Processor::run`], but `handler` gets up to `max_records` records of one
@@ -665,7 +800,7 @@ impl Processor {
     /// # Ok(()) }
     /// ```
     pub async fn run_batch<H, F, S>(
-        self,
+        mut self,
         max_records: usize,
         handler: H,
         shutdown: S,
@@ -681,7 +816,18 @@ impl Processor {
                 message: "a batch must allow at least 1 record".into(),
             });
         }
-        self.run_inner(max_records, handler, shutdown).await
+        self.lane_buffer = self.lane_buffer.max(max_records);
+        let handler = Arc::new(handler);
+        let call = move |records: Vec<ConsumerRecord>, cancel: Cancel| {
+            let handler = handler.clone();
+            async move {
+                match catch_call(|| handler(records, cancel)).await {
+                    Ok(result) => Outcome::of(result),
+                    Err(message) => Outcome::panic(message, None),
+                }
+            }
+        };
+        self.run_inner(max_records, call, shutdown).await
     }
 
     async fn run_inner<H, F, S>(
@@ -692,11 +838,10 @@ impl Processor {
     ) -> Result<Stats>
     where
         H: Fn(Vec<ConsumerRecord>, Cancel) -> F + Send + Sync + 'static,
-        F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
         S: Future + Send,
     {
         self.max_batch = max_batch;
-        self.lane_buffer = self.lane_buffer.max(max_batch);
         let handler = Arc::new(handler);
         let mut lanes: BTreeMap<TopicPartition, Lane> = BTreeMap::new();
         let mut tasks: JoinSet<Done> = JoinSet::new();
@@ -727,35 +872,29 @@ impl Processor {
                 .flatten()
                 .chain(next_commit)
                 .min();
+            // Biased: group events before records, so that a generation's events are
+            // seen (and reported) before any record of its new partitions; finished
+            // work and due timers before more records, so a steady stream of records
+            // cannot hold back commits and retries.
             tokio::select! {
+                biased;
                 _ = &mut shutdown => break Ok(()),
-                batch = self.consumer.recv_batch(500), if want_records => {
-                    match batch {
-                        Ok(records) => {
-                            for r in records {
-                                let tp = r.topic_partition();
-                                let lane = lanes.entry(tp.clone()).or_default();
-                                lane.epoch = *epochs.entry(tp).or_insert_with(|| { epoch_counter += 1; epoch_counter });
-                                lane.tracker.deliver(r.offset);
-                                lane.queue.push_back(r);
-                            }
-                        }
-                        Err(Error::Fetch(e)) => {
-                            // A partition stopped (corrupt batch): nothing is committed past it.
-                            error!(error = %e, "partition stopped; its records are not committed past this point");
-                        }
-                        Err(e) => break Err(e),
-                    }
-                }
                 Some(event) = events.recv() => {
                     if let ConsumerEvent::Group(event) = event {
                         match event {
+                            Event::Joined { generation, member_id, leader, .. } => {
+                                self.metric(Metric::Joined { generation, member_id, leader });
+                            }
+                            Event::Assigned { generation, added, .. } => {
+                                self.metric(Metric::Assigned { generation, partitions: added });
+                            }
                             Event::RevokeRequested { generation, partitions } => {
                                 self.acquiesce(&mut lanes, &mut tasks, &mut stats, &partitions, &mut jitter).await;
                                 for tp in &partitions {
                                     lanes.remove(tp);
                                     epochs.remove(tp);
                                 }
+                                self.metric(Metric::Revoked { generation, partitions: partitions.clone() });
                                 self.consumer.complete_revocation(generation, partitions);
                             }
                             Event::Lost { partitions, .. } => {
@@ -768,6 +907,7 @@ impl Processor {
                                     epochs.remove(tp);
                                 }
                                 warn!(?partitions, "partitions lost: in-flight results are dropped, nothing is committed for them");
+                                self.metric(Metric::Lost { partitions });
                             }
                             Event::Fatal(e) => break Err(Error::Group(e)),
                             _ => {}
@@ -787,6 +927,24 @@ impl Processor {
                         self.commit(&mut lanes, &mut stats).await;
                     }
                     self.retry_dlq(&mut lanes, &mut tasks, now);
+                }
+                batch = self.consumer.recv_batch(500), if want_records => {
+                    match batch {
+                        Ok(records) => {
+                            for r in records {
+                                let tp = r.topic_partition();
+                                let lane = lanes.entry(tp.clone()).or_default();
+                                lane.epoch = *epochs.entry(tp).or_insert_with(|| { epoch_counter += 1; epoch_counter });
+                                lane.tracker.deliver(r.offset);
+                                lane.queue.push_back(r);
+                            }
+                        }
+                        Err(Error::Fetch(e)) => {
+                            // A partition stopped (corrupt batch): nothing is committed past it.
+                            error!(error = %e, "partition stopped; its records are not committed past this point");
+                        }
+                        Err(e) => break Err(e),
+                    }
                 }
             }
         };
@@ -813,7 +971,7 @@ impl Processor {
         handler: &Arc<H>,
     ) where
         H: Fn(Vec<ConsumerRecord>, Cancel) -> F + Send + Sync + 'static,
-        F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
     {
         let now = Instant::now();
         let mut running = lanes.values().filter(|l| l.running.is_some()).count();
@@ -842,29 +1000,12 @@ impl Processor {
             let records: Vec<ConsumerRecord> = attempts.iter().map(|a| a.record.clone()).collect();
             tasks.spawn(async move {
                 let started = std::time::Instant::now();
-                // The handler is called inside the inner task, so that a panic, whether
-                // in the call or in its future, is caught and becomes an error.
-                let call = async move { handler(records, cancel).await };
-                let (outcome, panicked) = match tokio::spawn(AssertUnwindSafe(call)).await {
-                    Ok(r) => (r, false),
-                    Err(e) => (
-                        Err(BatchError::whole(ProcessError::permanent(
-                            "Panic",
-                            if e.is_panic() {
-                                "the handler panicked"
-                            } else {
-                                "the handler was cancelled"
-                            },
-                        ))),
-                        e.is_panic(),
-                    ),
-                };
+                let outcome = handler(records, cancel).await;
                 Done::Handled {
                     tp,
                     epoch,
                     attempts,
                     outcome,
-                    panicked,
                     took: started.elapsed(),
                 }
             });
@@ -953,17 +1094,22 @@ impl Processor {
                 epoch,
                 mut attempts,
                 outcome,
-                panicked,
                 took,
             } => {
                 let Some(lane) = lanes.get_mut(&tp).filter(|l| l.epoch == epoch) else {
                     return; // revoked or lost meanwhile
                 };
                 lane.running = None;
+                let Outcome {
+                    result,
+                    stopped_after,
+                    panicked,
+                    durations,
+                } = outcome;
                 stats.panics += u64::from(panicked);
                 let n = attempts.len();
-                let (handled, error) = match outcome {
-                    Ok(()) => (n, None),
+                let (handled, error) = match result {
+                    Ok(()) => (stopped_after.unwrap_or(n).min(n), None),
                     Err(BatchError {
                         index: Some(i),
                         error,
@@ -996,18 +1142,23 @@ impl Processor {
                     }
                 };
                 let rest = attempts.split_off(handled);
-                for a in attempts {
+                let took_of = |i: usize| durations.get(i).copied().unwrap_or(took);
+                for (i, a) in attempts.into_iter().enumerate() {
                     lane.tracker.finish(a.record.offset);
                     stats.succeeded += 1;
                     self.metric(Metric::Processed {
                         success: true,
-                        duration: took,
+                        duration: took_of(i),
                     });
                 }
+                let mut rest = rest.into_iter();
                 let Some(error) = error else {
+                    // Stopped early: the records not reached come again.
+                    for a in rest.rev() {
+                        lane.queue.push_front(a.record);
+                    }
                     return;
                 };
-                let mut rest = rest.into_iter();
                 let Some(mut attempt) = rest.next() else {
                     return;
                 };
@@ -1016,7 +1167,7 @@ impl Processor {
                     lane.queue.push_front(a.record);
                 }
                 attempt.attempts += 1;
-                attempt.took = took;
+                attempt.took = took_of(handled);
                 self.on_failure(&tp, lane, attempt, error, tasks, stats, jitter);
             }
             Done::DeadLettered {

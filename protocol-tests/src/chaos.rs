@@ -19,7 +19,7 @@
 //!   back from the broker every second);
 //! - no commit passes a record that was not finished;
 //! - no partition is handled by two members in the same generation (generations from
-//!   ottla's tracing events, see [`capture`]);
+//!   the Processor's metrics hook, `Metric::Joined`);
 //! - a record handled again lies at or above the committed offset of that moment:
 //!   duplicates come only from the in-flight window of a handover; their number is
 //!   printed next to that window's size summed over the handovers;
@@ -456,7 +456,8 @@ pub struct Report {
     pub moves: u64,
     /// Faults applied by kind.
     pub faults: BTreeMap<&'static str, u64>,
-    /// Whether the capture learnt generations, so that the ownership check ran.
+    /// Whether generations were learnt (from `Metric::Joined`), so that the ownership
+    /// check ran.
     pub ownership_checked: bool,
     /// Whether the committed offsets reached the log end within the drain timeout.
     pub drained: bool,
@@ -565,7 +566,7 @@ impl std::fmt::Display for Report {
             if self.ownership_checked {
                 ""
             } else {
-                "; UNCHECKED: no generation was learnt from ottla's \"synced\" events"
+                "; UNCHECKED: no generation was reported by the metrics hooks"
             }
         )?;
         let checks: Vec<String> = a
@@ -718,7 +719,9 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     );
     println!("chaos: replay with: {}", config.replay_command());
     if !capture {
-        println!("chaos: another tracing subscriber is installed; generations cannot be learnt");
+        println!(
+            "chaos: another tracing subscriber is installed; ottla's warnings are not counted"
+        );
     }
 
     let journal = Arc::new(Journal::new());

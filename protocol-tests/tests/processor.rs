@@ -1283,3 +1283,203 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
         .and_then(|(_, v)| v.clone());
     assert_eq!(hop.as_deref(), Some(&b"2"[..]));
 }
+
+/// What one member saw, in the order it saw it: its metrics and its handler calls.
+#[derive(Debug, Clone)]
+enum Seen {
+    Metric(Metric),
+    Handled(TopicPartition),
+}
+
+/// The metrics hook reports the group's events: `Joined` before the `Assigned` of its
+/// generation, `Assigned` before any record of those partitions reaches the handler,
+/// `Revoked` (with the generation the partitions belonged to) once their work stopped,
+/// and no handler call for a partition after its `Revoked` until it is assigned again.
+/// Two processors on four partitions: the second one's join moves partitions, under an
+/// eager and a cooperative assignor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_group_events_reach_the_metrics_hook_in_order_with_the_records() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(300));
+    for assignor in ["range", "cooperative-sticky"] {
+        group_events(&peer, assignor).await;
+    }
+}
+
+async fn group_events(peer: &Peer, assignor: &'static str) {
+    let topic: &'static str = if assignor == "range" {
+        "events-eager"
+    } else {
+        "events-coop"
+    };
+    peer.create_topic(topic, 4).expect("topic");
+    peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
+    let first: Vec<(i32, String)> = (0..40).map(|i| (i % 4, format!("a{i}"))).collect();
+    produce_values(peer, topic, &first).await;
+
+    let handled = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let start = |name: &'static str| {
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let (peer, handled, stop, s) = (
+            peer.bootstrap(),
+            handled.clone(),
+            stop.clone(),
+            seen.clone(),
+        );
+        let hook_seen = seen.clone();
+        let task = tokio::spawn(async move {
+            let processor =
+                Processor::builder(&peer, &format!("{topic}-group"), [topic.to_string()])
+                    .retry_policy(policy())
+                    .timeouts(
+                        Duration::from_secs(6),
+                        Duration::from_millis(500),
+                        Duration::from_secs(20),
+                    )
+                    .processing_budget(Duration::from_secs(5))
+                    .commit_interval(Some(Duration::from_millis(100)))
+                    .metrics(move |m| hook_seen.lock().unwrap().push(Seen::Metric(m)))
+                    .consumer(|c| {
+                        c.offset_reset(OffsetReset::Earliest)
+                            .client_id(name)
+                            .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+                            .assignors([assignor])
+                            .expect("assignor")
+                    })
+                    .build()
+                    .await
+                    .expect("processor");
+            processor
+                .run(
+                    move |r: ottla::ConsumerRecord, _| {
+                        s.lock().unwrap().push(Seen::Handled(r.topic_partition()));
+                        handled.fetch_add(1, Ordering::SeqCst);
+                        async { Ok(()) }
+                    },
+                    async move { stop.notified().await },
+                )
+                .await
+                .expect("run")
+        });
+        (seen, task)
+    };
+    let wait_for = |n: usize| {
+        let handled = handled.clone();
+        async move {
+            let started = Instant::now();
+            while handled.load(Ordering::SeqCst) < n {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "only {} of {n} handled",
+                    handled.load(Ordering::SeqCst)
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let (seen_a, a) = start("events-a");
+    wait_for(40).await;
+    let (seen_b, b) = start("events-b");
+    // Wait for B to own something, then write more so both handle after the move.
+    let started = Instant::now();
+    while !seen_b
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|s| matches!(s, Seen::Metric(Metric::Assigned { .. })))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "B was never assigned anything"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second: Vec<(i32, String)> = (0..40).map(|i| (i % 4, format!("b{i}"))).collect();
+    produce_values(peer, topic, &second).await;
+    wait_for(80).await;
+    stop.notify_waiters();
+    let (_, _) = (a.await.expect("a"), b.await.expect("b"));
+
+    let all: BTreeSet<TopicPartition> = (0..4)
+        .map(|p| TopicPartition {
+            topic: topic.into(),
+            partition: p,
+        })
+        .collect();
+    let mut finals = Vec::new();
+    for (name, seen) in [("A", &seen_a), ("B", &seen_b)] {
+        let seen = seen.lock().unwrap().clone();
+        let mut joined: Option<i32> = None;
+        let mut owned: BTreeSet<TopicPartition> = BTreeSet::new();
+        let mut owned_in: Option<i32> = None;
+        for s in &seen {
+            match s {
+                Seen::Metric(Metric::Joined { generation, .. }) => joined = Some(*generation),
+                Seen::Metric(Metric::Assigned {
+                    generation,
+                    partitions,
+                }) => {
+                    assert_eq!(
+                        joined,
+                        Some(*generation),
+                        "{name}: Assigned without its Joined first: {seen:?}"
+                    );
+                    owned.extend(partitions.iter().cloned());
+                    owned_in = Some(*generation);
+                }
+                Seen::Metric(Metric::Revoked {
+                    generation,
+                    partitions,
+                }) => {
+                    // Eager: the generation ending; cooperative: the new one, which no
+                    // longer gives them to this member.
+                    assert!(
+                        owned_in.is_some_and(|g| g <= *generation) && joined == Some(*generation),
+                        "{name}: Revoked names the generation it was asked in: {seen:?}"
+                    );
+                    for tp in partitions {
+                        assert!(
+                            owned.remove(tp),
+                            "{name}: {tp} revoked but not owned: {seen:?}"
+                        );
+                    }
+                }
+                Seen::Metric(Metric::Lost { partitions }) => {
+                    for tp in partitions {
+                        owned.remove(tp);
+                    }
+                }
+                Seen::Handled(tp) => {
+                    assert!(
+                        owned.contains(tp),
+                        "{name}: handled {tp} while not owning it: {seen:?}"
+                    );
+                }
+                Seen::Metric(_) => {}
+            }
+        }
+        finals.push(owned);
+    }
+    let a_revoked = seen_a
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|s| matches!(s, Seen::Metric(Metric::Revoked { .. })));
+    assert!(
+        a_revoked,
+        "{assignor}: A gave partitions back when B joined"
+    );
+    assert!(
+        finals[0].is_disjoint(&finals[1]),
+        "no partition owned by both: {finals:?}"
+    );
+    let union: BTreeSet<TopicPartition> = finals[0].union(&finals[1]).cloned().collect();
+    assert_eq!(union, all, "the last generation covers every partition");
+    assert!(
+        !finals[1].is_empty() && !finals[0].is_empty(),
+        "both own some: {finals:?}"
+    );
+}

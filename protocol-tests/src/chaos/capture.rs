@@ -1,15 +1,10 @@
-//! Learns each member's generation from ottla's own tracing events.
+//! Counts ottla's own tracing events per member incarnation for the report.
 //!
-//! The `Processor` consumes its consumer's group events itself and its metrics hook
-//! reports no assignment or generation, so the chaos runner reads the group member's
-//! `debug!` event `"synced"` (fields `member`, `generation`, `leader`), which
-//! `GroupMember` logs when a SyncGroup response makes it part of a generation, just
-//! before it emits `Assigned`. Every member runs on its own thread (a current-thread
-//! runtime), so the thread tells which member logged it: the member thread sets a
-//! thread-local naming its incarnation, and this layer reports to the journal.
-//!
-//! If ottla stops logging `"synced"`, no generation is learnt and the report says the
-//! ownership check did not run (`ownership=unchecked`), rather than passing it.
+//! Every member runs on its own thread (a current-thread runtime), so the thread tells
+//! which member logged an event: the member thread sets a thread-local naming its
+//! incarnation, and this layer reports warnings, errors and a few debug messages
+//! (joins, coordinator changes) to the journal. Generations come from the Processor's
+//! metrics hook (`Metric::Joined`), not from here.
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
@@ -23,8 +18,8 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use super::journal::Journal;
 
-/// Debug and info messages of member threads counted in the report (the first is the
-/// generation source); every warning and error is counted too.
+/// Debug and info messages of member threads counted in the report; every warning and
+/// error is counted too.
 const COUNTED: &[&str] = &[
     "synced",
     "joining",
@@ -80,11 +75,7 @@ impl<S: Subscriber> Layer<S> for Capture {
             if level > Level::WARN && !COUNTED.contains(&fields.message.as_str()) {
                 return;
             }
-            let generation = (fields.message == "synced")
-                .then_some(fields.generation)
-                .flatten()
-                .and_then(|g| i32::try_from(g).ok());
-            journal.member_log(*inc, fields.message, generation);
+            journal.member_log(*inc, fields.message, None);
         });
     }
 }
@@ -92,22 +83,9 @@ impl<S: Subscriber> Layer<S> for Capture {
 #[derive(Default)]
 struct Fields {
     message: String,
-    generation: Option<i64>,
 }
 
 impl Visit for Fields {
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        if field.name() == "generation" {
-            self.generation = Some(value);
-        }
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        if field.name() == "generation" {
-            self.generation = i64::try_from(value).ok();
-        }
-    }
-
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == "message" {
             self.message = value.to_string();
@@ -115,10 +93,8 @@ impl Visit for Fields {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "generation" => self.generation = format!("{value:?}").parse().ok(),
-            _ => {}
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
         }
     }
 }

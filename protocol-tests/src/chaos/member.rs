@@ -216,6 +216,11 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
         } => journal.dead_lettered(inc, partition.partition, offset),
         Metric::Retry { .. } => journal.retried(),
         Metric::Halted { .. } => journal.halted(),
+        // The generation every later handler start of this incarnation is tagged with:
+        // the Processor reports it before any record of the generation's new partitions.
+        Metric::Joined { generation, .. } => {
+            journal.member_log(inc, "joined".into(), Some(generation))
+        }
         _ => {}
     };
     Processor::builder(&ctx.bootstrap, &ctx.group, [ctx.topic.clone()])
