@@ -686,8 +686,8 @@ impl Fetcher {
     /// node still have data waiting in the buffer. The broker would hold such a Fetch
     /// for `fetch.max.wait.ms`, and the waiting partitions could not be fetched again
     /// until it returns, so the fetch waits (at most `fetch.max.wait.ms` after that data
-    /// came) for them to drain and then goes out with them. `Some(deadline)` while
-    /// deferred.
+    /// came) for them to drain and then goes out with them. Paused partitions' data
+    /// counts too. `Some(deadline)` while deferred.
     fn deferred(&self, now: Instant, node: NodeId) -> Option<Instant> {
         let wait =
             Duration::from_millis(u64::try_from(self.config.params.max_wait_ms).unwrap_or(0));
@@ -698,7 +698,10 @@ impl Fetcher {
                 continue;
             }
             if let Some(since) = s.buffered {
-                if !s.paused && now < since + wait {
+                // Paused ones too: a pause to hold back delivery (the Processor's lanes
+                // do it when full) usually ends within moments, and a long one costs the
+                // other partitions at most this one wait.
+                if now < since + wait {
                     deadline = Some(deadline.map_or(since + wait, |d| d.min(since + wait)));
                 }
             } else if self.fetchable(now, s) {
@@ -1966,7 +1969,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fetch_is_not_deferred_when_a_partition_has_data_to_get_or_the_buffered_one_is_paused() {
+    fn a_fetch_is_not_deferred_when_a_partition_has_data_to_get() {
         // Partition 1 lags (high watermark 10 at offset 0): the fetch returns at once.
         let (mut f, now) = started(FetcherConfig::default());
         f.claim_fetches(now);
@@ -1977,8 +1980,13 @@ mod tests {
             response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 10)]),
         );
         assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+    }
 
-        // Partition 0 is paused: its data may wait for ever, so it defers nothing.
+    #[test]
+    fn a_paused_partition_with_buffered_data_defers_the_others_at_most_fetch_max_wait() {
+        // The Processor pauses a full lane's partition while its data is still in the
+        // buffer and resumes it moments later: without holding back, the caught-up
+        // partitions' Fetch long-polled and the resumed one waited behind it.
         let (mut f, now) = started(FetcherConfig::default());
         f.claim_fetches(now);
         let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
@@ -1988,7 +1996,14 @@ mod tests {
             response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
         );
         f.pause(&tp(0));
-        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        assert_eq!(f.claim_fetches(now), vec![]);
+        // A pause that lasts: partition 1 is fetched once the wait is over, and every
+        // time after.
+        let late = now + Duration::from_millis(500);
+        assert_eq!(f.claim_fetches(late), vec![NodeId(1)]);
+        let (_, token) = f.build_fetch(late, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(late, token, response_hw(55, vec![(1, None, 0)]));
+        assert_eq!(f.claim_fetches(late), vec![NodeId(1)]);
     }
 
     #[test]
