@@ -534,6 +534,22 @@ fn reaction(code: i16) -> Reaction {
     }
 }
 
+/// Codes about what one OffsetCommit carried, not about the member: they fail that
+/// commit and change nothing else (as in the Java client, which raises them to the
+/// committer and carries on).
+fn commit_only(code: i16) -> bool {
+    use ResponseError as E;
+    matches!(
+        ResponseError::try_from_code(code),
+        Some(
+            E::OffsetMetadataTooLarge
+                | E::InvalidCommitOffsetSize
+                | E::TopicAuthorizationFailed
+                | E::UnknownTopicOrPartition
+        )
+    )
+}
+
 fn hint(code: i16) -> Option<&'static str> {
     use ResponseError as E;
     match ResponseError::try_from_code(code)? {
@@ -1624,7 +1640,7 @@ impl GroupMember {
         };
         self.events.push_back(Event::CommitCompleted { id, result });
         let Some(code) = first_error else { return };
-        if stale {
+        if stale || commit_only(code) {
             return;
         }
         match reaction(code) {
@@ -2689,6 +2705,62 @@ mod tests {
         assert!(
             matches!(&out.request, GroupRequest::OffsetCommit { generation: 7, member_id, .. } if member_id == "m1")
         );
+    }
+
+    #[test]
+    fn stable_commit_refused_for_its_content_fails_only_that_commit() {
+        // OFFSET_METADATA_TOO_LARGE once closed the member for good; the Java client
+        // fails the commit and carries on. So for the other codes about the commit's
+        // content.
+        let mut h = stable("range");
+        for code in [
+            ResponseError::OffsetMetadataTooLarge,
+            ResponseError::InvalidCommitOffsetSize,
+            ResponseError::TopicAuthorizationFailed,
+            ResponseError::UnknownTopicOrPartition,
+        ] {
+            let commit = |offset| {
+                vec![CommitOffset {
+                    partition: tp(1),
+                    offset,
+                    leader_epoch: -1,
+                    metadata: Some("x".repeat(5000)),
+                }]
+            };
+            let id = h.m.commit(h.now, commit(1)).unwrap();
+            let _ = h.request();
+            h.respond(
+                id,
+                GroupResponse::OffsetCommit {
+                    partitions: vec![(tp(1), code.code())],
+                },
+            );
+            let ev = h.events();
+            assert!(
+                matches!(
+                    &ev[..],
+                    [Event::CommitCompleted { result: Err(CommitError::Broker { code: c, .. }), .. }] if *c == code.code()
+                ),
+                "{code:?}: {ev:?}"
+            );
+            assert_eq!(h.m.state(), StateKind::Stable, "{code:?}");
+            let id =
+                h.m.commit(h.now, commit(2))
+                    .expect("the member still commits");
+            let out = h.request();
+            assert_eq!(out.id, id);
+            h.respond(
+                id,
+                GroupResponse::OffsetCommit {
+                    partitions: vec![(tp(1), 0)],
+                },
+            );
+            let ev = h.events();
+            assert!(
+                matches!(&ev[..], [Event::CommitCompleted { result: Ok(_), .. }]),
+                "{code:?}: {ev:?}"
+            );
+        }
     }
 
     #[test]
