@@ -350,11 +350,12 @@ fn revoked_partitions_cannot_be_committed_and_a_late_commit_answer_changes_nothi
 
 /// A broker that FindCoordinator names but that answers every group request with
 /// NOT_COORDINATOR (a coordinator still loading, or stale metadata): the member asks
-/// FindCoordinator again `retry.backoff.ms` (100 ms) after each refusal, never faster,
-/// and keeps its partitions while the session lasts. When no heartbeat has succeeded
-/// for `session.timeout.ms`, the partitions are lost and it rejoins, at the same pace.
+/// FindCoordinator again `retry.backoff.ms` (100 ms) after the first refusal, then at a
+/// pace that backs off to `retry.backoff.max.ms` (1 s; KIP-580), and keeps its
+/// partitions while the session lasts. When no heartbeat has succeeded for
+/// `session.timeout.ms`, the partitions are lost and it rejoins, at that pace.
 #[test]
-fn a_coordinator_that_keeps_answering_not_coordinator_is_asked_again_every_retry_backoff() {
+fn a_coordinator_that_keeps_answering_not_coordinator_is_asked_again_at_a_backing_off_pace() {
     let mut h = H::stable_leader();
     let start = h.now;
     let mut lookups: Vec<Duration> = Vec::new();
@@ -415,9 +416,20 @@ fn a_coordinator_that_keeps_answering_not_coordinator_is_asked_again_every_retry
         shortest >= Duration::from_millis(100),
         "FindCoordinator faster than retry.backoff.ms: {shortest:?}"
     );
+    // 100, 200, 400, 800 ms (each jittered by ±20%), then 0.8 to 1 s.
     assert!(
-        lookups.len() >= 100 && lookups.len() <= 151,
-        "one lookup per 100 ms: {}",
+        gaps.iter()
+            .skip(4)
+            .all(|g| *g >= Duration::from_millis(640)),
+        "the pace backs off: {gaps:?}"
+    );
+    assert!(
+        gaps.iter().all(|g| *g <= Duration::from_millis(1_020)),
+        "never slower than retry.backoff.max.ms: {gaps:?}"
+    );
+    assert!(
+        (12..=25).contains(&lookups.len()),
+        "about one lookup per second once backed off: {}",
         lookups.len()
     );
     // The first heartbeat was due 1 s after the sync; the last success was the sync.
@@ -428,6 +440,64 @@ fn a_coordinator_that_keeps_answering_not_coordinator_is_asked_again_every_retry
         "{lost:?}"
     );
     assert!(joins > 0, "it rejoins after the session lapsed");
+}
+
+/// The backed-off pace lasts only while the coordinator keeps refusing: once a request
+/// goes through, the next refusal is followed by a lookup after `retry.backoff.ms`
+/// again, not after the 1 s reached before.
+#[test]
+fn a_request_that_goes_through_resets_the_rediscovery_pace() {
+    let mut h = H::stable_leader();
+    let start = h.now;
+    let mut lookups: Vec<Duration> = Vec::new();
+    let mut refused_after_recovery: Option<Duration> = None;
+    // Refuse for 4 s, accept until 6 s, refuse again until 8 s.
+    for _ in 0..800 {
+        h.advance(Duration::from_millis(10));
+        let t = h.now - start;
+        let refuse = t < Duration::from_secs(4) || t >= Duration::from_secs(6);
+        for out in h.requests() {
+            match out.request {
+                GroupRequest::FindCoordinator { .. } => {
+                    lookups.push(t);
+                    h.found(out.id);
+                }
+                GroupRequest::Heartbeat { .. } => {
+                    if refuse && t >= Duration::from_secs(6) && refused_after_recovery.is_none() {
+                        refused_after_recovery = Some(t);
+                    }
+                    let error = if refuse { NOT_COORDINATOR } else { 0 };
+                    h.respond(out.id, GroupResponse::Heartbeat { error });
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let _ = h.events();
+    }
+    let before: Vec<Duration> = lookups
+        .iter()
+        .copied()
+        .filter(|t| *t < Duration::from_secs(4))
+        .collect();
+    let last_gap = before
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .last()
+        .unwrap_or_default();
+    assert!(
+        last_gap >= Duration::from_millis(640),
+        "backed off before the recovery: {before:?}"
+    );
+    let refused = refused_after_recovery.expect("a heartbeat refused after 6 s");
+    let next = lookups
+        .iter()
+        .copied()
+        .find(|t| *t >= refused)
+        .expect("a lookup after the new refusal");
+    assert!(
+        next - refused <= Duration::from_millis(110),
+        "the pace starts over at retry.backoff.ms: refused at {refused:?}, looked up at {next:?}"
+    );
 }
 
 // ----- the error table -----

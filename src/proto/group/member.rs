@@ -534,6 +534,26 @@ fn reaction(code: i16) -> Reaction {
     }
 }
 
+/// Whether an answer from the coordinator says it is not (or not yet) the coordinator.
+fn refuses_coordination(response: &GroupResponse) -> bool {
+    let refused = |code: i16| {
+        code == ResponseError::NotCoordinator.code()
+            || code == ResponseError::CoordinatorNotAvailable.code()
+            || code == ResponseError::CoordinatorLoadInProgress.code()
+    };
+    match response {
+        GroupResponse::FindCoordinator { .. } => false,
+        GroupResponse::JoinGroup { error, .. }
+        | GroupResponse::SyncGroup { error, .. }
+        | GroupResponse::Heartbeat { error, .. }
+        | GroupResponse::LeaveGroup { error, .. } => refused(*error),
+        GroupResponse::OffsetCommit { partitions } => partitions.iter().any(|(_, e)| refused(*e)),
+        GroupResponse::OffsetFetch { error, partitions } => {
+            refused(*error) || partitions.iter().any(|(_, _, _, e)| refused(*e))
+        }
+    }
+}
+
 /// Codes about what one OffsetCommit carried, not about the member: they fail that
 /// commit and change nothing else (as in the Java client, which raises them to the
 /// committer and carries on).
@@ -594,6 +614,9 @@ pub struct GroupMember {
     sent: BTreeMap<RequestId, Sent>,
     next_request: u64,
     failures: u32,
+    /// Coordinators given up on (NOT_COORDINATOR and the like) since one last answered
+    /// a request without such an error: the pace of rediscovery backs off with it.
+    rediscoveries: u32,
     backoff: Backoff,
     requests: VecDeque<Outgoing>,
     events: VecDeque<Event>,
@@ -628,6 +651,7 @@ impl GroupMember {
             sent: BTreeMap::new(),
             next_request: 0,
             failures: 0,
+            rediscoveries: 0,
             backoff,
             requests: VecDeque::new(),
             events: VecDeque::new(),
@@ -837,6 +861,11 @@ impl GroupMember {
             debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
             return;
         };
+        if !matches!(response, GroupResponse::FindCoordinator { .. })
+            && !refuses_coordination(&response)
+        {
+            self.rediscoveries = 0;
+        }
         match (sent, response) {
             (
                 Sent::FindCoordinator,
@@ -1893,10 +1922,19 @@ impl GroupMember {
 
     fn mark_coordinator_unknown(&mut self, now: Instant) {
         if let Coordinator::Known(node) = self.coordinator {
-            info!(group = %self.config.group_id, coordinator = node.0, "coordinator unknown; rediscovering");
+            // The first rediscovery waits retry.backoff.ms; a coordinator that keeps
+            // refusing after being found again is asked at a pace that backs off to
+            // retry.backoff.max.ms (KIP-580), until a request goes through.
+            self.rediscoveries = self.rediscoveries.saturating_add(1);
+            let wait = if self.rediscoveries <= 1 {
+                self.config.retry_backoff
+            } else {
+                self.backoff.delay(self.rediscoveries)
+            };
+            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries = self.rediscoveries, ?wait, "coordinator unknown; rediscovering");
             self.coordinator = Coordinator::Unknown {
                 lookup: None,
-                retry_at: now + self.config.retry_backoff,
+                retry_at: now + wait,
             };
         }
     }
