@@ -194,7 +194,7 @@ impl RecordBatch {
     pub fn records(&self) -> Records<'_> {
         Records {
             batch: self,
-            buf: self.records.clone(),
+            pos: 0,
             remaining: self.record_count.max(0),
         }
     }
@@ -432,19 +432,21 @@ fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, ReadError> {
 #[derive(Debug)]
 pub struct Records<'a> {
     batch: &'a RecordBatch,
-    buf: Bytes,
+    /// Where the next record starts in `batch.records`.
+    pos: usize,
     remaining: i32,
 }
 
 impl Iterator for Records<'_> {
     type Item = Result<Record, BatchError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.remaining <= 0 {
             return None;
         }
         self.remaining -= 1;
-        let result = read_record(&mut self.buf, self.batch);
+        let result = read_record(&self.batch.records, &mut self.pos, self.batch);
         if result.is_err() {
             self.remaining = 0;
         }
@@ -452,40 +454,54 @@ impl Iterator for Records<'_> {
     }
 }
 
-fn read_record(buf: &mut Bytes, batch: &RecordBatch) -> Result<Record, BatchError> {
+/// Headers reserved for up front whatever the record's size: a claimed count costs at
+/// most this many entries (256 bytes) more than the record's own bytes.
+const HEADERS_RESERVED_ANYWAY: usize = 4;
+
+/// Reads the record at `data[*pos..]` and moves `pos` past it. The record is parsed
+/// from a byte slice; only the fields returned (key, value, header keys and values)
+/// become `Bytes`, each a slice of `data`.
+#[inline]
+fn read_record(data: &Bytes, pos: &mut usize, batch: &RecordBatch) -> Result<Record, BatchError> {
     let err = |what| BatchError {
         base_offset: batch.base_offset,
         kind: BatchErrorKind::Malformed(what),
     };
-    let len = varint(buf).ok_or(err("record length"))?;
+    let mut buf: &[u8] = data.get(*pos..).unwrap_or_default();
+    let len = varint(&mut buf).ok_or(err("record length"))?;
     let len = usize::try_from(len).map_err(|_| err("negative record length"))?;
-    if len > buf.len() {
+    let Some(mut r) = buf.get(..len) else {
         return Err(err("record longer than the batch"));
-    }
-    let mut r = buf.split_to(len);
-    if r.is_empty() {
+    };
+    // `r` ends at `end` in `data`: a field's offset there is `end - r.len()`.
+    let end = data.len() - buf.len() + len;
+    *pos = end;
+    let Some((_attributes, rest)) = r.split_first() else {
         return Err(err("empty record"));
-    }
-    let _attributes = r.get_i8();
+    };
+    r = rest;
     let timestamp_delta = varlong(&mut r).ok_or(err("timestamp delta"))?;
     let offset_delta = varint(&mut r).ok_or(err("offset delta"))?;
-    let key = nullable_bytes(&mut r).ok_or(err("key"))?;
-    let value = nullable_bytes(&mut r).ok_or(err("value"))?;
+    let key = nullable_bytes(data, end, &mut r).ok_or(err("key"))?;
+    let value = nullable_bytes(data, end, &mut r).ok_or(err("value"))?;
     let count = varint(&mut r).ok_or(err("header count"))?;
     let count = usize::try_from(count).map_err(|_| err("negative header count"))?;
     // A header takes at least two bytes (two lengths); in memory it takes 64. The
     // reservation is bounded by the bytes left, so a claimed count costs no more memory
     // than the record's own size (found by the hostile-broker tests: a 1 MiB record
-    // claiming 2^20 headers reserved 64 MiB).
+    // claiming 2^20 headers reserved 64 MiB), or than a few headers: reserving those
+    // spares the usual record with one or two short headers a regrowth.
     if count > r.len() / 2 {
         return Err(err("more headers than bytes"));
     }
-    let mut headers = Vec::with_capacity(count.min(r.len() / size_of::<(Bytes, Option<Bytes>)>()));
+    let mut headers = Vec::with_capacity(
+        count.min((r.len() / size_of::<(Bytes, Option<Bytes>)>()).max(HEADERS_RESERVED_ANYWAY)),
+    );
     for _ in 0..count {
-        let k = nullable_bytes(&mut r)
+        let k = nullable_bytes(data, end, &mut r)
             .ok_or(err("header key"))?
             .ok_or(err("null header key"))?;
-        let v = nullable_bytes(&mut r).ok_or(err("header value"))?;
+        let v = nullable_bytes(data, end, &mut r).ok_or(err("header value"))?;
         headers.push((k, v));
     }
     if !r.is_empty() {
@@ -512,36 +528,77 @@ fn read_record(buf: &mut Bytes, batch: &RecordBatch) -> Result<Record, BatchErro
     })
 }
 
-/// A zigzag varint (i32).
-fn varint(b: &mut Bytes) -> Option<i32> {
-    let v = varlong(b)?;
-    i32::try_from(v).ok()
+/// A zigzag varint (i32): a varlong that must fit an i32. One and two bytes, the usual
+/// lengths in a record, are read without a loop (and always fit).
+#[inline(always)]
+fn varint(b: &mut &[u8]) -> Option<i32> {
+    match **b {
+        [b0, ref rest @ ..] if b0 < 0x80 => {
+            *b = rest;
+            Some(zigzag32(u32::from(b0)))
+        }
+        // b0 has its continuation bit (the arm above took it otherwise).
+        [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+            *b = rest;
+            Some(zigzag32(u32::from(b0 & 0x7f) | u32::from(b1) << 7))
+        }
+        _ => i32::try_from(varlong_long(b)?).ok(),
+    }
 }
 
-/// A zigzag varlong (i64), at most 10 bytes.
-fn varlong(b: &mut Bytes) -> Option<i64> {
+#[inline(always)]
+fn zigzag32(raw: u32) -> i32 {
+    ((raw >> 1) as i32) ^ -((raw & 1) as i32)
+}
+
+#[inline(always)]
+fn zigzag(raw: u64) -> i64 {
+    ((raw >> 1) as i64) ^ -((raw & 1) as i64)
+}
+
+/// A zigzag varlong (i64), at most 10 bytes; one or two are read without a loop.
+#[inline(always)]
+fn varlong(b: &mut &[u8]) -> Option<i64> {
+    match **b {
+        [b0, ref rest @ ..] if b0 < 0x80 => {
+            *b = rest;
+            Some(zigzag(u64::from(b0)))
+        }
+        [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+            *b = rest;
+            Some(zigzag(u64::from(b0 & 0x7f) | u64::from(b1) << 7))
+        }
+        _ => varlong_long(b),
+    }
+}
+
+/// [`varlong`] of any length (and the end of the bytes, or an eleventh byte: `None`).
+#[inline(never)]
+fn varlong_long(b: &mut &[u8]) -> Option<i64> {
     let mut raw: u64 = 0;
-    for i in 0..10 {
-        let byte = *b.first()?;
-        b.advance(1);
+    for (i, &byte) in b.iter().take(10).enumerate() {
         raw |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
-            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            *b = b.get(i + 1..)?;
+            return Some(zigzag(raw));
         }
     }
     None
 }
 
-fn nullable_bytes(b: &mut Bytes) -> Option<Option<Bytes>> {
-    let len = varint(b)?;
-    if len < 0 {
+/// Length-prefixed bytes, null for a negative length, read from `r` (which ends at
+/// `end` in `data`) and returned as a slice of `data`.
+#[inline(always)]
+fn nullable_bytes(data: &Bytes, end: usize, r: &mut &[u8]) -> Option<Option<Bytes>> {
+    let len = varint(r)?;
+    let Ok(len) = usize::try_from(len) else {
         return Some(None);
-    }
-    let len = len as usize;
-    if len > b.len() {
-        return None;
-    }
-    Some(Some(b.split_to(len)))
+    };
+    let rest = r.get(len..)?;
+    // `r` lies inside `data` and ends at `end`, so `start..start + len` does too.
+    let start = end - r.len();
+    *r = rest;
+    Some(Some(data.slice(start..start + len)))
 }
 
 /// A transaction marker found in a fetched range.
@@ -764,14 +821,173 @@ mod tests {
             (&[0x02], 1),
             (&[0x96, 0x01], 75),
             (&[0xff, 0x01], -128),
+            (&[0x80, 0x80, 0x01], 8192),
+            (&[0xfe, 0xff, 0xff, 0xff, 0x0f], i64::from(i32::MAX)),
+            (
+                &[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+                i64::MAX,
+            ),
+            (
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+                i64::MIN,
+            ),
         ] {
-            assert_eq!(
-                varlong(&mut Bytes::copy_from_slice(bytes)),
-                Some(value),
-                "{bytes:?}"
-            );
+            // Followed by another byte, which must be left in place.
+            let mut with_next = bytes.to_vec();
+            with_next.push(0x2a);
+            let mut b = &with_next[..];
+            assert_eq!(varlong(&mut b), Some(value), "{bytes:?}");
+            assert_eq!(b, &[0x2a], "{bytes:?}");
         }
         // Eleven continuation bytes: not a varlong.
-        assert_eq!(varlong(&mut Bytes::from_static(&[0x80; 11])), None);
+        assert_eq!(varlong(&mut &[0x80; 11][..]), None);
+        // Cut short after one, two or three bytes, or empty.
+        for cut in [&[][..], &[0x80], &[0x80, 0x80], &[0x80, 0x80, 0x80]] {
+            assert_eq!(varlong(&mut &cut[..]), None, "{cut:?}");
+        }
+        // A varint is a varlong within i32.
+        assert_eq!(
+            varint(&mut &[0xfe, 0xff, 0xff, 0xff, 0x0f][..]),
+            Some(i32::MAX)
+        );
+        assert_eq!(varint(&mut &[0x80, 0x80, 0x80, 0x80, 0x10][..]), None);
+    }
+
+    /// A v2 batch at offset 0 around `records`, each given as its body (the length
+    /// prefix is added), with a CRC of zero: read it with CRC checks off.
+    fn raw_batch(records: &[&[u8]]) -> Bytes {
+        let mut body = Vec::new();
+        for r in records {
+            // Zigzag, one byte: bodies here are shorter than 64 bytes.
+            assert!(r.len() < 64);
+            body.push((r.len() * 2) as u8);
+            body.extend_from_slice(r);
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&0i64.to_be_bytes()); // base offset
+        b.extend_from_slice(&((HEADER_LEN - 12 + body.len()) as i32).to_be_bytes());
+        b.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
+        b.push(2); // magic
+        b.extend_from_slice(&0u32.to_be_bytes()); // CRC
+        b.extend_from_slice(&0i16.to_be_bytes()); // attributes
+        b.extend_from_slice(&(records.len() as i32 - 1).to_be_bytes()); // last offset delta
+        b.extend_from_slice(&1_000i64.to_be_bytes()); // base timestamp
+        b.extend_from_slice(&1_000i64.to_be_bytes()); // max timestamp
+        b.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+        b.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+        b.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+        b.extend_from_slice(&(records.len() as i32).to_be_bytes());
+        assert_eq!(b.len(), HEADER_LEN);
+        b.extend_from_slice(&body);
+        Bytes::from(b)
+    }
+
+    /// The records of the first batch in `bytes`, read with CRC checks off.
+    fn read_raw(bytes: Bytes) -> Vec<Result<Record, BatchError>> {
+        let options = BatchOptions {
+            check_crcs: false,
+            ..BatchOptions::default()
+        };
+        let batch = Batches::new(bytes, options).next().unwrap().unwrap();
+        batch.records().collect()
+    }
+
+    fn malformed(what: &'static str) -> BatchErrorKind {
+        BatchErrorKind::Malformed(what)
+    }
+
+    #[test]
+    fn records_read_in_place_with_their_fields_as_slices() {
+        // attributes, timestamp delta 5, offset delta 0, key "k", null value, two
+        // headers ("h" = "xy", "n" = null).
+        let first: &[u8] = &[0, 10, 0, 2, b'k', 1, 4, 2, b'h', 4, b'x', b'y', 2, b'n', 1];
+        // Empty key and value, no headers.
+        let second: &[u8] = &[0, 0, 2, 0, 0, 0];
+        let bytes = raw_batch(&[first, second]);
+        let records: Vec<Record> = read_raw(bytes.clone())
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(records[0].offset, 0);
+        assert_eq!(records[0].timestamp, 1_005);
+        assert_eq!(records[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(records[0].value, None);
+        assert_eq!(
+            records[0].headers,
+            [
+                (Bytes::from_static(b"h"), Some(Bytes::from_static(b"xy"))),
+                (Bytes::from_static(b"n"), None),
+            ]
+        );
+        // The key is a slice of the response bytes, not a copy.
+        let key = records[0].key.as_ref().unwrap();
+        let at = bytes.windows(2).position(|w| w == [2, b'k']).unwrap() + 1;
+        assert_eq!(key.as_ptr(), bytes[at..].as_ptr());
+        assert_eq!(records[1].offset, 1);
+        assert_eq!(records[1].key.as_deref(), Some(&b""[..]));
+        assert_eq!(records[1].value.as_deref(), Some(&b""[..]));
+        assert!(records[1].headers.is_empty());
+    }
+
+    #[test]
+    fn fields_end_with_their_record_not_the_batch() {
+        // The next record's bytes must never complete a field of this one: each case
+        // is followed by a valid record.
+        let valid: &[u8] = &[0, 0, 2, 1, 1, 0];
+        for (record, what) in [
+            // Header count cut after a continuation byte (a truncated varint at the
+            // end of the record).
+            (&[0, 0, 0, 1, 1, 0x80][..], "header count"),
+            // Offset delta cut the same way, two bytes in.
+            (&[0, 0, 0x80, 0x80], "offset delta"),
+            (&[0, 0x80], "timestamp delta"),
+            // A value longer than what is left of the record.
+            (&[0, 0, 0, 1, 6, b'a', b'b'], "value"),
+            (&[0, 0, 0, 4, b'a'], "key"),
+            (&[0, 0, 0, 1, 1, 2, 2, b'h'], "header value"),
+            (&[0, 0, 0, 1, 1, 2, 0x80, 0x80], "header key"),
+            (&[0, 0, 0, 1, 1, 2, 1, 1], "null header key"),
+            (&[0, 0, 0, 1, 1, 0, 0], "record has trailing bytes"),
+            (&[0, 0, 0, 1, 1, 1], "negative header count"),
+            (&[0, 0, 0, 1, 1, 8, 0, 0], "more headers than bytes"),
+            (&[], "empty record"),
+        ] {
+            let records = read_raw(raw_batch(&[record, valid]));
+            assert_eq!(records.len(), 1, "{what}: iteration stops at the error");
+            assert_eq!(
+                records[0].as_ref().unwrap_err().kind,
+                malformed(what),
+                "{record:?}"
+            );
+        }
+        // A record length past the batch's end, negative, or cut short.
+        for (tail, what) in [
+            (&[0x7e][..], "record longer than the batch"),
+            (&[0x01], "negative record length"),
+            (&[0x80], "record length"),
+        ] {
+            let mut bytes = raw_batch(&[valid]).to_vec();
+            let n = bytes.len();
+            bytes.extend_from_slice(tail);
+            // One more record, in the length and count.
+            let length = i32::from_be_bytes(bytes[8..12].try_into().unwrap()) + tail.len() as i32;
+            bytes[8..12].copy_from_slice(&length.to_be_bytes());
+            bytes[57..61].copy_from_slice(&2i32.to_be_bytes());
+            assert_eq!(n + tail.len(), bytes.len());
+            let records = read_raw(Bytes::from(bytes));
+            assert!(records[0].is_ok());
+            assert_eq!(records[1].as_ref().unwrap_err().kind, malformed(what));
+        }
+        // A batch claiming more records than it holds: an error at the end, not a
+        // panic.
+        let mut bytes = raw_batch(&[valid]).to_vec();
+        bytes[57..61].copy_from_slice(&3i32.to_be_bytes());
+        let records = read_raw(Bytes::from(bytes));
+        assert!(records[0].is_ok());
+        assert_eq!(
+            records[1].as_ref().unwrap_err().kind,
+            malformed("record length")
+        );
+        assert_eq!(records.len(), 2);
     }
 }
