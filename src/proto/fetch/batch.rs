@@ -187,7 +187,7 @@ impl RecordBatch {
 
     /// The offset after this batch.
     pub fn next_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.last_offset_delta) + 1
+        self.base_offset + (i64::from(self.last_offset_delta) + 1)
     }
 
     /// The batch's records.
@@ -196,6 +196,7 @@ impl RecordBatch {
             batch: self,
             pos: 0,
             remaining: self.record_count.max(0),
+            next_min: self.base_offset,
         }
     }
 }
@@ -313,9 +314,12 @@ fn parse_batch(
     // The batch's offsets must fit an i64, so that `next_offset` and every offset
     // computed from it are exact (found by fuzzing: a base offset near i64::MAX
     // overflowed, a panic in debug builds and a wrapped offset in release ones).
-    if base_offset
-        .checked_add(i64::from(last_offset_delta) + 1)
-        .is_none()
+    // Negative base offsets are not offsets (and `i64::MIN` with a delta of -1 once
+    // overflowed `next_offset() - 1`; found by fuzzing).
+    if base_offset < 0
+        || base_offset
+            .checked_add(i64::from(last_offset_delta) + 1)
+            .is_none()
     {
         return Err(err(BatchErrorKind::Malformed(
             "batch offsets past the end of the log",
@@ -435,6 +439,8 @@ pub struct Records<'a> {
     /// Where the next record starts in `batch.records`.
     pos: usize,
     remaining: i32,
+    /// The lowest offset the next record may have: offsets rise within a batch.
+    next_min: i64,
 }
 
 impl Iterator for Records<'_> {
@@ -446,7 +452,24 @@ impl Iterator for Records<'_> {
             return None;
         }
         self.remaining -= 1;
-        let result = read_record(&self.batch.records, &mut self.pos, self.batch);
+        let result = read_record(&self.batch.records, &mut self.pos, self.batch).and_then(|r| {
+            // Offsets rise within a batch and end at its last offset. A record out of
+            // that order is malformed: delivered, it moved the position past records
+            // not yet read, then back (found by fuzzing).
+            let last = self.batch.next_offset() - 1;
+            if r.offset < self.next_min || r.offset > last {
+                return Err(BatchError {
+                    base_offset: self.batch.base_offset,
+                    kind: BatchErrorKind::Malformed(if r.offset > last {
+                        "record offset past the batch's last offset"
+                    } else {
+                        "record offsets out of order"
+                    }),
+                });
+            }
+            self.next_min = r.offset + 1;
+            Ok(r)
+        });
         if result.is_err() {
             self.remaining = 0;
         }
@@ -811,6 +834,53 @@ mod tests {
         // At the edge, everything fits.
         let batch = first(batch_at(i64::MAX - 2, 1)).expect("fits");
         assert!(batch.records().all(|r| r.is_ok()));
+        // A negative base offset: `i64::MIN` with a delta of -1 passed the check above
+        // and overflowed `next_offset() - 1` (found by the record_batch target).
+        for (base, delta) in [(i64::MIN, -1), (-1, 1)] {
+            assert!(
+                matches!(
+                    first(batch_at(base, delta)),
+                    Err(BatchError {
+                        kind: BatchErrorKind::Malformed("batch offsets past the end of the log"),
+                        ..
+                    })
+                ),
+                "{base} {delta}"
+            );
+        }
+    }
+
+    #[test]
+    fn record_offsets_must_rise_within_the_batch() {
+        // Found by the fetch_response target: a record claiming offset 17 in a batch
+        // ending at 2, then a record at 2, moved the position to 18 and back to 3.
+        let at = |delta: u8| -> Vec<u8> { vec![0, 0, delta * 2, 1, 1, 0] };
+        let (r0, r1, r2, r5) = (at(0), at(1), at(2), at(5));
+        // In order: fine; a gap (compaction: two records left of three) is fine too.
+        let records = read_raw(raw_batch(&[&r0, &r1, &r2]));
+        assert!(records.iter().all(|r| r.is_ok()), "{records:?}");
+        let mut gap = raw_batch(&[&r0, &r2]).to_vec();
+        gap[23..27].copy_from_slice(&2i32.to_be_bytes());
+        let records = read_raw(Bytes::from(gap));
+        let offsets: Vec<i64> = records.iter().map(|r| r.as_ref().unwrap().offset).collect();
+        assert_eq!(offsets, vec![0, 2]);
+        // Back to an earlier offset, or the same one twice.
+        for second in [&r0, &r1] {
+            let records = read_raw(raw_batch(&[&r1, second, &r2]));
+            assert!(records[0].is_ok());
+            assert_eq!(records.len(), 2, "iteration stops at the error");
+            assert_eq!(
+                records[1].as_ref().unwrap_err().kind,
+                malformed("record offsets out of order")
+            );
+        }
+        // Past the batch's last offset (2 records: last delta 1).
+        let records = read_raw(raw_batch(&[&r0, &r5]));
+        assert!(records[0].is_ok());
+        assert_eq!(
+            records[1].as_ref().unwrap_err().kind,
+            malformed("record offset past the batch's last offset")
+        );
     }
 
     #[test]
@@ -933,7 +1003,7 @@ mod tests {
     fn fields_end_with_their_record_not_the_batch() {
         // The next record's bytes must never complete a field of this one: each case
         // is followed by a valid record.
-        let valid: &[u8] = &[0, 0, 2, 1, 1, 0];
+        let valid: &[u8] = &[0, 0, 0, 1, 1, 0];
         for (record, what) in [
             // Header count cut after a continuation byte (a truncated varint at the
             // end of the record).
