@@ -197,6 +197,7 @@ impl RecordBatch {
             pos: 0,
             remaining: self.record_count.max(0),
             next_min: self.base_offset,
+            last: self.next_offset() - 1,
         }
     }
 }
@@ -441,6 +442,8 @@ pub struct Records<'a> {
     remaining: i32,
     /// The lowest offset the next record may have: offsets rise within a batch.
     next_min: i64,
+    /// The batch's last offset: no record may be past it.
+    last: i64,
 }
 
 impl Iterator for Records<'_> {
@@ -456,7 +459,7 @@ impl Iterator for Records<'_> {
             // Offsets rise within a batch and end at its last offset. A record out of
             // that order is malformed: delivered, it moved the position past records
             // not yet read, then back (found by fuzzing).
-            let last = self.batch.next_offset() - 1;
+            let last = self.last;
             if r.offset < self.next_min || r.offset > last {
                 return Err(BatchError {
                     base_offset: self.batch.base_offset,
