@@ -481,8 +481,8 @@ fn a_request_that_goes_through_resets_the_rediscovery_pace() {
         .collect();
     let last_gap = before
         .windows(2)
+        .next_back()
         .map(|w| w[1] - w[0])
-        .last()
         .unwrap_or_default();
     assert!(
         last_gap >= Duration::from_millis(640),
