@@ -170,8 +170,8 @@ fn structured(input: &mut Input, mode: u8, codec: Codec) -> (Bytes, Option<Vec<O
     };
     let extra = attribute_bits(mode);
     let batch = rebase(&encoded, base_offset, extra);
-    // Offsets past i64::MAX cannot be written; such a batch is only read.
-    let fits = base_offset.checked_add(n as i64).is_some();
+    // Offsets below 0 or past i64::MAX are not offsets; such a batch is only read.
+    let fits = base_offset >= 0 && base_offset.checked_add(n as i64).is_some();
     let plain = extra & (CONTROL_BIT | LOG_APPEND_BIT) == 0;
     (batch, (plain && fits).then_some(records))
 }
