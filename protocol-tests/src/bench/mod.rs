@@ -14,6 +14,7 @@
 
 pub mod child;
 pub mod produce;
+pub mod rebalance;
 pub mod run;
 pub mod table;
 
