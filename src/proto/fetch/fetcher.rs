@@ -1909,12 +1909,9 @@ mod tests {
         assert_eq!(drain(&mut f), vec![(0, 3), (0, 4)]);
         assert_eq!(f.lag(&tp(0)), Some(95));
     }
-    #[test]
-    fn a_fetch_that_would_only_long_poll_waits_for_the_buffered_data_to_drain() {
-        // The 500 ms stall: partition 0's data waits in the buffer, partition 1 is at
-        // the log end. A Fetch of partition 1 alone would sit at the broker for
-        // fetch.max.wait.ms, and partition 0 could not be fetched again until it came
-        // back. Instead the fetch waits for partition 0 to drain and carries both.
+    /// A fetcher in session 55 whose partition 0 has records 0 to 2 waiting in the
+    /// buffer (high watermark 3) and whose partition 1 is at its log end (0).
+    fn buffered_and_caught_up() -> (Fetcher, Instant) {
         let (mut f, now) = started(FetcherConfig::default());
         assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
         let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
@@ -1923,6 +1920,16 @@ mod tests {
             token,
             response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
         );
+        (f, now)
+    }
+
+    #[test]
+    fn a_fetch_that_would_only_long_poll_waits_for_the_buffered_data_to_drain() {
+        // The 500 ms stall: partition 0's data waits in the buffer, partition 1 is at
+        // the log end. A Fetch of partition 1 alone would sit at the broker for
+        // fetch.max.wait.ms, and partition 0 could not be fetched again until it came
+        // back. Instead the fetch waits for partition 0 to drain and carries both.
+        let (mut f, now) = buffered_and_caught_up();
         assert_eq!(
             f.claim_fetches(now),
             vec![],
@@ -1948,14 +1955,7 @@ mod tests {
 
     #[test]
     fn a_deferred_fetch_goes_out_after_fetch_max_wait_even_if_nothing_drains() {
-        let (mut f, now) = started(FetcherConfig::default());
-        f.claim_fetches(now);
-        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
-        f.handle_fetch(
-            now,
-            token,
-            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
-        );
+        let (mut f, now) = buffered_and_caught_up();
         assert_eq!(f.claim_fetches(now + Duration::from_millis(499)), vec![]);
         // The application stopped reading: partition 1 must not starve.
         let late = now + Duration::from_millis(500);
@@ -1987,14 +1987,7 @@ mod tests {
         // The Processor pauses a full lane's partition while its data is still in the
         // buffer and resumes it moments later: without holding back, the caught-up
         // partitions' Fetch long-polled and the resumed one waited behind it.
-        let (mut f, now) = started(FetcherConfig::default());
-        f.claim_fetches(now);
-        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
-        f.handle_fetch(
-            now,
-            token,
-            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
-        );
+        let (mut f, now) = buffered_and_caught_up();
         f.pause(&tp(0));
         assert_eq!(f.claim_fetches(now), vec![]);
         // A pause that lasts: partition 1 is fetched once the wait is over, and every
