@@ -728,8 +728,20 @@ async fn coordinator_move(
     group: &mut Group,
     s: &Settings,
 ) -> anyhow::Result<RunResult> {
-    let producer = SteadyProducer::start(&m.bootstrap(), &group.ctx.topic, s)?;
-    let result = coordinator_move_inner(m, group, s).await;
+    let topic = group.ctx.topic.clone();
+    while_producing(m, &topic, s, coordinator_move_inner(m, group, s)).await
+}
+
+/// Runs `scenario` while a steady producer writes to `topic`, and adds what it wrote
+/// to the result's note.
+async fn while_producing(
+    m: &MockCluster,
+    topic: &str,
+    s: &Settings,
+    scenario: impl std::future::Future<Output = anyhow::Result<RunResult>>,
+) -> anyhow::Result<RunResult> {
+    let producer = SteadyProducer::start(&m.bootstrap(), topic, s)?;
+    let result = scenario.await;
     let written = producer.stop().await;
     let mut result = result?;
     result.note = format!(
@@ -799,15 +811,8 @@ async fn scale_out(
     s: &Settings,
     scenario: Scenario,
 ) -> anyhow::Result<RunResult> {
-    let producer = SteadyProducer::start(&m.bootstrap(), &group.ctx.topic, s)?;
-    let result = scale_out_inner(m, group, s, scenario).await;
-    let written = producer.stop().await;
-    let mut result = result?;
-    result.note = format!(
-        "{}; {} records per partition written",
-        result.note, written?
-    );
-    Ok(result)
+    let topic = group.ctx.topic.clone();
+    while_producing(m, &topic, s, scale_out_inner(m, group, s, scenario)).await
 }
 
 async fn scale_out_inner(

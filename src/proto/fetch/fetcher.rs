@@ -1681,17 +1681,10 @@ mod tests {
 
     #[test]
     fn paused_partitions_are_not_fetched_and_their_records_wait() {
-        let (mut f, now) = started(FetcherConfig::default());
-        f.claim_fetches(now);
-        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
-        f.handle_fetch(
-            now,
-            token,
-            response(
-                0,
-                vec![(0, 0, Some(batch(0, 2))), (1, 0, Some(batch(0, 2)))],
-            ),
-        );
+        let (mut f, now) = after_first_fetch(response(
+            0,
+            vec![(0, 0, Some(batch(0, 2))), (1, 0, Some(batch(0, 2)))],
+        ));
         f.pause(&tp(0));
         assert_eq!(drain(&mut f), vec![(1, 0), (1, 1)]);
         f.claim_fetches(now);
@@ -1912,14 +1905,18 @@ mod tests {
     /// A fetcher in session 55 whose partition 0 has records 0 to 2 waiting in the
     /// buffer (high watermark 3) and whose partition 1 is at its log end (0).
     fn buffered_and_caught_up() -> (Fetcher, Instant) {
+        after_first_fetch(response_hw(
+            55,
+            vec![(0, Some(batch(0, 3)), 3), (1, None, 0)],
+        ))
+    }
+
+    /// A fetcher from [`started`] whose first Fetch (v16) was answered with `answer`.
+    fn after_first_fetch(answer: FetchResponse) -> (Fetcher, Instant) {
         let (mut f, now) = started(FetcherConfig::default());
         assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
         let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
-        f.handle_fetch(
-            now,
-            token,
-            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 0)]),
-        );
+        f.handle_fetch(now, token, answer);
         (f, now)
     }
 
@@ -1971,14 +1968,10 @@ mod tests {
     #[test]
     fn a_fetch_is_not_deferred_when_a_partition_has_data_to_get() {
         // Partition 1 lags (high watermark 10 at offset 0): the fetch returns at once.
-        let (mut f, now) = started(FetcherConfig::default());
-        f.claim_fetches(now);
-        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
-        f.handle_fetch(
-            now,
-            token,
-            response_hw(55, vec![(0, Some(batch(0, 3)), 3), (1, None, 10)]),
-        );
+        let (mut f, now) = after_first_fetch(response_hw(
+            55,
+            vec![(0, Some(batch(0, 3)), 3), (1, None, 10)],
+        ));
         assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
     }
 
