@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::proto::sasl::Mechanism;
 use crate::proto::wire::DEFAULT_MAX_FRAME_SIZE;
+use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, TrustRoots};
 
 /// Connection-level configuration.
 ///
@@ -18,6 +20,12 @@ use crate::proto::wire::DEFAULT_MAX_FRAME_SIZE;
 /// | `reconnect_backoff_max` | `reconnect.backoff.max.ms` | 1 s |
 /// | `max_in_flight` | `max.in.flight.requests.per.connection` | 5 |
 /// | `max_frame_size` | (none; the broker's `socket.request.max.bytes`) | 100 MiB |
+/// | `security_protocol` | `security.protocol` | `PLAINTEXT` |
+/// | `tls` | `ssl.*` ([`TlsConfig`]) | the platform's roots, host names verified |
+/// | `sasl` | `sasl.*` ([`SaslConfig`]) | none |
+///
+/// Every setting can also be given by its Java or librdkafka property name with
+/// [`ClientConfig::set`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
@@ -39,6 +47,12 @@ pub struct ClientConfig {
     pub max_frame_size: usize,
     /// Seed for reconnect jitter, so runs can be replayed.
     pub jitter_seed: u64,
+    /// `security.protocol`: plain TCP, TLS, SASL, or SASL over TLS.
+    pub security_protocol: SecurityProtocol,
+    /// TLS settings, used with `SSL` and `SASL_SSL`.
+    pub tls: TlsConfig,
+    /// SASL settings, required with `SASL_PLAINTEXT` and `SASL_SSL`.
+    pub sasl: Option<SaslConfig>,
 }
 
 impl ClientConfig {
@@ -60,7 +74,177 @@ impl ClientConfig {
             max_in_flight: 5,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             jitter_seed: 0x006f_7474_6c61,
+            security_protocol: SecurityProtocol::Plaintext,
+            tls: TlsConfig::default(),
+            sasl: None,
         }
+    }
+
+    /// Sets `security.protocol`.
+    pub fn with_security_protocol(mut self, protocol: SecurityProtocol) -> Self {
+        self.security_protocol = protocol;
+        self
+    }
+
+    /// The TLS settings (used with `SSL` and `SASL_SSL`).
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The SASL settings (used with `SASL_PLAINTEXT` and `SASL_SSL`).
+    pub fn with_sasl(mut self, sasl: SaslConfig) -> Self {
+        self.sasl = Some(sasl);
+        self
+    }
+
+    /// Sets one setting by its Java or librdkafka property name, for configurations
+    /// people already have:
+    ///
+    /// | property | meaning |
+    /// |---|---|
+    /// | `bootstrap.servers`, `client.id`, `request.timeout.ms`, `socket.connection.setup.timeout.ms`, `reconnect.backoff.ms`, `reconnect.backoff.max.ms`, `max.in.flight.requests.per.connection` | as in the table above |
+    /// | `security.protocol` | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL` |
+    /// | `ssl.ca.location` | a PEM file of trusted CAs (`probe`: the platform's roots) |
+    /// | `ssl.ca.pem`, `ssl.truststore.certificates` | trusted CAs as PEM text |
+    /// | `ssl.truststore.location` with `ssl.truststore.type=PEM` | a PEM file of trusted CAs |
+    /// | `ssl.certificate.location`, `ssl.key.location` | the client certificate and key files (mutual TLS) |
+    /// | `ssl.certificate.pem`, `ssl.key.pem`, `ssl.keystore.certificate.chain`, `ssl.keystore.key` | the same as PEM text |
+    /// | `ssl.keystore.location` with `ssl.keystore.type=PEM` | one PEM file holding the key and the chain |
+    /// | `ssl.endpoint.identification.algorithm` | `https` (default) or `none`/empty: see [`TlsConfig::danger_disable_hostname_verification`] |
+    /// | `sasl.mechanism` (`sasl.mechanisms`) | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER` |
+    /// | `sasl.username`, `sasl.password` | PLAIN and SCRAM credentials |
+    /// | `sasl.jaas.config` | the Java form of them: `...PlainLoginModule required username="u" password="p";` (and `ScramLoginModule`) |
+    /// | `sasl.oauthbearer.config` with `enable.sasl.oauthbearer.unsecure.jwt=true` | unsigned test tokens (librdkafka) |
+    ///
+    /// An unknown key, or a value that does not parse, is an error naming the key.
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
+        let key = key.trim();
+        let value = value.trim();
+        let bad = |message: String| -> Result<Self> {
+            Err(Error::Config {
+                setting: static_name(key),
+                message,
+            })
+        };
+        let ms = |v: &str| -> std::result::Result<Duration, String> {
+            v.parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| format!("{v:?} is not a number of milliseconds"))
+        };
+        match key {
+            "bootstrap.servers" => {
+                let fresh = ClientConfig::new(value);
+                self.bootstrap_servers = fresh.bootstrap_servers;
+            }
+            "client.id" => self.client_id = value.to_string(),
+            "request.timeout.ms" => match ms(value) {
+                Ok(d) => self.request_timeout = d,
+                Err(m) => return bad(m),
+            },
+            "socket.connection.setup.timeout.ms" => match ms(value) {
+                Ok(d) => self.connect_timeout = d,
+                Err(m) => return bad(m),
+            },
+            "reconnect.backoff.ms" => match ms(value) {
+                Ok(d) => self.reconnect_backoff = d,
+                Err(m) => return bad(m),
+            },
+            "reconnect.backoff.max.ms" => match ms(value) {
+                Ok(d) => self.reconnect_backoff_max = d,
+                Err(m) => return bad(m),
+            },
+            "max.in.flight.requests.per.connection" | "max.in.flight" => match value.parse() {
+                Ok(n) => self.max_in_flight = n,
+                Err(_) => return bad(format!("{value:?} is not a count")),
+            },
+            "security.protocol" => match SecurityProtocol::parse(value) {
+                Some(p) => self.security_protocol = p,
+                None => {
+                    return bad(format!(
+                        "{value:?}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+                    ));
+                }
+            },
+            "ssl.ca.location" | "ssl.truststore.location" => {
+                self.tls.roots = if value.eq_ignore_ascii_case("probe") {
+                    TrustRoots::Platform
+                } else {
+                    TrustRoots::Pem(Pem::file(value))
+                };
+            }
+            "ssl.ca.pem" | "ssl.truststore.certificates" => {
+                self.tls.roots = TrustRoots::Pem(Pem::inline(value));
+            }
+            "ssl.truststore.type" | "ssl.keystore.type" => {
+                if !value.eq_ignore_ascii_case("PEM") {
+                    return bad(format!(
+                        "{value:?} stores are not read; convert it to PEM (openssl pkcs12 -in store.p12 -nodes, or keytool -exportcert -rfc) and give the file"
+                    ));
+                }
+            }
+            "ssl.certificate.location" => self.tls.certificate = Some(Pem::file(value)),
+            "ssl.key.location" => self.tls.key = Some(Pem::file(value)),
+            "ssl.keystore.location" => {
+                self.tls.certificate = Some(Pem::file(value));
+                self.tls.key = Some(Pem::file(value));
+            }
+            "ssl.certificate.pem" | "ssl.keystore.certificate.chain" => {
+                self.tls.certificate = Some(Pem::inline(value));
+            }
+            "ssl.key.pem" | "ssl.keystore.key" => self.tls.key = Some(Pem::inline(value)),
+            "ssl.key.password" | "ssl.keystore.password" => {
+                if !value.is_empty() {
+                    return bad(
+                        "encrypted private keys are not read; decrypt the key (openssl pkcs8 -topk8 -nocrypt) and keep it as a secret".into(),
+                    );
+                }
+            }
+            "ssl.endpoint.identification.algorithm" => match value.to_ascii_lowercase().as_str() {
+                "https" => self.tls.skip_hostname_verification = false,
+                "" | "none" => self.tls.skip_hostname_verification = true,
+                _ => return bad(format!("{value:?}: use https, or none to turn it off")),
+            },
+            "sasl.mechanism" | "sasl.mechanisms" => match Mechanism::parse(value) {
+                Some(m) => self.sasl_mut().mechanism = Some(m),
+                None => {
+                    return bad(format!(
+                        "{value:?} is not supported; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
+                    ));
+                }
+            },
+            "sasl.username" => self.sasl_mut().username = value.to_string(),
+            "sasl.password" => self.sasl_mut().password = Secret::new(value),
+            "sasl.jaas.config" => match parse_jaas(value) {
+                Ok(jaas) => {
+                    let sasl = self.sasl_mut();
+                    if let Some(u) = jaas.username {
+                        sasl.username = u;
+                    }
+                    if let Some(p) = jaas.password {
+                        sasl.password = p;
+                    }
+                }
+                Err(m) => return bad(m),
+            },
+            "sasl.oauthbearer.config" => self.sasl_mut().oauth_config = Some(value.to_string()),
+            "enable.sasl.oauthbearer.unsecure.jwt" => match value {
+                "true" => self.sasl_mut().unsecure_jwt = true,
+                "false" => self.sasl_mut().unsecure_jwt = false,
+                _ => return bad(format!("{value:?}: use true or false")),
+            },
+            _ => {
+                return Err(Error::Config {
+                    setting: "property",
+                    message: format!("unknown property {key:?}"),
+                });
+            }
+        }
+        Ok(self)
+    }
+
+    fn sasl_mut(&mut self) -> &mut SaslConfig {
+        self.sasl.get_or_insert_with(SaslConfig::unset)
     }
 
     /// Sets `client.id`.
@@ -143,8 +327,105 @@ impl ClientConfig {
         if self.max_frame_size < 1024 {
             return bad("max_frame_size", "must be at least 1024 bytes");
         }
+        if self.security_protocol.uses_tls() && !cfg!(feature = "tls-core") {
+            return Err(Error::Config {
+                setting: "security.protocol",
+                message: format!(
+                    "{} needs TLS, and ottla was built without it: enable the `tls` cargo feature",
+                    self.security_protocol
+                ),
+            });
+        }
+        if self.security_protocol.uses_sasl() {
+            let Some(sasl) = &self.sasl else {
+                return Err(Error::Config {
+                    setting: "sasl.mechanism",
+                    message: format!(
+                        "{} needs SASL settings: sasl.mechanism and its credentials",
+                        self.security_protocol
+                    ),
+                });
+            };
+            sasl.validate()?;
+        }
         Ok(())
     }
+}
+
+/// The `&'static` form of a property name, for [`Error::Config`].
+fn static_name(key: &str) -> &'static str {
+    const NAMES: &[&str] = &[
+        "bootstrap.servers",
+        "client.id",
+        "request.timeout.ms",
+        "socket.connection.setup.timeout.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "max.in.flight.requests.per.connection",
+        "security.protocol",
+        "ssl.truststore.type",
+        "ssl.keystore.type",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.endpoint.identification.algorithm",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.jaas.config",
+        "enable.sasl.oauthbearer.unsecure.jwt",
+    ];
+    NAMES
+        .iter()
+        .find(|n| **n == key)
+        .copied()
+        .unwrap_or("property")
+}
+
+/// The credentials in a Java `sasl.jaas.config`.
+struct Jaas {
+    username: Option<String>,
+    password: Option<Secret>,
+}
+
+/// Reads `username` and `password` from a `PlainLoginModule` or `ScramLoginModule`
+/// entry: `org.apache.kafka.common.security.plain.PlainLoginModule required
+/// username="u" password="p";`.
+fn parse_jaas(value: &str) -> std::result::Result<Jaas, String> {
+    let mut words = value
+        .trim()
+        .trim_end_matches(';')
+        .splitn(3, char::is_whitespace);
+    let module = words.next().unwrap_or_default();
+    if !(module.ends_with(".PlainLoginModule") || module.ends_with(".ScramLoginModule")) {
+        return Err(format!(
+            "only PlainLoginModule and ScramLoginModule entries are read (got {module:?}); for OAUTHBEARER give a TokenProvider"
+        ));
+    }
+    let _flag = words.next();
+    let mut rest = words.next().unwrap_or_default().trim();
+    let mut jaas = Jaas {
+        username: None,
+        password: None,
+    };
+    while !rest.is_empty() {
+        let Some((name, after)) = rest.split_once('=') else {
+            return Err("expected name=\"value\" options".into());
+        };
+        let after = after.trim_start();
+        let Some(quoted) = after.strip_prefix('"') else {
+            return Err(format!("the value of {} must be quoted", name.trim()));
+        };
+        let Some(end) = quoted.find('"') else {
+            return Err(format!("the value of {} is not closed", name.trim()));
+        };
+        let (v, tail) = quoted.split_at(end);
+        match name.trim() {
+            "username" => jaas.username = Some(v.to_string()),
+            "password" => jaas.password = Some(Secret::new(v)),
+            _ => {}
+        }
+        rest = tail.get(1..).unwrap_or_default().trim();
+    }
+    Ok(jaas)
 }
 
 #[cfg(test)]
@@ -163,5 +444,85 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("max.in.flight"), "{err}");
         ClientConfig::new("a:1, b:2").validate().unwrap();
+    }
+
+    #[test]
+    fn properties_set_security() {
+        let c = ClientConfig::new("h:1")
+            .set("security.protocol", "sasl_ssl")
+            .unwrap()
+            .set("sasl.mechanisms", "SCRAM-SHA-512")
+            .unwrap()
+            .set("sasl.username", "alice")
+            .unwrap()
+            .set("sasl.password", "hunter2")
+            .unwrap()
+            .set("ssl.ca.location", "/etc/ca.pem")
+            .unwrap()
+            .set("ssl.endpoint.identification.algorithm", "none")
+            .unwrap();
+        assert_eq!(c.security_protocol, SecurityProtocol::SaslSsl);
+        let sasl = c.sasl.as_ref().unwrap();
+        assert_eq!(sasl.mechanism, Some(Mechanism::ScramSha512));
+        assert_eq!(sasl.username, "alice");
+        assert_eq!(sasl.password.expose(), "hunter2");
+        assert_eq!(c.tls.roots, TrustRoots::Pem(Pem::file("/etc/ca.pem")));
+        assert!(!c.tls.verifies_hostname());
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn jaas_config_gives_credentials() {
+        let c = ClientConfig::new("h:1")
+            .set("sasl.mechanism", "PLAIN")
+            .unwrap()
+            .set(
+                "sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="KEY" password="SECRET";"#,
+            )
+            .unwrap();
+        let sasl = c.sasl.unwrap();
+        assert_eq!(sasl.username, "KEY");
+        assert_eq!(sasl.password.expose(), "SECRET");
+        let err = ClientConfig::new("h:1")
+            .set(
+                "sasl.jaas.config",
+                "com.sun.security.auth.module.Krb5LoginModule required;",
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("PlainLoginModule"), "{err}");
+    }
+
+    #[test]
+    fn security_settings_are_validated() {
+        let err = ClientConfig::new("h:1")
+            .with_security_protocol(SecurityProtocol::SaslPlaintext)
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("sasl.mechanism"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .unwrap()
+            .set("sasl.username", "alice")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("sasl.mechanism"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .set("security.protocol", "kerberos")
+            .unwrap_err();
+        assert!(err.to_string().contains("security.protocol"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .set("sasl.mechanism", "GSSAPI")
+            .unwrap_err();
+        assert!(err.to_string().contains("not supported"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .set("ssl.truststore.type", "JKS")
+            .unwrap_err();
+        assert!(err.to_string().contains("PEM"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .set("no.such.key", "1")
+            .unwrap_err();
+        assert!(err.to_string().contains("no.such.key"), "{err}");
     }
 }

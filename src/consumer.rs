@@ -134,6 +134,31 @@ impl ConsumerBuilder {
         self
     }
 
+    /// `security.protocol`: TLS, SASL or both on every connection.
+    pub fn security_protocol(mut self, protocol: crate::security::SecurityProtocol) -> Self {
+        self.client.security_protocol = protocol;
+        self
+    }
+
+    /// The TLS settings (with `SSL` and `SASL_SSL`).
+    pub fn tls(mut self, tls: crate::security::TlsConfig) -> Self {
+        self.client.tls = tls;
+        self
+    }
+
+    /// The SASL settings (with `SASL_PLAINTEXT` and `SASL_SSL`).
+    pub fn sasl(mut self, sasl: crate::security::SaslConfig) -> Self {
+        self.client.sasl = Some(sasl);
+        self
+    }
+
+    /// A connection setting by its Java or librdkafka property name
+    /// ([`ClientConfig::set`]): `security.protocol`, `ssl.*`, `sasl.*`, ...
+    pub fn set(mut self, key: &str, value: &str) -> crate::Result<Self> {
+        self.client = self.client.set(key, value)?;
+        Ok(self)
+    }
+
     /// `client.id`.
     pub fn client_id(mut self, id: impl Into<String>) -> Self {
         self.client.client_id = id.into();
@@ -418,6 +443,8 @@ struct AppState {
     revoking: Option<(i32, Vec<TopicPartition>)>,
     /// The group failed for good.
     fatal: Option<Error>,
+    /// A TLS or authentication failure not yet reported to the application.
+    security: Option<Error>,
     /// The task has stopped.
     stopped: bool,
     /// Last known committed offsets.
@@ -526,9 +553,12 @@ impl Consumer {
                 return Poll::Ready(Ok(()));
             }
             {
-                let app = lock(&self.shared.app);
+                let mut app = lock(&self.shared.app);
                 if let Some(e) = &app.fatal {
                     return Poll::Ready(Err(e.clone()));
+                }
+                if let Some(e) = app.security.take() {
+                    return Poll::Ready(Err(e));
                 }
                 if app.stopped {
                     return Poll::Ready(Err(Error::Closed));
@@ -563,6 +593,9 @@ impl Consumer {
                 let mut app = lock(&self.shared.app);
                 if let Some(e) = app.fatal.take() {
                     app.stopped = true;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                if let Some(e) = app.security.take() {
                     return Poll::Ready(Some(Err(e)));
                 }
                 if app.stopped {
@@ -838,6 +871,7 @@ enum Done {
 
 async fn drive(mut d: Driver) {
     let mut tasks: JoinSet<Done> = JoinSet::new();
+    let mut security = d.cluster.security_failures();
     let mut metadata_wanted = false;
     let mut metadata_running = false;
     let mut metadata_retry_at: Option<Instant> = None;
@@ -896,6 +930,14 @@ async fn drive(mut d: Driver) {
                 None => d.group = None,
             },
             _ = d.shared.wake_driver.notified() => {}
+            // A connection refused TLS or SASL: tell the application through recv(),
+            // as the Java client throws from poll(); the connections keep trying.
+            Ok(()) = security.changed() => {
+                if let Some(e) = d.cluster.security_failure() {
+                    lock(&d.shared.app).security = Some(e.into());
+                    d.shared.wake_app();
+                }
+            }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 match done {
                     Ok(Done::Metadata(ok)) => {

@@ -182,6 +182,128 @@ pub enum RequestError {
         /// The broker address.
         broker: String,
     },
+    /// The TLS handshake with the broker failed. This is configuration, not a passing
+    /// fault: the connection is tried again only after the longest reconnect backoff.
+    #[error("TLS with {broker} failed: {reason}; check {setting}")]
+    Tls {
+        /// The broker address.
+        broker: String,
+        /// What was wrong.
+        reason: TlsFailure,
+        /// The setting (or the broker-side thing) to change.
+        setting: &'static str,
+    },
+    /// SASL authentication with the broker failed (wrong password, unknown user,
+    /// mechanism not enabled, a server signature that does not verify). Retried only
+    /// after the longest reconnect backoff.
+    #[error("SASL {mechanism} authentication with {broker} failed: {source}")]
+    Authentication {
+        /// The broker address.
+        broker: String,
+        /// The mechanism, as `sasl.mechanism` names it.
+        mechanism: &'static str,
+        /// Why.
+        #[source]
+        source: AuthError,
+    },
+}
+
+/// What was wrong in a TLS handshake.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The broker's certificate chain does not lead to a trusted root.
+    #[error("the broker's certificate is signed by an unknown issuer")]
+    UnknownIssuer,
+    /// The broker's certificate has expired (or the clock is wrong).
+    #[error("the broker's certificate has expired")]
+    Expired,
+    /// The broker's certificate is not valid yet (or the clock is wrong).
+    #[error("the broker's certificate is not valid yet")]
+    NotYetValid,
+    /// The broker's certificate does not name the host ottla connected to.
+    #[error("the broker's certificate is not valid for {host}")]
+    NameMismatch {
+        /// The host name or address used (the broker's advertised host).
+        host: String,
+    },
+    /// The broker's certificate has been revoked.
+    #[error("the broker's certificate is revoked")]
+    Revoked,
+    /// The broker's certificate is unusable for another reason.
+    #[error("the broker's certificate is invalid: {0}")]
+    BadCertificate(String),
+    /// The broker refused the handshake (a TLS alert), most often because it requires
+    /// a client certificate (mutual TLS) that was not given or not trusted.
+    #[error("the broker refused the handshake ({0})")]
+    HandshakeRefused(String),
+    /// The local TLS settings cannot be used (a file that does not parse, a key that
+    /// does not match).
+    #[error("{0}")]
+    Config(String),
+    /// Another TLS protocol failure.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl TlsFailure {
+    /// The setting a user should look at for this failure.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            TlsFailure::UnknownIssuer => {
+                "ssl.ca.location (the CA that signed the broker's certificate)"
+            }
+            TlsFailure::Expired | TlsFailure::NotYetValid | TlsFailure::Revoked => {
+                "the broker's certificate (and this machine's clock)"
+            }
+            TlsFailure::NameMismatch { .. } => {
+                "the broker's advertised host and its certificate's names (ssl.endpoint.identification.algorithm)"
+            }
+            TlsFailure::BadCertificate(_) => "the broker's certificate",
+            TlsFailure::HandshakeRefused(_) => {
+                "ssl.certificate.location and ssl.key.location (the broker may require a client certificate)"
+            }
+            TlsFailure::Config(_) => "the ssl.* settings",
+            TlsFailure::Protocol(_) => "security.protocol (is this port a TLS listener?)",
+        }
+    }
+}
+
+/// Why SASL authentication failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// The broker does not enable the mechanism asked for.
+    #[error("the broker does not enable {wanted}; it enables {} (sasl.mechanism)", if enabled.is_empty() { "none".to_string() } else { enabled.join(", ") })]
+    MechanismNotEnabled {
+        /// The mechanism asked for.
+        wanted: &'static str,
+        /// The mechanisms the broker enables.
+        enabled: Vec<String>,
+    },
+    /// The broker refused the credentials (`SASL_AUTHENTICATION_FAILED`: a wrong
+    /// password, an unknown user, an invalid token), with its message.
+    #[error("{name} (code {code}): {message} (sasl.username, sasl.password or the token)")]
+    Rejected {
+        /// The Kafka error code.
+        code: i16,
+        /// The error's protocol name.
+        name: String,
+        /// The broker's message, if it gave one.
+        message: String,
+    },
+    /// The exchange failed on ottla's side: the broker's messages were malformed, or
+    /// its SCRAM signature did not verify (it does not know the password: never a
+    /// success).
+    #[error(transparent)]
+    Exchange(#[from] crate::proto::sasl::SaslError),
+    /// The OAUTHBEARER token provider failed.
+    #[error("the token provider failed: {0}")]
+    Token(String),
+    /// The broker advertises no SASL APIs, or closed the connection during the
+    /// exchange (which old brokers do instead of answering with an error).
+    #[error("{0}")]
+    Protocol(String),
 }
 
 impl RequestError {
@@ -198,8 +320,19 @@ impl RequestError {
             ),
             RequestError::Negotiation { .. }
             | RequestError::UnsupportedVersion { .. }
-            | RequestError::Closed { .. } => false,
+            | RequestError::Closed { .. }
+            | RequestError::Tls { .. }
+            | RequestError::Authentication { .. } => false,
         }
+    }
+
+    /// Whether this is a TLS or authentication failure: configuration that a retry on
+    /// the next connection will not fix.
+    pub fn is_security(&self) -> bool {
+        matches!(
+            self,
+            RequestError::Tls { .. } | RequestError::Authentication { .. }
+        )
     }
 }
 

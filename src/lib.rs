@@ -48,10 +48,11 @@ pub mod error;
 pub mod processor;
 pub mod producer;
 pub mod proto;
+pub mod security;
 
 pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord};
-pub use error::{Error, NegotiationError, RequestError, Result, WireError};
+pub use error::{AuthError, Error, NegotiationError, RequestError, Result, TlsFailure, WireError};
 pub use producer::{Producer, ProducerBuilder, ProducerRecord, RecordMetadata};
 
 /// The README's examples, compiled by `cargo test --doc` so that they stay true.

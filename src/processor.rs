@@ -51,6 +51,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use crate::config::ClientConfig;
 use crate::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, TopicPartition};
 use crate::driver::sleep_until;
 use crate::error::{Error, Result};
@@ -288,6 +289,22 @@ impl ProcessorBuilder {
     pub fn producer(mut self, f: impl FnOnce(ProducerBuilder) -> ProducerBuilder) -> Self {
         self.producer = f(self.producer);
         self
+    }
+
+    /// The connection settings of both the consumer and the dead-letter producer
+    /// (bootstrap servers, `security.protocol`, TLS, SASL, ...).
+    pub fn client_config(mut self, config: ClientConfig) -> Self {
+        self.consumer = self.consumer.client_config(config.clone());
+        self.producer = self.producer.client_config(config);
+        self
+    }
+
+    /// A connection setting by its Java or librdkafka property name
+    /// ([`ClientConfig::set`]), for the consumer and the dead-letter producer alike.
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
+        self.consumer = self.consumer.set(key, value)?;
+        self.producer = self.producer.set(key, value)?;
+        Ok(self)
     }
 
     /// The retry policy.

@@ -123,6 +123,7 @@ impl Future for DeliveryFuture {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.rx).poll(cx).map(|r| match r {
             Ok(Ok(m)) => Ok(m),
+            Ok(Err(ProduceError::Connection(e))) => Err(Error::Request(e)),
             Ok(Err(e)) => Err(Error::Produce(e)),
             Err(_) => Err(Error::Produce(ProduceError::Closed)),
         })
@@ -151,6 +152,31 @@ impl ProducerBuilder {
     pub fn client_config(mut self, config: ClientConfig) -> Self {
         self.client = config;
         self
+    }
+
+    /// `security.protocol`: TLS, SASL or both on every connection.
+    pub fn security_protocol(mut self, protocol: crate::security::SecurityProtocol) -> Self {
+        self.client.security_protocol = protocol;
+        self
+    }
+
+    /// The TLS settings (with `SSL` and `SASL_SSL`).
+    pub fn tls(mut self, tls: crate::security::TlsConfig) -> Self {
+        self.client.tls = tls;
+        self
+    }
+
+    /// The SASL settings (with `SASL_PLAINTEXT` and `SASL_SSL`).
+    pub fn sasl(mut self, sasl: crate::security::SaslConfig) -> Self {
+        self.client.sasl = Some(sasl);
+        self
+    }
+
+    /// A connection setting by its Java or librdkafka property name
+    /// ([`ClientConfig::set`]): `security.protocol`, `ssl.*`, `sasl.*`, ...
+    pub fn set(mut self, key: &str, value: &str) -> crate::Result<Self> {
+        self.client = self.client.set(key, value)?;
+        Ok(self)
     }
 
     /// `client.id`.
@@ -352,6 +378,11 @@ impl Producer {
                     return Ok(DeliveryFuture { rx });
                 }
                 Err(AppendError::UnknownTopic(topic)) => {
+                    // Metadata cannot come while the brokers refuse TLS or SASL: say so
+                    // now rather than at max.block.ms.
+                    if let Some(e) = self.cluster.security_failure() {
+                        return Err(e.into());
+                    }
                     self.cluster.add_topics([topic]);
                     self.shared.wake_driver.notify_one();
                 }
@@ -533,6 +564,12 @@ async fn produce_round(
     };
     let version = match conn.versions().await {
         Ok(t) => t.version(ApiKey::Produce),
+        Err(e) if e.is_security() => {
+            // No retry will get through: fail the waiting records now.
+            lock(&shared.state).acc.fail_node(node, &e);
+            release(&shared);
+            return;
+        }
         Err(_) => None,
     };
     let Some(version) = version else {

@@ -65,7 +65,7 @@ impl Cluster {
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 bootstrap: config.bootstrap_servers.clone(),
-                settings: Arc::new(ConnectionSettings::from_config(config, required)),
+                settings: Arc::new(ConnectionSettings::from_config(config, required)?),
                 connections: Mutex::new(HashMap::new()),
                 metadata: RwLock::new(Arc::new(ClusterMetadata::default())),
                 scope: Mutex::new(scope),
@@ -76,6 +76,18 @@ impl Cluster {
         };
         cluster.refresh_metadata().await?;
         Ok(cluster)
+    }
+
+    /// A TLS or authentication failure standing on some broker's connection (the last
+    /// attempt failed that way), if any.
+    pub fn security_failure(&self) -> Option<RequestError> {
+        self.inner.settings.alarm.any()
+    }
+
+    /// A receiver that changes whenever a connection of this cluster fails TLS or
+    /// authentication.
+    pub(crate) fn security_failures(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.settings.alarm.subscribe()
     }
 
     /// The latest metadata snapshot.

@@ -11,28 +11,45 @@
 //! - a caller that stops waiting (drops the future) costs nothing: its response is
 //!   read and discarded, so the stream stays in step;
 //! - no caller waits forever: besides the task's own deadlines, every call carries a
-//!   backstop timeout.
+//!   backstop timeout;
+//! - with `SSL`/`SASL_SSL` the stream is TLS, and with `SASL_*` the connection
+//!   authenticates after ApiVersions, before any other request;
+//! - a TLS or authentication failure is configuration, not a passing fault: the next
+//!   attempt waits the longest reconnect backoff, and callers in between get the same
+//!   typed error at once (no tight loop, no silent retrying);
+//! - when the broker gives a SASL session lifetime (KIP-368), the connection
+//!   re-authenticates at 85-95% of it: it stops writing, lets the requests on the wire
+//!   finish, re-authenticates, and goes on, so nothing is lost or reordered. A broker
+//!   that refuses re-authentication gets a fresh connection instead, with the waiting
+//!   requests carried over in order.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
-use kafka_protocol::protocol::Request;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::messages::{
+    ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
-use tracing::{debug, trace, warn};
+use tracing::{debug, info, trace, warn};
 
+use super::auth::Authenticator;
+use super::stream::BrokerStream;
 use crate::config::ClientConfig;
-use crate::error::{RequestError, WireError};
+use crate::error::{AuthError, Error, RequestError, TlsFailure, WireError};
 use crate::proto::backoff::Backoff;
+use crate::proto::sasl::Step;
 use crate::proto::wire::{
     ApiVersionsOutcome, Codec, ResponseFrame, SUPPORTED, VersionTable, api_versions_request,
     decode_response, encode_body, handle_api_versions_response, negotiate,
 };
+use crate::security::SecurityProtocol;
 
 /// A handle to one broker connection task. Cheap to clone; the task stops when the
 /// last handle is dropped, failing whatever is still pending with
@@ -70,11 +87,44 @@ pub(crate) struct ConnectionSettings {
     pub jitter_seed: u64,
     /// APIs without which the connection is useless; negotiation fails without them.
     pub required: Vec<ApiKey>,
+    /// TLS, when `security.protocol` is `SSL` or `SASL_SSL`.
+    #[cfg(feature = "tls-core")]
+    pub tls: Option<super::tls::TlsConnector>,
+    /// SASL, when `security.protocol` is `SASL_PLAINTEXT` or `SASL_SSL`.
+    pub sasl: Option<Arc<Authenticator>>,
+    /// Where connections report TLS and authentication failures, for the clients to
+    /// surface.
+    pub alarm: Arc<SecurityAlarm>,
 }
 
 impl ConnectionSettings {
-    pub fn from_config(config: &ClientConfig, required: Vec<ApiKey>) -> Self {
-        Self {
+    /// The settings of every connection of one client. Loads the TLS files (an error
+    /// names the setting) and logs what deserves a warning about the security settings.
+    pub fn from_config(config: &ClientConfig, required: Vec<ApiKey>) -> Result<Self, Error> {
+        let protocol = config.security_protocol;
+        if protocol.uses_tls() && !config.tls.verifies_hostname() {
+            warn!(
+                "ssl.endpoint.identification.algorithm=none: broker host names are NOT verified, so any holder of a certificate from the trusted roots can impersonate a broker"
+            );
+        }
+        if !protocol.uses_sasl() && config.sasl.is_some() {
+            warn!(security_protocol = %protocol, "SASL settings are given but security.protocol does not use SASL; they are ignored");
+        }
+        let sasl = match (&config.sasl, protocol.uses_sasl()) {
+            (Some(sasl), true) => {
+                let sasl = sasl.resolve()?;
+                if protocol == SecurityProtocol::SaslPlaintext
+                    && sasl.mechanism == Some(crate::proto::sasl::Mechanism::Plain)
+                {
+                    warn!(
+                        "sasl.mechanism=PLAIN over SASL_PLAINTEXT sends the password in clear text; use SASL_SSL"
+                    );
+                }
+                Some(Arc::new(Authenticator::new(sasl)))
+            }
+            _ => None,
+        };
+        Ok(Self {
             client_id: config.client_id.clone(),
             request_timeout: config.request_timeout,
             connect_timeout: config.connect_timeout,
@@ -84,7 +134,54 @@ impl ConnectionSettings {
             max_frame_size: config.max_frame_size,
             jitter_seed: config.jitter_seed,
             required,
+            #[cfg(feature = "tls-core")]
+            tls: if protocol.uses_tls() {
+                Some(super::tls::TlsConnector::new(&config.tls)?)
+            } else {
+                None
+            },
+            sasl,
+            alarm: Arc::new(SecurityAlarm::default()),
+        })
+    }
+}
+
+/// The latest TLS or authentication failure of each broker whose last connection
+/// attempt failed that way; a successful connection clears its broker's entry.
+#[derive(Debug)]
+pub(crate) struct SecurityAlarm {
+    failures: Mutex<BTreeMap<String, RequestError>>,
+    /// Counts the failures raised.
+    raised: watch::Sender<u64>,
+}
+
+impl Default for SecurityAlarm {
+    fn default() -> Self {
+        Self {
+            failures: Mutex::default(),
+            raised: watch::channel(0).0,
         }
+    }
+}
+
+impl SecurityAlarm {
+    fn raise(&self, broker: &str, err: &RequestError) {
+        super::lock(&self.failures).insert(broker.to_string(), err.clone());
+        self.raised.send_modify(|n| *n += 1);
+    }
+
+    fn clear(&self, broker: &str) {
+        super::lock(&self.failures).remove(broker);
+    }
+
+    /// Any standing failure.
+    pub(crate) fn any(&self) -> Option<RequestError> {
+        super::lock(&self.failures).values().next().cloned()
+    }
+
+    /// A receiver that sees every failure raised from now on.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.raised.subscribe()
     }
 }
 
@@ -133,6 +230,7 @@ impl BrokerConnection {
             failures: 0,
             connect_not_before: None,
             backoff,
+            refused: None,
         };
         tokio::spawn(task.run());
         Self {
@@ -281,6 +379,18 @@ enum End {
     Broken,
     /// Every handle is gone; stop the task.
     Shutdown,
+    /// The SASL session is ending and the pipeline has drained: re-authenticate, then
+    /// serve these waiting commands.
+    Reauthenticate(VecDeque<Command>),
+}
+
+/// An open, negotiated (and authenticated) connection.
+struct Connected {
+    stream: BrokerStream,
+    codec: Codec,
+    table: Arc<VersionTable>,
+    /// When to re-authenticate (KIP-368), if the broker gave a session lifetime.
+    reauth_at: Option<Instant>,
 }
 
 struct Task {
@@ -291,6 +401,9 @@ struct Task {
     failures: u32,
     connect_not_before: Option<Instant>,
     backoff: Backoff,
+    /// A TLS or authentication failure, and until when it answers every command
+    /// without a new attempt.
+    refused: Option<(RequestError, Instant)>,
 }
 
 /// One waiting caller of a request on the wire.
@@ -304,31 +417,88 @@ struct Waiter {
 
 impl Task {
     async fn run(mut self) {
+        // Commands carried over from a connection that is being replaced.
+        let mut carried: VecDeque<Command> = VecDeque::new();
         loop {
-            // Disconnected: connect only when someone needs the connection.
-            let Some(first) = self.rx.recv().await else {
-                return;
+            let mut queue = if carried.is_empty() {
+                // Disconnected: connect only when someone needs the connection.
+                let Some(first) = self.rx.recv().await else {
+                    return;
+                };
+                VecDeque::from([first])
+            } else {
+                std::mem::take(&mut carried)
             };
-            let mut queue = VecDeque::from([first]);
+            // A security failure stands until its backoff ends: answer at once with it.
+            if let Some((err, until)) = &self.refused {
+                if Instant::now() < *until {
+                    for cmd in queue {
+                        fail_command(cmd, err.clone());
+                    }
+                    continue;
+                }
+            }
             if let Some(at) = self.connect_not_before {
                 tokio::time::sleep_until(at).await;
             }
             match self.connect().await {
-                Ok((stream, codec, table)) => {
+                Ok(Connected {
+                    mut stream,
+                    mut codec,
+                    table,
+                    mut reauth_at,
+                }) => {
                     self.failures = 0;
+                    self.refused = None;
+                    self.settings.alarm.clear(&self.address);
                     self.versions_tx.send_replace(Some(table.clone()));
-                    let end = self.serve(stream, codec, table, queue).await;
-                    if matches!(end, End::Shutdown) {
-                        return;
+                    let end = loop {
+                        let end = self
+                            .serve(&mut stream, &mut codec, &table, queue, reauth_at)
+                            .await;
+                        let End::Reauthenticate(waiting) = end else {
+                            break end;
+                        };
+                        queue = waiting;
+                        match self.reauthenticate(&mut stream, &mut codec, &table).await {
+                            Ok(next) => {
+                                debug!(broker = %self.address, "re-authenticated");
+                                reauth_at = next;
+                            }
+                            Err(err) => {
+                                // Some brokers announce a session lifetime but refuse a
+                                // second handshake: a fresh connection does the same job.
+                                info!(broker = %self.address, error = %err, "re-authentication failed; reconnecting");
+                                break End::Reauthenticate(queue);
+                            }
+                        }
+                    };
+                    match end {
+                        End::Shutdown => return,
+                        End::Reauthenticate(waiting) => {
+                            carried = waiting;
+                            self.connect_not_before = None;
+                        }
+                        End::Broken => {
+                            // Back off after a broken connection too, so a broker that
+                            // accepts and drops connections is not hammered.
+                            self.failures = 1;
+                            self.connect_not_before = Some(Instant::now() + self.backoff());
+                        }
                     }
-                    // Back off after a broken connection too, so a broker that accepts
-                    // and drops connections is not hammered.
-                    self.failures = 1;
-                    self.connect_not_before = Some(Instant::now() + self.backoff());
                 }
                 Err(err) => {
                     self.failures = self.failures.saturating_add(1);
-                    let backoff = self.backoff();
+                    let backoff = if err.is_security() {
+                        // Configuration, not a passing fault: wait the longest backoff,
+                        // and answer everyone meanwhile with the error.
+                        let wait = self.settings.reconnect_backoff_max;
+                        self.refused = Some((err.clone(), Instant::now() + wait));
+                        self.settings.alarm.raise(&self.address, &err);
+                        wait
+                    } else {
+                        self.backoff()
+                    };
                     warn!(broker = %self.address, error = %err, ?backoff, "connect failed");
                     self.connect_not_before = Some(Instant::now() + backoff);
                     // Fail everything queued so far; later requests trigger a new attempt.
@@ -349,8 +519,9 @@ impl Task {
         self.backoff.delay(self.failures)
     }
 
-    /// TCP connect, then ApiVersions negotiation, all within `connect_timeout`.
-    async fn connect(&mut self) -> Result<(TcpStream, Codec, Arc<VersionTable>), RequestError> {
+    /// TCP connect, the TLS handshake, ApiVersions negotiation and SASL authentication,
+    /// all within `connect_timeout`.
+    async fn connect(&mut self) -> Result<Connected, RequestError> {
         let connect_err = |reason: String| RequestError::Connect {
             broker: self.address.to_string(),
             reason,
@@ -365,10 +536,7 @@ impl Task {
             // it allowed), or hang up without answering, as brokers older than ApiVersions
             // do (then reconnect one version lower).
             for _ in 0..4 {
-                let mut stream = TcpStream::connect(&*self.address)
-                    .await
-                    .map_err(|e| connect_err(e.to_string()))?;
-                let _ = stream.set_nodelay(true);
+                let mut stream = self.open().await?;
                 let mut codec =
                     Codec::new(Some(&self.settings.client_id), self.settings.max_frame_size);
                 let mut rbuf = BytesMut::with_capacity(8 * 1024);
@@ -390,6 +558,12 @@ impl Task {
                     };
                     let frame = match exchange.await {
                         Ok(frame) => frame,
+                        Err(ReadError::Io(e)) if self.tls_failure(&e).is_some() => {
+                            return Err(self.tls_error(
+                                self.tls_failure(&e)
+                                    .unwrap_or(TlsFailure::Protocol(e.to_string())),
+                            ));
+                        }
                         Err(ReadError::Eof | ReadError::Io(_)) if refused_here => break,
                         Err(ReadError::Eof | ReadError::Io(_)) if version > 0 => {
                             version -= 1;
@@ -418,8 +592,24 @@ impl Task {
                                     source,
                                 },
                             )?;
+                            let mut lifetime = None;
+                            if let Some(auth) = self.settings.sasl.clone() {
+                                let mut wire = Wire {
+                                    broker: &self.address,
+                                    stream: &mut stream,
+                                    codec: &mut codec,
+                                    rbuf: &mut rbuf,
+                                };
+                                lifetime = authenticate(&mut wire, &auth, &table).await?;
+                            }
                             debug!(broker = %self.address, api_versions = version, "connected");
-                            return Ok((stream, codec, Arc::new(table)));
+                            let connected = Connected {
+                                stream,
+                                codec,
+                                table: Arc::new(table),
+                                reauth_at: None,
+                            };
+                            return Ok((connected, lifetime));
                         }
                         Err(e) => return Err(connect_err(e.to_string())),
                     }
@@ -429,25 +619,107 @@ impl Task {
                 "broker kept closing the connection during ApiVersions".into(),
             ))
         };
-        match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
-            Ok(result) => result,
-            Err(_) => Err(connect_err(format!(
-                "no connection within {:?}",
-                self.settings.connect_timeout
-            ))),
+        let (mut connected, lifetime) =
+            match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
+                Ok(result) => result?,
+                Err(_) => {
+                    return Err(connect_err(format!(
+                        "no connection within {:?}",
+                        self.settings.connect_timeout
+                    )));
+                }
+            };
+        connected.reauth_at = lifetime.map(|l| self.reauth_point(l));
+        Ok(connected)
+    }
+
+    /// TCP connect, then the TLS handshake when the protocol asks for it.
+    async fn open(&self) -> Result<BrokerStream, RequestError> {
+        let tcp = TcpStream::connect(&*self.address)
+            .await
+            .map_err(|e| RequestError::Connect {
+                broker: self.address.to_string(),
+                reason: e.to_string(),
+            })?;
+        let _ = tcp.set_nodelay(true);
+        #[cfg(feature = "tls-core")]
+        if let Some(tls) = &self.settings.tls {
+            let stream = tls
+                .connect(host_of(&self.address), tcp)
+                .await
+                .map_err(|reason| self.tls_error(reason))?;
+            return Ok(BrokerStream::Tls(Box::new(stream)));
         }
+        Ok(BrokerStream::Plain(tcp))
+    }
+
+    /// The TLS failure carried by an I/O error on a TLS stream, if any.
+    fn tls_failure(&self, e: &std::io::Error) -> Option<TlsFailure> {
+        #[cfg(feature = "tls-core")]
+        if self.settings.tls.is_some() {
+            return super::tls::classify_io(e, host_of(&self.address));
+        }
+        let _ = e;
+        None
+    }
+
+    fn tls_error(&self, reason: TlsFailure) -> RequestError {
+        RequestError::Tls {
+            broker: self.address.to_string(),
+            setting: reason.setting(),
+            reason,
+        }
+    }
+
+    /// When to re-authenticate a session of `lifetime`: at a random point between 85%
+    /// and 95% of it, as the Java client does, so that the connections of many clients
+    /// do not all re-authenticate at once.
+    fn reauth_point(&mut self, lifetime: Duration) -> Instant {
+        Instant::now() + lifetime.mul_f64(0.85 + 0.10 * self.backoff.unit())
+    }
+
+    /// KIP-368 re-authentication on the open connection (the pipeline is empty).
+    async fn reauthenticate(
+        &mut self,
+        stream: &mut BrokerStream,
+        codec: &mut Codec,
+        table: &VersionTable,
+    ) -> Result<Option<Instant>, RequestError> {
+        let Some(auth) = self.settings.sasl.clone() else {
+            return Ok(None);
+        };
+        let mut rbuf = BytesMut::new();
+        let mut wire = Wire {
+            broker: &self.address,
+            stream,
+            codec,
+            rbuf: &mut rbuf,
+        };
+        let exchange = authenticate(&mut wire, &auth, table);
+        let lifetime = match tokio::time::timeout(self.settings.request_timeout, exchange).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(RequestError::Timeout {
+                    broker: self.address.to_string(),
+                    api: ApiKey::SaslAuthenticate,
+                    after: self.settings.request_timeout,
+                });
+            }
+        };
+        Ok(lifetime.map(|l| self.reauth_point(l)))
     }
 
     /// Runs one established connection until it breaks or every handle is dropped.
     async fn serve(
         &mut self,
-        mut stream: TcpStream,
-        mut codec: Codec,
-        table: Arc<VersionTable>,
+        stream: &mut BrokerStream,
+        codec: &mut Codec,
+        table: &Arc<VersionTable>,
         mut queue: VecDeque<Command>,
+        reauth_at: Option<Instant>,
     ) -> End {
         let broker = self.address.to_string();
-        let (mut rd, mut wr) = stream.split();
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let mut rbuf = BytesMut::with_capacity(64 * 1024);
         let mut wbuf = BytesMut::new();
         let mut waiting: VecDeque<Waiter> = VecDeque::new();
@@ -466,15 +738,21 @@ impl Task {
             };
 
         loop {
+            // A session about to end stops new writes; once the answers to what is on
+            // the wire are in, the connection re-authenticates.
+            let reauth_due = reauth_at.is_some_and(|at| Instant::now() >= at);
+            if reauth_due && waiting.is_empty() && wbuf.is_empty() && channel_open {
+                return End::Reauthenticate(queue);
+            }
             // Move queued commands onto the wire while the pipeline has room.
-            while waiting.len() < cap {
+            while !reauth_due && waiting.len() < cap {
                 let Some(cmd) = queue.pop_front() else { break };
                 match cmd {
                     Command::Negotiate { respond } => {
-                        let _ = respond.send(Ok(table.clone()));
+                        let _ = respond.send(Ok(Arc::clone(table)));
                     }
                     Command::Request(p) => {
-                        if let Err(err) = check_version(&broker, &table, p.api, p.version) {
+                        if let Err(err) = check_version(&broker, table, p.api, p.version) {
                             let _ = p.respond.send(Err(err));
                             continue;
                         }
@@ -530,13 +808,14 @@ impl Task {
             }
             let next_deadline = waiting.iter().map(|w| w.deadline).min();
             let accept = channel_open && waiting.len() < cap && queue.is_empty();
+            let reauth_wake = reauth_at.filter(|_| !reauth_due);
 
             tokio::select! {
                 read = rd.read_buf(&mut rbuf) => {
                     let failure = match read {
                         Ok(0) => Some(RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() }),
                         Err(e) => Some(RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() }),
-                        Ok(_) => deliver_frames(&mut codec, &mut rbuf, &mut waiting)
+                        Ok(_) => deliver_frames(codec, &mut rbuf, &mut waiting)
                             .err()
                             .map(|source| RequestError::Wire { broker: broker.clone(), source }),
                     };
@@ -567,6 +846,7 @@ impl Task {
                         None => channel_open = false,
                     }
                 }
+                _ = super::sleep_until(reauth_wake), if reauth_wake.is_some() => {}
                 _ = super::sleep_until(next_deadline), if next_deadline.is_some() => {
                     let now = Instant::now();
                     let Some(api) = waiting.iter().find(|w| w.deadline <= now).map(|w| w.api) else {
@@ -655,8 +935,8 @@ enum ReadError {
     Wire(#[from] WireError),
 }
 
-async fn read_frame(
-    stream: &mut TcpStream,
+async fn read_frame<S: AsyncRead + Unpin>(
+    stream: &mut S,
     codec: &mut Codec,
     rbuf: &mut BytesMut,
 ) -> Result<ResponseFrame, ReadError> {
@@ -669,6 +949,190 @@ async fn read_frame(
         }
     }
 }
+
+/// The host of a `host:port` address (brackets of an IPv6 literal removed).
+#[cfg_attr(not(feature = "tls-core"), allow(dead_code))]
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// One connection's stream and codec, for the exchanges that run before (or between)
+/// the pipelined requests: SASL.
+struct Wire<'a> {
+    broker: &'a str,
+    stream: &'a mut BrokerStream,
+    codec: &'a mut Codec,
+    rbuf: &'a mut BytesMut,
+}
+
+impl Wire<'_> {
+    /// Sends `request` at `version` and reads its response.
+    async fn roundtrip<R: Request>(
+        &mut self,
+        request: &R,
+        version: i16,
+    ) -> Result<R::Response, RequestError> {
+        let api = api_of::<R>();
+        let wire = |source| RequestError::Wire {
+            broker: self.broker.to_string(),
+            source,
+        };
+        let mut out = BytesMut::new();
+        self.codec
+            .encode_request(api, version, request, true, &mut out)
+            .map_err(wire)?;
+        let exchange = async {
+            self.stream.write_all(&out).await?;
+            read_frame(self.stream, self.codec, self.rbuf).await
+        };
+        let frame = exchange.await.map_err(|e| match e {
+            ReadError::Wire(source) => RequestError::Wire {
+                broker: self.broker.to_string(),
+                source,
+            },
+            other => RequestError::Disconnected {
+                broker: self.broker.to_string(),
+                reason: other.to_string(),
+            },
+        })?;
+        decode_response::<R::Response>(api, version, frame.body).map_err(|source| {
+            RequestError::Wire {
+                broker: self.broker.to_string(),
+                source,
+            }
+        })
+    }
+
+    /// A SASL token without Kafka framing (SaslHandshake v0, before KIP-152): a 4-byte
+    /// length and the bytes, both ways.
+    async fn raw_token(&mut self, token: &[u8]) -> Result<Vec<u8>, RequestError> {
+        let len = i32::try_from(token.len()).unwrap_or(i32::MAX);
+        let io = |e: std::io::Error| RequestError::Disconnected {
+            broker: self.broker.to_string(),
+            reason: e.to_string(),
+        };
+        let mut out = Vec::with_capacity(4 + token.len());
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(token);
+        self.stream.write_all(&out).await.map_err(io)?;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).await.map_err(io)?;
+        let len = i32::from_be_bytes(len);
+        let max = self.codec.max_frame_size();
+        let size = usize::try_from(len)
+            .ok()
+            .filter(|n| *n <= max)
+            .ok_or_else(|| RequestError::Wire {
+                broker: self.broker.to_string(),
+                source: WireError::InvalidFrameLength { length: len },
+            })?;
+        let mut body = vec![0u8; size];
+        self.stream.read_exact(&mut body).await.map_err(io)?;
+        Ok(body)
+    }
+}
+
+/// The SASL exchange (KIP-43, KIP-152): SaslHandshake names the mechanism, then
+/// SaslAuthenticate carries the mechanism's messages until it is done. Returns the
+/// session lifetime the broker gave, if any (KIP-368).
+///
+/// Against a broker without SaslAuthenticate (before Kafka 1.0), the handshake is sent
+/// at v0 and the mechanism's messages travel as bare length-prefixed tokens.
+async fn authenticate(
+    wire: &mut Wire<'_>,
+    auth: &Authenticator,
+    table: &VersionTable,
+) -> Result<Option<Duration>, RequestError> {
+    let mechanism = auth.mechanism();
+    let fail = |source: AuthError| RequestError::Authentication {
+        broker: wire.broker.to_string(),
+        mechanism: mechanism.name(),
+        source,
+    };
+    let framed = table.version(ApiKey::SaslAuthenticate);
+    let Some(handshake_version) = table.version(ApiKey::SaslHandshake) else {
+        return Err(fail(AuthError::Protocol(
+            "the broker offers no SaslHandshake: is this a SASL listener? (security.protocol)"
+                .into(),
+        )));
+    };
+    let handshake_version = if framed.is_some() {
+        handshake_version
+    } else {
+        0
+    };
+    let handshake =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
+    let response: SaslHandshakeResponse = wire.roundtrip(&handshake, handshake_version).await?;
+    if response.error_code != 0 {
+        let enabled: Vec<String> = response.mechanisms.iter().map(|m| m.to_string()).collect();
+        if response.error_code == UNSUPPORTED_SASL_MECHANISM {
+            return Err(fail(AuthError::MechanismNotEnabled {
+                wanted: mechanism.name(),
+                enabled,
+            }));
+        }
+        return Err(fail(rejected(response.error_code, None)));
+    }
+    let mut client = auth.client().await.map_err(fail)?;
+    let mut message = client
+        .initial_response()
+        .map_err(|e| fail(AuthError::Exchange(e)))?;
+    loop {
+        let (challenge, lifetime) = match framed {
+            Some(version) => {
+                let request =
+                    SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message));
+                let response: SaslAuthenticateResponse = wire.roundtrip(&request, version).await?;
+                if response.error_code != 0 {
+                    // OAUTHBEARER: the broker's JSON error came in the challenge before.
+                    let detail = client.server_error().map(str::to_string);
+                    let message = response
+                        .error_message
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .or(detail);
+                    return Err(fail(rejected(response.error_code, message)));
+                }
+                let lifetime = u64::try_from(response.session_lifetime_ms)
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis);
+                (response.auth_bytes.to_vec(), lifetime)
+            }
+            None => match wire.raw_token(&message).await {
+                Ok(token) => (token, None),
+                // Before KIP-152 a broker says "wrong password" by hanging up.
+                Err(RequestError::Disconnected { reason, .. }) => {
+                    return Err(fail(AuthError::Protocol(format!(
+                        "the broker closed the connection during authentication ({reason}): most likely the credentials were refused"
+                    ))));
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        match client
+            .handle_challenge(&challenge)
+            .map_err(|e| fail(AuthError::Exchange(e)))?
+        {
+            Step::Send(next) => message = next,
+            Step::Done => return Ok(lifetime),
+        }
+    }
+}
+
+/// SASL_AUTHENTICATION_FAILED and friends, with the broker's message.
+fn rejected(code: i16, message: Option<String>) -> AuthError {
+    AuthError::Rejected {
+        code,
+        name: crate::proto::error_name(code),
+        message: message.unwrap_or_else(|| "no message".into()),
+    }
+}
+
+/// UNSUPPORTED_SASL_MECHANISM.
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 
 /// A small, stable hash so each connection's jitter differs but stays replayable.
 fn fxhash(bytes: &[u8]) -> u64 {

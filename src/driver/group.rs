@@ -364,9 +364,14 @@ async fn send_inner(
 fn failure(e: RequestError) -> Failure {
     match e {
         RequestError::Timeout { .. } => Failure::Timeout,
+        // A TLS or SASL failure is surfaced by the Consumer (from the cluster's alarm);
+        // the member treats it as a lost coordinator and retries after its backoff,
+        // which the connection stretches to the longest reconnect backoff.
         RequestError::Connect { .. }
         | RequestError::Disconnected { .. }
-        | RequestError::Closed { .. } => Failure::Disconnected,
+        | RequestError::Closed { .. }
+        | RequestError::Tls { .. }
+        | RequestError::Authentication { .. } => Failure::Disconnected,
         other => Failure::Protocol(other.to_string()),
     }
 }

@@ -1,9 +1,13 @@
 //! The tokio driver: it owns every socket, timer and task, and is the only part of
 //! ottla that reads the clock.
 
+mod auth;
 mod cluster;
 mod connection;
 mod group;
+mod stream;
+#[cfg(feature = "tls-core")]
+mod tls;
 
 pub use cluster::{Cluster, TopicScope};
 pub use connection::BrokerConnection;

@@ -31,12 +31,17 @@ impl Backoff {
         let max = self.max.as_secs_f64();
         let exp = failures.saturating_sub(1).min(30) as i32;
         let raw = (base * 2f64.powi(exp)).min(max);
+        let unit = self.unit();
+        Duration::from_secs_f64((raw * (0.8 + 0.4 * unit)).min(max))
+    }
+
+    /// The next draw of the generator, uniform in `[0, 1)`: jitter for other timers of
+    /// the same owner (the re-authentication point of a SASL session).
+    pub fn unit(&mut self) -> f64 {
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
-        let unit =
-            (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
-        Duration::from_secs_f64((raw * (0.8 + 0.4 * unit)).min(max))
+        (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

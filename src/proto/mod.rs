@@ -10,6 +10,7 @@ pub mod group;
 pub mod metadata;
 pub mod process;
 pub mod produce;
+pub mod sasl;
 pub mod wire;
 
 use kafka_protocol::ResponseError;

@@ -137,6 +137,10 @@ pub enum ProduceError {
     /// The producer was closed before the record was sent.
     #[error("the producer was closed before the record was sent")]
     Closed,
+    /// The connection to the partition's leader fails in a way no retry fixes: TLS
+    /// or SASL authentication.
+    #[error(transparent)]
+    Connection(crate::error::RequestError),
 }
 
 /// Why a record was not accepted.
@@ -473,13 +477,46 @@ impl Accumulator {
     /// their fate is still coming).
     pub fn expire(&mut self, now: Instant) {
         let timeout = self.config.delivery_timeout;
+        self.fail_waiting(
+            |_, b| now >= b.created + timeout,
+            |tp| ProduceError::Timeout {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                timeout,
+            },
+        );
+    }
+
+    /// The connection to `node` failed in a way no retry fixes (TLS, authentication):
+    /// the waiting batches of the partitions it leads fail now with `error`, instead of
+    /// at `delivery.timeout.ms`, as the Java client fails them. Batches in flight keep
+    /// their fate.
+    pub fn fail_node(&mut self, node: NodeId, error: &crate::error::RequestError) {
+        let led: BTreeSet<TopicPartition> = self
+            .leaders
+            .iter()
+            .filter(|(_, l)| **l == node)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        self.fail_waiting(
+            |tp, _| led.contains(tp),
+            |_| ProduceError::Connection(error.clone()),
+        );
+    }
+
+    /// Fails the batches `doomed` picks, except a head batch in flight.
+    fn fail_waiting(
+        &mut self,
+        doomed: impl Fn(&TopicPartition, &Batch) -> bool,
+        error: impl Fn(&TopicPartition) -> ProduceError,
+    ) {
         let mut renew = false;
         let mut failed = Vec::new();
         for (tp, p) in &mut self.partitions {
             let mut keep = VecDeque::new();
             let in_flight = p.in_flight;
             for (i, b) in std::mem::take(&mut p.queue).into_iter().enumerate() {
-                if (i > 0 || !in_flight) && now >= b.created + timeout {
+                if (i > 0 || !in_flight) && doomed(tp, &b) {
                     renew |= b.base_sequence.is_some();
                     failed.push((tp.clone(), b));
                 } else {
@@ -487,18 +524,14 @@ impl Accumulator {
                 }
             }
             p.queue = keep;
-            if p.open.as_ref().is_some_and(|b| now >= b.created + timeout) {
+            if p.open.as_ref().is_some_and(|b| doomed(tp, b)) {
                 if let Some(b) = p.open.take() {
                     failed.push((tp.clone(), b));
                 }
             }
         }
         for (tp, b) in failed {
-            let error = ProduceError::Timeout {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                timeout,
-            };
+            let error = error(&tp);
             self.finish(&tp, b, Err(error));
         }
         if renew {

@@ -58,6 +58,11 @@ impl Codec {
         }
     }
 
+    /// The largest response frame accepted.
+    pub fn max_frame_size(&self) -> usize {
+        self.frames.max_frame_size()
+    }
+
     /// How many requests await a response.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()

@@ -36,6 +36,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     // v1 is the first where a null topic list means "all topics".
     (ApiKey::Metadata, 1, 13),
+    // SASL (KIP-43): v1 of the handshake frames the mechanism's messages in
+    // SaslAuthenticate (KIP-152), whose v1 adds the session lifetime (KIP-368). v0 of
+    // the handshake is the fallback for brokers without SaslAuthenticate.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     // v4 has the v3 schema; asking for it first exercises the UNSUPPORTED_VERSION
     // fallback on brokers that stop at v3.
     (ApiKey::ApiVersions, 0, 4),

@@ -1,0 +1,503 @@
+//! Secure connections: `security.protocol`, TLS and SASL.
+//!
+//! Every connection a client opens (bootstrap, brokers learnt from metadata, the group
+//! coordinator's own connection, the producer's, the Processor's dead-letter producer)
+//! takes these settings from its [`ClientConfig`](crate::ClientConfig):
+//!
+//! ```no_run
+//! # async fn demo() -> ottla::Result<()> {
+//! use ottla::ClientConfig;
+//! use ottla::security::{SaslConfig, SecurityProtocol, TlsConfig};
+//!
+//! let config = ClientConfig::new("broker-1.example.com:9093")
+//!     .with_security_protocol(SecurityProtocol::SaslSsl)
+//!     .with_tls(TlsConfig::new()) // the platform's trusted roots
+//!     .with_sasl(SaslConfig::scram_sha512("svc-billing", std::env::var("KAFKA_PASSWORD").unwrap_or_default()));
+//! let consumer = ottla::Consumer::builder("unused")
+//!     .client_config(config)
+//!     .group_id("billing")
+//!     .topics(["orders"])
+//!     .build()
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! TLS needs the `tls` cargo feature (rustls with its `ring` provider), or
+//! `tls-core` with a [`CryptoProvider`](TlsConfig::crypto_provider) of your own.
+//! SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) is always built in.
+//!
+//! Secrets (passwords, tokens, private keys given inline) are held in [`Secret`], whose
+//! `Debug` and `Display` print `[redacted]`; no log line or error carries them.
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::proto::sasl::{Mechanism, UnsecuredJwtConfig};
+
+/// A password, token or private key. `Debug` and `Display` print `[redacted]`; the value
+/// is reachable only through [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(Arc::from(value.into()))
+    }
+
+    /// The secret itself. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Secret::new(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Secret::new(s)
+    }
+}
+
+/// `security.protocol`: what every connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SecurityProtocol {
+    /// Plain TCP (the default).
+    #[default]
+    Plaintext,
+    /// TLS.
+    Ssl,
+    /// SASL authentication over plain TCP.
+    SaslPlaintext,
+    /// SASL authentication over TLS.
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Parses the Java/librdkafka names (`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`,
+    /// `SASL_SSL`), in any case.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Some(Self::Plaintext),
+            "SSL" => Some(Self::Ssl),
+            "SASL_PLAINTEXT" => Some(Self::SaslPlaintext),
+            "SASL_SSL" => Some(Self::SaslSsl),
+            _ => None,
+        }
+    }
+
+    /// The Java name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    /// Whether connections are wrapped in TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    /// Whether connections authenticate with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+impl fmt::Display for SecurityProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// PEM data, from a file or in memory (for secrets kept out of files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pem {
+    /// A file holding PEM blocks.
+    File(PathBuf),
+    /// PEM text. Held as a [`Secret`], since a private key may be given this way.
+    Inline(Secret),
+}
+
+impl Pem {
+    /// PEM text given in memory.
+    pub fn inline(pem: impl Into<String>) -> Self {
+        Pem::Inline(Secret::new(pem))
+    }
+
+    /// A PEM file.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Pem::File(path.into())
+    }
+}
+
+/// Which certificate authorities a client trusts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TrustRoots {
+    /// The platform's trusted roots (on Linux the system bundle, as OpenSSL finds it).
+    /// The default.
+    #[default]
+    Platform,
+    /// The CA certificates in this PEM bundle (`ssl.ca.location`), and only those.
+    Pem(Pem),
+    /// Mozilla's roots compiled into the binary (the `tls-webpki-roots` feature), for
+    /// images without a system bundle.
+    WebpkiRoots,
+}
+
+/// TLS settings (used when `security.protocol` is `SSL` or `SASL_SSL`).
+///
+/// | setting | Java / librdkafka name | default |
+/// |---|---|---|
+/// | [`TlsConfig::ca`] | `ssl.ca.location`, `ssl.ca.pem`, `ssl.truststore.certificates` | the platform's roots |
+/// | [`TlsConfig::client_certificate`] | `ssl.certificate.location` + `ssl.key.location` (or `.pem`) | none |
+/// | [`TlsConfig::danger_disable_hostname_verification`] | `ssl.endpoint.identification.algorithm` = `none` | `https` (verified) |
+#[derive(Clone, Default)]
+pub struct TlsConfig {
+    pub(crate) roots: TrustRoots,
+    pub(crate) certificate: Option<Pem>,
+    pub(crate) key: Option<Pem>,
+    pub(crate) skip_hostname_verification: bool,
+    #[cfg(feature = "tls-core")]
+    pub(crate) provider: Option<Arc<rustls::crypto::CryptoProvider>>,
+}
+
+impl fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("roots", &self.roots)
+            .field("certificate", &self.certificate)
+            .field("key", &self.key.as_ref().map(|_| "[redacted]"))
+            .field("hostname_verification", &!self.skip_hostname_verification)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TlsConfig {
+    /// Trust the platform's roots, verify host names, no client certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trust only the CA certificates of this PEM bundle (`ssl.ca.location`).
+    pub fn ca(mut self, pem: Pem) -> Self {
+        self.roots = TrustRoots::Pem(pem);
+        self
+    }
+
+    /// Which roots to trust.
+    pub fn trust_roots(mut self, roots: TrustRoots) -> Self {
+        self.roots = roots;
+        self
+    }
+
+    /// A client certificate (chain) and its private key, for mutual TLS
+    /// (`ssl.certificate.location` and `ssl.key.location`). The key may be PKCS#8,
+    /// PKCS#1 (RSA) or SEC1 (EC), unencrypted, in PEM.
+    pub fn client_certificate(mut self, certificate: Pem, key: Pem) -> Self {
+        self.certificate = Some(certificate);
+        self.key = Some(key);
+        self
+    }
+
+    /// Accepts a broker certificate whose names do not match the broker's host
+    /// (`ssl.endpoint.identification.algorithm=none`). The chain is still verified
+    /// against the trusted roots. Anyone holding any certificate from those roots can
+    /// then impersonate any broker; ottla logs a warning when a client starts with it.
+    pub fn danger_disable_hostname_verification(mut self) -> Self {
+        self.skip_hostname_verification = true;
+        self
+    }
+
+    /// Whether host names are verified (the default).
+    pub fn verifies_hostname(&self) -> bool {
+        !self.skip_hostname_verification
+    }
+
+    /// The rustls [`CryptoProvider`](rustls::crypto::CryptoProvider) to use. Without
+    /// one, ottla uses the process default if one is installed
+    /// (`CryptoProvider::install_default`), else `ring` (the `tls` feature).
+    #[cfg(feature = "tls-core")]
+    pub fn crypto_provider(mut self, provider: Arc<rustls::crypto::CryptoProvider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+}
+
+/// SASL settings (used when `security.protocol` is `SASL_PLAINTEXT` or `SASL_SSL`).
+///
+/// | constructor | `sasl.mechanism` | credentials |
+/// |---|---|---|
+/// | [`SaslConfig::plain`] | `PLAIN` | `sasl.username`, `sasl.password` |
+/// | [`SaslConfig::scram_sha256`] / [`SaslConfig::scram_sha512`] | `SCRAM-SHA-256` / `SCRAM-SHA-512` | `sasl.username`, `sasl.password` |
+/// | [`SaslConfig::oauth_bearer`] | `OAUTHBEARER` | a [`TokenProvider`] |
+/// | [`SaslConfig::oauth_bearer_unsecured_jwt`] | `OAUTHBEARER` | `sasl.oauthbearer.config` (tests only) |
+#[derive(Clone)]
+pub struct SaslConfig {
+    /// `None` only while being built from properties ([`crate::ClientConfig::set`]).
+    pub(crate) mechanism: Option<Mechanism>,
+    pub(crate) username: String,
+    pub(crate) password: Secret,
+    pub(crate) token_provider: Option<Arc<dyn TokenProvider>>,
+    /// `sasl.oauthbearer.config`, used with `enable.sasl.oauthbearer.unsecure.jwt`.
+    pub(crate) oauth_config: Option<String>,
+    pub(crate) unsecure_jwt: bool,
+}
+
+impl fmt::Debug for SaslConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SaslConfig")
+            .field("mechanism", &self.mechanism.map(Mechanism::name))
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field(
+                "token_provider",
+                &self.token_provider.as_ref().map(|_| "[provider]"),
+            )
+            .finish()
+    }
+}
+
+impl SaslConfig {
+    /// No mechanism yet: the start of a configuration read from properties.
+    pub(crate) fn unset() -> Self {
+        SaslConfig {
+            mechanism: None,
+            username: String::new(),
+            password: Secret::new(""),
+            token_provider: None,
+            oauth_config: None,
+            unsecure_jwt: false,
+        }
+    }
+
+    fn with_password(mechanism: Mechanism, username: &str, password: Secret) -> Self {
+        SaslConfig {
+            mechanism: Some(mechanism),
+            username: username.to_string(),
+            password,
+            ..Self::unset()
+        }
+    }
+
+    /// `PLAIN` (RFC 4616): the password travels as is, so use it over `SASL_SSL` only.
+    pub fn plain(username: &str, password: impl Into<Secret>) -> Self {
+        Self::with_password(Mechanism::Plain, username, password.into())
+    }
+
+    /// `SCRAM-SHA-256` (RFC 5802, RFC 7677). The broker's signature is checked.
+    pub fn scram_sha256(username: &str, password: impl Into<Secret>) -> Self {
+        Self::with_password(Mechanism::ScramSha256, username, password.into())
+    }
+
+    /// `SCRAM-SHA-512`.
+    pub fn scram_sha512(username: &str, password: impl Into<Secret>) -> Self {
+        Self::with_password(Mechanism::ScramSha512, username, password.into())
+    }
+
+    /// `OAUTHBEARER` (RFC 7628, KIP-255) with tokens from `provider`. A token is fetched
+    /// when a connection authenticates, reused until 80% of its lifetime has passed
+    /// (the Java client's `sasl.login.refresh.window.factor`), then fetched anew; a
+    /// connection re-authenticates before its session ends (KIP-368) with the fresh one.
+    pub fn oauth_bearer(provider: Arc<dyn TokenProvider>) -> Self {
+        SaslConfig {
+            mechanism: Some(Mechanism::OAuthBearer),
+            token_provider: Some(provider),
+            ..Self::unset()
+        }
+    }
+
+    /// `OAUTHBEARER` with unsigned JWTs built from librdkafka's `sasl.oauthbearer.config`
+    /// syntax (`principal=admin scope=read lifeSeconds=3600 extension_k=v`), as
+    /// librdkafka's `enable.sasl.oauthbearer.unsecure.jwt`. For development brokers
+    /// only: no real broker should accept an unsigned token.
+    pub fn oauth_bearer_unsecured_jwt(config: &str) -> crate::Result<Self> {
+        let jwt = UnsecuredJwtConfig::parse(config).map_err(|e| crate::Error::Config {
+            setting: "sasl.oauthbearer.config",
+            message: e.to_string(),
+        })?;
+        Ok(Self::oauth_bearer(Arc::new(UnsecuredJwtProvider(jwt))))
+    }
+
+    /// The mechanism (`None` until `sasl.mechanism` is set, for a configuration read
+    /// from properties).
+    pub fn mechanism(&self) -> Option<Mechanism> {
+        self.mechanism
+    }
+
+    /// Checks that the mechanism has what it needs; the error names the setting.
+    pub fn validate(&self) -> crate::Result<()> {
+        self.resolve().map(|_| ())
+    }
+
+    /// The mechanism with its credentials, the unsecured-JWT provider built if the
+    /// properties asked for one.
+    pub(crate) fn resolve(&self) -> crate::Result<SaslConfig> {
+        let bad = |setting, message: &str| {
+            Err(crate::Error::Config {
+                setting,
+                message: message.to_string(),
+            })
+        };
+        let Some(mechanism) = self.mechanism else {
+            return bad(
+                "sasl.mechanism",
+                "not set (Java's default, GSSAPI/Kerberos, is not supported): use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+            );
+        };
+        match mechanism {
+            Mechanism::Plain | Mechanism::ScramSha256 | Mechanism::ScramSha512 => {
+                if self.username.is_empty() {
+                    return bad("sasl.username", "required by PLAIN and SCRAM");
+                }
+                if self.password.expose().is_empty() {
+                    return bad("sasl.password", "required by PLAIN and SCRAM");
+                }
+                Ok(self.clone())
+            }
+            Mechanism::OAuthBearer => {
+                if self.token_provider.is_some() {
+                    return Ok(self.clone());
+                }
+                match (&self.oauth_config, self.unsecure_jwt) {
+                    (Some(config), true) => Self::oauth_bearer_unsecured_jwt(config),
+                    _ => bad(
+                        "sasl.oauthbearer.config",
+                        "OAUTHBEARER needs a TokenProvider (SaslConfig::oauth_bearer), or enable.sasl.oauthbearer.unsecure.jwt=true with sasl.oauthbearer.config for test tokens",
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// An OAuth bearer token and what the broker should know with it.
+#[derive(Clone, Debug)]
+pub struct OAuthToken {
+    /// The token (a JWT for most identity providers).
+    pub value: Secret,
+    /// When it stops being valid.
+    pub expires_at: SystemTime,
+    /// SASL extensions sent with it (KIP-342), e.g. Confluent Cloud's
+    /// `logicalCluster` and `identityPoolId`.
+    pub extensions: Vec<(String, String)>,
+}
+
+/// Why a [`TokenProvider`] could not give a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TokenError(pub String);
+
+/// The future a [`TokenProvider`] returns.
+pub type TokenFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<OAuthToken, TokenError>> + Send + 'a>>;
+
+/// Where `OAUTHBEARER` tokens come from: an OIDC client-credentials request, an
+/// Amazon MSK IAM signer, a file a sidecar rotates, ...
+///
+/// ottla calls it when a connection authenticates and the cached token is past 80% of
+/// its lifetime; calls never overlap. If a refresh fails while the old token is still
+/// valid, the old one is used and the failure logged.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use ottla::security::{OAuthToken, Secret, TokenError, TokenFuture, TokenProvider};
+///
+/// struct FromSidecar(std::path::PathBuf);
+///
+/// impl TokenProvider for FromSidecar {
+///     fn token(&self) -> TokenFuture<'_> {
+///         Box::pin(async move {
+///             let jwt = std::fs::read_to_string(&self.0).map_err(|e| TokenError(e.to_string()))?;
+///             Ok(OAuthToken {
+///                 value: Secret::new(jwt.trim()),
+///                 expires_at: SystemTime::now() + Duration::from_secs(300),
+///                 extensions: Vec::new(),
+///             })
+///         })
+///     }
+/// }
+/// ```
+pub trait TokenProvider: Send + Sync + 'static {
+    /// A fresh token.
+    fn token(&self) -> TokenFuture<'_>;
+}
+
+/// Unsigned JWTs for tests ([`SaslConfig::oauth_bearer_unsecured_jwt`]).
+struct UnsecuredJwtProvider(UnsecuredJwtConfig);
+
+impl TokenProvider for UnsecuredJwtProvider {
+    fn token(&self) -> TokenFuture<'_> {
+        Box::pin(async move {
+            let now_ms = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let (token, expiry_ms) = self.0.token(now_ms);
+            let expires_at = SystemTime::UNIX_EPOCH
+                + std::time::Duration::from_millis(u64::try_from(expiry_ms).unwrap_or(0));
+            Ok(OAuthToken {
+                value: Secret::new(token),
+                expires_at,
+                extensions: self.0.extensions.clone(),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_print_redacted() {
+        let s = Secret::new("hunter2");
+        assert_eq!(format!("{s}"), "[redacted]");
+        assert_eq!(format!("{s:?}"), "[redacted]");
+        let sasl = SaslConfig::scram_sha256("alice", "hunter2");
+        assert!(!format!("{sasl:?}").contains("hunter2"), "{sasl:?}");
+        let tls = TlsConfig::new().client_certificate(
+            Pem::file("/c.pem"),
+            Pem::inline("-----BEGIN PRIVATE KEY-----\nsecretkey\n"),
+        );
+        assert!(!format!("{tls:?}").contains("secretkey"), "{tls:?}");
+    }
+
+    #[test]
+    fn protocol_names_round_trip() {
+        for p in [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl,
+        ] {
+            assert_eq!(SecurityProtocol::parse(p.name()), Some(p));
+            assert_eq!(SecurityProtocol::parse(&p.name().to_lowercase()), Some(p));
+        }
+        assert_eq!(SecurityProtocol::parse("TLS"), None);
+    }
+}
