@@ -488,6 +488,13 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
             let (cluster, shared) = (cluster.clone(), shared.clone());
             tasks.spawn(async move {
                 let result = init_producer_id(&cluster).await;
+                if let Err(Error::Request(e)) = &result {
+                    if e.is_security() {
+                        // Nothing can be sent without a producer id: fail the records
+                        // now rather than at delivery.timeout.ms.
+                        lock(&shared.state).acc.fail_all(e);
+                    }
+                }
                 if let Err(e) = &result {
                     warn!(error = %e, "InitProducerId failed; retrying");
                     let backoff = lock(&shared.state).acc.config().retry_backoff;

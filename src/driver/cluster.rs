@@ -223,6 +223,9 @@ impl Cluster {
             .unwrap_or(TopicScope::All);
         let candidates = self.candidates();
         let mut last: Option<Error> = None;
+        // A TLS or SASL failure is kept typed: it says what to change, where "no
+        // bootstrap server reachable" would not.
+        let mut refused: Option<RequestError> = None;
         for address in &candidates {
             let conn = self.connection(address);
             let table = match conn.versions().await {
@@ -231,6 +234,9 @@ impl Cluster {
                     warn!(broker = %address, error = %e, "metadata: broker unavailable");
                     if let RequestError::Negotiation { .. } = e {
                         return Err(e.into());
+                    }
+                    if e.is_security() {
+                        refused = Some(e.clone());
                     }
                     last = Some(e.into());
                     continue;
@@ -252,6 +258,9 @@ impl Cluster {
                     last = Some(e.into());
                 }
             }
+        }
+        if let Some(e) = refused {
+            return Err(e.into());
         }
         Err(Error::Bootstrap {
             tried: candidates,

@@ -526,6 +526,7 @@ impl Task {
             broker: self.address.to_string(),
             reason,
         };
+        let deadline = Instant::now() + self.settings.connect_timeout;
         let attempt = async {
             let mut version = SUPPORTED
                 .iter()
@@ -536,7 +537,7 @@ impl Task {
             // it allowed), or hang up without answering, as brokers older than ApiVersions
             // do (then reconnect one version lower).
             for _ in 0..4 {
-                let mut stream = self.open().await?;
+                let mut stream = self.open(deadline).await?;
                 let mut codec =
                     Codec::new(Some(&self.settings.client_id), self.settings.max_frame_size);
                 let mut rbuf = BytesMut::with_capacity(8 * 1024);
@@ -619,8 +620,10 @@ impl Task {
                 "broker kept closing the connection during ApiVersions".into(),
             ))
         };
+        // A little past the deadline, so that a TLS handshake that never ends reports
+        // itself (see `open`).
         let (mut connected, lifetime) =
-            match tokio::time::timeout(self.settings.connect_timeout, attempt).await {
+            match tokio::time::timeout_at(deadline + Duration::from_millis(100), attempt).await {
                 Ok(result) => result?,
                 Err(_) => {
                     return Err(connect_err(format!(
@@ -633,8 +636,10 @@ impl Task {
         Ok(connected)
     }
 
-    /// TCP connect, then the TLS handshake when the protocol asks for it.
-    async fn open(&self) -> Result<BrokerStream, RequestError> {
+    /// TCP connect, then the TLS handshake when the protocol asks for it. A handshake
+    /// unanswered by `deadline` is a TLS error: the port is most likely not a TLS
+    /// listener, which waits for a Kafka request instead.
+    async fn open(&self, deadline: Instant) -> Result<BrokerStream, RequestError> {
         let tcp = TcpStream::connect(&*self.address)
             .await
             .map_err(|e| RequestError::Connect {
@@ -644,10 +649,16 @@ impl Task {
         let _ = tcp.set_nodelay(true);
         #[cfg(feature = "tls-core")]
         if let Some(tls) = &self.settings.tls {
-            let stream = tls
-                .connect(host_of(&self.address), tcp)
-                .await
-                .map_err(|reason| self.tls_error(reason))?;
+            let handshake = tls.connect(host_of(&self.address), tcp);
+            let stream = match tokio::time::timeout_at(deadline, handshake).await {
+                Ok(result) => result.map_err(|reason| self.tls_error(reason))?,
+                Err(_) => {
+                    return Err(self.tls_error(TlsFailure::Protocol(format!(
+                        "no answer to the TLS handshake within {:?}",
+                        self.settings.connect_timeout
+                    ))));
+                }
+            };
             return Ok(BrokerStream::Tls(Box::new(stream)));
         }
         Ok(BrokerStream::Plain(tcp))
@@ -1064,7 +1075,18 @@ async fn authenticate(
     };
     let handshake =
         SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()));
-    let response: SaslHandshakeResponse = wire.roundtrip(&handshake, handshake_version).await?;
+    let response: SaslHandshakeResponse = match wire.roundtrip(&handshake, handshake_version).await
+    {
+        Ok(r) => r,
+        // Kafka answers UNSUPPORTED_SASL_MECHANISM with the list; some brokers (tansu
+        // for a mechanism it was built without) hang up instead.
+        Err(RequestError::Disconnected { reason, .. }) => {
+            return Err(fail(AuthError::Protocol(format!(
+                "the broker closed the connection at SaslHandshake ({reason}): it most likely does not enable {mechanism} (sasl.mechanism)"
+            ))));
+        }
+        Err(e) => return Err(e),
+    };
     if response.error_code != 0 {
         let enabled: Vec<String> = response.mechanisms.iter().map(|m| m.to_string()).collect();
         if response.error_code == UNSUPPORTED_SASL_MECHANISM {
@@ -1084,7 +1106,20 @@ async fn authenticate(
             Some(version) => {
                 let request =
                     SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(message));
-                let response: SaslAuthenticateResponse = wire.roundtrip(&request, version).await?;
+                let response: SaslAuthenticateResponse = match wire
+                    .roundtrip(&request, version)
+                    .await
+                {
+                    Ok(r) => r,
+                    // Some brokers (tansu for an unknown user) hang up instead of
+                    // answering SASL_AUTHENTICATION_FAILED.
+                    Err(RequestError::Disconnected { reason, .. }) => {
+                        return Err(fail(AuthError::Protocol(format!(
+                            "the broker closed the connection during authentication ({reason}): most likely it refused the credentials (an unknown user?)"
+                        ))));
+                    }
+                    Err(e) => return Err(e),
+                };
                 if response.error_code != 0 {
                     // OAUTHBEARER: the broker's JSON error came in the challenge before.
                     let detail = client.server_error().map(str::to_string);

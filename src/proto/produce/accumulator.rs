@@ -504,6 +504,12 @@ impl Accumulator {
         );
     }
 
+    /// No producer id can be had because every connection fails TLS or SASL: the
+    /// waiting batches of every partition fail now with `error`.
+    pub fn fail_all(&mut self, error: &crate::error::RequestError) {
+        self.fail_waiting(|_, _| true, |_| ProduceError::Connection(error.clone()));
+    }
+
     /// Fails the batches `doomed` picks, except a head batch in flight.
     fn fail_waiting(
         &mut self,

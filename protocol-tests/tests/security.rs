@@ -1,0 +1,595 @@
+//! Secure connections against real peers.
+//!
+//! - TLS: stunnel (OpenSSL, an implementation independent of the rustls ottla uses)
+//!   terminates TLS in front of tansu, which advertises stunnel's port. Certificates are
+//!   made at test time by the `openssl` CLI (`protocol_tests::tls::TestPki`).
+//! - SASL SCRAM-SHA-256/512: tansu 0.6.0 built from source with `libsql` storage
+//!   (`scripts/install-peers.sh` builds it once into a cache outside the clone), over
+//!   SASL_PLAINTEXT and, through stunnel, SASL_SSL.
+//!
+//! PLAIN, OAUTHBEARER and in-band KIP-368 re-authentication have no real server here;
+//! `sasl_responder.rs` tests them against a responder of ours in front of tansu.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ottla::consumer::{ConsumerEvent, OffsetReset, TopicPartition};
+use ottla::producer::ProducerRecord;
+use ottla::proto::group::member::Event;
+use ottla::security::{Pem, SaslConfig, SecurityProtocol, TlsConfig};
+use ottla::{AuthError, ClientConfig, Consumer, Error, Producer, RequestError, TlsFailure};
+use protocol_tests::tansu::{
+    SaslTansu, SaslTansuOptions, ScramMechanism, Tansu, TansuOptions, free_port,
+};
+use protocol_tests::tls::{
+    KeyFormat, ServerCert, Stunnel, StunnelConfig, TestPki, TlsTansu, TlsTansuOptions,
+};
+
+/// How fast a configuration error must reach the caller.
+const PROMPT: Duration = Duration::from_secs(2);
+
+fn base(bootstrap: &str) -> ClientConfig {
+    ClientConfig::new(bootstrap)
+        .with_request_timeout(Duration::from_secs(10))
+        .with_reconnect_backoff(Duration::from_millis(50), Duration::from_secs(1))
+}
+
+fn tls(bootstrap: &str, pki: &TestPki) -> ClientConfig {
+    base(bootstrap)
+        .with_security_protocol(SecurityProtocol::Ssl)
+        .with_tls(TlsConfig::new().ca(Pem::file(pki.ca())))
+}
+
+fn mtls(bootstrap: &str, pki: &TestPki, format: KeyFormat) -> ClientConfig {
+    let (cert, key) = pki.client_cert(format);
+    base(bootstrap)
+        .with_security_protocol(SecurityProtocol::Ssl)
+        .with_tls(
+            TlsConfig::new()
+                .ca(Pem::file(pki.ca()))
+                .client_certificate(Pem::file(cert), Pem::file(key)),
+        )
+}
+
+async fn timed<T>(f: impl Future<Output = T>) -> (T, Duration) {
+    let start = Instant::now();
+    let out = f.await;
+    (out, start.elapsed())
+}
+
+/// Writes `n` records (values `0..n`) and returns where each landed.
+async fn produce(config: &ClientConfig, topic: &str, n: u64) -> BTreeSet<(i32, i64)> {
+    let producer = Producer::builder("")
+        .client_config(config.clone())
+        .build()
+        .await
+        .expect("producer");
+    let mut deliveries = Vec::new();
+    for i in 0..n {
+        let record = ProducerRecord::new(topic)
+            .key(format!("k{}", i % 17))
+            .value(i.to_string());
+        deliveries.push(producer.send(record).await.expect("send"));
+    }
+    let mut written = BTreeSet::new();
+    for d in deliveries {
+        let m = d.await.expect("delivered");
+        written.insert((m.partition, m.offset));
+    }
+    producer.close().await;
+    written
+}
+
+/// What the members of a group read, and the group events they saw.
+#[derive(Debug, Default)]
+struct Tally {
+    /// (partition, offset) -> how many times it was read.
+    reads: BTreeMap<(i32, i64), u32>,
+    /// Member -> (time, event) of every assignment change.
+    changes: BTreeMap<usize, Vec<(Instant, String)>>,
+}
+
+/// Runs `configs.len()` consumers of `group` (one config each) until `expect` is read
+/// (or `deadline`), committing as they go; returns what they read.
+async fn group_read(
+    configs: Vec<ClientConfig>,
+    group: &str,
+    topic: &str,
+    expect: &BTreeSet<(i32, i64)>,
+    deadline: Duration,
+) -> Tally {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut consumers = Vec::new();
+    for (m, config) in configs.into_iter().enumerate() {
+        let consumer = Consumer::builder("")
+            .client_config(config)
+            .group_id(group)
+            .topics([topic])
+            .offset_reset(OffsetReset::Earliest)
+            .session_timeout(Duration::from_secs(6))
+            .heartbeat_interval(Duration::from_secs(1))
+            .auto_commit(Some(Duration::from_millis(500)))
+            .client_id(format!("secure-{m}"))
+            .build()
+            .await
+            .expect("consumer");
+        consumers.push((m, consumer));
+    }
+    let mut tasks = Vec::new();
+    for (m, mut consumer) in consumers {
+        let tally = tally.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut events = consumer.take_events();
+            loop {
+                tokio::select! {
+                    Some(event) = events.recv() => {
+                        if let ConsumerEvent::Group(e @ (Event::Assigned { .. } | Event::RevokeRequested { .. } | Event::Lost { .. })) = event {
+                            tally.lock().unwrap().changes.entry(m).or_default().push((Instant::now(), format!("{e:?}")));
+                        }
+                    }
+                    batch = consumer.recv_batch(500) => {
+                        let Ok(batch) = batch else { continue };
+                        let mut t = tally.lock().unwrap();
+                        for r in batch {
+                            *t.reads.entry((r.partition, r.offset)).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        let done = {
+            let t = tally.lock().unwrap();
+            expect.iter().all(|k| t.reads.contains_key(k))
+        };
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Duplicates would show up now.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    Arc::try_unwrap(tally)
+        .map(|m| m.into_inner().unwrap())
+        .unwrap_or_default()
+}
+
+fn assert_exactly_once(tally: &Tally, expect: &BTreeSet<(i32, i64)>) {
+    let missing: Vec<_> = expect
+        .iter()
+        .filter(|k| !tally.reads.contains_key(k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} records never read, e.g. {:?}",
+        missing.len(),
+        missing.first()
+    );
+    let twice: Vec<_> = tally.reads.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} records read twice, e.g. {:?}",
+        twice.len(),
+        twice.first()
+    );
+}
+
+/// The error of a build that must fail: returned within [`PROMPT`].
+async fn build_error(config: ClientConfig) -> RequestError {
+    let builder = Consumer::builder("")
+        .client_config(config)
+        .assign([TopicPartition::new("any", 0)]);
+    let (result, took) = timed(builder.build()).await;
+    let err = match result {
+        Ok(_) => panic!("the consumer connected"),
+        Err(e) => e,
+    };
+    assert!(took <= PROMPT, "the error took {took:?}: {err}");
+    match err {
+        Error::Request(e) => e,
+        Error::Bootstrap { ref last, .. } => panic!("untyped bootstrap error: {last}"),
+        other => panic!("unexpected error: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_produce_consume_a_three_member_group_and_commits() {
+    protocol_tests::init_tracing();
+    let broker = TlsTansu::start().expect("TLS tansu");
+    broker.create_topic("tls-orders", 6).expect("topic");
+    let config = tls(&broker.bootstrap(), broker.pki());
+    let written = produce(&config, "tls-orders", 600).await;
+    assert_eq!(written.len(), 600);
+    let tally = group_read(
+        vec![config.clone(), config.clone(), config.clone()],
+        "tls-group",
+        "tls-orders",
+        &written,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_exactly_once(&tally, &written);
+    // The commits went through the TLS coordinator connection: a new member of the
+    // group starts where they ended and reads nothing old.
+    let mut late = Consumer::builder("")
+        .client_config(config.clone())
+        .group_id("tls-group")
+        .topics(["tls-orders"])
+        .offset_reset(OffsetReset::Earliest)
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("late consumer");
+    let got = tokio::time::timeout(Duration::from_secs(8), late.recv()).await;
+    assert!(got.is_err(), "a committed record came again: {got:?}");
+    late.close().await.expect("close");
+    assert!(
+        broker.stunnel().accepted_connections() >= 3,
+        "the clients did not go through stunnel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_with_pkcs8_rsa_and_ec_keys() {
+    protocol_tests::init_tracing();
+    let broker = TlsTansu::start_with(TlsTansuOptions::default().mtls(true)).expect("mTLS tansu");
+    broker.create_topic("mtls", 3).expect("topic");
+    let bootstrap = broker.bootstrap();
+    let pki = broker.pki().clone();
+    // Each key format writes, and the three read as one group.
+    let mut written = BTreeSet::new();
+    for format in KeyFormat::ALL {
+        written.extend(produce(&mtls(&bootstrap, &pki, format), "mtls", 50).await);
+    }
+    // Keys in memory (Pem::inline) work as files do.
+    let (cert, key) = pki.client_cert(KeyFormat::Sec1);
+    let inline = base(&bootstrap)
+        .with_security_protocol(SecurityProtocol::Ssl)
+        .with_tls(TlsConfig::new().ca(Pem::file(pki.ca())).client_certificate(
+            Pem::inline(std::fs::read_to_string(cert).unwrap()),
+            Pem::inline(std::fs::read_to_string(key).unwrap()),
+        ));
+    written.extend(produce(&inline, "mtls", 50).await);
+    assert_eq!(written.len(), 200);
+    let configs = KeyFormat::ALL
+        .iter()
+        .map(|f| mtls(&bootstrap, &pki, *f))
+        .collect();
+    let tally = group_read(
+        configs,
+        "mtls-group",
+        "mtls",
+        &written,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_exactly_once(&tally, &written);
+
+    // Under `verify = 2`, no client certificate, or one from another CA, is refused.
+    for config in [tls(&bootstrap, &pki), {
+        let (cert, key) = pki.untrusted_client_cert();
+        base(&bootstrap)
+            .with_security_protocol(SecurityProtocol::Ssl)
+            .with_tls(
+                TlsConfig::new()
+                    .ca(Pem::file(pki.ca()))
+                    .client_certificate(Pem::file(cert), Pem::file(key)),
+            )
+    }] {
+        let err = build_error(config).await;
+        assert!(
+            matches!(
+                &err,
+                RequestError::Tls {
+                    reason: TlsFailure::HandshakeRefused(_),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("ssl.certificate.location"),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_failures_are_typed_and_prompt() {
+    protocol_tests::init_tracing();
+    let pki = Arc::new(TestPki::generate().expect("pki"));
+    let cases = [
+        (ServerCert::Expired, "expired"),
+        (ServerCert::WrongName, "not valid for 127.0.0.1"),
+        (ServerCert::OtherCa, "unknown issuer"),
+    ];
+    for (cert, says) in cases {
+        let broker = TlsTansu::start_with(
+            TlsTansuOptions::default()
+                .server_cert(cert)
+                .pki(pki.clone()),
+        )
+        .expect("TLS tansu");
+        let err = build_error(tls(&broker.bootstrap(), &pki)).await;
+        let reason = match &err {
+            RequestError::Tls {
+                reason, broker: b, ..
+            } => {
+                assert_eq!(b, &broker.bootstrap(), "{err}");
+                reason.clone()
+            }
+            other => panic!("{cert:?}: not a TLS error: {other:?}"),
+        };
+        match cert {
+            ServerCert::Expired => assert_eq!(reason, TlsFailure::Expired),
+            ServerCert::WrongName => assert!(matches!(reason, TlsFailure::NameMismatch { .. })),
+            _ => assert_eq!(reason, TlsFailure::UnknownIssuer),
+        }
+        assert!(err.to_string().contains(says), "{cert:?}: {err}");
+        assert!(err.to_string().contains("check"), "no setting named: {err}");
+        // Turning host-name checks off (loudly) accepts the wrong name, and only that.
+        let relaxed = base(&broker.bootstrap())
+            .with_security_protocol(SecurityProtocol::Ssl)
+            .with_tls(
+                TlsConfig::new()
+                    .ca(Pem::file(pki.ca()))
+                    .danger_disable_hostname_verification(),
+            );
+        let built = Consumer::builder("")
+            .client_config(relaxed)
+            .assign([TopicPartition::new("any", 0)])
+            .build()
+            .await;
+        assert_eq!(
+            built.is_ok(),
+            cert == ServerCert::WrongName,
+            "{cert:?}: {built:?}"
+        );
+    }
+    // A plaintext port waits for a Kafka request and never answers the handshake: a
+    // typed error once the connect timeout (1 s here) has passed.
+    let plain = Tansu::start().expect("tansu");
+    let config = tls(&plain.bootstrap(), &pki).with_connect_timeout(Duration::from_secs(1));
+    let err = build_error(config).await;
+    assert!(
+        matches!(
+            &err,
+            RequestError::Tls {
+                reason: TlsFailure::Protocol(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("security.protocol"), "{err}");
+}
+
+/// A running client whose broker's certificate is bad: bootstrap goes through a good
+/// stunnel, but tansu advertises a second one with an expired certificate. recv()
+/// reports the typed error, and in 10 s the connection makes at most as many attempts
+/// as `reconnect.backoff.max.ms` (1 s) allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_certificate_is_reported_by_recv_and_not_retried_in_a_loop() {
+    protocol_tests::init_tracing();
+    let pki = TestPki::generate().expect("pki");
+    let bad_port = free_port().expect("port");
+    let tansu =
+        Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{bad_port}")))
+            .expect("tansu");
+    tansu.create_topic("bad-cert", 2).expect("topic");
+    let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, tansu.port()));
+    let (good_cert, good_key) = pki.server_cert(ServerCert::Good);
+    let good = Stunnel::start(StunnelConfig::new(good_cert, good_key, upstream)).expect("stunnel");
+    let (bad_cert, bad_key) = pki.server_cert(ServerCert::Expired);
+    let bad = Stunnel::start(StunnelConfig::new(bad_cert, bad_key, upstream).accept_port(bad_port))
+        .expect("stunnel");
+
+    let config = tls(&good.address(), &pki);
+    let mut consumer = Consumer::builder("")
+        .client_config(config.clone())
+        .assign([
+            TopicPartition::new("bad-cert", 0),
+            TopicPartition::new("bad-cert", 1),
+        ])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+        .expect("metadata comes through the good stunnel");
+    let start = Instant::now();
+    let first = tokio::time::timeout(PROMPT, consumer.recv()).await;
+    let Ok(Some(Err(Error::Request(err)))) = first else {
+        panic!("recv() did not report the TLS failure within {PROMPT:?}: {first:?}");
+    };
+    assert!(
+        matches!(
+            err,
+            RequestError::Tls {
+                reason: TlsFailure::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let before = bad.accepted_connections();
+    let window = Duration::from_secs(10);
+    let mut reported = 1;
+    while start.elapsed() < window {
+        if let Ok(Some(Err(_))) =
+            tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
+        {
+            reported += 1;
+        }
+    }
+    let attempts = bad.accepted_connections();
+    // One attempt per reconnect.backoff.max.ms at most, plus the one in progress.
+    let bound = (window.as_millis() / 1000) as usize + 1;
+    assert!(
+        attempts <= bound,
+        "{attempts} attempts in {window:?} (bound {bound}; {before} by the first report)"
+    );
+    assert!(reported >= 2, "recv() reported the failure once only");
+    drop(consumer);
+
+    // The producer: its deliveries fail with the same typed error, promptly.
+    let producer = Producer::builder("").client_config(config).build().await;
+    let err = match producer {
+        // InitProducerId goes to a known broker: the bad one.
+        Err(Error::Request(e)) => e,
+        Ok(p) => {
+            let (delivery, took) = timed(async {
+                p.send(ProducerRecord::new("bad-cert").value("x"))
+                    .await
+                    .expect("send")
+                    .await
+            })
+            .await;
+            assert!(took <= PROMPT, "took {took:?}");
+            match delivery {
+                Err(Error::Request(e)) => e,
+                other => panic!("{other:?}"),
+            }
+        }
+        Err(other) => panic!("{other:?}"),
+    };
+    assert!(matches!(err, RequestError::Tls { .. }), "{err:?}");
+}
+
+fn scram(bootstrap: &str, protocol: SecurityProtocol, sasl: SaslConfig) -> ClientConfig {
+    base(bootstrap)
+        .with_security_protocol(protocol)
+        .with_sasl(sasl)
+}
+
+const ALICE: (&str, &str) = ("alice", "alice-Pa55-word");
+const BOB: (&str, &str) = ("bob", "bob-Pa55-word");
+
+fn scram_users() -> SaslTansuOptions {
+    SaslTansuOptions::users(&[
+        (ALICE.0, ALICE.1, ScramMechanism::Scram256),
+        (BOB.0, BOB.1, ScramMechanism::Scram512),
+    ])
+}
+
+/// SCRAM against tansu: each mechanism writes and reads; a wrong password and a
+/// mechanism the broker does not enable are typed errors from build(), within 2 s.
+async fn scram_cases(
+    bootstrap: &str,
+    protocol: SecurityProtocol,
+    pki: Option<&TestPki>,
+    topic: &str,
+) {
+    let with_tls = |c: ClientConfig| match pki {
+        Some(pki) => c.with_tls(TlsConfig::new().ca(Pem::file(pki.ca()))),
+        None => c,
+    };
+    let alice = with_tls(scram(
+        bootstrap,
+        protocol,
+        SaslConfig::scram_sha256(ALICE.0, ALICE.1),
+    ));
+    let bob = with_tls(scram(
+        bootstrap,
+        protocol,
+        SaslConfig::scram_sha512(BOB.0, BOB.1),
+    ));
+    let mut written = produce(&alice, topic, 100).await;
+    written.extend(produce(&bob, topic, 100).await);
+    assert_eq!(written.len(), 200);
+    let tally = group_read(
+        vec![alice.clone(), bob.clone()],
+        &format!("{topic}-group"),
+        topic,
+        &written,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_exactly_once(&tally, &written);
+
+    let wrong = with_tls(scram(
+        bootstrap,
+        protocol,
+        SaslConfig::scram_sha256(ALICE.0, "not-her-password"),
+    ));
+    let err = build_error(wrong).await;
+    let RequestError::Authentication {
+        mechanism, source, ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(*mechanism, "SCRAM-SHA-256");
+    // tansu refuses inside SCRAM (`e=invalid-proof` in the server-final message);
+    // Kafka answers SASL_AUTHENTICATION_FAILED. Either way the broker's words show.
+    assert!(
+        matches!(source, AuthError::Rejected { .. } | AuthError::Exchange(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("invalid-proof"), "{err}");
+    assert!(!err.to_string().contains("not-her-password"), "{err}");
+    let unknown = with_tls(scram(
+        bootstrap,
+        protocol,
+        SaslConfig::scram_sha512("mallory", "x"),
+    ));
+    let err = build_error(unknown).await;
+    assert!(
+        matches!(err, RequestError::Authentication { .. }),
+        "{err:?}"
+    );
+
+    // tansu is built without PLAIN and hangs up on the handshake instead of listing
+    // what it enables (sasl_responder.rs checks the list against a responder that
+    // answers as Kafka does).
+    let plain = with_tls(scram(
+        bootstrap,
+        protocol,
+        SaslConfig::plain(ALICE.0, ALICE.1),
+    ));
+    let err = build_error(plain).await;
+    assert!(
+        matches!(err, RequestError::Authentication { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("sasl.mechanism"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_over_sasl_plaintext_against_tansu() {
+    protocol_tests::init_tracing();
+    let broker = SaslTansu::start_with(&scram_users().topic("scram-plain", 3)).expect("SASL tansu");
+    scram_cases(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        None,
+        "scram-plain",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_over_sasl_ssl_through_stunnel() {
+    protocol_tests::init_tracing();
+    let broker =
+        TlsTansu::start_with(TlsTansuOptions::default().sasl(scram_users().topic("scram-ssl", 3)))
+            .expect("SASL_SSL tansu");
+    let pki = broker.pki().clone();
+    scram_cases(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslSsl,
+        Some(&pki),
+        "scram-ssl",
+    )
+    .await;
+}
