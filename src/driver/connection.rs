@@ -993,6 +993,7 @@ impl Wire<'_> {
         self.codec
             .encode_request(api, version, request, true, &mut out)
             .map_err(wire)?;
+        trace!(broker = %self.broker, api = ?api, version, bytes = out.len(), "connection setup request");
         let exchange = async {
             self.stream.write_all(&out).await?;
             read_frame(self.stream, self.codec, self.rbuf).await
