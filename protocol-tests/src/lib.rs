@@ -7,12 +7,14 @@ pub mod chaos;
 pub mod data;
 pub mod group_app;
 pub mod hostile;
+pub mod log_capture;
 pub mod mock;
 pub mod peer;
 pub mod proxy;
 pub mod pyclient;
 pub mod sim;
 pub mod tansu;
+pub mod tls;
 
 pub use mock::{MockCluster, TrackedRequest};
 pub use peer::Peer;

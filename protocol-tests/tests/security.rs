@@ -83,6 +83,9 @@ async fn produce(config: &ClientConfig, topic: &str, n: u64) -> BTreeSet<(i32, i
     written
 }
 
+/// Where records were written: (partition, offset).
+type Written = BTreeSet<(i32, i64)>;
+
 /// What the members of a group read, and the group events they saw.
 #[derive(Debug, Default)]
 struct Tally {
@@ -99,6 +102,17 @@ async fn group_read(
     group: &str,
     topic: &str,
     expect: &BTreeSet<(i32, i64)>,
+    deadline: Duration,
+) -> Tally {
+    group_read_until(configs, group, topic, || Some(expect.clone()), deadline).await
+}
+
+/// Like [`group_read`], for a set of records known only once `expect` returns it.
+async fn group_read_until(
+    configs: Vec<ClientConfig>,
+    group: &str,
+    topic: &str,
+    expect: impl Fn() -> Option<BTreeSet<(i32, i64)>>,
     deadline: Duration,
 ) -> Tally {
     let tally = Arc::new(Mutex::new(Tally::default()));
@@ -143,10 +157,10 @@ async fn group_read(
     }
     let end = Instant::now() + deadline;
     while Instant::now() < end {
-        let done = {
+        let done = expect().is_some_and(|expect| {
             let t = tally.lock().unwrap();
             expect.iter().all(|k| t.reads.contains_key(k))
-        };
+        });
         if done {
             break;
         }
@@ -592,4 +606,234 @@ async fn scram_over_sasl_ssl_through_stunnel() {
         "scram-ssl",
     )
     .await;
+}
+
+/// KIP-368 against tansu: it gives a 60 s session lifetime and refuses a second
+/// handshake, so each connection re-authenticates at 85-95% of it, is refused, and is
+/// rebuilt with its waiting requests carried over. A 3-member group consumes through
+/// at least three such rounds per connection (`OTTLA_REAUTH_SECS`, default 180 s) with
+/// no rebalance and every record read exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_sessions_are_renewed_without_a_rebalance() {
+    let logs =
+        protocol_tests::log_capture::LogCapture::install("warn,ottla::driver::connection=info")
+            .expect("log capture");
+    let secs: u64 = std::env::var("OTTLA_REAUTH_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(180);
+    let broker = SaslTansu::start_with(&scram_users().topic("renewed", 6)).expect("SASL tansu");
+    let config = scram(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha256(ALICE.0, ALICE.1),
+    );
+    let producer = Producer::builder("")
+        .client_config(config.clone())
+        .build()
+        .await
+        .expect("producer");
+    // Written while the group reads: 20 records a second for the whole run.
+    let written = Arc::new(Mutex::new(BTreeSet::new()));
+    let writer = {
+        let written = written.clone();
+        tokio::spawn(async move {
+            let end = Instant::now() + Duration::from_secs(secs);
+            let mut i = 0u64;
+            while Instant::now() < end {
+                let record = ProducerRecord::new("renewed")
+                    .key(format!("k{}", i % 13))
+                    .value(i.to_string());
+                let delivery = producer.send(record).await.expect("send");
+                let m = delivery
+                    .await
+                    .expect("every record is delivered through the renewals");
+                written.lock().unwrap().insert((m.partition, m.offset));
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            producer.close().await;
+        })
+    };
+    // The group reads until the writer is done and everything written was read.
+    let done: Arc<Mutex<Option<Written>>> = Arc::default();
+    let reader = {
+        let done = done.clone();
+        let configs = vec![config.clone(), config.clone(), config.clone()];
+        tokio::spawn(async move {
+            let expect = move || done.lock().unwrap().clone();
+            group_read_until(
+                configs,
+                "renewed-group",
+                "renewed",
+                expect,
+                Duration::from_secs(secs + 60),
+            )
+            .await
+        })
+    };
+    writer.await.expect("writer");
+    let expect = written.lock().unwrap().clone();
+    done.lock().unwrap().replace(expect.clone());
+    let tally = reader.await.expect("reader");
+    assert!(
+        expect.len() as u64 >= secs * 10,
+        "only {} records written",
+        expect.len()
+    );
+    assert_exactly_once(&tally, &expect);
+
+    // No rebalance once every member had its partitions.
+    let settled = tally
+        .changes
+        .values()
+        .filter_map(|c| c.first().map(|(t, _)| *t))
+        .max()
+        .expect("members were assigned");
+    let later: Vec<_> = tally
+        .changes
+        .values()
+        .flatten()
+        .filter(|(t, _)| *t > settled + Duration::from_secs(15))
+        .collect();
+    assert!(later.is_empty(), "the group rebalanced: {later:?}");
+
+    let refused = logs.count("re-authentication failed; reconnecting");
+    let renewed = logs.count("re-authenticated");
+    let rounds = secs / 60;
+    // Each member has at least a coordinator and a fetch connection.
+    assert!(
+        refused + renewed >= (rounds as usize) * 6,
+        "{refused} connections rebuilt and {renewed} re-authenticated in {secs} s"
+    );
+    eprintln!(
+        "KIP-368 on tansu over {secs} s: {refused} connections rebuilt after a refused re-authentication, {renewed} re-authenticated in place, {} records read once each",
+        expect.len()
+    );
+}
+
+/// Every log line at TRACE during a SASL run and a TLS run (a wrong password and a
+/// refused key included), and every error's `Display` and `Debug`, are free of the
+/// passwords, the private key and the configuration's secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_leak() {
+    let logs = protocol_tests::log_capture::LogCapture::install("trace").expect("log capture");
+    const PASSWORD: &str = "Zx9-secret-PASSWORD-q7";
+    const WRONG: &str = "Wr0ng-secret-PASSWORD-k3";
+    let mut said: Vec<String> = Vec::new();
+    let mut note = |e: &dyn std::fmt::Debug, d: String| {
+        said.push(format!("{e:?}"));
+        said.push(d);
+    };
+
+    // SASL: both SCRAM mechanisms write and read; a wrong password is refused.
+    let broker = SaslTansu::start_with(
+        &SaslTansuOptions::users(&[
+            ("carol", PASSWORD, ScramMechanism::Scram256),
+            ("carol", PASSWORD, ScramMechanism::Scram512),
+        ])
+        .topic("quiet", 2),
+    )
+    .expect("SASL tansu");
+    let carol256 = scram(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha256("carol", PASSWORD),
+    );
+    let carol512 = scram(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha512("carol", PASSWORD),
+    );
+    let written = produce(&carol256, "quiet", 20).await;
+    let tally = group_read(
+        vec![carol512.clone()],
+        "quiet-group",
+        "quiet",
+        &written,
+        Duration::from_secs(40),
+    )
+    .await;
+    assert_exactly_once(&tally, &written);
+    let wrong = scram(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha512("carol", WRONG),
+    );
+    let err = build_error(wrong.clone()).await;
+    note(&err, err.to_string());
+    note(&carol256, String::new());
+    note(&wrong, String::new());
+
+    // TLS: a client key given in memory; then the same key with another certificate.
+    let tls_broker =
+        TlsTansu::start_with(TlsTansuOptions::default().mtls(true)).expect("mTLS tansu");
+    tls_broker.create_topic("quiet-tls", 1).expect("topic");
+    let pki = tls_broker.pki().clone();
+    let (cert, key_path) = pki.client_cert(KeyFormat::Rsa);
+    let key = std::fs::read_to_string(&key_path).expect("key");
+    let inline = base(&tls_broker.bootstrap())
+        .with_security_protocol(SecurityProtocol::Ssl)
+        .with_tls(
+            TlsConfig::new()
+                .ca(Pem::file(pki.ca()))
+                .client_certificate(Pem::file(&cert), Pem::inline(key.clone())),
+        );
+    let written = produce(&inline, "quiet-tls", 5).await;
+    assert_eq!(written.len(), 5);
+    note(&inline, String::new());
+    let (other_cert, _) = pki.client_cert(KeyFormat::Sec1);
+    let mismatched = base(&tls_broker.bootstrap())
+        .with_security_protocol(SecurityProtocol::Ssl)
+        .with_tls(
+            TlsConfig::new()
+                .ca(Pem::file(pki.ca()))
+                .client_certificate(Pem::file(other_cert), Pem::inline(key.clone())),
+        );
+    match Consumer::builder("")
+        .client_config(mismatched)
+        .assign([TopicPartition::new("quiet-tls", 0)])
+        .build()
+        .await
+    {
+        Ok(_) => panic!("a key that does not fit its certificate was accepted"),
+        Err(e) => note(&e, e.to_string()),
+    }
+    let garbage = ClientConfig::new("h:1")
+        .set(
+            "ssl.key.pem",
+            &format!("-----BEGIN PRIVATE KEY-----\n{PASSWORD}\n"),
+        )
+        .expect("set");
+    note(&garbage, String::new());
+    let jaas = ClientConfig::new("h:1")
+        .set("sasl.jaas.config", &format!(r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="carol" password="{PASSWORD}";"#))
+        .expect("jaas");
+    note(&jaas, String::new());
+    let oauth = SaslConfig::oauth_bearer_unsecured_jwt("principal=carol").expect("jwt");
+    note(&oauth, String::new());
+
+    let key_lines: Vec<&str> = key
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+        .collect();
+    assert!(key_lines.len() > 5, "the key has a body");
+    let text = logs.text();
+    assert!(
+        logs.count("TRACE") > 20 && text.lines().count() > 100 && text.contains("SaslAuthenticate"),
+        "the capture saw too little to prove anything ({} lines, {} at TRACE)",
+        text.lines().count(),
+        logs.count("TRACE")
+    );
+    for (what, haystack) in std::iter::once(("the logs", text.as_str()))
+        .chain(said.iter().map(|s| ("an error or config", s.as_str())))
+    {
+        for secret in [PASSWORD, WRONG].iter().chain(key_lines.iter()) {
+            assert!(
+                !haystack.contains(secret),
+                "{what} carries a secret: {}",
+                &haystack[..haystack.len().min(300)]
+            );
+        }
+    }
 }

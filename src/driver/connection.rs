@@ -661,6 +661,7 @@ impl Task {
             };
             return Ok(BrokerStream::Tls(Box::new(stream)));
         }
+        let _ = deadline;
         Ok(BrokerStream::Plain(tcp))
     }
 
