@@ -350,6 +350,33 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// SaslHandshake as `driver::connection::authenticate` builds it: the name of one of
+    /// the mechanisms ottla speaks.
+    #[test]
+    fn sasl_handshake_requests_round_trip(version in versions(ApiKey::SaslHandshake), which in 0usize..4) {
+        use ottla::proto::sasl::Mechanism;
+        let mechanism = [Mechanism::Plain, Mechanism::ScramSha256, Mechanism::ScramSha512, Mechanism::OAuthBearer][which];
+        let request = kafka_protocol::messages::SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str(mechanism.name()));
+        roundtrip(ApiKey::SaslHandshake, version, &request)?;
+    }
+
+    /// SaslAuthenticate carrying a mechanism's message: any bytes, empty included
+    /// (PLAIN's and OAUTHBEARER's final acknowledgements are empty).
+    #[test]
+    fn sasl_authenticate_requests_round_trip(
+        version in versions(ApiKey::SaslAuthenticate),
+        auth in prop::collection::vec(any::<u8>(), 0..600),
+    ) {
+        let request = kafka_protocol::messages::SaslAuthenticateRequest::default()
+            .with_auth_bytes(bytes::Bytes::from(auth));
+        roundtrip(ApiKey::SaslAuthenticate, version, &request)?;
+    }
+}
+
 /// Every API in ottla's supported table has a round-trip property above; a new entry
 /// without one fails here.
 #[test]
@@ -369,6 +396,8 @@ fn every_supported_api_has_a_round_trip() {
         ApiKey::LeaveGroup,
         ApiKey::OffsetCommit,
         ApiKey::OffsetFetch,
+        ApiKey::SaslHandshake,
+        ApiKey::SaslAuthenticate,
     ];
     for (api, _, _) in SUPPORTED {
         assert!(
