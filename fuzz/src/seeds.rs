@@ -28,7 +28,8 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, FetchResponse, FindCoordinatorResponse, GroupId,
     HeartbeatResponse, InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse,
     ListOffsetsResponse, MetadataResponse, OffsetCommitResponse, OffsetFetchResponse,
-    ProduceResponse, ProducerId, SyncGroupResponse, TopicName,
+    ProduceResponse, ProducerId, SaslAuthenticateResponse, SaslHandshakeResponse,
+    SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -45,7 +46,7 @@ use ottla::proto::wire::SUPPORTED;
 
 use crate::batch::{CHECK_CRCS, CONTROL_BIT, Codec, TRANSACTIONAL_BIT, mode, rebase};
 use crate::group_ops::Script;
-use crate::response::{TOPIC, TOPIC_ID, selector};
+use crate::response::{SCRAM_NONCE, TOPIC, TOPIC_ID, selector};
 
 /// One seed: the target it feeds, its file name, its bytes.
 #[derive(Debug, Clone)]
@@ -85,6 +86,14 @@ pub fn all() -> Vec<Seed> {
         let mut input = vec![a, v, 0];
         input.extend_from_slice(&body);
         add("response", name.clone(), input);
+        if api == ApiKey::SaslAuthenticate {
+            // The same server-first message for the SCRAM mechanisms (flags bits 3-4).
+            for (mechanism, hash) in [(2u8, "scram-sha-256"), (3, "scram-sha-512")] {
+                let mut input = vec![a, v, mechanism << 3];
+                input.extend_from_slice(&body);
+                add("response", format!("{name}-{hash}"), input);
+            }
+        }
         if GROUP_APIS.contains(&api) {
             let mut input = vec![group_selector(api, version)];
             input.extend_from_slice(&body);
@@ -398,6 +407,25 @@ fn response_body(api: ApiKey, version: i16) -> Vec<u8> {
                     })
                     .collect();
                 r.topics = vec![topic];
+            }
+            encode(&r, version)
+        }
+        ApiKey::SaslHandshake => {
+            let mut r = SaslHandshakeResponse::default();
+            r.mechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
+                .iter()
+                .map(|m| s(m))
+                .collect();
+            encode(&r, version)
+        }
+        ApiKey::SaslAuthenticate => {
+            // RFC 7677's server-first message, which extends `SCRAM_NONCE`.
+            let mut r = SaslAuthenticateResponse::default();
+            r.auth_bytes = Bytes::from(format!(
+                "r={SCRAM_NONCE}%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+            ));
+            if version >= 1 {
+                r.session_lifetime_ms = 60_000;
             }
             encode(&r, version)
         }

@@ -100,6 +100,17 @@ pub enum SaslError {
         /// The minimum.
         min: u32,
     },
+    /// The SCRAM iteration count is above what ottla computes (2^18; Kafka stores at
+    /// most 16,384): refused rather than spending minutes of CPU on it.
+    #[error("{mechanism}: {got} iterations is above the maximum of {max}")]
+    IterationsTooHigh {
+        /// The mechanism.
+        mechanism: Mechanism,
+        /// What the server asked for.
+        got: u32,
+        /// The maximum.
+        max: u32,
+    },
     /// The server's SCRAM signature is wrong: it does not know the password. An
     /// authentication failure, never a success.
     #[error("{mechanism}: the server's signature does not verify (it does not know the password)")]

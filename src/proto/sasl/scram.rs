@@ -11,6 +11,11 @@ use super::{Mechanism, SaslError, Step};
 
 /// Kafka's minimum iteration count (`ScramMechanism.minIterations`).
 const MIN_ITERATIONS: u32 = 4096;
+/// The most iterations ottla will compute. Kafka stores credentials with at most 16,384
+/// (`ScramMechanism.maxIterations`); this leaves room for other brokers, while a server
+/// (or anything answering on its port) asking for `i=4294967295` gets an error instead
+/// of hours of PBKDF2 on a runtime thread.
+const MAX_ITERATIONS: u32 = 1 << 18;
 /// base64("n,,"): the gs2 header, echoed in the client-final message.
 const CHANNEL_BINDING: &str = "biws";
 
@@ -119,6 +124,13 @@ impl ScramClient {
                 mechanism,
                 got: iterations,
                 min: MIN_ITERATIONS,
+            });
+        }
+        if iterations > MAX_ITERATIONS {
+            return Err(SaslError::IterationsTooHigh {
+                mechanism,
+                got: iterations,
+                max: MAX_ITERATIONS,
             });
         }
         let without_proof = format!("c={CHANNEL_BINDING},r={nonce}");
@@ -307,6 +319,20 @@ mod tests {
         "gMGXRcevScNtxZ6/8lQYpGtnsNAc3mGcmNomv+xnoOMw+3R2xNJdMNnzMlTN8PPC6wdp6dybEmDYXYTxwnYPJQ==";
     const SHA512_VERIFIER: &str =
         "ZQnYEgWQMFmmsM8aQMF0nDDCy/AgCzkwk8CmMZYcMg0vSVlKDanekLtifDSeVGT4+5ZxXnJq199RVG2rR7N7Zw==";
+
+    #[test]
+    fn an_absurd_iteration_count_is_refused_before_any_hashing() {
+        let mut c = first(ScramHash::Sha512, "abc");
+        let err = c.handle_challenge(b"r=abcdef,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4294967295");
+        assert_eq!(
+            err,
+            Err(SaslError::IterationsTooHigh {
+                mechanism: Mechanism::ScramSha512,
+                got: u32::MAX,
+                max: MAX_ITERATIONS,
+            })
+        );
+    }
 
     #[test]
     fn a_wrong_server_signature_fails() {
