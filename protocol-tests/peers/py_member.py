@@ -111,6 +111,13 @@ def parse_args(argv):
         " (works around the librdkafka mock's SyncGroup race, see PEERS.md)",
     )
     p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="confluent-kafka only: one more librdkafka property (security.protocol, ssl.*, sasl.*)",
+    )
+    p.add_argument(
         "--log-level",
         help="client logs on stderr: a Python logging level for kafka-python (INFO, DEBUG);"
         " for confluent-kafka, DEBUG turns on librdkafka's cgrp debug log",
@@ -143,6 +150,12 @@ def run_confluent(args, stop):
         conf["client.id"] = args.client_id
     if args.log_level and args.log_level.upper() == "DEBUG":
         conf["debug"] = "cgrp"
+    for pair in args.set:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            emit("error --set %r: expected KEY=VALUE" % pair)
+            return 2
+        conf[key] = value
 
     state = Assignment(incremental=args.strategy == "cooperative-sticky")
     try:
@@ -231,6 +244,9 @@ def kafka_python_poll(consumer):
 
 
 def run_kafka_python(args, stop):
+    if args.set:
+        emit("error --set is for confluent-kafka only")
+        return 2
     import kafka
     from kafka import ConsumerRebalanceListener, KafkaConsumer
     from kafka.coordinator.assignors.range import RangePartitionAssignor

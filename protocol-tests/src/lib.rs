@@ -12,6 +12,7 @@ pub mod mock;
 pub mod peer;
 pub mod proxy;
 pub mod pyclient;
+pub mod sasl_responder;
 pub mod sim;
 pub mod tansu;
 pub mod tls;

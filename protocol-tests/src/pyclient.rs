@@ -90,9 +90,17 @@ pub struct PyMemberBuilder {
     api_version: Option<String>,
     assign_delay: Option<Duration>,
     log_level: Option<String>,
+    properties: Vec<(String, String)>,
 }
 
 impl PyMemberBuilder {
+    /// confluent-kafka only: one more librdkafka property, e.g. `security.protocol`,
+    /// `ssl.ca.location` or `sasl.password`.
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        self.properties.push((key.to_string(), value.to_string()));
+        self
+    }
+
     /// `session.timeout.ms` (the client's default otherwise: 45 s).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = Some(timeout);
@@ -171,6 +179,9 @@ impl PyMemberBuilder {
             if let Some(value) = value {
                 args.extend([flag.to_string(), value]);
             }
+        }
+        for (key, value) in &self.properties {
+            args.extend(["--set".to_string(), format!("{key}={value}")]);
         }
         args
     }
@@ -353,6 +364,7 @@ impl PyMember {
             api_version: None,
             assign_delay: None,
             log_level: std::env::var("PYMEMBER_LOG").ok().filter(|v| !v.is_empty()),
+            properties: Vec::new(),
         }
     }
 

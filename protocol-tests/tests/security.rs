@@ -8,7 +8,8 @@
 //!   SASL_PLAINTEXT and, through stunnel, SASL_SSL.
 //!
 //! PLAIN, OAUTHBEARER and in-band KIP-368 re-authentication have no real server here;
-//! `sasl_responder.rs` tests them against a responder of ours in front of tansu.
+//! the tests at the end run them against `protocol_tests::sasl_responder`, a responder
+//! of ours in front of tansu.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -836,4 +837,441 @@ async fn secrets_never_leak() {
             );
         }
     }
+}
+
+/// Waits until an ottla member and a confluent-kafka (librdkafka) member of one group
+/// each own partitions of `topic`, together all `partitions` of them, none twice.
+async fn share_with_confluent(
+    config: ClientConfig,
+    python: protocol_tests::pyclient::PyMemberBuilder,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) {
+    let mut ottla = Consumer::builder("")
+        .client_config(config)
+        .group_id(group)
+        .topics([topic])
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("ottla member");
+    let python = python
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat(Duration::from_millis(500))
+        .spawn()
+        .expect("confluent-kafka member");
+    let all: BTreeSet<(String, i32)> = (0..partitions).map(|p| (topic.to_string(), p)).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let _ = tokio::time::timeout(Duration::from_millis(200), ottla.recv()).await;
+        let mine: BTreeSet<(String, i32)> = ottla
+            .assignment()
+            .into_iter()
+            .map(|tp| (tp.topic, tp.partition))
+            .collect();
+        let theirs = python.assignment();
+        let split = !mine.is_empty()
+            && !theirs.is_empty()
+            && mine.is_disjoint(&theirs)
+            && mine.union(&theirs).cloned().collect::<BTreeSet<_>>() == all;
+        if split {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no split in 60 s: ottla {mine:?}, confluent-kafka {theirs:?}; its errors: {:?}",
+            python.errors()
+        );
+    }
+    assert!(
+        python.errors().is_empty(),
+        "confluent-kafka: {:?}",
+        python.errors()
+    );
+    ottla.close().await.expect("close");
+    python.close().expect("confluent-kafka member closes");
+}
+
+/// A mixed group over TLS: an ottla member and a confluent-kafka (librdkafka, OpenSSL)
+/// member share a group through stunnel, over SSL and then over SASL_SSL with
+/// SCRAM-SHA-256 on the source-built tansu.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_group_with_confluent_kafka_over_ssl_and_sasl_ssl() {
+    protocol_tests::init_tracing();
+    use protocol_tests::pyclient::{PyClient, PyMember};
+    let strategy = "cooperative-sticky";
+
+    let broker = TlsTansu::start().expect("TLS tansu");
+    broker.create_topic("mixed-tls", 6).expect("topic");
+    let ca = broker.pki().ca();
+    let group = format!("mixed-ssl-{}", std::process::id());
+    let python = PyMember::builder(
+        PyClient::Confluent,
+        &broker.bootstrap(),
+        &group,
+        &["mixed-tls"],
+        strategy,
+    )
+    .client_id("py-ssl")
+    .set("security.protocol", "SSL")
+    .set("ssl.ca.location", &ca.display().to_string());
+    share_with_confluent(
+        tls(&broker.bootstrap(), broker.pki()),
+        python,
+        &group,
+        "mixed-tls",
+        6,
+    )
+    .await;
+
+    let broker =
+        TlsTansu::start_with(TlsTansuOptions::default().sasl(scram_users().topic("mixed-sasl", 6)))
+            .expect("SASL_SSL tansu");
+    let ca = broker.pki().ca();
+    let group = format!("mixed-sasl-ssl-{}", std::process::id());
+    let python = PyMember::builder(
+        PyClient::Confluent,
+        &broker.bootstrap(),
+        &group,
+        &["mixed-sasl"],
+        strategy,
+    )
+    .client_id("py-sasl-ssl")
+    .set("security.protocol", "SASL_SSL")
+    .set("ssl.ca.location", &ca.display().to_string())
+    .set("sasl.mechanism", "SCRAM-SHA-256")
+    .set("sasl.username", ALICE.0)
+    .set("sasl.password", ALICE.1);
+    let config = scram(
+        &broker.bootstrap(),
+        SecurityProtocol::SaslSsl,
+        SaslConfig::scram_sha256(ALICE.0, ALICE.1),
+    )
+    .with_tls(TlsConfig::new().ca(Pem::file(broker.pki().ca())));
+    share_with_confluent(config, python, &group, "mixed-sasl", 6).await;
+}
+
+// ---- PLAIN, OAUTHBEARER and in-band KIP-368, against the responder in test code ----
+//
+// No server on these machines serves PLAIN or OAUTHBEARER, or accepts an in-band
+// re-authentication (tansu refuses it). `SaslResponder` answers the SASL requests itself
+// by the RFC formats and forwards the rest to tansu; it is ottla's own reading of the
+// specifications, not an independent peer.
+
+const CAROL: (&str, &str) = ("carol", "carol-Pa55-word");
+
+/// tansu advertising the responder's port, with `topic`, and the responder in front.
+async fn responder(
+    options: protocol_tests::sasl_responder::ResponderOptions,
+    topic: &str,
+    partitions: i32,
+) -> (Tansu, protocol_tests::sasl_responder::SaslResponder) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let port = listener.local_addr().expect("address").port();
+    let tansu =
+        Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{port}")))
+            .expect("tansu");
+    tansu.create_topic(topic, partitions).expect("topic");
+    let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, tansu.port()));
+    let front = protocol_tests::sasl_responder::SaslResponder::start(listener, upstream, options);
+    (tansu, front)
+}
+
+fn responder_options(
+    lifetime: Option<Duration>,
+) -> protocol_tests::sasl_responder::ResponderOptions {
+    protocol_tests::sasl_responder::ResponderOptions {
+        users: vec![(CAROL.0.to_string(), CAROL.1.to_string())],
+        oauth_principal: Some("svc-orders".to_string()),
+        session_lifetime: lifetime,
+        ..Default::default()
+    }
+}
+
+/// PLAIN and OAUTHBEARER write and read through a group; a wrong password, a refused
+/// token and a mechanism the server does not enable are typed errors from build(),
+/// within 2 s, with the server's message or its list of mechanisms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_and_oauthbearer_against_the_responder() {
+    protocol_tests::init_tracing();
+    let (_tansu, front) = responder(responder_options(None), "responder", 3).await;
+    let bootstrap = front.address();
+    let plain = scram(
+        &bootstrap,
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::plain(CAROL.0, CAROL.1),
+    );
+    let oauth = scram(
+        &bootstrap,
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::oauth_bearer_unsecured_jwt("principal=svc-orders lifeSeconds=600")
+            .expect("jwt config"),
+    );
+    let mut written = produce(&plain, "responder", 90).await;
+    written.extend(produce(&oauth, "responder", 90).await);
+    assert_eq!(written.len(), 180);
+    let tally = group_read(
+        vec![plain.clone(), oauth.clone()],
+        "responder-group",
+        "responder",
+        &written,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_exactly_once(&tally, &written);
+    let stats = front.stats();
+    assert!(
+        stats.authentications.iter().any(|m| m == "PLAIN")
+            && stats.authentications.iter().any(|m| m == "OAUTHBEARER"),
+        "{stats:?}"
+    );
+
+    let wrong = build_error(scram(
+        &bootstrap,
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::plain(CAROL.0, "not-the-password"),
+    ))
+    .await;
+    let RequestError::Authentication {
+        mechanism: "PLAIN",
+        source: AuthError::Rejected {
+            code: 58, message, ..
+        },
+        ..
+    } = &wrong
+    else {
+        panic!("not a PLAIN rejection: {wrong:?}");
+    };
+    assert!(message.contains("Invalid username or password"), "{wrong}");
+
+    let intruder = build_error(scram(
+        &bootstrap,
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::oauth_bearer_unsecured_jwt("principal=intruder").expect("jwt config"),
+    ))
+    .await;
+    assert!(
+        matches!(
+            &intruder,
+            RequestError::Authentication {
+                mechanism: "OAUTHBEARER",
+                source: AuthError::Rejected { code: 58, .. },
+                ..
+            }
+        ),
+        "{intruder:?}"
+    );
+    assert!(intruder.to_string().contains("invalid_token"), "{intruder}");
+
+    let unknown = build_error(scram(
+        &bootstrap,
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha512(CAROL.0, CAROL.1),
+    ))
+    .await;
+    let RequestError::Authentication {
+        source: AuthError::MechanismNotEnabled { enabled, .. },
+        ..
+    } = &unknown
+    else {
+        panic!("not a mechanism error: {unknown:?}");
+    };
+    assert_eq!(enabled, &["PLAIN", "OAUTHBEARER"]);
+    assert!(
+        unknown.to_string().contains("PLAIN, OAUTHBEARER"),
+        "{unknown}"
+    );
+    let stats = front.stats();
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    assert_eq!(stats.reauthentications, 0, "no session lifetime was given");
+}
+
+/// KIP-368 in band: the responder gives 3 s sessions and accepts re-authentication. A
+/// 3-member group and a producer run over PLAIN for `OTTLA_REAUTH_INBAND_SECS` (20 s by
+/// default); every connection re-authenticates in place again and again, no request is
+/// sent during a re-authentication or after a session ended (the responder would close
+/// the connection and record it), the group never rebalances once settled, and every
+/// record is delivered and read exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_band_reauthentication_loses_and_reorders_nothing() {
+    protocol_tests::init_tracing();
+    let secs: u64 = std::env::var("OTTLA_REAUTH_INBAND_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let lifetime = Duration::from_secs(3);
+    let (_tansu, front) = responder(responder_options(Some(lifetime)), "inband", 6).await;
+    let config = scram(
+        &front.address(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::plain(CAROL.0, CAROL.1),
+    );
+    let producer = Producer::builder("")
+        .client_config(config.clone())
+        .build()
+        .await
+        .expect("producer");
+    let written = Arc::new(Mutex::new(BTreeSet::new()));
+    let writer = {
+        let written = written.clone();
+        tokio::spawn(async move {
+            let end = Instant::now() + Duration::from_secs(secs);
+            let mut i = 0u64;
+            while Instant::now() < end {
+                let record = ProducerRecord::new("inband")
+                    .key(format!("k{}", i % 11))
+                    .value(i.to_string());
+                let m = producer
+                    .send(record)
+                    .await
+                    .expect("send")
+                    .await
+                    .expect("every record is delivered through the re-authentications");
+                written.lock().unwrap().insert((m.partition, m.offset));
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            producer.close().await;
+        })
+    };
+    let done: Arc<Mutex<Option<BTreeSet<(i32, i64)>>>> = Arc::default();
+    let reader = {
+        let done = done.clone();
+        let configs = vec![config.clone(), config.clone(), config.clone()];
+        tokio::spawn(async move {
+            let expect = move || done.lock().unwrap().clone();
+            group_read_until(
+                configs,
+                "inband-group",
+                "inband",
+                expect,
+                Duration::from_secs(secs + 60),
+            )
+            .await
+        })
+    };
+    writer.await.expect("writer");
+    let expect = written.lock().unwrap().clone();
+    done.lock().unwrap().replace(expect.clone());
+    let tally = reader.await.expect("reader");
+    assert_exactly_once(&tally, &expect);
+    let settled = tally
+        .changes
+        .values()
+        .filter_map(|c| c.first().map(|(t, _)| *t))
+        .max()
+        .expect("members were assigned");
+    let later: Vec<_> = tally
+        .changes
+        .values()
+        .flatten()
+        .filter(|(t, _)| *t > settled + Duration::from_secs(15))
+        .collect();
+    assert!(later.is_empty(), "the group rebalanced: {later:?}");
+
+    let stats = front.stats();
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    assert!(stats.refused.is_empty(), "{:?}", stats.refused);
+    // At least the producer's, and each member's coordinator and fetch connections,
+    // renewed at 85-95% of 3 s for the whole run.
+    let rounds = (secs as f64 / lifetime.as_secs_f64()) as usize;
+    assert!(
+        stats.reauthentications >= 7 * rounds.saturating_sub(2),
+        "{} re-authentications over {} connections in {secs} s",
+        stats.reauthentications,
+        stats.connections
+    );
+    eprintln!(
+        "KIP-368 in band: {} connections, {} re-authentications in {secs} s, {} records read once each, {} requests forwarded",
+        stats.connections,
+        stats.reauthentications,
+        expect.len(),
+        stats.forwarded
+    );
+}
+
+/// An OAUTHBEARER token provider whose tokens live 4 s: the responder ends each session
+/// at the token's expiry, so connections re-authenticate with a token fetched again
+/// before the old one expires. The consumer reads throughout; no expired token is ever
+/// presented (the responder would refuse it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauthbearer_tokens_are_refreshed_before_they_expire() {
+    use ottla::proto::sasl::UnsecuredJwtConfig;
+    use ottla::security::{OAuthToken, Secret, TokenError, TokenFuture, TokenProvider};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::SystemTime;
+
+    struct Short {
+        calls: AtomicUsize,
+        jwt: UnsecuredJwtConfig,
+    }
+    impl TokenProvider for Short {
+        fn token(&self) -> TokenFuture<'_> {
+            Box::pin(async move {
+                self.calls.fetch_add(1, Ordering::SeqCst);
+                let now = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_err(|e| TokenError(e.to_string()))?;
+                let (token, exp_ms) = self.jwt.token(now.as_millis() as i64);
+                Ok(OAuthToken {
+                    value: Secret::new(token),
+                    expires_at: SystemTime::UNIX_EPOCH + Duration::from_millis(exp_ms as u64),
+                    extensions: Vec::new(),
+                })
+            })
+        }
+    }
+    protocol_tests::init_tracing();
+    let provider = Arc::new(Short {
+        calls: AtomicUsize::new(0),
+        jwt: UnsecuredJwtConfig::parse("principal=svc-orders lifeSeconds=4").expect("jwt"),
+    });
+    // The responder's own lifetime is long: the token's expiry is what ends sessions.
+    let (_tansu, front) = responder(
+        responder_options(Some(Duration::from_secs(600))),
+        "tokens",
+        2,
+    )
+    .await;
+    let config = scram(
+        &front.address(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::oauth_bearer(provider.clone()),
+    );
+    let written = produce(&config, "tokens", 40).await;
+    let mut consumer = Consumer::builder("")
+        .client_config(config.clone())
+        .assign([
+            TopicPartition::new("tokens", 0),
+            TopicPartition::new("tokens", 1),
+        ])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+        .expect("consumer");
+    let mut read = BTreeSet::new();
+    let end = Instant::now() + Duration::from_secs(14);
+    while Instant::now() < end {
+        if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
+        {
+            let r = r.expect("no error while tokens rotate");
+            read.insert((r.partition, r.offset));
+        }
+    }
+    assert_eq!(read, written);
+    let stats = front.stats();
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    assert!(
+        stats.refused.is_empty(),
+        "an expired token: {:?}",
+        stats.refused
+    );
+    let calls = provider.calls.load(Ordering::SeqCst);
+    // 14 s of 3-4 s sessions: at least three renewals, each with a fresh token.
+    assert!(stats.reauthentications >= 3, "{stats:?}");
+    assert!(calls >= 4, "the provider was called {calls} times");
 }

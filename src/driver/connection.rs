@@ -1123,13 +1123,15 @@ async fn authenticate(
                     Err(e) => return Err(e),
                 };
                 if response.error_code != 0 {
-                    // OAUTHBEARER: the broker's JSON error came in the challenge before.
-                    let detail = client.server_error().map(str::to_string);
-                    let message = response
-                        .error_message
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .or(detail);
+                    // OAUTHBEARER: the broker's JSON status came in the challenge
+                    // before, and says more than Kafka's generic final message.
+                    let detail = client
+                        .server_error()
+                        .map(|status| format!("the server's OAUTHBEARER status: {status}"));
+                    let message = match (response.error_message.as_ref(), detail) {
+                        (Some(m), Some(d)) => Some(format!("{m}; {d}")),
+                        (m, d) => m.map(|m| m.to_string()).or(d),
+                    };
                     return Err(fail(rejected(response.error_code, message)));
                 }
                 let lifetime = u64::try_from(response.session_lifetime_ms)
