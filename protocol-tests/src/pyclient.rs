@@ -68,6 +68,14 @@ pub fn script_path() -> PathBuf {
         .join("py_member.py")
 }
 
+/// A command running the peers' Python (`$OTTLA_PYTHON`, else `python3`) with
+/// `.peers/python` on its path, for benchmark and test scripts of their own.
+pub fn python_command() -> Command {
+    let mut command = Command::new(python());
+    command.env("PYTHONPATH", python_path());
+    command
+}
+
 /// The interpreter: `$OTTLA_PYTHON`, else `python3`.
 fn python() -> OsString {
     std::env::var_os("OTTLA_PYTHON")

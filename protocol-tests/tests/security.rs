@@ -200,6 +200,83 @@ fn assert_exactly_once(tally: &Tally, expect: &BTreeSet<(i32, i64)>) {
     );
 }
 
+/// A producer writes to `topic` every `pause` for `secs` while a 3-member group reads
+/// it; returns what was written once the group has read all of it (or given up).
+async fn write_while_a_group_reads(
+    config: &ClientConfig,
+    topic: &'static str,
+    group: &'static str,
+    secs: u64,
+    pause: Duration,
+) -> (Written, Tally) {
+    let producer = Producer::builder("")
+        .client_config(config.clone())
+        .build()
+        .await
+        .expect("producer");
+    let written = Arc::new(Mutex::new(BTreeSet::new()));
+    let writer = {
+        let written = written.clone();
+        tokio::spawn(async move {
+            let end = Instant::now() + Duration::from_secs(secs);
+            let mut i = 0u64;
+            while Instant::now() < end {
+                let record = ProducerRecord::new(topic)
+                    .key(format!("k{}", i % 13))
+                    .value(i.to_string());
+                let m = producer
+                    .send(record)
+                    .await
+                    .expect("send")
+                    .await
+                    .expect("every record is delivered through the session renewals");
+                written.lock().unwrap().insert((m.partition, m.offset));
+                i += 1;
+                tokio::time::sleep(pause).await;
+            }
+            producer.close().await;
+        })
+    };
+    let done: Arc<Mutex<Option<Written>>> = Arc::default();
+    let reader = {
+        let done = done.clone();
+        let configs = vec![config.clone(), config.clone(), config.clone()];
+        tokio::spawn(async move {
+            let expect = move || done.lock().unwrap().clone();
+            group_read_until(
+                configs,
+                group,
+                topic,
+                expect,
+                Duration::from_secs(secs + 60),
+            )
+            .await
+        })
+    };
+    writer.await.expect("writer");
+    let expect = written.lock().unwrap().clone();
+    done.lock().unwrap().replace(expect.clone());
+    let tally = reader.await.expect("reader");
+    (expect, tally)
+}
+
+/// No member saw an assignment change more than 15 s after the last one got its first.
+fn assert_no_rebalance_once_settled(tally: &Tally) {
+    let settled = tally
+        .changes
+        .values()
+        .filter_map(|c| c.first().map(|(t, _)| *t))
+        .max()
+        .expect("members were assigned");
+    let later: Vec<_> = tally
+        .changes
+        .values()
+        .flatten()
+        .filter(|(t, _)| *t > settled + Duration::from_secs(15))
+        .collect();
+    assert!(later.is_empty(), "the group rebalanced: {later:?}");
+}
+
 /// The error of a build that must fail: returned within [`PROMPT`].
 async fn build_error(config: ClientConfig) -> RequestError {
     let builder = Consumer::builder("")
@@ -629,75 +706,22 @@ async fn tansu_sessions_are_renewed_without_a_rebalance() {
         SecurityProtocol::SaslPlaintext,
         SaslConfig::scram_sha256(ALICE.0, ALICE.1),
     );
-    let producer = Producer::builder("")
-        .client_config(config.clone())
-        .build()
-        .await
-        .expect("producer");
     // Written while the group reads: 20 records a second for the whole run.
-    let written = Arc::new(Mutex::new(BTreeSet::new()));
-    let writer = {
-        let written = written.clone();
-        tokio::spawn(async move {
-            let end = Instant::now() + Duration::from_secs(secs);
-            let mut i = 0u64;
-            while Instant::now() < end {
-                let record = ProducerRecord::new("renewed")
-                    .key(format!("k{}", i % 13))
-                    .value(i.to_string());
-                let delivery = producer.send(record).await.expect("send");
-                let m = delivery
-                    .await
-                    .expect("every record is delivered through the renewals");
-                written.lock().unwrap().insert((m.partition, m.offset));
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            producer.close().await;
-        })
-    };
-    // The group reads until the writer is done and everything written was read.
-    let done: Arc<Mutex<Option<Written>>> = Arc::default();
-    let reader = {
-        let done = done.clone();
-        let configs = vec![config.clone(), config.clone(), config.clone()];
-        tokio::spawn(async move {
-            let expect = move || done.lock().unwrap().clone();
-            group_read_until(
-                configs,
-                "renewed-group",
-                "renewed",
-                expect,
-                Duration::from_secs(secs + 60),
-            )
-            .await
-        })
-    };
-    writer.await.expect("writer");
-    let expect = written.lock().unwrap().clone();
-    done.lock().unwrap().replace(expect.clone());
-    let tally = reader.await.expect("reader");
+    let (expect, tally) = write_while_a_group_reads(
+        &config,
+        "renewed",
+        "renewed-group",
+        secs,
+        Duration::from_millis(50),
+    )
+    .await;
     assert!(
         expect.len() as u64 >= secs * 10,
         "only {} records written",
         expect.len()
     );
     assert_exactly_once(&tally, &expect);
-
-    // No rebalance once every member had its partitions.
-    let settled = tally
-        .changes
-        .values()
-        .filter_map(|c| c.first().map(|(t, _)| *t))
-        .max()
-        .expect("members were assigned");
-    let later: Vec<_> = tally
-        .changes
-        .values()
-        .flatten()
-        .filter(|(t, _)| *t > settled + Duration::from_secs(15))
-        .collect();
-    assert!(later.is_empty(), "the group rebalanced: {later:?}");
+    assert_no_rebalance_once_settled(&tally);
 
     let refused = logs.count("re-authentication failed; reconnecting");
     let renewed = logs.count("re-authenticated");
@@ -1110,68 +1134,16 @@ async fn in_band_reauthentication_loses_and_reorders_nothing() {
         SecurityProtocol::SaslPlaintext,
         SaslConfig::plain(CAROL.0, CAROL.1),
     );
-    let producer = Producer::builder("")
-        .client_config(config.clone())
-        .build()
-        .await
-        .expect("producer");
-    let written = Arc::new(Mutex::new(BTreeSet::new()));
-    let writer = {
-        let written = written.clone();
-        tokio::spawn(async move {
-            let end = Instant::now() + Duration::from_secs(secs);
-            let mut i = 0u64;
-            while Instant::now() < end {
-                let record = ProducerRecord::new("inband")
-                    .key(format!("k{}", i % 11))
-                    .value(i.to_string());
-                let m = producer
-                    .send(record)
-                    .await
-                    .expect("send")
-                    .await
-                    .expect("every record is delivered through the re-authentications");
-                written.lock().unwrap().insert((m.partition, m.offset));
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            producer.close().await;
-        })
-    };
-    let done: Arc<Mutex<Option<BTreeSet<(i32, i64)>>>> = Arc::default();
-    let reader = {
-        let done = done.clone();
-        let configs = vec![config.clone(), config.clone(), config.clone()];
-        tokio::spawn(async move {
-            let expect = move || done.lock().unwrap().clone();
-            group_read_until(
-                configs,
-                "inband-group",
-                "inband",
-                expect,
-                Duration::from_secs(secs + 60),
-            )
-            .await
-        })
-    };
-    writer.await.expect("writer");
-    let expect = written.lock().unwrap().clone();
-    done.lock().unwrap().replace(expect.clone());
-    let tally = reader.await.expect("reader");
+    let (expect, tally) = write_while_a_group_reads(
+        &config,
+        "inband",
+        "inband-group",
+        secs,
+        Duration::from_millis(20),
+    )
+    .await;
     assert_exactly_once(&tally, &expect);
-    let settled = tally
-        .changes
-        .values()
-        .filter_map(|c| c.first().map(|(t, _)| *t))
-        .max()
-        .expect("members were assigned");
-    let later: Vec<_> = tally
-        .changes
-        .values()
-        .flatten()
-        .filter(|(t, _)| *t > settled + Duration::from_secs(15))
-        .collect();
-    assert!(later.is_empty(), "the group rebalanced: {later:?}");
+    assert_no_rebalance_once_settled(&tally);
 
     let stats = front.stats();
     assert!(stats.violations.is_empty(), "{:?}", stats.violations);
