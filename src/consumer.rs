@@ -47,6 +47,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::config::ClientConfig;
+pub use crate::driver::BrokerHangUp;
 use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::proto::fetch::fetcher::{
@@ -70,6 +71,10 @@ pub enum ConsumerEvent {
     Group(Event),
     /// A fetcher event (offset reset, partition stopped).
     Fetch(FetcherEvent),
+    /// A broker kept closing the connection on one request at one version (most
+    /// likely it advertises a version it cannot parse); ottla steps down to a lower
+    /// version when both sides have one. Also logged at WARN.
+    BrokerHangUp(BrokerHangUp),
 }
 
 type GroupTweak = Arc<dyn Fn(&mut GroupConfig) + Send + Sync>;
@@ -872,6 +877,8 @@ enum Done {
 async fn drive(mut d: Driver) {
     let mut tasks: JoinSet<Done> = JoinSet::new();
     let mut security = d.cluster.security_failures();
+    let mut hang_ups = d.cluster.hang_up_reports();
+    let mut hang_ups_seen = 0;
     let mut metadata_wanted = false;
     let mut metadata_running = false;
     let mut metadata_retry_at: Option<Instant> = None;
@@ -936,6 +943,12 @@ async fn drive(mut d: Driver) {
                 if let Some(e) = d.cluster.security_failure() {
                     lock(&d.shared.app).security = Some(e.into());
                     d.shared.wake_app();
+                }
+            }
+            // A broker keeps hanging up on one request: say why nothing arrives.
+            Ok(()) = hang_ups.changed() => {
+                for report in d.cluster.hang_ups_since(&mut hang_ups_seen) {
+                    let _ = d.events.send(ConsumerEvent::BrokerHangUp(report));
                 }
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {

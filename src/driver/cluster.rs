@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicN
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, warn};
 
-use super::connection::{BrokerConnection, ConnectionSettings};
+use super::connection::{BrokerConnection, BrokerHangUp, ConnectionSettings};
 use crate::config::ClientConfig;
 use crate::error::{Error, RequestError, Result};
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -88,6 +88,17 @@ impl Cluster {
     /// authentication.
     pub(crate) fn security_failures(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.settings.alarm.subscribe()
+    }
+
+    /// A receiver that changes whenever a connection of this cluster reports a broker
+    /// that keeps hanging up on one request ([`BrokerHangUp`]).
+    pub(crate) fn hang_up_reports(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.settings.hangups.subscribe()
+    }
+
+    /// The hang-up reports from the `seen`-th on; `seen` moves past them.
+    pub(crate) fn hang_ups_since(&self, seen: &mut usize) -> Vec<BrokerHangUp> {
+        self.inner.settings.hangups.since(seen)
     }
 
     /// The latest metadata snapshot.

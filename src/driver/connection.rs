@@ -21,9 +21,16 @@
 //!   re-authenticates at 85-95% of it: it stops writing, lets the requests on the wire
 //!   finish, re-authenticates, and goes on, so nothing is lost or reordered. A broker
 //!   that refuses re-authentication gets a fresh connection instead, with the waiting
-//!   requests carried over in order.
+//!   requests carried over in order;
+//! - a broker that closes the connection on the same request at the same version
+//!   [`HANGUPS_BEFORE_DIAGNOSIS`] times in a row, each time after a good connect and
+//!   ApiVersions, is diagnosed: a warning names the API, the version and the broker,
+//!   clients report a [`BrokerHangUp`], and later connections to that broker use the
+//!   next lower version both sides support, if there is one. This is how a broker
+//!   that advertises a version it cannot parse looks from here (the librdkafka mock
+//!   and the flexible group APIs).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -95,6 +102,8 @@ pub(crate) struct ConnectionSettings {
     /// Where connections report TLS and authentication failures, for the clients to
     /// surface.
     pub alarm: Arc<SecurityAlarm>,
+    /// Where connections report brokers that keep hanging up on one request.
+    pub hangups: Arc<HangUpReports>,
 }
 
 impl ConnectionSettings {
@@ -142,7 +151,84 @@ impl ConnectionSettings {
             },
             sasl,
             alarm: Arc::new(SecurityAlarm::default()),
+            hangups: Arc::new(HangUpReports::default()),
         })
+    }
+}
+
+/// How many times in a row a broker may close the connection on one request at one
+/// version before ottla says so and steps down to a lower version.
+pub const HANGUPS_BEFORE_DIAGNOSIS: u32 = 3;
+
+/// A broker kept closing the connection on one request at one version, after good
+/// connects and ApiVersions exchanges: most likely it advertises a version it cannot
+/// parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokerHangUp {
+    /// The broker's `host:port`.
+    pub broker: String,
+    /// The request it hung up on.
+    pub api: ApiKey,
+    /// At this version.
+    pub version: i16,
+    /// Consecutive hang-ups on it.
+    pub hangups: u32,
+    /// The version ottla uses for this API with this broker from now on, if a lower one
+    /// is common to both sides; `None`: there is none, and the request keeps failing.
+    pub stepped_down_to: Option<i16>,
+}
+
+impl std::fmt::Display for BrokerHangUp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} closed the connection on {:?} v{} {} times in a row",
+            self.broker, self.api, self.version, self.hangups
+        )?;
+        match self.stepped_down_to {
+            Some(v) => write!(f, "; using v{v} from now on"),
+            None => write!(
+                f,
+                "; no lower version is common to both sides, so it keeps failing"
+            ),
+        }
+    }
+}
+
+/// Where connections report [`BrokerHangUp`]s, for the clients to surface.
+#[derive(Debug)]
+pub(crate) struct HangUpReports {
+    reports: Mutex<Vec<BrokerHangUp>>,
+    raised: watch::Sender<u64>,
+}
+
+impl Default for HangUpReports {
+    fn default() -> Self {
+        Self {
+            reports: Mutex::default(),
+            raised: watch::channel(0).0,
+        }
+    }
+}
+
+impl HangUpReports {
+    fn raise(&self, report: BrokerHangUp) {
+        super::lock(&self.reports).push(report);
+        self.raised.send_modify(|n| *n += 1);
+    }
+
+    /// The reports from the `seen`-th on; `seen` moves past them.
+    pub(crate) fn since(&self, seen: &mut usize) -> Vec<BrokerHangUp> {
+        let reports = super::lock(&self.reports);
+        let new = reports.get(*seen..).unwrap_or_default().to_vec();
+        *seen = reports.len();
+        new
+    }
+
+    /// A receiver that sees every report raised from now on.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.raised.subscribe()
     }
 }
 
@@ -231,6 +317,8 @@ impl BrokerConnection {
             connect_not_before: None,
             backoff,
             refused: None,
+            hangups: HashMap::new(),
+            caps: HashMap::new(),
         };
         tokio::spawn(task.run());
         Self {
@@ -375,8 +463,10 @@ fn api_of<R: Request>() -> ApiKey {
 
 /// Why a served connection ended.
 enum End {
-    /// The connection broke; reconnect on the next request.
-    Broken,
+    /// The connection broke; reconnect on the next request. `hung_up_on`: the broker
+    /// closed it while this request (the oldest unanswered, the one it was reading)
+    /// waited for its answer.
+    Broken { hung_up_on: Option<(ApiKey, i16)> },
     /// Every handle is gone; stop the task.
     Shutdown,
     /// The SASL session is ending and the pipeline has drained: re-authenticate, then
@@ -404,12 +494,19 @@ struct Task {
     /// A TLS or authentication failure, and until when it answers every command
     /// without a new attempt.
     refused: Option<(RequestError, Instant)>,
+    /// Per API: the version the broker last hung up on, and how many times in a row.
+    /// An answer to the API clears it.
+    hangups: HashMap<ApiKey, (i16, u32)>,
+    /// Versions stepped down to after repeated hang-ups, applied to every negotiation
+    /// with this broker.
+    caps: HashMap<ApiKey, i16>,
 }
 
 /// One waiting caller of a request on the wire.
 struct Waiter {
     correlation_id: i32,
     api: ApiKey,
+    version: i16,
     timeout: Duration,
     deadline: Instant,
     respond: oneshot::Sender<Result<ResponseFrame, RequestError>>,
@@ -479,7 +576,10 @@ impl Task {
                             carried = waiting;
                             self.connect_not_before = None;
                         }
-                        End::Broken => {
+                        End::Broken { hung_up_on } => {
+                            if let Some((api, version)) = hung_up_on {
+                                self.hung_up(&table, api, version);
+                            }
                             // Back off after a broken connection too, so a broker that
                             // accepts and drops connections is not hammered.
                             self.failures = 1;
@@ -511,6 +611,38 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Counts a hang-up on `api` at `version`; the [`HANGUPS_BEFORE_DIAGNOSIS`]th in a
+    /// row is reported and steps the API down for this broker.
+    fn hung_up(&mut self, table: &VersionTable, api: ApiKey, version: i16) {
+        let count = match self.hangups.get(&api) {
+            Some((v, n)) if *v == version => n + 1,
+            _ => 1,
+        };
+        if count < HANGUPS_BEFORE_DIAGNOSIS {
+            self.hangups.insert(api, (version, count));
+            return;
+        }
+        self.hangups.remove(&api);
+        let mut lower = table.clone();
+        let stepped_down_to = version
+            .checked_sub(1)
+            .and_then(|below| lower.cap(api, below))
+            .filter(|v| *v < version);
+        if let Some(v) = stepped_down_to {
+            self.caps.insert(api, v);
+        }
+        let report = BrokerHangUp {
+            broker: self.address.to_string(),
+            api,
+            version,
+            hangups: count,
+            stepped_down_to,
+        };
+        warn!(broker = %self.address, api = ?api, version, hangups = count, stepped_down_to = ?stepped_down_to,
+            "{report}: the broker most likely advertises a version it cannot parse");
+        self.settings.hangups.raise(report);
     }
 
     /// The reconnect delay after `failures` consecutive failures:
@@ -587,12 +719,15 @@ impl Task {
                                     },
                                 });
                             }
-                            let table = negotiate(&response, &self.settings.required).map_err(
+                            let mut table = negotiate(&response, &self.settings.required).map_err(
                                 |source| RequestError::Negotiation {
                                     broker: self.address.to_string(),
                                     source,
                                 },
                             )?;
+                            for (api, max) in &self.caps {
+                                table.cap(*api, *max);
+                            }
                             let mut lifetime = None;
                             if let Some(auth) = self.settings.sasl.clone() {
                                 let mut wire = Wire {
@@ -790,6 +925,7 @@ impl Task {
                                     waiting.push_back(Waiter {
                                         correlation_id: id.0,
                                         api: p.api,
+                                        version: p.version,
                                         timeout: p.timeout,
                                         deadline,
                                         respond: p.respond,
@@ -824,12 +960,12 @@ impl Task {
 
             tokio::select! {
                 read = rd.read_buf(&mut rbuf) => {
-                    let failure = match read {
-                        Ok(0) => Some(RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() }),
-                        Err(e) => Some(RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() }),
-                        Ok(_) => deliver_frames(codec, &mut rbuf, &mut waiting)
+                    let (failure, hung_up) = match read {
+                        Ok(0) => (Some(RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() }), true),
+                        Err(e) => (Some(RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() }), true),
+                        Ok(_) => (deliver_frames(codec, &mut rbuf, &mut waiting, &mut self.hangups)
                             .err()
-                            .map(|source| RequestError::Wire { broker: broker.clone(), source }),
+                            .map(|source| RequestError::Wire { broker: broker.clone(), source }), false),
                     };
                     if let Some(err) = failure {
                         // Worth a warning only if someone still waits for an answer;
@@ -840,8 +976,9 @@ impl Task {
                         } else {
                             debug!(broker = %broker, error = %err, "connection dropped with no caller waiting");
                         }
+                        let hung_up_on = waiting.front().filter(|_| hung_up).map(|w| (w.api, w.version));
                         fail_all(&mut waiting, &mut queue, err);
-                        return End::Broken;
+                        return End::Broken { hung_up_on };
                     }
                 }
                 written = wr.write_buf(&mut wbuf), if !wbuf.is_empty() => {
@@ -849,7 +986,7 @@ impl Task {
                         let err = RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() };
                         warn!(broker = %broker, error = %err, "write failed");
                         fail_all(&mut waiting, &mut queue, err);
-                        return End::Broken;
+                        return End::Broken { hung_up_on: None };
                     }
                 }
                 cmd = self.rx.recv(), if accept => {
@@ -876,7 +1013,7 @@ impl Task {
                         let _ = w.respond.send(Err(err));
                     }
                     fail_all(&mut waiting, &mut queue, RequestError::Disconnected { broker: broker.clone(), reason });
-                    return End::Broken;
+                    return End::Broken { hung_up_on: None };
                 }
             }
         }
@@ -885,10 +1022,12 @@ impl Task {
 
 /// Hands every complete response in `rbuf` to its waiter. The codec matches each
 /// response to the oldest in-flight request, which is the front waiter by construction.
+/// An answer clears its API's hang-up count.
 fn deliver_frames(
     codec: &mut Codec,
     rbuf: &mut BytesMut,
     waiting: &mut VecDeque<Waiter>,
+    hangups: &mut HashMap<ApiKey, (i16, u32)>,
 ) -> Result<(), WireError> {
     while let Some(frame) = codec.decode_frame(rbuf)? {
         let Some(w) = waiting.pop_front() else {
@@ -897,6 +1036,7 @@ fn deliver_frames(
             });
         };
         debug_assert_eq!(w.correlation_id, frame.request.correlation_id.0);
+        hangups.remove(&w.api);
         let _ = w.respond.send(Ok(frame));
     }
     Ok(())

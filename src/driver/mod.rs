@@ -10,7 +10,7 @@ mod stream;
 mod tls;
 
 pub use cluster::{Cluster, TopicScope};
-pub use connection::BrokerConnection;
+pub use connection::{BrokerConnection, BrokerHangUp, HANGUPS_BEFORE_DIAGNOSIS};
 pub use group::{GroupCommander, GroupHandle};
 
 /// Sleeps until `at`, or forever when there is no deadline (for `select!` arms).

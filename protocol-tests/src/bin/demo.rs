@@ -46,6 +46,8 @@ struct Args {
     seed: u64,
     partitions: i32,
     processors: usize,
+    /// A cluster of the user's instead of the embedded one.
+    bootstrap: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -64,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         seed: 3,
         partitions: 3,
         processors: 2,
+        bootstrap: None,
     };
     for (var, slot) in [
         ("SEED_MESSAGES", &mut a.messages),
@@ -95,11 +98,16 @@ fn parse_args() -> Result<Args, String> {
             "--seed" => a.seed = value()?,
             "--partitions" => a.partitions = i32::try_from(value()?).map_err(|e| e.to_string())?,
             "--processors" => a.processors = value()? as usize,
+            "--bootstrap" => a.bootstrap = Some(it.next().ok_or("--bootstrap needs HOST:PORT")?),
             "-h" | "--help" => {
                 println!(
                     "usage: demo [--messages N] [--transient-pct P] [--permanent-pct P] \
                      [--max-retries N] [--base-backoff-ms MS] [--seed N] [--partitions N] \
-                     [--processors N]"
+                     [--processors N] [--bootstrap HOST:PORT]\n\n\
+                     --bootstrap runs on your cluster instead of an embedded one; it must \
+                     hold brew.orders.v1 (--partitions partitions) and brew.orders.dlq (1), \
+                     both empty, and the group `kitchen` must be new (a fresh \
+                     `mock-cluster --topic brew.orders.v1:3 --topic brew.orders.dlq:1` does)"
                 );
                 std::process::exit(0);
             }
@@ -121,7 +129,12 @@ async fn main() -> ExitCode {
     // dead letters at INFO, ...) show with RUST_LOG=ottla=info.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("ottla::processor=off,error"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Colours only on a terminal, so piped logs stay greppable.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .init();
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -276,15 +289,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let verbose = args.messages <= 200;
     println!("ottla demo: seed 003's order mix through the Processor, on an embedded cluster\n");
 
-    // 1-2. The cluster and the topics.
-    let mock = MockCluster::new(3)?;
-    // The mock misreads the flexible group API versions it advertises (PEERS.md).
-    mock.cap_group_apis()?;
-    mock.set_group_initial_rebalance_delay(Duration::from_millis(300));
-    mock.create_topic(TOPIC, args.partitions, 1)?;
-    mock.create_topic(DLQ, 1, 1)?;
-    let bootstrap = mock.bootstrap();
-    println!("  cluster    librdkafka mock, 3 brokers, {bootstrap}");
+    // 1-2. The cluster and the topics (or the user's, which has them).
+    let _mock;
+    let bootstrap = match &args.bootstrap {
+        Some(bootstrap) => {
+            println!("  cluster    {bootstrap} (--bootstrap)");
+            bootstrap.clone()
+        }
+        None => {
+            let mock = MockCluster::new(3)?;
+            // The mock misreads the flexible group API versions it advertises (PEERS.md).
+            mock.cap_group_apis()?;
+            mock.set_group_initial_rebalance_delay(Duration::from_millis(300));
+            mock.create_topic(TOPIC, args.partitions, 1)?;
+            mock.create_topic(DLQ, 1, 1)?;
+            let bootstrap = mock.bootstrap();
+            println!("  cluster    librdkafka mock, 3 brokers, {bootstrap}");
+            _mock = mock;
+            bootstrap
+        }
+    };
     println!(
         "  topics     {TOPIC} ({} partitions), {DLQ} (1)",
         args.partitions

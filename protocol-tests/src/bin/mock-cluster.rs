@@ -1,6 +1,12 @@
 //! A librdkafka mock cluster as a process, for trying ottla (or any client) by hand.
 //!
-//! `cargo run -p protocol-tests --bin mock-cluster -- [--brokers N] [--topic NAME:PARTITIONS]... [--cap-group-apis]`
+//! `cargo run -p protocol-tests --bin mock-cluster -- [--brokers N] [--topic NAME:PARTITIONS]... [--no-cap-group-apis]`
+//!
+//! The mock advertises JoinGroup v6 and SyncGroup, Heartbeat and LeaveGroup v4 but
+//! cannot parse their flexible forms, so by default it advertises JoinGroup up to v5,
+//! SyncGroup and Heartbeat up to v3 and LeaveGroup up to v2 (librdkafka clients lose
+//! nothing by it). `--no-cap-group-apis` keeps the mock's own ranges, to see how a
+//! client copes with a broker that hangs up on a version it advertises.
 //!
 //! Prints the bootstrap address as the first line of stdout, then reads control
 //! commands from stdin, one per line, and answers each with `ok` or `error: ...` on
@@ -16,7 +22,7 @@ use anyhow::{Context, bail};
 use protocol_tests::mock::MockCluster;
 
 const USAGE: &str =
-    "usage: mock-cluster [--brokers N] [--topic NAME:PARTITIONS]... [--cap-group-apis]";
+    "usage: mock-cluster [--brokers N] [--topic NAME:PARTITIONS]... [--no-cap-group-apis]";
 
 const COMMANDS: &str = "\
 commands (one per line on stdin; each answered `ok` or `error: ...`):
@@ -45,7 +51,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         brokers: 3,
         topics: Vec::new(),
-        cap_group_apis: false,
+        cap_group_apis: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -65,7 +71,9 @@ fn parse_args() -> Result<Args, String> {
                 let parts = parts.parse().map_err(|e| format!("--topic {v}: {e}"))?;
                 args.topics.push((name.to_string(), parts));
             }
+            // The default; still accepted.
             "--cap-group-apis" => args.cap_group_apis = true,
+            "--no-cap-group-apis" => args.cap_group_apis = false,
             "-h" | "--help" => {
                 println!("{USAGE}\n\n{COMMANDS}");
                 std::process::exit(0);

@@ -94,6 +94,21 @@ impl VersionTable {
         self.entries.get(&(api as i16)).and_then(|e| e.chosen)
     }
 
+    /// Chooses at most `max` for `api`, if that is a version both sides support; then
+    /// returns the version chosen now. Otherwise the table is left as it is and `None`
+    /// returned. For a broker that advertises a version it cannot parse (it hangs up on
+    /// every request at that version; `driver::connection` counts them).
+    pub fn cap(&mut self, api: ApiKey, max: i16) -> Option<i16> {
+        let entry = self.entries.get_mut(&(api as i16))?;
+        let (chosen, broker) = (entry.chosen?, entry.broker?);
+        let capped = chosen.min(max);
+        if capped < entry.ours.min.max(broker.min) {
+            return None;
+        }
+        entry.chosen = Some(capped);
+        Some(capped)
+    }
+
     /// The range the broker advertised for `api`.
     pub fn broker_range(&self, api: ApiKey) -> Option<VersionRangeDisplay> {
         self.entries.get(&(api as i16)).and_then(|e| e.broker)
@@ -316,6 +331,20 @@ mod tests {
         .unwrap();
         assert_eq!(table.version(ApiKey::Metadata), Some(9));
         assert_eq!(table.version(ApiKey::ApiVersions), Some(3));
+    }
+
+    #[test]
+    fn a_cap_holds_only_within_both_ranges() {
+        let mut table = negotiate(&broker(&[(ApiKey::JoinGroup, 0, 6)]), &[]).unwrap();
+        assert_eq!(table.version(ApiKey::JoinGroup), Some(6));
+        assert_eq!(table.cap(ApiKey::JoinGroup, 5), Some(5));
+        assert_eq!(table.version(ApiKey::JoinGroup), Some(5));
+        // ottla's JoinGroup starts at v1: v0 is below what both sides share.
+        assert_eq!(table.cap(ApiKey::JoinGroup, 0), None);
+        assert_eq!(table.version(ApiKey::JoinGroup), Some(5));
+        // A cap above the choice changes nothing; an API the broker lacks has none.
+        assert_eq!(table.cap(ApiKey::JoinGroup, 9), Some(5));
+        assert_eq!(table.cap(ApiKey::SyncGroup, 3), None);
     }
 
     #[test]
