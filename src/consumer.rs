@@ -50,6 +50,7 @@ use crate::config::ClientConfig;
 pub use crate::driver::BrokerHangUp;
 use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
+pub use crate::event_queue::{CAPACITY as EVENTS_CAPACITY, Events};
 pub use crate::proto::fetch::fetcher::{
     ConsumerRecord, FetchError, FetcherEvent, OffsetReset, ResetReason, TimestampType,
 };
@@ -407,7 +408,7 @@ impl ConsumerBuilder {
             app: Mutex::new(AppState::default()),
         });
         let (commands, rx) = mpsc::unbounded_channel();
-        let (events_tx, events) = mpsc::unbounded_channel();
+        let (events_tx, events) = crate::event_queue::channel();
         let commander = group.as_ref().map(GroupHandle::commander);
         let task = tokio::spawn(drive(Driver {
             cluster,
@@ -485,7 +486,7 @@ enum Command {
 pub struct Consumer {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedSender<Command>,
-    events: mpsc::UnboundedReceiver<ConsumerEvent>,
+    events: Events,
     group: Option<GroupCommander>,
     auto_commit: bool,
     manual_revocation: bool,
@@ -635,9 +636,11 @@ impl Consumer {
 
     /// Takes the event stream out of the consumer, for an application that reads
     /// events in its own task or `select!` (after this, `next_event` returns `None`).
-    pub fn take_events(&mut self) -> mpsc::UnboundedReceiver<ConsumerEvent> {
-        let (_, empty) = mpsc::unbounded_channel();
-        std::mem::replace(&mut self.events, empty)
+    /// The stream is bounded ([`EVENTS_CAPACITY`] events): unread, the oldest
+    /// informational events make room, and events that change what the application
+    /// owns are kept longest.
+    pub fn take_events(&mut self) -> Events {
+        std::mem::replace(&mut self.events, Events::ended())
     }
 
     /// An event if one is ready.
@@ -864,12 +867,14 @@ struct Driver {
     group: Option<GroupHandle>,
     commander: Option<GroupCommander>,
     commands: mpsc::UnboundedReceiver<Command>,
-    events: mpsc::UnboundedSender<ConsumerEvent>,
+    events: crate::event_queue::EventSender,
     auto_commit: Option<Duration>,
 }
 
 enum Done {
     Io,
+    /// An automatic commit finished (either way).
+    AutoCommitted,
     Metadata(bool),
     Revoked,
 }
@@ -883,6 +888,9 @@ async fn drive(mut d: Driver) {
     let mut metadata_running = false;
     let mut metadata_retry_at: Option<Instant> = None;
     let mut next_auto_commit = d.auto_commit.map(|i| Instant::now() + i);
+    // One automatic commit at a time: an interval shorter than a commit's round trip
+    // would otherwise queue commits without end (the next one carries newer offsets).
+    let mut auto_commit_in_flight = false;
     loop {
         let now = Instant::now();
         let wakeup = {
@@ -891,7 +899,7 @@ async fn drive(mut d: Driver) {
                 match event {
                     FetcherEvent::MetadataNeeded => metadata_wanted = true,
                     other => {
-                        let _ = d.events.send(ConsumerEvent::Fetch(other));
+                        d.events.send(ConsumerEvent::Fetch(other));
                     }
                 }
             }
@@ -948,7 +956,7 @@ async fn drive(mut d: Driver) {
             // A broker keeps hanging up on one request: say why nothing arrives.
             Ok(()) = hang_ups.changed() => {
                 for report in d.cluster.hang_ups_since(&mut hang_ups_seen) {
-                    let _ = d.events.send(ConsumerEvent::BrokerHangUp(report));
+                    d.events.send(ConsumerEvent::BrokerHangUp(report));
                 }
             }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
@@ -961,6 +969,7 @@ async fn drive(mut d: Driver) {
                         }
                     }
                     Ok(Done::Io) | Ok(Done::Revoked) => {}
+                    Ok(Done::AutoCommitted) => auto_commit_in_flight = false,
                     Err(e) => warn!(error = %e, "consumer task failed"),
                 }
                 d.shared.wake_app();
@@ -1005,9 +1014,10 @@ async fn drive(mut d: Driver) {
                 if let (Some(at), Some(interval)) = (next_auto_commit, d.auto_commit) {
                     if now >= at {
                         next_auto_commit = Some(now + interval);
-                        if let Some(group) = d.commander.clone() {
+                        if let Some(group) = d.commander.clone().filter(|_| !auto_commit_in_flight) {
                             let positions = lock(&d.shared.fetcher).consumed(None);
                             if !positions.is_empty() {
+                                auto_commit_in_flight = true;
                                 // Queued now, so it keeps its place among the commits.
                                 let ticket = commit_ticket(&d.shared);
                                 let pending = group.start_commit(to_commit(positions));
@@ -1016,7 +1026,7 @@ async fn drive(mut d: Driver) {
                                     if let Ok(done) = pending.await {
                                         remember_committed(&shared, &done, ticket);
                                     }
-                                    Done::Io
+                                    Done::AutoCommitted
                                 });
                             }
                         }
@@ -1076,7 +1086,7 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
         }
         _ => {}
     }
-    let _ = d.events.send(ConsumerEvent::Group(event));
+    d.events.send(ConsumerEvent::Group(event));
 }
 
 /// One Fetch to `node`: negotiate (once per connection), build, send, hand back.

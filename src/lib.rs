@@ -45,6 +45,7 @@ pub mod consumer;
 pub mod dlq;
 pub mod driver;
 pub mod error;
+mod event_queue;
 pub mod processor;
 pub mod producer;
 pub mod proto;

@@ -2,6 +2,7 @@
 //! broker ([`tansu`]), and [`peer::Peer`], which lets one suite run on either, or on an
 //! external cluster named by `OTTLA_BOOTSTRAP`. `PEERS.md` lists their quirks.
 
+pub mod alloc;
 pub mod bench;
 pub mod chaos;
 pub mod data;

@@ -19,13 +19,10 @@
 //! any correlation id, ignoring EOF, never reconnecting, and kafka-protocol's earlier
 //! array bound (element count only) each fail at least one test here.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::io::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::time::timeout;
@@ -35,6 +32,7 @@ use ottla::consumer::{Consumer, ConsumerBuilder, FetchError, OffsetReset, TopicP
 use ottla::driver::{BrokerConnection, Cluster, TopicScope};
 use ottla::proto::fetch::batch::BatchErrorKind;
 use ottla::{ClientConfig, RequestError, WireError};
+use protocol_tests::alloc::{Counting, MemoryWindow, mib};
 use protocol_tests::data::{index_of, matches, produce};
 use protocol_tests::hostile::{HostileProxy, Misbehaviour};
 use protocol_tests::mock::MockCluster;
@@ -55,95 +53,12 @@ const PEAK_LIMIT: usize = 8 << 20;
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Live bytes allocated by counted threads (signed: the uncounted proxy thread may free
-/// a little that was counted, or the reverse).
-static CURRENT: AtomicI64 = AtomicI64::new(0);
-/// The highest `CURRENT` since the last [`MemoryWindow::open`].
-static PEAK: AtomicI64 = AtomicI64::new(0);
-/// The largest single allocation (or reallocation target) requested since then.
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// Set on the proxy's runtime thread, whose allocations are the peer's, not ottla's.
-    static UNCOUNTED: Cell<bool> = const { Cell::new(false) };
+/// Prints a phase's figures and asserts both bounds.
+trait Bounded {
+    fn assert_bounded(&self, what: &str);
 }
 
-struct Counting;
-
-impl Counting {
-    fn counted() -> bool {
-        // `try_with`: during thread teardown the flag may be gone; count then.
-        !UNCOUNTED.try_with(Cell::get).unwrap_or(false)
-    }
-
-    fn grow(requested: usize, delta: i64) {
-        LARGEST.fetch_max(requested, Ordering::Relaxed);
-        let now = CURRENT.fetch_add(delta, Ordering::Relaxed) + delta;
-        PEAK.fetch_max(now, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; the bookkeeping only touches
-// atomics and a `const` thread-local, neither of which allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if Self::counted() {
-            // Recorded before the call, so an attempt that fails still shows.
-            Self::grow(layout.size(), layout.size() as i64);
-        }
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if Self::counted() {
-            Self::grow(layout.size(), layout.size() as i64);
-        }
-        // SAFETY: forwarded with the caller's layout.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if Self::counted() {
-            CURRENT.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        }
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if Self::counted() {
-            Self::grow(new_size, new_size as i64 - layout.size() as i64);
-        }
-        // SAFETY: forwarded with the caller's pointer, layout and size.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-/// The memory figures of one phase of a test.
-struct MemoryWindow {
-    baseline: i64,
-}
-
-impl MemoryWindow {
-    /// Starts a phase: the peak restarts from the live bytes now.
-    fn open() -> Self {
-        let baseline = CURRENT.load(Ordering::SeqCst);
-        PEAK.store(baseline, Ordering::SeqCst);
-        LARGEST.store(0, Ordering::SeqCst);
-        Self { baseline }
-    }
-
-    /// How far live memory rose above the start of the phase.
-    fn peak_growth(&self) -> usize {
-        usize::try_from(PEAK.load(Ordering::SeqCst) - self.baseline).unwrap_or(0)
-    }
-
-    /// The largest single allocation of the phase.
-    fn largest(&self) -> usize {
-        LARGEST.load(Ordering::SeqCst)
-    }
-
+impl Bounded for MemoryWindow {
     /// Prints the figures and asserts both bounds.
     fn assert_bounded(&self, what: &str) {
         let (peak, largest) = (self.peak_growth(), self.largest());
@@ -161,10 +76,6 @@ impl MemoryWindow {
             "{what}: live memory grew by {peak} bytes (limit {PEAK_LIMIT})"
         );
     }
-}
-
-fn mib(bytes: usize) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }
 
 // ---------------------------------------------------------------------------------
@@ -238,7 +149,7 @@ impl Fixture {
         mock.create_topic(TOPIC, PARTITIONS, 1).expect("topic");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .on_thread_start(|| UNCOUNTED.with(|c| c.set(true)))
+            .on_thread_start(protocol_tests::alloc::uncount_this_thread)
             .enable_all()
             .build()
             .expect("proxy runtime");
