@@ -782,12 +782,21 @@ pub struct TlsTansuOptions {
     pub sasl: Option<SaslTansuOptions>,
     /// The PKI to use; `None`: a fresh [`TestPki`].
     pub pki: Option<Arc<TestPki>>,
+    /// stunnel's `debug` level; `None`: [`StunnelConfig`]'s 7. Level 7 costs stunnel
+    /// about 35 ms per connection in logging; benchmarks use 3.
+    pub stunnel_debug: Option<u8>,
 }
 
 impl TlsTansuOptions {
     /// Sets [`TlsTansuOptions::server_cert`].
     pub fn server_cert(mut self, which: ServerCert) -> Self {
         self.server_cert = which;
+        self
+    }
+
+    /// Sets [`TlsTansuOptions::stunnel_debug`].
+    pub fn stunnel_debug(mut self, level: u8) -> Self {
+        self.stunnel_debug = Some(level);
         self
     }
 
@@ -882,6 +891,9 @@ impl TlsTansu {
         let (cert, key) = pki.server_cert(options.server_cert);
         let connect = SocketAddr::from((Ipv4Addr::LOCALHOST, backend.tansu().port()));
         let mut config = StunnelConfig::new(cert, key, connect).accept_port(tls_port);
+        if let Some(level) = options.stunnel_debug {
+            config.debug_level = level;
+        }
         if options.mtls {
             config = config.client_ca(pki.ca());
         }

@@ -775,6 +775,7 @@ impl Task {
     /// unanswered by `deadline` is a TLS error: the port is most likely not a TLS
     /// listener, which waits for a Kafka request instead.
     async fn open(&self, deadline: Instant) -> Result<BrokerStream, RequestError> {
+        let started = Instant::now();
         let tcp = TcpStream::connect(&*self.address)
             .await
             .map_err(|e| RequestError::Connect {
@@ -786,7 +787,11 @@ impl Task {
         if let Some(tls) = &self.settings.tls {
             let handshake = tls.connect(host_of(&self.address), tcp);
             let stream = match tokio::time::timeout_at(deadline, handshake).await {
-                Ok(result) => result.map_err(|reason| self.tls_error(reason))?,
+                Ok(result) => {
+                    let stream = result.map_err(|reason| self.tls_error(reason))?;
+                    trace!(broker = %self.address, took = ?started.elapsed(), "TCP connected and TLS handshake done");
+                    stream
+                }
                 Err(_) => {
                     return Err(self.tls_error(TlsFailure::Protocol(format!(
                         "no answer to the TLS handshake within {:?}",

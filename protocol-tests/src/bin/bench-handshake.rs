@@ -4,7 +4,9 @@
 //! `cargo run --release -p protocol-tests --bin bench-handshake [-- --runs 30]`
 //!
 //! Three tansu brokers from the wheel: one plaintext, one behind stunnel (TLS), one
-//! behind stunnel requiring a client certificate (mTLS, an EC P-256 key in PKCS#8). One setup is a new
+//! behind stunnel requiring a client certificate (mTLS, an EC P-256 key in PKCS#8).
+//! stunnel logs at level 3 here (the test suites' level 7 costs it ~35 ms a
+//! connection). One setup is a new
 //! client's first useful answer: TCP connect, the TLS handshake if any, ApiVersions and
 //! a Metadata request for one topic, from a client made for it and then dropped. For
 //! ottla that is `driver::Cluster::connect`; for confluent-kafka, a new `AdminClient`
@@ -93,6 +95,10 @@ fn confluent_setups(conf: &[(&'static str, String)], runs: usize) -> anyhow::Res
 }
 
 fn main() -> ExitCode {
+    // RUST_LOG=ottla=trace shows where a setup's time goes.
+    if std::env::var_os("RUST_LOG").is_some() {
+        protocol_tests::init_tracing();
+    }
     let runs = arg("--runs", 30).max(3) as usize;
     let blocks = 3;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -119,9 +125,12 @@ async fn run(runs: usize, blocks: usize) -> anyhow::Result<()> {
     let pki = Arc::new(TestPki::generate()?);
     let plain = Tansu::start()?;
     plain.create_topic(TOPIC, 1)?;
-    let tls = TlsTansu::start_with(TlsTansuOptions::default().pki(pki.clone()))?;
+    // stunnel logging at its test level (7) costs it ~35 ms a connection; 3 is what a
+    // production terminator logs.
+    let quiet = || TlsTansuOptions::default().pki(pki.clone()).stunnel_debug(3);
+    let tls = TlsTansu::start_with(quiet())?;
     tls.create_topic(TOPIC, 1)?;
-    let mtls = TlsTansu::start_with(TlsTansuOptions::default().pki(pki.clone()).mtls(true))?;
+    let mtls = TlsTansu::start_with(quiet().mtls(true))?;
     mtls.create_topic(TOPIC, 1)?;
     let ca = pki.ca();
     let (cert, key) = pki.client_cert(KeyFormat::Pkcs8);
