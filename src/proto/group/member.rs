@@ -243,16 +243,7 @@ impl CommitError {
             | CommitError::CoordinatorUnknown
             | CommitError::Request(_)
             | CommitError::Stale { .. } => true,
-            CommitError::Broker { code, .. } => matches!(
-                ResponseError::try_from_code(*code),
-                Some(
-                    ResponseError::RebalanceInProgress
-                        | ResponseError::CoordinatorLoadInProgress
-                        | ResponseError::CoordinatorNotAvailable
-                        | ResponseError::NotCoordinator
-                        | ResponseError::RequestTimedOut
-                )
-            ),
+            CommitError::Broker { code, .. } => commit_reaction(*code).retriable,
             CommitError::NotOwned(_) | CommitError::Closed(_) => false,
         }
     }
@@ -554,20 +545,53 @@ fn refuses_coordination(response: &GroupResponse) -> bool {
     }
 }
 
-/// Codes about what one OffsetCommit carried, not about the member: they fail that
-/// commit and change nothing else (as in the Java client, which raises them to the
-/// committer and carries on).
-fn commit_only(code: i16) -> bool {
+/// Heartbeat's table, after the Java client's `HeartbeatResponseHandler`: anything it
+/// does not expect is tried again after the backoff (`Heartbeat.failHeartbeat`), never
+/// read as a lost generation or a fatal error. GROUP_AUTHORIZATION_FAILED is fatal here
+/// (configuration), where Java's heartbeat thread retries and its next JoinGroup or
+/// commit raises it.
+fn heartbeat_reaction(code: i16) -> Reaction {
     use ResponseError as E;
-    matches!(
-        ResponseError::try_from_code(code),
-        Some(
-            E::OffsetMetadataTooLarge
-                | E::InvalidCommitOffsetSize
-                | E::TopicAuthorizationFailed
-                | E::UnknownTopicOrPartition
-        )
-    )
+    match ResponseError::try_from_code(code) {
+        Some(E::NotCoordinator | E::CoordinatorNotAvailable) => Reaction::Rediscover,
+        Some(E::RebalanceInProgress) => Reaction::Rebalance,
+        Some(E::UnknownMemberId) => Reaction::ResetMember,
+        Some(E::IllegalGeneration) => Reaction::ResetGeneration,
+        Some(E::FencedInstanceId | E::GroupAuthorizationFailed) => Reaction::Fatal,
+        _ => Reaction::Retry,
+    }
+}
+
+/// What a refused OffsetCommit does: to the member (`None`: nothing, the commit alone
+/// fails), and whether the same commit may succeed later ([`CommitError::is_retriable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CommitReaction {
+    member: Option<Reaction>,
+    retriable: bool,
+}
+
+/// OffsetCommit's table, after the Java client's `OffsetCommitResponseHandler`. Codes
+/// about what one commit carried (too-large metadata, a topic without rights) and codes
+/// it does not expect (GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH, ...: Java's "Unexpected
+/// error in commit") fail that commit and change nothing else.
+fn commit_reaction(code: i16) -> CommitReaction {
+    use ResponseError as E;
+    let (member, retriable) = match ResponseError::try_from_code(code) {
+        // Java marks the coordinator unknown for these three.
+        Some(E::NotCoordinator | E::CoordinatorNotAvailable | E::RequestTimedOut) => {
+            (Some(Reaction::Rediscover), true)
+        }
+        Some(E::CoordinatorLoadInProgress | E::UnknownTopicOrPartition) => (None, true),
+        // Java raises RebalanceInProgressException (not retriable there); here the same
+        // offsets may go again once the member has rejoined and still owns them.
+        Some(E::RebalanceInProgress) => (Some(Reaction::Rebalance), true),
+        Some(E::UnknownMemberId) => (Some(Reaction::ResetMember), false),
+        Some(E::IllegalGeneration) => (Some(Reaction::ResetGeneration), false),
+        Some(E::FencedInstanceId | E::GroupAuthorizationFailed) => (Some(Reaction::Fatal), false),
+        Some(e) => (None, e.is_retriable()),
+        None => (None, false),
+    };
+    CommitReaction { member, retriable }
 }
 
 fn hint(code: i16) -> Option<&'static str> {
@@ -1632,7 +1656,7 @@ impl GroupMember {
         if error == 0 {
             return;
         }
-        match reaction(error) {
+        match heartbeat_reaction(error) {
             Reaction::Rediscover => self.mark_coordinator_unknown(now),
             Reaction::Retry => hb.next_at = retry_at,
             Reaction::Rebalance => self.rebalance(now, "the group is rebalancing"),
@@ -1669,10 +1693,13 @@ impl GroupMember {
         };
         self.events.push_back(Event::CommitCompleted { id, result });
         let Some(code) = first_error else { return };
-        if stale || commit_only(code) {
+        if stale {
             return;
         }
-        match reaction(code) {
+        let Some(reaction) = commit_reaction(code).member else {
+            return;
+        };
+        match reaction {
             Reaction::Rediscover => self.mark_coordinator_unknown(now),
             Reaction::Retry | Reaction::Rejoin => {}
             Reaction::Rebalance => {
@@ -2798,6 +2825,106 @@ mod tests {
                 matches!(&ev[..], [Event::CommitCompleted { result: Ok(_), .. }]),
                 "{code:?}: {ev:?}"
             );
+        }
+    }
+
+    #[test]
+    fn stable_heartbeat_unexpected_errors_retry_and_keep_the_partitions() {
+        // INVALID_REQUEST on a heartbeat was read as ILLEGAL_GENERATION (partitions lost,
+        // rejoin), UNSUPPORTED_VERSION closed the member. The Java client's heartbeat
+        // raises "Unexpected error in heartbeat response" and tries again after its
+        // backoff (`Heartbeat::failHeartbeat`).
+        for code in [
+            ResponseError::InvalidRequest,
+            ResponseError::UnsupportedVersion,
+            ResponseError::GroupIdNotFound,
+        ] {
+            let mut h = stable("range");
+            let hb = h.heartbeat();
+            h.respond(hb.id, GroupResponse::Heartbeat { error: code.code() });
+            assert_eq!(h.events(), vec![], "{code:?}");
+            assert_eq!(h.m.state(), StateKind::Stable, "{code:?}");
+            assert_eq!(h.m.assignment().len(), 4, "{code:?}");
+            h.no_request();
+            h.advance(h.m.config().retry_backoff * 2);
+            let again = h.request();
+            assert!(
+                matches!(again.request, GroupRequest::Heartbeat { .. }),
+                "{code:?}: {again:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn stable_commit_unexpected_errors_fail_that_commit_only() {
+        // GROUP_ID_NOT_FOUND (Kafka's answer on OffsetCommit v9+ for a group that no
+        // longer exists) and STALE_MEMBER_EPOCH closed the member for good; the Java
+        // client raises "Unexpected error in commit" to the committer and carries on.
+        let mut h = stable("range");
+        for code in [
+            ResponseError::GroupIdNotFound,
+            ResponseError::StaleMemberEpoch,
+            ResponseError::InvalidRequest,
+        ] {
+            let id =
+                h.m.commit(
+                    h.now,
+                    vec![CommitOffset {
+                        partition: tp(1),
+                        offset: 1,
+                        leader_epoch: -1,
+                        metadata: None,
+                    }],
+                )
+                .expect("the member commits");
+            let _ = h.request();
+            h.respond(
+                id,
+                GroupResponse::OffsetCommit {
+                    partitions: vec![(tp(1), code.code())],
+                },
+            );
+            let ev = h.events();
+            let [
+                Event::CommitCompleted {
+                    result: Err(err), ..
+                },
+            ] = &ev[..]
+            else {
+                panic!("{code:?}: {ev:?}");
+            };
+            assert!(!err.is_retriable(), "{code:?}");
+            assert_eq!(h.m.state(), StateKind::Stable, "{code:?}");
+        }
+    }
+
+    #[test]
+    fn commit_retriability_follows_the_reaction_table() {
+        let broker = |e: ResponseError| CommitError::Broker {
+            code: e.code(),
+            name: error_name(e.code()),
+        };
+        // NETWORK_EXCEPTION was not retriable, so the final commit at close gave up.
+        for retriable in [
+            ResponseError::NetworkException,
+            ResponseError::RequestTimedOut,
+            ResponseError::CoordinatorLoadInProgress,
+            ResponseError::CoordinatorNotAvailable,
+            ResponseError::NotCoordinator,
+            ResponseError::UnknownTopicOrPartition,
+            ResponseError::RebalanceInProgress,
+        ] {
+            assert!(broker(retriable).is_retriable(), "{retriable:?}");
+        }
+        for fatal in [
+            ResponseError::UnknownMemberId,
+            ResponseError::IllegalGeneration,
+            ResponseError::FencedInstanceId,
+            ResponseError::GroupAuthorizationFailed,
+            ResponseError::OffsetMetadataTooLarge,
+            ResponseError::GroupIdNotFound,
+        ] {
+            assert!(!broker(fatal).is_retriable(), "{fatal:?}");
         }
     }
 
