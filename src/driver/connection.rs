@@ -775,6 +775,7 @@ impl Task {
     /// unanswered by `deadline` is a TLS error: the port is most likely not a TLS
     /// listener, which waits for a Kafka request instead.
     async fn open(&self, deadline: Instant) -> Result<BrokerStream, RequestError> {
+        #[cfg(feature = "tls-core")]
         let started = Instant::now();
         let tcp = TcpStream::connect(&*self.address)
             .await

@@ -288,7 +288,9 @@ pub fn encode(
             partitions,
             require_stable,
         } => {
-            need(api, version, "require_stable", 7, *require_stable)?;
+            // require_stable is dropped below v7, which lacks it, as the Java client's
+            // `OffsetFetchRequest.Builder` does: the answer is then as stable as the
+            // broker makes it.
             let by_topic = by_topic(partitions);
             let mut r = OffsetFetchRequest::default();
             if version >= 8 {

@@ -445,6 +445,9 @@ struct Heartbeat {
     next_at: Instant,
     in_flight: Option<RequestId>,
     last_ok: Instant,
+    /// Heartbeats failed in a row: the retry waits `retry.backoff.ms` doubling to
+    /// `retry.backoff.max.ms` (KIP-580), as the Java client's `Heartbeat.failHeartbeat`.
+    failures: u32,
 }
 
 /// What an in-flight request was sent for, and with which generation.
@@ -472,6 +475,8 @@ struct PendingFetch {
     partitions: BTreeSet<TopicPartition>,
     in_flight: Option<RequestId>,
     retry_at: Instant,
+    /// OffsetFetches failed in a row, for the KIP-580 backoff.
+    failures: u32,
 }
 
 /// How the member reacts to an error code (one table: [`reaction`]).
@@ -995,7 +1000,8 @@ impl GroupMember {
                 if let Some(hb) = &mut self.heartbeat {
                     if hb.in_flight == Some(id) {
                         hb.in_flight = None;
-                        hb.next_at = now + self.config.retry_backoff;
+                        hb.failures += 1;
+                        hb.next_at = now + self.backoff.delay(hb.failures);
                     }
                 }
                 if self.generation() == Some(generation) {
@@ -1020,7 +1026,8 @@ impl GroupMember {
                 if let Some(f) = &mut self.fetch {
                     if f.in_flight == Some(id) {
                         f.in_flight = None;
-                        f.retry_at = now + self.config.retry_backoff;
+                        f.failures += 1;
+                        f.retry_at = now + self.backoff.delay(f.failures);
                         self.mark_coordinator_unknown(now);
                     }
                 }
@@ -1262,7 +1269,10 @@ impl GroupMember {
                 let request = GroupRequest::OffsetFetch {
                     group: self.config.group_id.clone(),
                     partitions: asked.iter().cloned().collect(),
-                    require_stable: false,
+                    // As the Java client: a new owner never resumes before a
+                    // pending transactional commit of its partitions settles
+                    // (dropped below OffsetFetch v7, which lacks the flag).
+                    require_stable: true,
                 };
                 let id = self.send(
                     Target::Coordinator(node),
@@ -1594,6 +1604,7 @@ impl GroupMember {
             next_at: now + self.config.heartbeat_interval,
             in_flight: None,
             last_ok: now,
+            failures: 0,
         });
         debug!(group = %self.config.group_id, member = %self.member_id, generation, leader, "synced");
         self.events.push_back(Event::Joined {
@@ -1637,7 +1648,6 @@ impl GroupMember {
 
     fn on_heartbeat(&mut self, now: Instant, id: RequestId, generation: i32, error: i16) {
         let current = self.generation();
-        let retry_at = now + self.config.retry_backoff;
         let Some(hb) = &mut self.heartbeat else {
             return;
         };
@@ -1654,11 +1664,15 @@ impl GroupMember {
             hb.last_ok = now;
         }
         if error == 0 {
+            hb.failures = 0;
             return;
         }
         match heartbeat_reaction(error) {
             Reaction::Rediscover => self.mark_coordinator_unknown(now),
-            Reaction::Retry => hb.next_at = retry_at,
+            Reaction::Retry => {
+                hb.failures += 1;
+                hb.next_at = now + self.backoff.delay(hb.failures);
+            }
             Reaction::Rebalance => self.rebalance(now, "the group is rebalancing"),
             Reaction::ResetMember => {
                 self.reset(now, LostReason::UnknownMember, true, "unknown member id")
@@ -1752,10 +1766,14 @@ impl GroupMember {
                     f.retry_at = now;
                     self.mark_coordinator_unknown(now);
                 }
-                _ => f.retry_at = now + self.config.retry_backoff,
+                _ => {
+                    f.failures += 1;
+                    f.retry_at = now + self.backoff.delay(f.failures);
+                }
             }
             return;
         }
+        f.failures = 0;
         let generation = f.generation;
         // Partitions granted after the request went out stay pending for the next one.
         f.partitions.retain(|p| !asked.contains(p));
@@ -1869,6 +1887,7 @@ impl GroupMember {
             partitions: BTreeSet::new(),
             in_flight: None,
             retry_at: now,
+            failures: 0,
         });
         pending.generation = generation;
         pending.partitions.extend(added);
@@ -2926,6 +2945,95 @@ mod tests {
         ] {
             assert!(!broker(fatal).is_retriable(), "{fatal:?}");
         }
+    }
+
+    /// Steps the clock by 5 ms until a request `wanted` picks goes out, answering the
+    /// other requests (heartbeats) without error; the time it took.
+    fn wait_for(h: &mut H, wanted: impl Fn(&GroupRequest) -> bool) -> (Duration, Outgoing) {
+        let start = h.now;
+        for _ in 0..2000 {
+            while let Some(out) = h.m.poll_request() {
+                if wanted(&out.request) {
+                    return (h.now - start, out);
+                }
+                if matches!(out.request, GroupRequest::Heartbeat { .. }) {
+                    h.respond(out.id, GroupResponse::Heartbeat { error: 0 });
+                }
+            }
+            h.advance(Duration::from_millis(5));
+        }
+        panic!("no such request in 10 s");
+    }
+
+    #[test]
+    fn stable_offset_fetch_asks_for_stable_offsets_and_backs_off_exponentially() {
+        // UNSTABLE_OFFSET_COMMIT: a transactional commit of these partitions is pending.
+        // The Java client asks with require_stable (so a new owner never resumes before
+        // it settles) and retries with KIP-580's backoff, 100 ms doubling to 1 s; ottla
+        // asked without the flag and retried every 100 ms.
+        let mut h = H::new(config("range"));
+        h.join_alone();
+        h.events();
+        let mut fetch = h.request();
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            let GroupRequest::OffsetFetch { require_stable, .. } = &fetch.request else {
+                panic!("{fetch:?}");
+            };
+            assert!(require_stable, "{fetch:?}");
+            h.respond(
+                fetch.id,
+                GroupResponse::OffsetFetch {
+                    error: 0,
+                    partitions: (0..4)
+                        .map(|p| (tp(p), -1, -1, ResponseError::UnstableOffsetCommit.code()))
+                        .collect(),
+                },
+            );
+            let (waited, next) =
+                wait_for(&mut h, |r| matches!(r, GroupRequest::OffsetFetch { .. }));
+            waits.push(waited);
+            fetch = next;
+        }
+        let ms: Vec<u128> = waits.iter().map(|w| w.as_millis()).collect();
+        // 100, 200, 400, 800, 1000, 1000 ms, each within ±20% jitter (and 5 ms steps).
+        for (i, expected) in [100u128, 200, 400, 800, 1000, 1000].into_iter().enumerate() {
+            let (lo, hi) = (expected * 8 / 10, expected * 12 / 10 + 5);
+            assert!((lo..=hi).contains(&ms[i]), "retry {i}: {ms:?}");
+        }
+    }
+
+    #[test]
+    fn stable_heartbeat_retries_back_off_exponentially_and_start_over_after_a_success() {
+        let mut h = stable("range");
+        let mut gaps = Vec::new();
+        let mut hb = h.heartbeat();
+        for _ in 0..5 {
+            h.respond(
+                hb.id,
+                GroupResponse::Heartbeat {
+                    error: ResponseError::RequestTimedOut.code(),
+                },
+            );
+            let (waited, next) = wait_for(&mut h, |r| matches!(r, GroupRequest::Heartbeat { .. }));
+            gaps.push(waited.as_millis());
+            hb = next;
+        }
+        for (i, expected) in [100u128, 200, 400, 800, 1000].into_iter().enumerate() {
+            let (lo, hi) = (expected * 8 / 10, expected * 12 / 10 + 5);
+            assert!((lo..=hi).contains(&gaps[i]), "retry {i}: {gaps:?}");
+        }
+        // A success starts the count over: the next failure waits 100 ms again.
+        h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+        let (_, hb) = wait_for(&mut h, |r| matches!(r, GroupRequest::Heartbeat { .. }));
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RequestTimedOut.code(),
+            },
+        );
+        let (waited, _) = wait_for(&mut h, |r| matches!(r, GroupRequest::Heartbeat { .. }));
+        assert!(waited <= Duration::from_millis(125), "{waited:?}");
     }
 
     #[test]
