@@ -772,13 +772,14 @@ fn group_scripts() -> Vec<(&'static str, Vec<u8>, &'static [&'static str])> {
                 .sync(0, 0, 0x0003)
                 .advance_secs(40)
                 .progress()
+                .fire()
+                // In flight: the OffsetFetch (0), then the FindCoordinator (1).
+                .find_coordinator(1, 0, 2)
                 .into_bytes(),
-            &[
-                "Joined",
-                "SessionLapsed",
-                "ProgressTimeout",
-                "application resumed",
-            ],
+            // 40 s without heartbeat answers: the member doubts its coordinator
+            // (keeping its partitions, as the Java client) until max.poll.interval.ms
+            // takes them; back, it finds the coordinator and rejoins.
+            &["Joined", "ProgressTimeout", "application resumed"],
         ),
         (
             "errors-everywhere",

@@ -843,10 +843,18 @@ impl GroupMember {
                 self.finish_revocation(now);
             }
         }
-        if let Some(hb) = &self.heartbeat {
+        // As the Java client's heartbeat thread: a session with no successful heartbeat
+        // makes the member doubt its coordinator, not its membership. It rediscovers
+        // the coordinator keeping its member id, generation and partitions, and the
+        // session clock starts over (again when the coordinator is found). Only the
+        // coordinator can say the member is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION
+        // on the next heartbeat); forgetting the id here left a ghost the next join
+        // phase waited a whole session for.
+        if let Some(hb) = &mut self.heartbeat {
             if now >= hb.last_ok + self.config.session_timeout {
-                warn!(group = %self.config.group_id, "no successful heartbeat within the session timeout");
-                self.reset(now, LostReason::SessionLapsed, true, "session lapsed");
+                hb.last_ok = now;
+                warn!(group = %self.config.group_id, member = %self.member_id, "no successful heartbeat within the session timeout; rediscovering the coordinator");
+                self.mark_coordinator_unknown(now);
             }
         }
         let overdue = match &self.state {
@@ -1369,9 +1377,14 @@ impl GroupMember {
             node,
             address: format!("{host}:{port}"),
         });
-        // Heartbeats resume on the new coordinator at once.
+        // Heartbeats resume on the new coordinator at once, with a fresh session clock
+        // (Java's `heartbeat.resetSessionTimeout()` on a coordinator found).
         if let Some(hb) = &mut self.heartbeat {
             hb.next_at = now;
+            hb.last_ok = now;
+            // One still unanswered went to the old coordinator; its answer, if it ever
+            // comes, no longer counts.
+            hb.in_flight = None;
         }
     }
 
@@ -2714,19 +2727,66 @@ mod tests {
     }
 
     #[test]
-    fn stable_session_lapse_loses_partitions() {
+    fn stable_session_lapse_rediscovers_keeping_the_member_id_and_partitions() {
+        // A lapse used to lose the partitions and forget the member id, so the member
+        // rejoined as a stranger and its old id stayed a ghost for a session timeout.
         let mut h = stable("range");
-        // Heartbeats go out but are never answered.
-        for _ in 0..10 {
-            h.advance(Duration::from_secs(1));
-            while h.m.poll_request().is_some() {}
+        // Heartbeats go out but are never answered, for a whole session (10 s).
+        let mut lookup = None;
+        for _ in 0..1100 {
+            h.advance(Duration::from_millis(10));
+            while let Some(out) = h.m.poll_request() {
+                if matches!(out.request, GroupRequest::FindCoordinator { .. }) {
+                    lookup = Some(out);
+                }
+            }
+            if lookup.is_some() {
+                break;
+            }
         }
-        h.advance(Duration::from_millis(1));
+        let lookup = lookup.expect("the lapse rediscovers the coordinator");
+        let ev = h.events();
+        assert!(
+            !ev.iter().any(|e| matches!(e, Event::Lost { .. })),
+            "{ev:?}"
+        );
+        assert_eq!(h.m.assignment().len(), 4);
+        assert_eq!(h.m.member_id(), "m1");
+        // Found again: the heartbeat goes out at once, same member and generation.
+        h.respond(
+            lookup.id,
+            GroupResponse::FindCoordinator {
+                error: 0,
+                node_id: 2,
+                host: "b2".into(),
+                port: 9092,
+            },
+        );
+        let hb = h.request();
+        let GroupRequest::Heartbeat {
+            member_id,
+            generation,
+            ..
+        } = &hb.request
+        else {
+            panic!("{hb:?}");
+        };
+        assert_eq!(
+            (member_id.as_str(), Some(*generation)),
+            ("m1", h.m.generation())
+        );
+        // The coordinator removed it meanwhile: only now are the partitions lost.
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::UnknownMemberId.code(),
+            },
+        );
         let ev = h.events();
         assert!(
             ev.contains(&Event::Lost {
                 partitions: (0..4).map(tp).collect(),
-                reason: LostReason::SessionLapsed
+                reason: LostReason::UnknownMember
             }),
             "{ev:?}"
         );
