@@ -83,6 +83,10 @@ pub struct GroupConfig {
     /// wins every race and the group never forms. A few milliseconds for the
     /// followers to get theirs in breaks the tie; a real broker needs none.
     pub leader_sync_delay: Duration,
+    /// How long a LeaveGroup may wait for its answer before the member closes anyway
+    /// (default 30 s, the Java client's close timeout). During a join the LeaveGroup
+    /// waits behind the JoinGroup the broker holds on the same connection.
+    pub close_timeout: Duration,
     /// Seed for backoff jitter.
     pub seed: u64,
 }
@@ -106,6 +110,7 @@ impl GroupConfig {
             retry_backoff_max: Duration::from_secs(1),
             request_slack: Duration::from_secs(5),
             leader_sync_delay: Duration::ZERO,
+            close_timeout: Duration::from_secs(30),
             seed: 0x5eed,
         }
     }
@@ -1183,7 +1188,7 @@ impl GroupMember {
             Some(r) => {
                 self.state = State::Leaving {
                     request: Some(r),
-                    deadline: now + self.config.session_timeout.min(Duration::from_secs(5)),
+                    deadline: now + self.config.close_timeout,
                 }
             }
             None => self.close(None),
@@ -3227,6 +3232,41 @@ mod tests {
         h.m.leave(h.now);
         h.no_request();
         assert_eq!(h.events(), vec![Event::Left]);
+    }
+
+    #[test]
+    fn joining_leave_waits_for_the_held_join_group_up_to_the_close_timeout() {
+        // The broker holds a JoinGroup for the rebalance, and the LeaveGroup behind it
+        // on the same connection waits. The member gave up after min(session, 5 s) and
+        // the process could exit with the LeaveGroup unread, so the group waited a
+        // session for the ghost. The Java client waits up to its close timeout (30 s).
+        let mut h = H::new(config("range"));
+        h.find_coordinator();
+        let join = h.request();
+        h.respond(
+            join.id,
+            join_response(ResponseError::MemberIdRequired.code(), 0, "m1", "", vec![]),
+        );
+        let _held = h.request();
+        h.events();
+        h.m.leave(h.now);
+        let leave = h.request();
+        assert!(
+            matches!(&leave.request, GroupRequest::LeaveGroup { member_id, .. } if member_id == "m1")
+        );
+        h.advance(Duration::from_secs(29));
+        assert_eq!(h.m.state(), StateKind::Leaving);
+        h.respond(leave.id, GroupResponse::LeaveGroup { error: 0 });
+        assert_eq!(h.events(), vec![Event::Left]);
+        assert_eq!(h.m.state(), StateKind::Closed);
+        // Unanswered, it closes at the close timeout.
+        let mut h = stable("range");
+        h.m.leave(h.now);
+        let _leave = h.request();
+        h.advance(h.m.config().close_timeout - Duration::from_millis(1));
+        assert_eq!(h.m.state(), StateKind::Leaving);
+        h.advance(Duration::from_millis(1));
+        assert_eq!(h.m.state(), StateKind::Closed);
     }
 
     #[test]
