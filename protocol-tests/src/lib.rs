@@ -33,6 +33,15 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// The number in the environment variable `name` (a test's length or size knob, e.g.
+/// `OTTLA_REAUTH_SECS`), or `default` when it is unset or not a number.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 /// `--name VALUE` from the command line of a benchmark program, or `default`.
 pub fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();

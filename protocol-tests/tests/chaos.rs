@@ -13,10 +13,7 @@ use protocol_tests::chaos::{Config, run};
 fn short_config() -> Config {
     let mut config = Config {
         duration: Duration::from_secs(25),
-        seed: std::env::var("OTTLA_CHAOS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(11),
+        seed: protocol_tests::env_number("OTTLA_CHAOS_SEED", 11),
         progress: None,
         ..Config::default()
     };

@@ -18,10 +18,7 @@ use protocol_tests::peer::Peer;
 /// `OTTLA_FIDELITY_RECORDS` overrides the record count of the fidelity suites
 /// (default 100,000 per codec, as the issue asks).
 fn fidelity_records() -> u64 {
-    std::env::var("OTTLA_FIDELITY_RECORDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100_000)
+    protocol_tests::env_number("OTTLA_FIDELITY_RECORDS", 100_000)
 }
 
 fn mock() -> Peer {

@@ -24,10 +24,7 @@ const GROWTH_LIMIT: i64 = 2 << 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_automatic_commits_nobody_reads_keep_memory_flat() {
     protocol_tests::init_tracing();
-    let target: usize = std::env::var("OTTLA_AUTO_COMMITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let target = protocol_tests::env_number("OTTLA_AUTO_COMMITS", 100_000) as usize;
     let mock = MockCluster::new(1).expect("mock");
     mock.cap_group_apis().expect("caps");
     mock.set_group_initial_rebalance_delay(Duration::from_millis(100));

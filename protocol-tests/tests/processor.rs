@@ -781,10 +781,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
 
 /// `OTTLA_PROCESSOR_SEEDS` (default 3): how many seeds the crash test runs.
 fn crash_seeds() -> u64 {
-    std::env::var("OTTLA_PROCESSOR_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3)
+    protocol_tests::env_number("OTTLA_PROCESSOR_SEEDS", 3)
 }
 
 struct Rng(u64);

@@ -696,10 +696,7 @@ async fn tansu_sessions_are_renewed_without_a_rebalance() {
     let logs =
         protocol_tests::log_capture::LogCapture::install("warn,ottla::driver::connection=info")
             .expect("log capture");
-    let secs: u64 = std::env::var("OTTLA_REAUTH_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(180);
+    let secs = protocol_tests::env_number("OTTLA_REAUTH_SECS", 180);
     let broker = SaslTansu::start_with(&scram_users().topic("renewed", 6)).expect("SASL tansu");
     let config = scram(
         &broker.bootstrap(),
@@ -1123,10 +1120,7 @@ async fn plain_and_oauthbearer_against_the_responder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_band_reauthentication_loses_and_reorders_nothing() {
     protocol_tests::init_tracing();
-    let secs: u64 = std::env::var("OTTLA_REAUTH_INBAND_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
+    let secs = protocol_tests::env_number("OTTLA_REAUTH_INBAND_SECS", 20);
     let lifetime = Duration::from_secs(3);
     let (_tansu, front) = responder(responder_options(Some(lifetime)), "inband", 6).await;
     let config = scram(

@@ -6,10 +6,7 @@
 use protocol_tests::sim::{Rng, Sim, SimConfig, random_schedule};
 
 fn schedules() -> u64 {
-    std::env::var("OTTLA_SIM_SCHEDULES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
+    protocol_tests::env_number("OTTLA_SIM_SCHEDULES", 10_000)
 }
 
 const ASSIGNORS: [&str; 4] = ["range", "roundrobin", "sticky", "cooperative-sticky"];

@@ -196,78 +196,83 @@ impl std::fmt::Display for BrokerHangUp {
     }
 }
 
-/// Where connections report [`BrokerHangUp`]s, for the clients to surface.
+/// State that the connections write and the clients watch: each report bumps a
+/// counter that the clients' `watch` receivers see.
 #[derive(Debug)]
-pub(crate) struct HangUpReports {
-    reports: Mutex<Vec<BrokerHangUp>>,
-    raised: watch::Sender<u64>,
+pub(crate) struct Watched<T> {
+    state: Mutex<T>,
+    changes: watch::Sender<u64>,
 }
 
-impl Default for HangUpReports {
+impl<T: Default> Default for Watched<T> {
     fn default() -> Self {
         Self {
-            reports: Mutex::default(),
-            raised: watch::channel(0).0,
+            state: Mutex::default(),
+            changes: watch::channel(0).0,
         }
     }
 }
 
+impl<T> Watched<T> {
+    /// Changes the state and tells the watchers.
+    fn report(&self, change: impl FnOnce(&mut T)) {
+        change(&mut super::lock(&self.state));
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Changes the state without telling anyone.
+    fn quietly(&self, change: impl FnOnce(&mut T)) {
+        change(&mut super::lock(&self.state));
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(&super::lock(&self.state))
+    }
+
+    /// A receiver that sees every report from now on.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+}
+
+/// Where connections report [`BrokerHangUp`]s, for the clients to surface.
+pub(crate) type HangUpReports = Watched<Vec<BrokerHangUp>>;
+
 impl HangUpReports {
     fn raise(&self, report: BrokerHangUp) {
-        super::lock(&self.reports).push(report);
-        self.raised.send_modify(|n| *n += 1);
+        self.report(|reports| reports.push(report));
     }
 
     /// The reports from the `seen`-th on; `seen` moves past them.
     pub(crate) fn since(&self, seen: &mut usize) -> Vec<BrokerHangUp> {
-        let reports = super::lock(&self.reports);
-        let new = reports.get(*seen..).unwrap_or_default().to_vec();
-        *seen = reports.len();
-        new
-    }
-
-    /// A receiver that sees every report raised from now on.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.raised.subscribe()
+        self.read(|reports| {
+            let new = reports.get(*seen..).unwrap_or_default().to_vec();
+            *seen = reports.len();
+            new
+        })
     }
 }
 
 /// The latest TLS or authentication failure of each broker whose last connection
 /// attempt failed that way; a successful connection clears its broker's entry.
-#[derive(Debug)]
-pub(crate) struct SecurityAlarm {
-    failures: Mutex<BTreeMap<String, RequestError>>,
-    /// Counts the failures raised.
-    raised: watch::Sender<u64>,
-}
-
-impl Default for SecurityAlarm {
-    fn default() -> Self {
-        Self {
-            failures: Mutex::default(),
-            raised: watch::channel(0).0,
-        }
-    }
-}
+pub(crate) type SecurityAlarm = Watched<BTreeMap<String, RequestError>>;
 
 impl SecurityAlarm {
     fn raise(&self, broker: &str, err: &RequestError) {
-        super::lock(&self.failures).insert(broker.to_string(), err.clone());
-        self.raised.send_modify(|n| *n += 1);
+        self.report(|failures| {
+            failures.insert(broker.to_string(), err.clone());
+        });
     }
 
     fn clear(&self, broker: &str) {
-        super::lock(&self.failures).remove(broker);
+        self.quietly(|failures| {
+            failures.remove(broker);
+        });
     }
 
     /// Any standing failure.
     pub(crate) fn any(&self) -> Option<RequestError> {
-        super::lock(&self.failures).values().next().cloned()
-    }
-
-    /// A receiver that sees every failure raised from now on.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
-        self.raised.subscribe()
+        self.read(|failures| failures.values().next().cloned())
     }
 }
 
