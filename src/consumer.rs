@@ -382,6 +382,7 @@ impl ConsumerBuilder {
         topics.extend(self.assign.iter().map(|tp| tp.topic.clone()));
         let cluster = Cluster::connect(&self.client, TopicScope::Topics(topics), &required).await?;
         let mut fetcher = Fetcher::new(self.fetcher.clone());
+        let mut revocation_retry = RevocationRetry::default();
         let group = match &self.group_id {
             Some(id) => {
                 let mut config =
@@ -394,6 +395,10 @@ impl ConsumerBuilder {
                 if let Some(f) = &self.tweak_group {
                     f(&mut config);
                 }
+                revocation_retry = RevocationRetry {
+                    backoff: (config.retry_backoff, config.retry_backoff_max, config.seed),
+                    budget: config.max_poll_interval / 2,
+                };
                 Some(GroupHandle::spawn(cluster.clone(), config))
             }
             None => {
@@ -418,6 +423,7 @@ impl ConsumerBuilder {
             commands: rx,
             events: events_tx,
             auto_commit: self.auto_commit,
+            revocation_retry,
         }));
         Ok(Consumer {
             shared,
@@ -869,6 +875,62 @@ struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     events: crate::event_queue::EventSender,
     auto_commit: Option<Duration>,
+    revocation_retry: RevocationRetry,
+}
+
+/// How the commit made at a revocation is retried ([`commit_before_revocation`]).
+#[derive(Debug, Clone, Copy)]
+struct RevocationRetry {
+    /// `retry.backoff.ms`, `retry.backoff.max.ms`, the jitter seed.
+    backoff: (Duration, Duration, u64),
+    /// How long to keep trying: half the rebalance timeout (`max.poll.interval.ms`).
+    budget: Duration,
+}
+
+impl Default for RevocationRetry {
+    fn default() -> Self {
+        Self {
+            backoff: (Duration::from_millis(100), Duration::from_secs(1), 0),
+            budget: Duration::ZERO,
+        }
+    }
+}
+
+/// The commit of the partitions being revoked, retried while it may still succeed (the
+/// coordinator moving, the request lost, a retriable broker error) with the KIP-580
+/// backoff, for at most half the rebalance timeout: the Java client's `onJoinPrepare`
+/// retries until its rebalance timeout; here the other half is left for the member to
+/// rejoin before its own revocation deadline. Tried once, a revocation overlapping a
+/// coordinator move handed partitions over at an older offset, and up to a commit
+/// interval of records was processed twice.
+async fn commit_before_revocation(
+    group: &GroupCommander,
+    shared: &Shared,
+    positions: Vec<(TopicPartition, i64, i32)>,
+    retry: RevocationRetry,
+) {
+    let deadline = Instant::now() + retry.budget;
+    let (initial, max, seed) = retry.backoff;
+    let mut backoff = crate::proto::backoff::Backoff::new(initial, max, seed);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let ticket = commit_ticket(shared);
+        let err = match group.start_commit(to_commit(positions.clone())).await {
+            Ok(done) => return remember_committed(shared, &done, ticket),
+            Err(e) => e,
+        };
+        // Without the generation (it ended, or the answer came after it did) another
+        // try cannot help.
+        let hopeless = matches!(err, CommitError::NoGeneration | CommitError::Stale { .. });
+        let wait = backoff.delay(attempts);
+        if hopeless || !err.is_retriable() || Instant::now() + wait >= deadline {
+            warn!(error = %err, attempts, "commit before revocation failed; the next owner starts at the last committed offset");
+            return;
+        }
+        debug!(error = %err, attempts, ?wait, "commit before revocation failed; retrying");
+        tokio::time::sleep(wait).await;
+    }
 }
 
 enum Done {
@@ -977,6 +1039,7 @@ async fn drive(mut d: Driver) {
             command = d.commands.recv() => match command {
                 Some(Command::RevocationReady { generation, partitions }) => {
                     let (shared, commander, auto) = (d.shared.clone(), d.commander.clone(), d.auto_commit.is_some());
+                    let retry = d.revocation_retry;
                     tasks.spawn(async move {
                         let positions = {
                             let mut f = lock(&shared.fetcher);
@@ -985,11 +1048,7 @@ async fn drive(mut d: Driver) {
                         };
                         if let Some(group) = commander {
                             if auto && !positions.is_empty() {
-                                let ticket = commit_ticket(&shared);
-                                match group.start_commit(to_commit(positions)).await {
-                                    Ok(done) => remember_committed(&shared, &done, ticket),
-                                    Err(e) => warn!(error = %e, "commit before revocation failed"),
-                                }
+                                commit_before_revocation(&group, &shared, positions, retry).await;
                             }
                             lock(&shared.fetcher).unassign(&partitions);
                             group.complete_revocation(generation).await;

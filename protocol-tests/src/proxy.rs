@@ -3,7 +3,9 @@
 //! either flips one byte inside the records of Fetch responses (corruption must end as
 //! a typed error naming the partition and offset), or swallows every n-th Produce
 //! response and drops the connection: the broker wrote the batch, the client never
-//! hears of it and retries, as when a network fails after the write.
+//! hears of it and retries, as when a network fails after the write; or answers the
+//! first OffsetCommits with an error of the test's choosing, as a coordinator that has
+//! just moved or is loading the group does.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,6 +27,8 @@ pub struct CorruptingProxy {
 const FETCH: i16 = 1;
 /// Produce's API key.
 const PRODUCE: i16 = 0;
+/// OffsetCommit's API key.
+const OFFSET_COMMIT: i16 = 8;
 
 /// What the proxy does to responses.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +37,8 @@ enum Fault {
     CorruptFetch { min_len: usize, from_end: usize },
     /// Swallow every `every`-th Produce response and close the connection.
     DropProduce { every: u64 },
+    /// Set every partition's error in the first `times` OffsetCommit answers to `code`.
+    FailCommits { code: i16, times: u64 },
 }
 
 impl CorruptingProxy {
@@ -66,6 +72,19 @@ impl CorruptingProxy {
                 every: every.max(1),
             },
         )
+    }
+
+    /// Listens on `listener` and forwards to `upstream`, but answers the first `times`
+    /// OffsetCommits (counted across connections) with `code` for every partition: the
+    /// broker committed nothing it reports, as a coordinator refusing them.
+    /// ([`CorruptingProxy::corrupted`] counts them.)
+    pub fn failing_commits(
+        listener: TcpListener,
+        upstream: SocketAddr,
+        code: i16,
+        times: u64,
+    ) -> Self {
+        Self::with_fault(listener, upstream, Fault::FailCommits { code, times })
     }
 
     fn with_fault(listener: TcpListener, upstream: SocketAddr, fault: Fault) -> Self {
@@ -117,6 +136,30 @@ async fn read_frame(s: &mut tokio::net::tcp::OwnedReadHalf) -> Option<Vec<u8>> {
     Some(frame)
 }
 
+/// An OffsetCommit answer (`frame`, length prefix included) with every partition's
+/// error set to `code`; `None` if it does not decode.
+fn fail_commit(frame: &[u8], version: i16, code: i16) -> Option<Vec<u8>> {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::{ApiKey, OffsetCommitResponse, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
+    let header_version = ApiKey::OffsetCommit.response_header_version(version);
+    let mut body = Bytes::copy_from_slice(frame.get(4..)?);
+    let header = ResponseHeader::decode(&mut body, header_version).ok()?;
+    let mut response = OffsetCommitResponse::decode(&mut body, version).ok()?;
+    for topic in &mut response.topics {
+        for partition in &mut topic.partitions {
+            partition.error_code = code;
+        }
+    }
+    let mut out = BytesMut::new();
+    out.extend_from_slice(&[0; 4]);
+    header.encode(&mut out, header_version).ok()?;
+    response.encode(&mut out, version).ok()?;
+    let len = i32::try_from(out.len() - 4).ok()?;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Some(out.to_vec())
+}
+
 async fn relay(
     client: TcpStream,
     server: TcpStream,
@@ -126,15 +169,16 @@ async fn relay(
 ) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
-    // correlation id -> api key of requests in flight.
-    let apis: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
+    // correlation id -> (api key, version) of requests in flight.
+    let apis: Arc<Mutex<HashMap<i32, (i16, i16)>>> = Arc::default();
     let up_apis = apis.clone();
     let up = tokio::spawn(async move {
         while let Some(frame) = read_frame(&mut cr).await {
             if frame.len() >= 12 {
                 let api = i16::from_be_bytes([frame[4], frame[5]]);
+                let version = i16::from_be_bytes([frame[6], frame[7]]);
                 let correlation = i32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
-                up_apis.lock().unwrap().insert(correlation, api);
+                up_apis.lock().unwrap().insert(correlation, (api, version));
             }
             if sw.write_all(&frame).await.is_err() {
                 break;
@@ -144,7 +188,8 @@ async fn relay(
     while let Some(mut frame) = read_frame(&mut sr).await {
         if frame.len() >= 8 {
             let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-            let api = apis.lock().unwrap().remove(&correlation);
+            let sent = apis.lock().unwrap().remove(&correlation);
+            let api = sent.map(|(api, _)| api);
             match fault {
                 Fault::CorruptFetch { min_len, from_end }
                     if api == Some(FETCH) && frame.len() > min_len && frame.len() > from_end =>
@@ -159,6 +204,15 @@ async fn relay(
                 {
                     count.fetch_add(1, Ordering::SeqCst);
                     break;
+                }
+                Fault::FailCommits { code, times }
+                    if api == Some(OFFSET_COMMIT) && count.load(Ordering::SeqCst) < times =>
+                {
+                    let version = sent.map_or(0, |(_, v)| v);
+                    if let Some(failed) = fail_commit(&frame, version, code) {
+                        frame = failed;
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
                 _ => {}
             }

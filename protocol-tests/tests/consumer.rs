@@ -1091,3 +1091,92 @@ async fn mock_hanging_up_on_an_advertised_version_is_diagnosed_and_stepped_down(
     );
     consumer.close().await.expect("close");
 }
+
+// ----- the commit made at a revocation -----
+
+/// A revocation that overlaps a coordinator move: the commit of the revoked partitions
+/// is answered NOT_COORDINATOR twice (a proxy in front of tansu rewrites the first two
+/// OffsetCommit answers). It used to be tried once, so the next owner started at an
+/// older offset and read again what was already read (48,000 duplicates in one
+/// coordinator-move run). Now it is retried with the backoff while the member finds
+/// its coordinator again, and the next owner reads nothing twice. (tansu accepts
+/// commits of the current generation during a rebalance, as Kafka does; the librdkafka
+/// mock refuses them from the moment any member's JoinGroup starts one, so no retry
+/// can help there.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_the_commit_at_revocation_is_retried_through_a_coordinator_move() {
+    protocol_tests::init_tracing();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listener");
+    let port = listener.local_addr().expect("address").port();
+    let tansu = protocol_tests::tansu::Tansu::start_with(
+        &protocol_tests::tansu::TansuOptions::default().advertised(&format!("127.0.0.1:{port}")),
+    )
+    .expect("tansu");
+    let topic = "revoked";
+    tansu.create_topic(topic, 4).expect("topic");
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], tansu.port()));
+    let proxy = protocol_tests::proxy::CorruptingProxy::failing_commits(listener, upstream, 16, 2);
+    let bootstrap = proxy.address();
+    produce(&bootstrap, topic, 4, 0, 400, "none")
+        .await
+        .expect("produce");
+    // Commits only at revocation: the periodic one is far away.
+    let member = |id: &str| {
+        Consumer::builder(&bootstrap)
+            .offset_reset(OffsetReset::Earliest)
+            .session_timeout(Duration::from_secs(6))
+            .heartbeat_interval(Duration::from_millis(500))
+            .group_id("revocation-retry")
+            .topics([topic])
+            .assignors(["range"])
+            .expect("range")
+            .auto_commit(Some(Duration::from_secs(600)))
+            .client_id(id)
+    };
+    let read = |mut consumer: Consumer, out: Arc<Mutex<Vec<(i32, i64)>>>| {
+        tokio::spawn(async move {
+            loop {
+                if let Ok(Some(Ok(r))) =
+                    tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await
+                {
+                    out.lock().unwrap().push((r.partition, r.offset));
+                }
+            }
+        })
+    };
+    let first = Arc::new(Mutex::new(Vec::new()));
+    let a = read(member("a").build().await.expect("a"), first.clone());
+    let start = Instant::now();
+    while first.lock().unwrap().len() < 400 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "a read {} of 400",
+            first.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = Arc::new(Mutex::new(Vec::new()));
+    let b = read(member("b").build().await.expect("b"), second.clone());
+    // Long enough for the rebalance (tansu holds a JoinGroup half the session) and B's
+    // first fetches.
+    let start = Instant::now();
+    while proxy.corrupted() < 2 || start.elapsed() < Duration::from_secs(12) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the commits were not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.abort();
+    b.abort();
+    let again = second.lock().unwrap().clone();
+    assert!(
+        again.is_empty(),
+        "the next owner read {} records again, e.g. {:?}",
+        again.len(),
+        again.first()
+    );
+    assert_eq!(first.lock().unwrap().len(), 400, "a read each record once");
+}
