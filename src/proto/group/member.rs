@@ -1553,6 +1553,17 @@ impl GroupMember {
                 assignor: protocol.to_string(),
                 message: e.to_string(),
             })?;
+        // As the Java client, every cooperative assignor but the built-in sticky one,
+        // whose handling of stale and double claims the check would misread.
+        if assignor.protocol() == RebalanceProtocol::Cooperative
+            && assignor.name() != "cooperative-sticky"
+        {
+            validate_cooperative(&subs, &result).map_err(|message| GroupError::Assignment {
+                group: group.clone(),
+                assignor: protocol.to_string(),
+                message,
+            })?;
+        }
         let assigned: usize = result.values().map(|a| a.partitions.len()).sum();
         let total: usize = counts
             .values()
@@ -2048,6 +2059,47 @@ impl GroupMember {
     }
 }
 
+/// KIP-429's rule for a cooperative assignment: a partition that one member owned and
+/// another is now given must first be revoked, in a round of its own, so no partition
+/// may be added to one member in the same round it is taken from another. The Java
+/// client's leader checks this for assignors other than its own cooperative-sticky
+/// (`ConsumerCoordinator.validateCooperativeAssignment`), and so does ottla's. The
+/// error names the partitions and their owners.
+fn validate_cooperative(
+    subs: &[MemberSubscription],
+    result: &BTreeMap<String, Assignment>,
+) -> Result<(), String> {
+    let mut revoked: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+    let mut added: BTreeMap<&TopicPartition, &str> = BTreeMap::new();
+    for sub in subs {
+        let owned = &sub.subscription.owned_partitions;
+        let assigned: &[TopicPartition] = result
+            .get(&sub.member_id)
+            .map_or(&[], |a| a.partitions.as_slice());
+        for tp in owned.iter().filter(|tp| !assigned.contains(tp)) {
+            revoked.insert(tp, &sub.member_id);
+        }
+        for tp in assigned.iter().filter(|tp| !owned.contains(tp)) {
+            added.insert(tp, &sub.member_id);
+        }
+    }
+    let moved: Vec<String> = added
+        .iter()
+        .filter_map(|(tp, to)| {
+            revoked
+                .get(tp)
+                .map(|from| format!("{tp} from {from} to {to}"))
+        })
+        .collect();
+    if moved.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the cooperative assignment moves owned partitions directly, which gives them two owners: {}",
+        moved.join(", ")
+    ))
+}
+
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
@@ -2348,6 +2400,94 @@ mod tests {
         assert_eq!(h.m.poll_timeout(), None);
         assert!(h.m.assignment().is_empty());
         h.no_request();
+    }
+
+    /// A cooperative assignor that breaks KIP-429: it gives everything to the last member,
+    /// whoever owns it now.
+    #[derive(Debug)]
+    struct Mover;
+
+    impl Assignor for Mover {
+        fn name(&self) -> &'static str {
+            "mover"
+        }
+        fn protocol(&self) -> RebalanceProtocol {
+            RebalanceProtocol::Cooperative
+        }
+        fn assign(
+            &self,
+            partitions_per_topic: &BTreeMap<String, i32>,
+            members: &[super::super::assignor::MemberSubscription],
+        ) -> Result<BTreeMap<String, Assignment>, super::super::assignor::AssignError> {
+            let all: Vec<TopicPartition> = partitions_per_topic
+                .iter()
+                .flat_map(|(t, n)| (0..*n).map(move |p| TopicPartition::new(t.clone(), p)))
+                .collect();
+            let last = members.len().saturating_sub(1);
+            Ok(members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    let partitions = if i == last { all.clone() } else { Vec::new() };
+                    (
+                        m.member_id.clone(),
+                        Assignment {
+                            partitions,
+                            user_data: None,
+                        },
+                    )
+                })
+                .collect())
+        }
+    }
+
+    #[test]
+    fn joining_a_cooperative_assignment_that_moves_an_owned_partition_directly_is_refused() {
+        // KIP-429: a partition changes owner in two rounds, revoked by the old owner
+        // first. Nothing checked a custom assignor, so one that moved an owned partition
+        // directly gave it two owners. The Java client's leader refuses such an
+        // assignment (`validateCooperativeAssignment`, an IllegalStateException out of
+        // poll); here it is a fatal `GroupError::Assignment` naming the partition.
+        let mut c = config("range");
+        c.assignors = vec![Arc::new(Mover)];
+        let mut h = H::new(c);
+        h.find_coordinator();
+        let join = h.request();
+        let subscription = |owned: Vec<TopicPartition>| {
+            encode_subscription(
+                &Subscription {
+                    topics: vec![TOPIC.into()],
+                    user_data: None,
+                    owned_partitions: owned,
+                    generation_id: 7,
+                    rack_id: None,
+                },
+                SUBSCRIPTION_VERSION,
+            )
+            .expect("subscription")
+        };
+        let members = vec![
+            JoinedMember {
+                member_id: "m1".into(),
+                instance_id: None,
+                metadata: subscription((0..4).map(tp).collect()),
+            },
+            JoinedMember {
+                member_id: "m2".into(),
+                instance_id: None,
+                metadata: subscription(Vec::new()),
+            },
+        ];
+        h.respond(join.id, join_response_p("mover", 0, 8, "m1", "m1", members));
+        let ev = h.events();
+        let Some(Event::Fatal(GroupError::Assignment { message, .. })) = ev.last() else {
+            panic!("{ev:?}");
+        };
+        assert!(
+            message.contains("t-0") && message.contains("m2"),
+            "{message}"
+        );
+        assert_eq!(h.m.state(), StateKind::Closed);
     }
 
     #[test]
