@@ -1725,7 +1725,20 @@ impl GroupMember {
         partitions: Vec<(TopicPartition, i16)>,
     ) {
         let first_error = partitions.iter().map(|(_, e)| *e).find(|e| *e != 0);
-        let stale = self.generation() != Some(generation);
+        // A commit of the generation a cooperative member is leaving can reach the
+        // coordinator after the member's JoinGroup: ILLEGAL_GENERATION or
+        // REBALANCE_IN_PROGRESS then speak of that older generation, and the join in
+        // flight (or the sync) decides the member's fate, not this answer. (Java: a
+        // commit whose generation changed meanwhile gets RebalanceInProgressException
+        // and resets nothing.)
+        let rejoining = matches!(
+            self.state,
+            State::Joining { .. } | State::LeaderDelay { .. } | State::Syncing { .. }
+        ) && first_error.is_some_and(|code| {
+            code == ResponseError::IllegalGeneration.code()
+                || code == ResponseError::RebalanceInProgress.code()
+        });
+        let stale = self.generation() != Some(generation) || rejoining;
         let result = match first_error {
             None => Ok(offsets),
             Some(_) if stale => Err(CommitError::Stale { generation }),
@@ -2488,6 +2501,85 @@ mod tests {
             "{message}"
         );
         assert_eq!(h.m.state(), StateKind::Closed);
+    }
+
+    #[test]
+    fn syncing_an_illegal_generation_answer_to_the_last_generations_commit_changes_nothing() {
+        // A cooperative member commits in generation 7, then rejoins keeping its
+        // partitions; the commit reaches the coordinator after the JoinGroup, which
+        // already moved the group to generation 8, and is refused ILLEGAL_GENERATION
+        // while the member syncs. The member reset and lost every partition, though
+        // its own generation was fine: the answer is about an older one.
+        let mut h = H::new(config("cooperative-sticky"));
+        h.join_alone_p("cooperative-sticky");
+        h.events();
+        let _fetch = h.request();
+        let commit =
+            h.m.commit(
+                h.now,
+                vec![CommitOffset {
+                    partition: tp(0),
+                    offset: 5,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
+            )
+            .expect("commit");
+        let _sent = h.request();
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let members = vec![JoinedMember {
+            member_id: "m1".into(),
+            instance_id: None,
+            metadata: protocols[0].1.clone(),
+        }];
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
+        );
+        let sync = h.request();
+        assert_eq!(h.m.state(), StateKind::Syncing);
+        h.events();
+        h.respond(
+            commit,
+            GroupResponse::OffsetCommit {
+                partitions: vec![(tp(0), ResponseError::IllegalGeneration.code())],
+            },
+        );
+        let ev = h.events();
+        assert!(
+            matches!(&ev[..], [Event::CommitCompleted { result: Err(e), .. }] if e.is_retriable()),
+            "{ev:?}"
+        );
+        assert_eq!(h.m.state(), StateKind::Syncing);
+        assert_eq!(h.m.assignment().len(), 4);
+        let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
+            panic!("{sync:?}")
+        };
+        let mine = assignments[0].1.clone();
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment: mine,
+            },
+        );
+        assert_eq!(h.m.generation(), Some(8));
+        assert_eq!(h.m.assignment().len(), 4);
+        assert!(
+            !h.events().iter().any(|e| matches!(e, Event::Lost { .. })),
+            "nothing lost"
+        );
     }
 
     #[test]
