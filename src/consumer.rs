@@ -390,6 +390,7 @@ impl ConsumerBuilder {
                 config.session_timeout = self.session_timeout;
                 config.heartbeat_interval = self.heartbeat_interval;
                 config.max_poll_interval = self.max_poll_interval;
+                config.request_timeout = self.client.request_timeout;
                 config.instance_id = self.instance_id.clone();
                 config.seed = self.client.jitter_seed;
                 if let Some(f) = &self.tweak_group {

@@ -340,18 +340,16 @@ async fn send_inner(
         ))
     })?;
     let encoded = codec::encode(&request, version).map_err(|e| Failure::Protocol(e.to_string()))?;
-    // The broker holds JoinGroup (and a follower's SyncGroup) until the rebalance
-    // completes, so those get the rebalance timeout plus slack, as in the Java client.
+    // The broker holds a JoinGroup until the rebalance completes, so it gets the
+    // rebalance timeout plus slack; a SyncGroup, like the rest, `request.timeout.ms`
+    // (as in the Java client: a follower's waits only for the leader's).
     let frame = match encoded {
         EncodedGroupRequest::FindCoordinator(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::JoinGroup(r) => {
             conn.send_raw_timeout(api, version, &r, true, Some(long_timeout))
                 .await
         }
-        EncodedGroupRequest::SyncGroup(r) => {
-            conn.send_raw_timeout(api, version, &r, true, Some(long_timeout))
-                .await
-        }
+        EncodedGroupRequest::SyncGroup(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::Heartbeat(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::LeaveGroup(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::OffsetCommit(r) => conn.send_raw(api, version, &r, true).await,

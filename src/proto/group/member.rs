@@ -73,10 +73,15 @@ pub struct GroupConfig {
     pub retry_backoff: Duration,
     /// `retry.backoff.max.ms` (default 1 s).
     pub retry_backoff_max: Duration,
-    /// How long a JoinGroup or SyncGroup may stay unanswered before it counts as
-    /// failed; the broker may hold a JoinGroup for the whole rebalance timeout, so this
-    /// is `max_poll_interval` plus this slack (default 5 s, as in the Java client).
+    /// How long a JoinGroup may stay unanswered before it counts as failed; the broker
+    /// may hold a JoinGroup for the whole rebalance timeout, so this is
+    /// `max_poll_interval` plus this slack (default 5 s, as in the Java client).
     pub request_slack: Duration,
+    /// `request.timeout.ms` (default 30 s): how long a SyncGroup may stay unanswered,
+    /// as in the Java client. A follower's SyncGroup waits at the broker for the
+    /// leader's, which comes at once; a coordinator gone silent is noticed after this,
+    /// not after the rebalance timeout (305 s by default).
+    pub request_timeout: Duration,
     /// How long the leader waits before sending its SyncGroup (default 0). The
     /// librdkafka mock cluster answers a follower's SyncGroup that arrives after the
     /// leader's with INVALID_REQUEST; when every member is equally fast, the leader
@@ -109,6 +114,7 @@ impl GroupConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             request_slack: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
             leader_sync_delay: Duration::ZERO,
             close_timeout: Duration::from_secs(30),
             seed: 0x5eed,
@@ -1475,7 +1481,7 @@ impl GroupMember {
         let id = self.send(Target::Coordinator(node), request, Sent::Sync);
         self.state = State::Syncing {
             request: id,
-            deadline: now + self.config.max_poll_interval + self.config.request_slack,
+            deadline: now + self.config.request_timeout,
             generation,
             protocol,
             leader,
@@ -2579,6 +2585,40 @@ mod tests {
         assert!(
             !h.events().iter().any(|e| matches!(e, Event::Lost { .. })),
             "nothing lost"
+        );
+    }
+
+    #[test]
+    fn syncing_unanswered_times_out_after_the_request_timeout() {
+        // A follower's SyncGroup waited max.poll.interval.ms + 5 s (305 s by default) for
+        // a coordinator that had gone silent. The Java client sends SyncGroup with
+        // request.timeout.ms.
+        let mut c = config("range");
+        c.request_timeout = Duration::from_secs(10);
+        let mut h = H::new(c);
+        h.find_coordinator();
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let metadata = protocols[0].1.clone();
+        let members = vec![JoinedMember {
+            member_id: "m0".into(),
+            instance_id: None,
+            metadata,
+        }];
+        // A follower: m0 leads.
+        h.respond(join.id, join_response_p("range", 0, 3, "m1", "m0", members));
+        let sync = h.request();
+        assert!(matches!(sync.request, GroupRequest::SyncGroup { .. }));
+        h.advance(Duration::from_secs(10) - Duration::from_millis(1));
+        assert_eq!(h.m.state(), StateKind::Syncing);
+        h.advance(Duration::from_millis(1));
+        assert_eq!(h.m.state(), StateKind::Unjoined);
+        assert_eq!(
+            h.m.coordinator(),
+            None,
+            "the silent coordinator is looked up again"
         );
     }
 
