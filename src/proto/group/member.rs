@@ -2262,6 +2262,18 @@ mod tests {
             );
             7
         }
+        /// Commits `offset` of partition `p` of the test topic, without metadata.
+        fn commit_one(&mut self, p: i32, offset: i64) -> Result<RequestId, CommitError> {
+            self.m.commit(
+                self.now,
+                vec![CommitOffset {
+                    partition: tp(p),
+                    offset,
+                    leader_epoch: -1,
+                    metadata: None,
+                }],
+            )
+        }
         fn heartbeat(&mut self) -> Outgoing {
             self.advance(Duration::from_secs(1));
             let hb = self.request();
@@ -2520,17 +2532,7 @@ mod tests {
         h.join_alone_p("cooperative-sticky");
         h.events();
         let _fetch = h.request();
-        let commit =
-            h.m.commit(
-                h.now,
-                vec![CommitOffset {
-                    partition: tp(0),
-                    offset: 5,
-                    leader_epoch: -1,
-                    metadata: None,
-                }],
-            )
-            .expect("commit");
+        let commit = h.commit_one(0, 5).expect("commit");
         let _sent = h.request();
         let hb = h.heartbeat();
         h.respond(
@@ -2731,17 +2733,7 @@ mod tests {
         );
         let _fetch = h.request();
         h.events();
-        let commit =
-            h.m.commit(
-                h.now,
-                vec![CommitOffset {
-                    partition: tp(0),
-                    offset: 1,
-                    leader_epoch: -1,
-                    metadata: None,
-                }],
-            )
-            .expect("stable");
+        let commit = h.commit_one(0, 1).expect("stable");
         let _ = h.request();
         let hb = h.heartbeat();
         h.respond(
@@ -2792,15 +2784,7 @@ mod tests {
         assert_eq!(h.m.state(), StateKind::Revoking);
         h.no_request();
         // Commits are still possible with the old generation while revoking.
-        let commit = h.m.commit(
-            h.now,
-            vec![CommitOffset {
-                partition: tp(0),
-                offset: 5,
-                leader_epoch: -1,
-                metadata: None,
-            }],
-        );
+        let commit = h.commit_one(0, 5);
         assert!(commit.is_ok());
         let _ = h.request();
         h.m.complete_revocation(h.now, 7);
@@ -3110,17 +3094,7 @@ mod tests {
             )
             .unwrap_err();
         assert_eq!(err, CommitError::NotOwned(other));
-        let id =
-            h.m.commit(
-                h.now,
-                vec![CommitOffset {
-                    partition: tp(1),
-                    offset: 1,
-                    leader_epoch: -1,
-                    metadata: None,
-                }],
-            )
-            .unwrap();
+        let id = h.commit_one(1, 1).unwrap();
         let out = h.request();
         assert_eq!(out.id, id);
         assert!(
@@ -3222,17 +3196,7 @@ mod tests {
             ResponseError::StaleMemberEpoch,
             ResponseError::InvalidRequest,
         ] {
-            let id =
-                h.m.commit(
-                    h.now,
-                    vec![CommitOffset {
-                        partition: tp(1),
-                        offset: 1,
-                        leader_epoch: -1,
-                        metadata: None,
-                    }],
-                )
-                .expect("the member commits");
+            let id = h.commit_one(1, 1).expect("the member commits");
             let _ = h.request();
             h.respond(
                 id,
@@ -3376,17 +3340,7 @@ mod tests {
     #[test]
     fn stable_commit_rebalance_in_progress_acquiesces() {
         let mut h = stable("range");
-        let id =
-            h.m.commit(
-                h.now,
-                vec![CommitOffset {
-                    partition: tp(1),
-                    offset: 1,
-                    leader_epoch: -1,
-                    metadata: None,
-                }],
-            )
-            .unwrap();
+        let id = h.commit_one(1, 1).unwrap();
         let _ = h.request();
         h.respond(
             id,
