@@ -2262,6 +2262,46 @@ mod tests {
             );
             7
         }
+        /// A rebalance announced by a heartbeat, the member's JoinGroup answered with
+        /// itself alone as leader of `generation` (with `protocol`): its SyncGroup.
+        fn rejoin_alone(&mut self, protocol: &str, generation: i32) -> Outgoing {
+            let hb = self.heartbeat();
+            self.respond(
+                hb.id,
+                GroupResponse::Heartbeat {
+                    error: ResponseError::RebalanceInProgress.code(),
+                },
+            );
+            let join = self.request();
+            let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+                panic!("{join:?}")
+            };
+            let members = vec![JoinedMember {
+                member_id: "m1".into(),
+                instance_id: None,
+                metadata: protocols[0].1.clone(),
+            }];
+            self.respond(
+                join.id,
+                join_response_p(protocol, 0, generation, "m1", "m1", members),
+            );
+            self.request()
+        }
+        /// Answers the leader's own SyncGroup with what it assigned itself.
+        fn answer_own_sync(&mut self, sync: &Outgoing) {
+            let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
+                panic!("{sync:?}")
+            };
+            let mine = assignments[0].1.clone();
+            self.respond(
+                sync.id,
+                GroupResponse::SyncGroup {
+                    error: 0,
+                    protocol_name: None,
+                    assignment: mine,
+                },
+            );
+        }
         /// Commits `offset` of partition `p` of the test topic, without metadata.
         fn commit_one(&mut self, p: i32, offset: i64) -> Result<RequestId, CommitError> {
             self.m.commit(
@@ -2343,40 +2383,8 @@ mod tests {
         let fetch = h.request();
         assert!(matches!(fetch.request, GroupRequest::OffsetFetch { .. }));
         let fetch_id = fetch.id;
-        let hb = h.heartbeat();
-        h.respond(
-            hb.id,
-            GroupResponse::Heartbeat {
-                error: ResponseError::RebalanceInProgress.code(),
-            },
-        );
-        let join = h.request();
-        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
-            panic!("{join:?}")
-        };
-        let metadata = protocols[0].1.clone();
-        let members = vec![JoinedMember {
-            member_id: "m1".into(),
-            instance_id: None,
-            metadata,
-        }];
-        h.respond(
-            join.id,
-            join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
-        );
-        let sync = h.request();
-        let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
-            panic!("{sync:?}")
-        };
-        let mine = assignments[0].1.clone();
-        h.respond(
-            sync.id,
-            GroupResponse::SyncGroup {
-                error: 0,
-                protocol_name: None,
-                assignment: mine,
-            },
-        );
+        let sync = h.rejoin_alone("cooperative-sticky", 8);
+        h.answer_own_sync(&sync);
         assert_eq!(h.m.generation(), Some(8));
         h.events();
         h.respond(
@@ -2534,27 +2542,7 @@ mod tests {
         let _fetch = h.request();
         let commit = h.commit_one(0, 5).expect("commit");
         let _sent = h.request();
-        let hb = h.heartbeat();
-        h.respond(
-            hb.id,
-            GroupResponse::Heartbeat {
-                error: ResponseError::RebalanceInProgress.code(),
-            },
-        );
-        let join = h.request();
-        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
-            panic!("{join:?}")
-        };
-        let members = vec![JoinedMember {
-            member_id: "m1".into(),
-            instance_id: None,
-            metadata: protocols[0].1.clone(),
-        }];
-        h.respond(
-            join.id,
-            join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
-        );
-        let sync = h.request();
+        let sync = h.rejoin_alone("cooperative-sticky", 8);
         assert_eq!(h.m.state(), StateKind::Syncing);
         h.events();
         h.respond(
@@ -2570,18 +2558,7 @@ mod tests {
         );
         assert_eq!(h.m.state(), StateKind::Syncing);
         assert_eq!(h.m.assignment().len(), 4);
-        let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
-            panic!("{sync:?}")
-        };
-        let mine = assignments[0].1.clone();
-        h.respond(
-            sync.id,
-            GroupResponse::SyncGroup {
-                error: 0,
-                protocol_name: None,
-                assignment: mine,
-            },
-        );
+        h.answer_own_sync(&sync);
         assert_eq!(h.m.generation(), Some(8));
         assert_eq!(h.m.assignment().len(), 4);
         assert!(
