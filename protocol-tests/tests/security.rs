@@ -468,14 +468,21 @@ async fn tls_failures_are_typed_and_prompt() {
     assert!(err.to_string().contains("security.protocol"), "{err}");
 }
 
-/// A running client whose broker's certificate is bad: bootstrap goes through a good
-/// stunnel, but tansu advertises a second one with an expired certificate. recv()
-/// reports the typed error, and in 10 s the connection makes at most as many attempts
-/// as `reconnect.backoff.max.ms` (1 s) allows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_certificate_is_reported_by_recv_and_not_retried_in_a_loop() {
-    protocol_tests::init_tracing();
-    let pki = TestPki::generate().expect("pki");
+/// Whether a TLS failure is the one a case expects.
+type IsReason = fn(&TlsFailure) -> bool;
+
+/// A running client whose broker refuses TLS: bootstrap goes through a good stunnel,
+/// but tansu advertises a second one, with the `bad` certificate (or requiring a client
+/// certificate the client lacks). recv() reports the typed error within 2 s, and in
+/// 10 s the connection makes at most as many attempts as `reconnect.backoff.max.ms`
+/// (1 s) allows. Returns the running fixtures and the client's configuration.
+async fn bad_broker_is_reported_and_not_hammered(
+    pki: &TestPki,
+    bad: ServerCert,
+    require_client_cert: bool,
+    expected: IsReason,
+) -> (Tansu, Stunnel, Stunnel, ClientConfig) {
+    let case = format!("{bad:?}, client certificate required: {require_client_cert}");
     let bad_port = free_port().expect("port");
     let tansu =
         Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{bad_port}")))
@@ -484,11 +491,14 @@ async fn a_bad_certificate_is_reported_by_recv_and_not_retried_in_a_loop() {
     let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, tansu.port()));
     let (good_cert, good_key) = pki.server_cert(ServerCert::Good);
     let good = Stunnel::start(StunnelConfig::new(good_cert, good_key, upstream)).expect("stunnel");
-    let (bad_cert, bad_key) = pki.server_cert(ServerCert::Expired);
-    let bad = Stunnel::start(StunnelConfig::new(bad_cert, bad_key, upstream).accept_port(bad_port))
-        .expect("stunnel");
+    let (bad_cert, bad_key) = pki.server_cert(bad);
+    let mut bad_config = StunnelConfig::new(bad_cert, bad_key, upstream).accept_port(bad_port);
+    if require_client_cert {
+        bad_config = bad_config.client_ca(pki.ca());
+    }
+    let bad = Stunnel::start(bad_config).expect("stunnel");
 
-    let config = tls(&good.address(), &pki);
+    let config = tls(&good.address(), pki);
     let mut consumer = Consumer::builder("")
         .client_config(config.clone())
         .assign([
@@ -502,18 +512,12 @@ async fn a_bad_certificate_is_reported_by_recv_and_not_retried_in_a_loop() {
     let start = Instant::now();
     let first = tokio::time::timeout(PROMPT, consumer.recv()).await;
     let Ok(Some(Err(Error::Request(err)))) = first else {
-        panic!("recv() did not report the TLS failure within {PROMPT:?}: {first:?}");
+        panic!("{case}: recv() did not report the TLS failure within {PROMPT:?}: {first:?}");
     };
-    assert!(
-        matches!(
-            err,
-            RequestError::Tls {
-                reason: TlsFailure::Expired,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    let RequestError::Tls { reason, .. } = &err else {
+        panic!("{case}: not a TLS error: {err:?}");
+    };
+    assert!(expected(reason), "{case}: {err:?}");
     let before = bad.accepted_connections();
     let window = Duration::from_secs(10);
     let mut reported = 1;
@@ -529,33 +533,65 @@ async fn a_bad_certificate_is_reported_by_recv_and_not_retried_in_a_loop() {
     let bound = (window.as_millis() / 1000) as usize + 1;
     assert!(
         attempts <= bound,
-        "{attempts} attempts in {window:?} (bound {bound}; {before} by the first report)"
+        "{case}: {attempts} attempts in {window:?} (bound {bound}; {before} by the first report)"
     );
-    assert!(reported >= 2, "recv() reported the failure once only");
+    assert!(
+        reported >= 2,
+        "{case}: recv() reported the failure once only"
+    );
     drop(consumer);
+    (tansu, good, bad, config)
+}
 
-    // The producer: its deliveries fail with the same typed error, promptly.
-    let producer = Producer::builder("").client_config(config).build().await;
-    let err = match producer {
-        // InitProducerId goes to a known broker: the bad one.
-        Err(Error::Request(e)) => e,
-        Ok(p) => {
-            let (delivery, took) = timed(async {
-                p.send(ProducerRecord::new("bad-cert").value("x"))
-                    .await
-                    .expect("send")
-                    .await
-            })
-            .await;
-            assert!(took <= PROMPT, "took {took:?}");
-            match delivery {
-                Err(Error::Request(e)) => e,
-                other => panic!("{other:?}"),
-            }
+/// Every TLS failure of a broker learnt from metadata (an expired certificate, one for
+/// another name, one from an unknown CA, a client certificate required and missing)
+/// reaches recv() typed and promptly, and is not retried in a loop; the producer's
+/// deliveries fail with the same error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_certificate_is_reported_by_recv_and_not_retried_in_a_loop() {
+    protocol_tests::init_tracing();
+    let pki = TestPki::generate().expect("pki");
+    let cases: [(ServerCert, bool, IsReason); 4] = [
+        (ServerCert::Expired, false, |r| *r == TlsFailure::Expired),
+        (ServerCert::WrongName, false, |r| {
+            matches!(r, TlsFailure::NameMismatch { .. })
+        }),
+        (ServerCert::OtherCa, false, |r| {
+            *r == TlsFailure::UnknownIssuer
+        }),
+        (ServerCert::Good, true, |r| {
+            matches!(r, TlsFailure::HandshakeRefused(_))
+        }),
+    ];
+    for (i, (bad, require_client_cert, expected)) in cases.into_iter().enumerate() {
+        let (_tansu, _good, _bad, config) =
+            bad_broker_is_reported_and_not_hammered(&pki, bad, require_client_cert, expected).await;
+        if i > 0 {
+            continue;
         }
-        Err(other) => panic!("{other:?}"),
-    };
-    assert!(matches!(err, RequestError::Tls { .. }), "{err:?}");
+        // The producer: its deliveries fail with the same typed error, promptly.
+        let producer = Producer::builder("").client_config(config).build().await;
+        let err = match producer {
+            // InitProducerId goes to a known broker: the bad one.
+            Err(Error::Request(e)) => e,
+            Ok(p) => {
+                let (delivery, took) = timed(async {
+                    p.send(ProducerRecord::new("bad-cert").value("x"))
+                        .await
+                        .expect("send")
+                        .await
+                })
+                .await;
+                assert!(took <= PROMPT, "took {took:?}");
+                match delivery {
+                    Err(Error::Request(e)) => e,
+                    other => panic!("{other:?}"),
+                }
+            }
+            Err(other) => panic!("{other:?}"),
+        };
+        assert!(matches!(err, RequestError::Tls { .. }), "{err:?}");
+    }
 }
 
 fn scram(bootstrap: &str, protocol: SecurityProtocol, sasl: SaslConfig) -> ClientConfig {
