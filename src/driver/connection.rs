@@ -236,18 +236,38 @@ impl<T> Watched<T> {
 }
 
 /// Where connections report [`BrokerHangUp`]s, for the clients to surface.
-pub(crate) type HangUpReports = Watched<Vec<BrokerHangUp>>;
+pub(crate) type HangUpReports = Watched<HangUpLog>;
+
+/// The latest [`HANGUP_REPORTS_KEPT`] reports: a broker that keeps hanging up at a
+/// version with none below it is reported again every few hang-ups, for as long as
+/// the client runs.
+#[derive(Debug, Default)]
+pub(crate) struct HangUpLog {
+    /// Reports dropped from the front so far: the number of the first one kept.
+    dropped: usize,
+    recent: VecDeque<BrokerHangUp>,
+}
+
+/// How many hang-up reports wait for a reader.
+const HANGUP_REPORTS_KEPT: usize = 64;
 
 impl HangUpReports {
     fn raise(&self, report: BrokerHangUp) {
-        self.report(|reports| reports.push(report));
+        self.report(|log| {
+            if log.recent.len() == HANGUP_REPORTS_KEPT {
+                log.recent.pop_front();
+                log.dropped += 1;
+            }
+            log.recent.push_back(report);
+        });
     }
 
-    /// The reports from the `seen`-th on; `seen` moves past them.
+    /// The reports from the `seen`-th on that are still kept; `seen` moves past them.
     pub(crate) fn since(&self, seen: &mut usize) -> Vec<BrokerHangUp> {
-        self.read(|reports| {
-            let new = reports.get(*seen..).unwrap_or_default().to_vec();
-            *seen = reports.len();
+        self.read(|log| {
+            let skip = seen.saturating_sub(log.dropped);
+            let new = log.recent.iter().skip(skip).cloned().collect();
+            *seen = log.dropped + log.recent.len();
             new
         })
     }
@@ -630,11 +650,10 @@ impl Task {
             return;
         }
         self.hangups.remove(&api);
-        let mut lower = table.clone();
+        // The table as capped one version lower, if that is still common to both.
         let stepped_down_to = version
             .checked_sub(1)
-            .and_then(|below| lower.cap(api, below))
-            .filter(|v| *v < version);
+            .and_then(|below| table.clone().cap(api, below));
         if let Some(v) = stepped_down_to {
             self.caps.insert(api, v);
         }
@@ -1329,4 +1348,43 @@ fn fxhash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(version: i16) -> BrokerHangUp {
+        BrokerHangUp {
+            broker: "b:1".into(),
+            api: ApiKey::JoinGroup,
+            version,
+            hangups: HANGUPS_BEFORE_DIAGNOSIS,
+            stepped_down_to: None,
+        }
+    }
+
+    #[test]
+    fn hang_up_reports_are_bounded_and_read_once() {
+        let reports = HangUpReports::default();
+        let mut seen = 0;
+        reports.raise(report(0));
+        assert_eq!(reports.since(&mut seen), vec![report(0)]);
+        assert!(reports.since(&mut seen).is_empty());
+        // A reader that falls behind gets the latest ones kept, and the log stays
+        // bounded however long a broker keeps hanging up.
+        for v in 1..=200 {
+            reports.raise(report(v));
+        }
+        let got = reports.since(&mut seen);
+        assert_eq!(got.len(), HANGUP_REPORTS_KEPT);
+        assert_eq!(got.last(), Some(&report(200)));
+        assert_eq!(
+            got.first(),
+            Some(&report(200 - HANGUP_REPORTS_KEPT as i16 + 1))
+        );
+        reports.raise(report(201));
+        assert_eq!(reports.since(&mut seen), vec![report(201)]);
+        assert_eq!(reports.read(|log| log.recent.len()), HANGUP_REPORTS_KEPT);
+    }
 }
