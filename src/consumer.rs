@@ -382,7 +382,7 @@ impl ConsumerBuilder {
         topics.extend(self.assign.iter().map(|tp| tp.topic.clone()));
         let cluster = Cluster::connect(&self.client, TopicScope::Topics(topics), &required).await?;
         let mut fetcher = Fetcher::new(self.fetcher.clone());
-        let mut revocation_retry = RevocationRetry::default();
+        let mut revocation_retry = None;
         let group = match &self.group_id {
             Some(id) => {
                 let mut config =
@@ -396,10 +396,10 @@ impl ConsumerBuilder {
                 if let Some(f) = &self.tweak_group {
                     f(&mut config);
                 }
-                revocation_retry = RevocationRetry {
+                revocation_retry = Some(RevocationRetry {
                     backoff: (config.retry_backoff, config.retry_backoff_max, config.seed),
                     budget: config.max_poll_interval / 2,
-                };
+                });
                 Some(GroupHandle::spawn(cluster.clone(), config))
             }
             None => {
@@ -876,7 +876,8 @@ struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     events: crate::event_queue::EventSender,
     auto_commit: Option<Duration>,
-    revocation_retry: RevocationRetry,
+    /// With a group: how the commit at a revocation is retried.
+    revocation_retry: Option<RevocationRetry>,
 }
 
 /// How the commit made at a revocation is retried ([`commit_before_revocation`]).
@@ -886,15 +887,6 @@ struct RevocationRetry {
     backoff: (Duration, Duration, u64),
     /// How long to keep trying: half the rebalance timeout (`max.poll.interval.ms`).
     budget: Duration,
-}
-
-impl Default for RevocationRetry {
-    fn default() -> Self {
-        Self {
-            backoff: (Duration::from_millis(100), Duration::from_secs(1), 0),
-            budget: Duration::ZERO,
-        }
-    }
 }
 
 /// The commit of the partitions being revoked, retried while it may still succeed (the
@@ -1048,7 +1040,7 @@ async fn drive(mut d: Driver) {
                             f.consumed(Some(&partitions))
                         };
                         if let Some(group) = commander {
-                            if auto && !positions.is_empty() {
+                            if let Some(retry) = retry.filter(|_| auto && !positions.is_empty()) {
                                 commit_before_revocation(&group, &shared, positions, retry).await;
                             }
                             lock(&shared.fetcher).unassign(&partitions);
