@@ -490,7 +490,9 @@ struct PendingFetch {
     failures: u32,
 }
 
-/// How the member reacts to an error code (one table: [`reaction`]).
+/// How the member reacts to an error code: [`reaction`] for FindCoordinator,
+/// JoinGroup, SyncGroup and OffsetFetch, [`heartbeat_reaction`] and
+/// [`commit_reaction`] for the other two, each after the Java client's handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reaction {
     /// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: rediscover, then resend.
@@ -509,7 +511,8 @@ enum Reaction {
     Fatal,
 }
 
-/// The error-to-transition table. `docs/rebalance.md` reproduces it.
+/// The error-to-transition table of FindCoordinator, JoinGroup, SyncGroup and
+/// OffsetFetch. `docs/rebalance.md` reproduces all three tables.
 fn reaction(code: i16) -> Reaction {
     use ResponseError as E;
     match ResponseError::try_from_code(code) {
