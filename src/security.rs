@@ -23,7 +23,7 @@
 //! ```
 //!
 //! TLS needs the `tls` cargo feature (rustls with its `ring` provider), or
-//! `tls-core` with a [`CryptoProvider`](TlsConfig::crypto_provider) of your own.
+//! `tls-core` with a `CryptoProvider` of your own (`TlsConfig::crypto_provider`).
 //! SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) is always built in.
 //!
 //! Secrets (passwords, tokens, private keys given inline) are held in [`Secret`], whose
