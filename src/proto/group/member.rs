@@ -20,8 +20,8 @@
 //! | [`Timer::Coordinator`] | the coordinator is unknown and no lookup is in flight | a FindCoordinator is due (after backoff) |
 //! | [`Timer::Join`] | `Unjoined`, coordinator known | JoinGroup is due (after backoff) |
 //! | [`Timer::Request`] | a FindCoordinator, JoinGroup, SyncGroup or LeaveGroup is in flight | the response is overdue: treated as a failure |
-//! | [`Timer::Heartbeat`] | a generation is live and no heartbeat is in flight | the next heartbeat is due |
-//! | [`Timer::Session`] | a generation is live | no successful heartbeat for `session_timeout`: the partitions are lost |
+//! | [`Timer::Heartbeat`] | a generation is live or being synced (from the JoinGroup answer on, as in the Java client), no heartbeat in flight | the next heartbeat is due |
+//! | [`Timer::Session`] | as the heartbeat | no successful heartbeat for `session_timeout`: the coordinator is looked up again (member id, generation and partitions kept) |
 //! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
 //! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
 //! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned, coordinator known | the retry is due |
@@ -453,6 +453,9 @@ struct Generation {
 
 #[derive(Debug, Clone)]
 struct Heartbeat {
+    /// The generation heartbeats carry: the live one, or while syncing the one the
+    /// JoinGroup answer gave.
+    generation: i32,
     next_at: Instant,
     in_flight: Option<RequestId>,
     last_ok: Instant,
@@ -1019,14 +1022,16 @@ impl GroupMember {
                 }
             }
             Sent::Heartbeat { generation } => {
+                let mut current = false;
                 if let Some(hb) = &mut self.heartbeat {
                     if hb.in_flight == Some(id) {
                         hb.in_flight = None;
                         hb.failures += 1;
                         hb.next_at = now + self.backoff.delay(hb.failures);
                     }
+                    current = hb.generation == generation;
                 }
-                if self.generation() == Some(generation) {
+                if current {
                     self.mark_coordinator_unknown(now);
                 }
             }
@@ -1256,7 +1261,8 @@ impl GroupMember {
         }
         if let Some(hb) = &mut self.heartbeat {
             if hb.in_flight.is_none() && now >= hb.next_at {
-                if let Some(generation) = self.generation.as_ref().map(|g| g.id) {
+                {
+                    let generation = hb.generation;
                     let request = GroupRequest::Heartbeat {
                         group: self.config.group_id.clone(),
                         generation,
@@ -1451,6 +1457,16 @@ impl GroupMember {
         let Some(node) = self.coordinator() else {
             return self.enter_unjoined(now, false, "coordinator lost during join");
         };
+        // As the Java client (heartbeats from COMPLETING_REBALANCE on): the broker
+        // counts the session from the JoinGroup answer, and a coordinator that goes
+        // silent now is noticed by the session clock as in a generation.
+        self.heartbeat = Some(Heartbeat {
+            generation,
+            next_at: now + self.config.heartbeat_interval,
+            in_flight: None,
+            last_ok: now,
+            failures: 0,
+        });
         let request = GroupRequest::SyncGroup {
             group: self.config.group_id.clone(),
             generation,
@@ -1638,12 +1654,16 @@ impl GroupMember {
             rebalance,
         });
         self.last_generation = generation;
-        self.heartbeat = Some(Heartbeat {
-            next_at: now + self.config.heartbeat_interval,
-            in_flight: None,
-            last_ok: now,
-            failures: 0,
-        });
+        // Heartbeats started with the JoinGroup answer; they go on at their own pace.
+        if self.heartbeat.as_ref().map(|hb| hb.generation) != Some(generation) {
+            self.heartbeat = Some(Heartbeat {
+                generation,
+                next_at: now + self.config.heartbeat_interval,
+                in_flight: None,
+                last_ok: now,
+                failures: 0,
+            });
+        }
         debug!(group = %self.config.group_id, member = %self.member_id, generation, leader, "synced");
         self.events.push_back(Event::Joined {
             generation,
@@ -1685,7 +1705,10 @@ impl GroupMember {
     }
 
     fn on_heartbeat(&mut self, now: Instant, id: RequestId, generation: i32, error: i16) {
-        let current = self.generation();
+        let syncing = matches!(
+            self.state,
+            State::Syncing { .. } | State::LeaderDelay { .. }
+        );
         let Some(hb) = &mut self.heartbeat else {
             return;
         };
@@ -1693,7 +1716,7 @@ impl GroupMember {
             return;
         }
         hb.in_flight = None;
-        if current != Some(generation) {
+        if hb.generation != generation {
             return;
         }
         // REBALANCE_IN_PROGRESS is an answer from a broker that still counts this member
@@ -1711,6 +1734,9 @@ impl GroupMember {
                 hb.failures += 1;
                 hb.next_at = now + self.backoff.delay(hb.failures);
             }
+            // While syncing the rebalance is this one (Java ignores the answer
+            // outside STABLE).
+            Reaction::Rebalance if syncing => {}
             Reaction::Rebalance => self.rebalance(now, "the group is rebalancing"),
             Reaction::ResetMember => {
                 self.reset(now, LostReason::UnknownMember, true, "unknown member id")
@@ -2604,6 +2630,107 @@ mod tests {
         );
     }
 
+
+    /// A follower's JoinGroup answered: its SyncGroup, in flight.
+    fn syncing_follower(h: &mut H, generation: i32) -> Outgoing {
+        h.find_coordinator();
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let members = vec![JoinedMember {
+            member_id: "m0".into(),
+            instance_id: None,
+            metadata: protocols[0].1.clone(),
+        }];
+        h.respond(
+            join.id,
+            join_response_p("range", 0, generation, "m1", "m0", members),
+        );
+        let sync = h.request();
+        assert!(matches!(sync.request, GroupRequest::SyncGroup { .. }));
+        sync
+    }
+
+    #[test]
+    fn syncing_heartbeats_with_the_new_generation_and_ignores_a_rebalance_answer() {
+        // The Java client heartbeats from the JoinGroup response on (COMPLETING_REBALANCE):
+        // a follower whose leader is slow to assign stays alive at the broker, and a
+        // coordinator gone silent is noticed by the session clock too. ottla sent none
+        // until the SyncGroup was answered.
+        let mut h = H::new(config("range"));
+        let sync = syncing_follower(&mut h, 3);
+        h.advance(Duration::from_secs(1));
+        let hb = h.request();
+        assert!(
+            matches!(hb.request, GroupRequest::Heartbeat { generation: 3, ref member_id, .. } if member_id == "m1"),
+            "a heartbeat of the new generation while syncing: {hb:?}"
+        );
+        // REBALANCE_IN_PROGRESS while syncing is what a broker may say before it has
+        // the leader's assignment; Java ignores it outside STABLE.
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        h.no_request();
+        assert_eq!(h.m.state(), StateKind::Syncing);
+        let hb = h.heartbeat();
+        h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+        // The assignment comes; heartbeats go on at their own pace, same generation.
+        let assignment = encode_assignment(
+            &Assignment {
+                partitions: vec![tp(0)],
+                user_data: None,
+            },
+            0,
+        )
+        .expect("assignment");
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment,
+            },
+        );
+        assert_eq!(h.m.state(), StateKind::Stable);
+        let _fetch = h.request();
+        let hb = h.heartbeat();
+        assert!(matches!(
+            hb.request,
+            GroupRequest::Heartbeat { generation: 3, .. }
+        ));
+    }
+
+    #[test]
+    fn syncing_heartbeat_illegal_generation_rejoins_and_drops_the_sync_answer() {
+        let mut h = H::new(config("range"));
+        let sync = syncing_follower(&mut h, 3);
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::IllegalGeneration.code(),
+            },
+        );
+        let join = h.request();
+        assert!(
+            matches!(join.request, GroupRequest::JoinGroup { ref member_id, .. } if member_id == "m1"),
+            "rejoins keeping the id: {join:?}"
+        );
+        assert_eq!(h.m.state(), StateKind::Joining);
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: 0,
+                protocol_name: None,
+                assignment: Bytes::new(),
+            },
+        );
+        assert_eq!(h.m.state(), StateKind::Joining, "the stale sync is dropped");
+    }
     #[test]
     fn closed_late_fatal_find_coordinator_answer_keeps_the_clean_close() {
         // Found by the group_ops fuzz target: a member that left while its
