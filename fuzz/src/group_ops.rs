@@ -35,11 +35,13 @@
 //!   `Assigned` never arrives while a revocation is pending, and `CommittedOffsets` only
 //!   names owned partitions.
 //! - Commits (invariant 12): `commit` succeeds only when stable or revoking with a
-//!   known coordinator and every partition owned; the OffsetCommit it sends carries the
-//!   live generation and member id; no other input sends an OffsetCommit; every commit
-//!   answered or failed completes exactly once.
-//! - Heartbeats (invariant 13) carry the generation of the last `Joined` and never go out
-//!   between a JoinGroup and the next `Joined`.
+//!   known coordinator and every partition owned; the OffsetCommits go out one at a
+//!   time, in the order the commits were made, each carrying the generation and member
+//!   id it was made with; a queued commit goes out as soon as none is in flight (with
+//!   the coordinator known, in the group); every commit answered or failed completes
+//!   exactly once, and the queued ones complete when the member closes.
+//! - Heartbeats (invariant 13) never go out between a JoinGroup and its successful
+//!   answer, and carry the generation of that answer (or of the last `Joined`).
 //! - Late answers (invariant 11): a response or failure for a request that is not
 //!   outstanding, a Heartbeat or OffsetCommit of another generation, or a JoinGroup or
 //!   SyncGroup the member no longer awaits changes nothing (no state, generation,
@@ -119,8 +121,11 @@ struct Model {
     revoking: Option<(i32, BTreeSet<TopicPartition>)>,
     /// The generation of the last `Joined`.
     joined: Option<i32>,
-    /// A JoinGroup went out after the last `Joined`.
+    /// A JoinGroup went out and has not been answered successfully.
     rebalancing: bool,
+    /// The generation heartbeats must carry: of the last successful JoinGroup answer
+    /// or `Joined`.
+    heartbeat_generation: Option<i32>,
 }
 
 /// What the step's input expects of the outputs.
@@ -130,8 +135,6 @@ struct Expect {
     unchanged: Option<Snapshot>,
     /// Commits answered or failed in this step: each completes exactly once.
     completions: BTreeSet<RequestId>,
-    /// The OffsetCommit `commit` returned the id of, with what it must carry.
-    commit: Option<(RequestId, i32, String, Vec<CommitOffset>)>,
     /// `handle_timeout` ran at this instant: nothing may still be due.
     fired: Option<Instant>,
 }
@@ -150,6 +153,10 @@ struct Harness {
     last_sync: Option<RequestId>,
     generation_hint: i32,
     model: Model,
+    /// Commits made and not yet sent, oldest first, with what they must carry.
+    queued: std::collections::VecDeque<(RequestId, i32, String, Vec<CommitOffset>)>,
+    /// The OffsetCommit on the wire, until its `CommitCompleted`.
+    commit_on_wire: Option<RequestId>,
     closed: Option<Option<GroupError>>,
     trace: String,
 }
@@ -167,6 +174,8 @@ impl Harness {
             lost: Vec::new(),
             answered: Vec::new(),
             last_id: None,
+            queued: Default::default(),
+            commit_on_wire: None,
             last_join: None,
             last_sync: None,
             generation_hint: 0,
@@ -214,6 +223,17 @@ impl Harness {
                 let response = self.response(input, &out.request, error);
                 self.expect_answer(&out, &mut expect);
                 self.m.handle_response(self.now, out.id, response.clone());
+                if let GroupResponse::JoinGroup {
+                    error: 0,
+                    generation,
+                    ..
+                } = &response
+                    && self.last_join == Some(out.id)
+                    && self.m.state() == StateKind::Syncing
+                {
+                    self.model.rebalancing = false;
+                    self.model.heartbeat_generation = Some(*generation);
+                }
                 format!("respond {:?} {response:?}", out.id)
             }
             4 => {
@@ -293,7 +313,7 @@ impl Harness {
                 expect.fired = Some(self.now);
                 format!("timeout {:?}", self.now - base())
             }
-            10 => self.commit(input, &mut expect)?,
+            10 => self.commit(input)?,
             11 => {
                 let generation = match (&self.model.revoking, input.u8() % 4) {
                     (Some((g, _)), 0..=2) => *g,
@@ -371,8 +391,14 @@ impl Harness {
             expect.completions.insert(out.id);
         }
         let late = match &out.request {
-            GroupRequest::Heartbeat { generation, .. }
-            | GroupRequest::OffsetCommit { generation, .. } => {
+            GroupRequest::Heartbeat { generation, .. } => {
+                self.model.heartbeat_generation != Some(*generation)
+                    || !matches!(
+                        self.m.state(),
+                        StateKind::Syncing | StateKind::Stable | StateKind::Revoking
+                    )
+            }
+            GroupRequest::OffsetCommit { generation, .. } => {
                 self.m.generation() != Some(*generation)
             }
             GroupRequest::JoinGroup { .. } => {
@@ -388,7 +414,7 @@ impl Harness {
         }
     }
 
-    fn commit(&mut self, input: &mut Input, expect: &mut Expect) -> Result<String, String> {
+    fn commit(&mut self, input: &mut Input) -> Result<String, String> {
         let mask = input.u8();
         let mut offsets: Vec<CommitOffset> = self
             .model
@@ -437,7 +463,8 @@ impl Harness {
                         o.partition
                     ));
                 }
-                expect.commit = Some((*id, generation, before.member_id.clone(), offsets.clone()));
+                self.queued
+                    .push_back((*id, generation, before.member_id.clone(), offsets.clone()));
             }
             Err(CommitError::Closed(_)) if before.state == StateKind::Closed => {}
             Err(e) if before.state == StateKind::Closed => {
@@ -482,7 +509,11 @@ impl Harness {
                     "a late answer changed the member (invariant 11): {before:?} -> {after:?}"
                 ));
             }
-            if !requests.is_empty() {
+            // Answering the commit in flight, even late, lets the next one go out.
+            if requests
+                .iter()
+                .any(|r| !matches!(r.request, GroupRequest::OffsetCommit { .. }))
+            {
                 return Err(format!("a late answer sent {requests:?} (invariant 11)"));
             }
             if let Some(e) = events
@@ -526,14 +557,20 @@ impl Harness {
                     offsets,
                     ..
                 } => {
-                    let Some((id, g, m, o)) = expect.commit.take() else {
+                    if let Some(on_wire) = self.commit_on_wire {
+                        return Err(format!(
+                            "{out:?} while the OffsetCommit {on_wire:?} is in flight (invariant 12)"
+                        ));
+                    }
+                    let Some((id, g, m, o)) = self.queued.pop_front() else {
                         return Err(format!("an OffsetCommit nobody asked for: {out:?}"));
                     };
                     if out.id != id || *generation != g || *member_id != m || *offsets != o {
                         return Err(format!(
-                            "the OffsetCommit {out:?} is not the commit made: {id:?} generation {g} member {m} {o:?} (invariant 12)"
+                            "the OffsetCommit {out:?} is not the oldest commit made: {id:?} generation {g} member {m} {o:?} (invariant 12)"
                         ));
                     }
+                    self.commit_on_wire = Some(out.id);
                 }
                 GroupRequest::Heartbeat { generation, .. } => {
                     if self.model.rebalancing {
@@ -541,10 +578,10 @@ impl Harness {
                             "a heartbeat between a JoinGroup and the next Joined (invariant 13): {out:?}"
                         ));
                     }
-                    if self.model.joined != Some(*generation) {
+                    if self.model.heartbeat_generation != Some(*generation) {
                         return Err(format!(
-                            "a heartbeat for generation {generation}, joined {:?}",
-                            self.model.joined
+                            "a heartbeat for generation {generation}, joined {:?}, heartbeats carry {:?}",
+                            self.model.joined, self.model.heartbeat_generation
                         ));
                     }
                 }
@@ -557,8 +594,21 @@ impl Harness {
             }
             self.outstanding.push(out.clone());
         }
-        if let Some((id, ..)) = expect.commit {
-            return Err(format!("commit {id:?} was accepted but never sent"));
+        if let Some((id, ..)) = self.queued.front()
+            && self.commit_on_wire.is_none()
+            && after.coordinator.is_some()
+            && matches!(
+                after.state,
+                StateKind::Unjoined
+                    | StateKind::Joining
+                    | StateKind::Syncing
+                    | StateKind::Stable
+                    | StateKind::Revoking
+            )
+        {
+            return Err(format!(
+                "commit {id:?} waits with none in flight (invariant 12)"
+            ));
         }
         // The oldest requests are lost when too many wait.
         if self.outstanding.len() > 48 {
@@ -618,6 +668,21 @@ impl Harness {
     }
 
     fn apply_event(&mut self, event: &Event, expect: &mut Expect) -> Result<(), String> {
+        if let Event::CommitCompleted { id, .. } = event {
+            if self.commit_on_wire == Some(*id) {
+                self.commit_on_wire = None;
+            }
+            if expect.completions.remove(id) {
+                return Ok(());
+            }
+            if let Some(i) = self.queued.iter().position(|(q, ..)| q == id)
+                && self.m.state() == StateKind::Closed
+            {
+                self.queued.remove(i);
+                return Ok(());
+            }
+            return Err(format!("{event:?} for a commit not answered now"));
+        }
         let model = &mut self.model;
         match event {
             Event::Assigned {
@@ -676,13 +741,10 @@ impl Harness {
                     return Err(format!("committed offset of {p}, which is not owned"));
                 }
             }
-            Event::CommitCompleted { id, .. } => {
-                if !expect.completions.remove(id) {
-                    return Err(format!("{event:?} for a commit not answered now"));
-                }
-            }
+            Event::CommitCompleted { .. } => {}
             Event::Joined { generation, .. } => {
                 model.joined = Some(*generation);
+                model.heartbeat_generation = Some(*generation);
                 model.rebalancing = false;
             }
             Event::Fatal(_) | Event::Left => model.revoking = None,

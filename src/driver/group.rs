@@ -180,25 +180,11 @@ async fn run(
     let mut leaving: Option<oneshot::Sender<()>> = None;
     let (meta_tx, mut meta_rx) = mpsc::unbounded_channel::<BTreeMap<String, i32>>();
 
-    // OffsetCommits go out one at a time, in the order they were made, so a later
-    // commit can never be overtaken (and undone) by an earlier one.
-    let mut commit_queue: std::collections::VecDeque<Outgoing> = Default::default();
-    let mut commit_in_flight: Option<RequestId> = None;
+    // The member orders OffsetCommits (one in flight); the task sends what it is given.
     loop {
         while let Some(out) = member.poll_request() {
-            if matches!(out.request, GroupRequest::OffsetCommit { .. }) {
-                commit_queue.push_back(out);
-                continue;
-            }
             let conn = connection_for(&cluster, &coordinators, &out);
             inflight.spawn(send(conn, out, long_timeout));
-        }
-        if commit_in_flight.is_none() {
-            if let Some(out) = commit_queue.pop_front() {
-                commit_in_flight = Some(out.id);
-                let conn = connection_for(&cluster, &coordinators, &out);
-                inflight.spawn(send(conn, out, long_timeout));
-            }
         }
         while let Some(event) = member.poll_event() {
             match &event {
@@ -238,11 +224,6 @@ async fn run(
         tokio::select! {
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 let now = tokio::time::Instant::now().into_std();
-                if let Ok((id, _)) = &joined {
-                    if commit_in_flight == Some(*id) {
-                        commit_in_flight = None;
-                    }
-                }
                 match joined {
                     Ok((id, Ok(response))) => member.handle_response(now, id, response),
                     Ok((id, Err(failure))) => member.handle_failure(now, id, failure),

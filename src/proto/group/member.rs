@@ -664,6 +664,11 @@ pub struct GroupMember {
     /// a request without such an error: the pace of rediscovery backs off with it.
     rediscoveries: u32,
     backoff: Backoff,
+    /// OffsetCommits go out one at a time, in the order they were made, so a later
+    /// commit can never be overtaken (and undone) by an earlier one: the one on the
+    /// wire, and the ones waiting for it.
+    commit_in_flight: Option<RequestId>,
+    commit_queue: VecDeque<(RequestId, GroupRequest)>,
     requests: VecDeque<Outgoing>,
     events: VecDeque<Event>,
 }
@@ -699,6 +704,8 @@ impl GroupMember {
             failures: 0,
             rediscoveries: 0,
             backoff,
+            commit_in_flight: None,
+            commit_queue: VecDeque::new(),
             requests: VecDeque::new(),
             events: VecDeque::new(),
         };
@@ -911,6 +918,9 @@ impl GroupMember {
 
     /// A response to request `id` arrived.
     pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+        if self.commit_in_flight == Some(id) {
+            self.commit_in_flight = None;
+        }
         let Some(sent) = self.sent.remove(&id) else {
             debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
             return;
@@ -993,6 +1003,9 @@ impl GroupMember {
 
     /// Request `id` failed without a response.
     pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+        if self.commit_in_flight == Some(id) {
+            self.commit_in_flight = None;
+        }
         let Some(sent) = self.sent.remove(&id) else {
             return;
         };
@@ -1119,9 +1132,9 @@ impl GroupMember {
         if !matches!(self.state, State::Stable | State::Revoking { .. }) {
             return Err(CommitError::NoGeneration);
         }
-        let Some(node) = self.coordinator() else {
+        if self.coordinator().is_none() {
             return Err(CommitError::CoordinatorUnknown);
-        };
+        }
         if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
             return Err(CommitError::NotOwned(bad.partition.clone()));
         }
@@ -1132,14 +1145,16 @@ impl GroupMember {
             instance_id: self.config.instance_id.clone(),
             offsets: offsets.clone(),
         };
-        let id = self.send(
-            Target::Coordinator(node),
-            request,
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.sent.insert(
+            id,
             Sent::Commit {
                 generation,
                 offsets,
             },
         );
+        self.commit_queue.push_back((id, request));
         self.advance(now);
         Ok(id)
     }
@@ -1242,6 +1257,16 @@ impl GroupMember {
         let Some(node) = self.coordinator() else {
             return;
         };
+        if self.commit_in_flight.is_none() {
+            if let Some((id, request)) = self.commit_queue.pop_front() {
+                self.commit_in_flight = Some(id);
+                self.requests.push_back(Outgoing {
+                    id,
+                    target: Target::Coordinator(node),
+                    request,
+                });
+            }
+        }
         if let State::LeaderDelay { send_at, .. } = &self.state
             && now >= *send_at
             && let State::LeaderDelay {
@@ -2097,6 +2122,16 @@ impl GroupMember {
 
     fn close(&mut self, error: Option<GroupError>) {
         let clean = error.is_none();
+        let closed = error.clone().unwrap_or(GroupError::Closed {
+            group: self.config.group_id.clone(),
+        });
+        for (id, _) in std::mem::take(&mut self.commit_queue) {
+            self.sent.remove(&id);
+            self.events.push_back(Event::CommitCompleted {
+                id,
+                result: Err(CommitError::Closed(closed.clone())),
+            });
+        }
         self.generation = None;
         self.heartbeat = None;
         self.fetch = None;
@@ -2594,6 +2629,92 @@ mod tests {
             !h.events().iter().any(|e| matches!(e, Event::Lost { .. })),
             "nothing lost"
         );
+    }
+
+    #[test]
+    fn stable_commits_go_out_one_at_a_time_and_a_queued_one_may_follow_the_join() {
+        // The one-commit-in-flight queue lived in the driver, where neither the
+        // simulation nor the fuzzer saw it. A commit queued behind another reaches the
+        // coordinator after the member's next JoinGroup, and its ILLEGAL_GENERATION
+        // answer while syncing speaks of the older generation: the member keeps its
+        // partitions.
+        let mut h = H::new(config("cooperative-sticky"));
+        h.join_alone_p("cooperative-sticky");
+        h.events();
+        let _fetch = h.request();
+        let a = h.commit_one(0, 5).expect("a");
+        let b = h.commit_one(0, 6).expect("b");
+        assert_eq!(h.request().id, a);
+        h.no_request();
+        let hb = h.heartbeat();
+        h.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let metadata = protocols[0].1.clone();
+        h.no_request();
+        h.respond(
+            a,
+            GroupResponse::OffsetCommit {
+                partitions: vec![(tp(0), 0)],
+            },
+        );
+        let sent_b = h.request();
+        assert_eq!(sent_b.id, b, "b goes out once a is answered");
+        assert!(
+            matches!(&sent_b.request, GroupRequest::OffsetCommit { generation: 7, offsets, .. } if offsets[0].offset == 6),
+            "{sent_b:?}"
+        );
+        let members = vec![JoinedMember {
+            member_id: "m1".into(),
+            instance_id: None,
+            metadata,
+        }];
+        h.respond(
+            join.id,
+            join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
+        );
+        let sync = h.request();
+        h.events();
+        h.respond(
+            b,
+            GroupResponse::OffsetCommit {
+                partitions: vec![(tp(0), ResponseError::IllegalGeneration.code())],
+            },
+        );
+        let ev = h.events();
+        assert!(
+            matches!(&ev[..], [Event::CommitCompleted { id, result: Err(CommitError::Stale { generation: 7 }) }] if *id == b),
+            "{ev:?}"
+        );
+        h.answer_own_sync(&sync);
+        assert_eq!(h.m.generation(), Some(8));
+        assert_eq!(h.m.assignment().len(), 4);
+    }
+
+    #[test]
+    fn closing_fails_the_queued_commits() {
+        let mut h = stable("range");
+        let a = h.commit_one(0, 5).expect("a");
+        let b = h.commit_one(1, 5).expect("b");
+        assert_eq!(h.request().id, a);
+        h.m.leave(h.now);
+        let leave = h.request();
+        assert!(matches!(leave.request, GroupRequest::LeaveGroup { .. }));
+        h.respond(leave.id, GroupResponse::LeaveGroup { error: 0 });
+        assert_eq!(h.m.state(), StateKind::Closed);
+        let ev = h.events();
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::CommitCompleted { id, result: Err(_) } if *id == b)),
+            "the queued commit is answered: {ev:?}"
+        );
+        h.no_request();
     }
 
     #[test]
