@@ -15,6 +15,7 @@ use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, Trus
 /// | `bootstrap_servers` | `bootstrap.servers` | (required) |
 /// | `client_id` | `client.id` | `ottla` |
 /// | `request_timeout` | `request.timeout.ms` | 30 s |
+/// | `metadata_max_age` | `metadata.max.age.ms` | 5 min |
 /// | `connect_timeout` | `socket.connection.setup.timeout.ms` | 10 s |
 /// | `reconnect_backoff` | `reconnect.backoff.ms` | 50 ms |
 /// | `reconnect_backoff_max` | `reconnect.backoff.max.ms` | 1 s |
@@ -37,6 +38,9 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// How long TCP connect plus ApiVersions negotiation may take.
     pub connect_timeout: Duration,
+    /// How old metadata may get before it is refreshed: a group leader refreshes at
+    /// least this often to notice topics that gained partitions or were deleted.
+    pub metadata_max_age: Duration,
     /// The first delay before reconnecting to a broker after a failure.
     pub reconnect_backoff: Duration,
     /// The cap of the exponential reconnect backoff.
@@ -69,6 +73,7 @@ impl ClientConfig {
             client_id: "ottla".into(),
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            metadata_max_age: Duration::from_secs(300),
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
             max_in_flight: 5,
@@ -140,6 +145,10 @@ impl ClientConfig {
             "client.id" => self.client_id = value.to_string(),
             "request.timeout.ms" => match ms(value) {
                 Ok(d) => self.request_timeout = d,
+                Err(m) => return bad(m),
+            },
+            "metadata.max.age.ms" => match ms(value) {
+                Ok(d) => self.metadata_max_age = d,
                 Err(m) => return bad(m),
             },
             "socket.connection.setup.timeout.ms" => match ms(value) {
@@ -256,6 +265,12 @@ impl ClientConfig {
     /// Sets `request.timeout.ms`.
     pub fn with_request_timeout(mut self, t: Duration) -> Self {
         self.request_timeout = t;
+        self
+    }
+
+    /// Sets `metadata.max.age.ms`.
+    pub fn with_metadata_max_age(mut self, t: Duration) -> Self {
+        self.metadata_max_age = t;
         self
     }
 

@@ -171,6 +171,14 @@ impl ConsumerBuilder {
         self
     }
 
+    /// `metadata.max.age.ms` (default 5 min): a group leader refreshes metadata at
+    /// least this often, and rebalances when a subscribed topic gained partitions or
+    /// was deleted since it assigned.
+    pub fn metadata_max_age(mut self, age: Duration) -> Self {
+        self.client.metadata_max_age = age;
+        self
+    }
+
     /// `group.id`: consume as a member of this group.
     pub fn group_id(mut self, id: impl Into<String>) -> Self {
         self.group_id = Some(id.into());
@@ -391,6 +399,7 @@ impl ConsumerBuilder {
                 config.heartbeat_interval = self.heartbeat_interval;
                 config.max_poll_interval = self.max_poll_interval;
                 config.request_timeout = self.client.request_timeout;
+                config.metadata_max_age = self.client.metadata_max_age;
                 config.instance_id = self.instance_id.clone();
                 config.seed = self.client.jitter_seed;
                 if let Some(f) = &self.tweak_group {

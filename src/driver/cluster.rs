@@ -43,6 +43,8 @@ struct Inner {
     refresh_lock: tokio::sync::Mutex<()>,
     /// Bumped by every completed refresh.
     refreshes: AtomicU64,
+    /// Told of every completed refresh (the group member compares partition counts).
+    updates: tokio::sync::watch::Sender<u64>,
     /// Round-robin cursor over brokers for metadata requests.
     cursor: AtomicUsize,
 }
@@ -71,6 +73,7 @@ impl Cluster {
                 scope: Mutex::new(scope),
                 refresh_lock: tokio::sync::Mutex::new(()),
                 refreshes: AtomicU64::new(0),
+                updates: tokio::sync::watch::Sender::new(0),
                 cursor: AtomicUsize::new(0),
             }),
         };
@@ -115,6 +118,11 @@ impl Cluster {
         self.inner.refreshes.load(Ordering::SeqCst)
     }
 
+    /// A receiver that changes whenever a metadata refresh completes, whoever asked.
+    pub(crate) fn metadata_updates(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.updates.subscribe()
+    }
+
     /// Changes which topics later refreshes ask about.
     pub fn set_scope(&self, scope: TopicScope) {
         if let Ok(mut s) = self.inner.scope.lock() {
@@ -148,7 +156,8 @@ impl Cluster {
         if let Ok(mut m) = self.inner.metadata.write() {
             *m = next.clone();
         }
-        self.inner.refreshes.fetch_add(1, Ordering::SeqCst);
+        let done = self.inner.refreshes.fetch_add(1, Ordering::SeqCst) + 1;
+        self.inner.updates.send_replace(done);
         debug!(
             brokers = next.brokers.len(),
             topics = next.topics.len(),

@@ -179,6 +179,10 @@ async fn run(
         HashMap::new();
     let mut leaving: Option<oneshot::Sender<()>> = None;
     let (meta_tx, mut meta_rx) = mpsc::unbounded_channel::<BTreeMap<String, i32>>();
+    // Every refresh, whoever asked for it (the fetcher after a leadership error, this
+    // task for the leader's periodic check), brings the member the latest counts.
+    let mut updates = cluster.metadata_updates();
+    updates.mark_unchanged();
 
     // The member orders OffsetCommits (one in flight); the task sends what it is given.
     loop {
@@ -257,6 +261,10 @@ async fn run(
             Some(partitions) = meta_rx.recv() => {
                 member.set_topic_partitions(tokio::time::Instant::now().into_std(), partitions);
             }
+            Ok(()) = updates.changed() => {
+                updates.mark_unchanged();
+                member.set_topic_partitions(tokio::time::Instant::now().into_std(), counts(&cluster));
+            }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 member.handle_timeout(tokio::time::Instant::now().into_std());
             }
@@ -264,17 +272,23 @@ async fn run(
     }
 }
 
+/// Partition counts by topic from the latest metadata. A topic the broker says does
+/// not exist counts 0 partitions (it was deleted, or is not created yet), so a leader
+/// that assigned it notices; a topic with another error (a leader election) is left
+/// out, which keeps the count the member had.
 fn counts(cluster: &Cluster) -> BTreeMap<String, i32> {
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     cluster
         .metadata()
         .topics
         .values()
-        .filter(|t| t.error == 0)
-        .map(|t| {
-            (
+        .filter_map(|t| match t.error {
+            0 => Some((
                 t.name.clone(),
                 i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
-            )
+            )),
+            UNKNOWN_TOPIC_OR_PARTITION => Some((t.name.clone(), 0)),
+            _ => None,
         })
         .collect()
 }

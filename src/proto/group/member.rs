@@ -26,6 +26,7 @@
 //! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
 //! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned, coordinator known | the retry is due |
 //! | [`Timer::Sync`] | a leader holds its SyncGroup (`leader_sync_delay`), coordinator known | the SyncGroup is sent |
+//! | [`Timer::Metadata`] | this member assigned the live generation, in the group | [`Event::MetadataNeeded`] for every topic the group subscribes to, every `metadata_max_age` |
 //!
 //! A timer is armed only while firing it does something: one that fired and did nothing
 //! would stay in the past and spin the driver's loop.
@@ -92,6 +93,10 @@ pub struct GroupConfig {
     /// (default 30 s, the Java client's close timeout). During a join the LeaveGroup
     /// waits behind the JoinGroup the broker holds on the same connection.
     pub close_timeout: Duration,
+    /// `metadata.max.age.ms` (default 5 min): how often a leader asks for fresh
+    /// metadata ([`Event::MetadataNeeded`]) to notice subscribed topics that gained
+    /// partitions or were deleted since it assigned, as the Java client's leader does.
+    pub metadata_max_age: Duration,
     /// Seed for backoff jitter.
     pub seed: u64,
 }
@@ -117,6 +122,7 @@ impl GroupConfig {
             request_timeout: Duration::from_secs(30),
             leader_sync_delay: Duration::ZERO,
             close_timeout: Duration::from_secs(30),
+            metadata_max_age: Duration::from_secs(300),
             seed: 0x5eed,
         }
     }
@@ -359,6 +365,8 @@ pub enum Timer {
     OffsetFetch,
     /// The leader's delayed SyncGroup is due.
     Sync,
+    /// The leader's periodic metadata check is due (`metadata_max_age`).
+    Metadata,
 }
 
 /// The member's lifecycle state, as reported by [`GroupMember::state`].
@@ -655,6 +663,8 @@ pub struct GroupMember {
     held_back: bool,
     /// What the leader assigned with, to notice metadata changes that need a rebalance.
     assigned_with: Option<BTreeMap<String, i32>>,
+    /// When the leader next asks for fresh metadata (while `assigned_with` is set).
+    metadata_at: Option<Instant>,
     last_progress: Instant,
     fetch: Option<PendingFetch>,
     sent: BTreeMap<RequestId, Sent>,
@@ -697,6 +707,7 @@ impl GroupMember {
             other_topics: BTreeSet::new(),
             held_back: false,
             assigned_with: None,
+            metadata_at: None,
             last_progress: now,
             fetch: None,
             sent: BTreeMap::new(),
@@ -830,6 +841,11 @@ impl GroupMember {
             }
             timers.push((Timer::Session, hb.last_ok + self.config.session_timeout));
         }
+        if let Some(at) = self.metadata_at
+            && in_group
+        {
+            timers.push((Timer::Metadata, at));
+        }
         if in_group {
             timers.push((
                 Timer::Progress,
@@ -910,6 +926,22 @@ impl GroupMember {
             self.state,
             State::Closed(_) | State::Suspended | State::Leaving { .. }
         );
+        if let Some(at) = self.metadata_at
+            && in_group
+            && now >= at
+        {
+            self.metadata_at = Some(now + self.config.metadata_max_age);
+            let topics: BTreeSet<String> = self
+                .config
+                .topics
+                .iter()
+                .chain(self.other_topics.iter())
+                .cloned()
+                .collect();
+            self.events.push_back(Event::MetadataNeeded {
+                topics: topics.into_iter().collect(),
+            });
+        }
         if in_group && now >= self.last_progress + self.config.max_poll_interval {
             self.progress_timeout(now);
         }
@@ -1180,6 +1212,7 @@ impl GroupMember {
             if changed && matches!(self.state, State::Stable) {
                 info!(group = %self.config.group_id, "partition counts changed since the leader assigned; rebalancing");
                 self.assigned_with = None;
+                self.metadata_at = None;
                 self.rebalance(now, "metadata changed");
             }
         }
@@ -1465,7 +1498,10 @@ impl GroupMember {
         let is_leader = leader == self.member_id;
         let assignments = if is_leader && !skip_assignment {
             match self.assign(&protocol, &members) {
-                Ok(a) => a,
+                Ok(a) => {
+                    self.metadata_at = Some(now + self.config.metadata_max_age);
+                    a
+                }
                 Err(e) => {
                     // Through `close`, like every fatal error: a closed member has no
                     // generation, heartbeat or offset fetch left (found by fuzzing: the
@@ -1665,6 +1701,7 @@ impl GroupMember {
         };
         if !leader {
             self.assigned_with = None;
+            self.metadata_at = None;
         }
         let rebalance = self
             .config
@@ -2715,6 +2752,59 @@ mod tests {
             "the queued commit is answered: {ev:?}"
         );
         h.no_request();
+    }
+
+    #[test]
+    fn stable_leader_asks_for_metadata_every_max_age_and_rebalances_when_a_topic_grows() {
+        // Partition counts reached the member once, at startup: a leader never learnt
+        // that a subscribed topic gained partitions, and the new ones were never
+        // assigned. Java's leader checks its assignment snapshot against metadata
+        // refreshed at least every metadata.max.age.ms.
+        let mut c = config("range");
+        c.metadata_max_age = Duration::from_secs(20);
+        c.session_timeout = Duration::from_secs(60);
+        c.max_poll_interval = Duration::from_secs(600);
+        let mut h = H::new(c);
+        h.join_alone();
+        h.events();
+        let _fetch = h.request();
+        let start = h.now;
+        let mut asked = None;
+        for _ in 0..20 {
+            let hb = h.heartbeat();
+            h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+            h.m.note_progress(h.now);
+            if let Some(Event::MetadataNeeded { topics }) = h
+                .events()
+                .into_iter()
+                .find(|e| matches!(e, Event::MetadataNeeded { .. }))
+            {
+                asked = Some((h.now, topics));
+                break;
+            }
+        }
+        let (at, topics) = asked.expect("the leader asks for metadata within max age");
+        assert_eq!(topics, vec![TOPIC.to_string()]);
+        assert!(at - start >= Duration::from_secs(20), "not before max age");
+        // The topic grew from 4 to 6 partitions: rebalance, and the new ones are assigned.
+        h.m.set_topic_partitions(h.now, BTreeMap::from([(TOPIC.to_string(), 6)]));
+        let ev = h.events();
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::RevokeRequested { .. })),
+            "an eager leader gives back and rejoins: {ev:?}"
+        );
+    }
+
+    #[test]
+    fn stable_leader_rebalances_when_a_subscribed_topic_is_deleted() {
+        // The driver reports a topic the broker no longer knows with 0 partitions.
+        let mut h = stable("range");
+        h.m.set_topic_partitions(h.now, BTreeMap::from([(TOPIC.to_string(), 0)]));
+        let ev = h.events();
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::RevokeRequested { .. })),
+            "{ev:?}"
+        );
     }
 
     #[test]
