@@ -211,6 +211,50 @@ async fn mock_broker_down_then_up_requests_succeed_again() {
     }
 }
 
+/// Requests any broker can answer (FindCoordinator, metadata) go to the least-loaded
+/// live broker, as the Java client's `leastLoadedNode`. They rotated over every known
+/// broker, dead or alive, so a lookup on a dead broker cost a failed attempt (up to the
+/// connect timeout, or the request timeout on a half-open connection) every few tries.
+#[tokio::test]
+async fn mock_requests_for_any_broker_avoid_a_dead_one() {
+    let mock = MockCluster::new(3).unwrap();
+    mock.create_topic(TOPIC, 6, 1).unwrap();
+    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
+    // Every broker connected once.
+    for b in mock.broker_ids() {
+        cluster
+            .broker(NodeId(b))
+            .unwrap()
+            .send(&MetadataRequest::default())
+            .await
+            .unwrap();
+    }
+    let dead = mock.broker_ids()[1];
+    let dead_address = cluster.metadata().broker(NodeId(dead)).unwrap().address();
+    mock.broker_down(dead).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut failures = Vec::new();
+    let mut used = BTreeSet::new();
+    for _ in 0..12 {
+        let conn = cluster.any_connection();
+        used.insert(conn.address().to_string());
+        if let Err(e) = conn.send(&MetadataRequest::default()).await {
+            failures.push((conn.address().to_string(), e.to_string()));
+        }
+    }
+    assert!(
+        failures.len() <= 1,
+        "12 requests for any broker failed {} times on the dead broker {dead_address}: {failures:?}",
+        failures.len()
+    );
+    assert!(
+        !used.contains(&dead_address) || failures.len() == 1,
+        "{used:?}"
+    );
+}
+
 #[tokio::test]
 async fn mock_concurrent_refreshes_coalesce_into_one_request() {
     let mock = MockCluster::new(3).unwrap();

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicN
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, warn};
 
-use super::connection::{BrokerConnection, BrokerHangUp, ConnectionSettings};
+use super::connection::{BrokerConnection, BrokerHangUp, ConnectionSettings, Rank};
 use crate::config::ClientConfig;
 use crate::error::{Error, RequestError, Result};
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -209,17 +209,40 @@ impl Cluster {
             .clone()
     }
 
-    /// A connection to some broker, for requests any broker can answer
-    /// (FindCoordinator). Rotates over known brokers, then the bootstrap list.
+    /// A connection to the least-loaded live broker, for requests any broker can
+    /// answer (FindCoordinator), as the Java client's `leastLoadedNode`: a connected
+    /// broker with the fewest requests in flight, else one that may connect now, else
+    /// the one whose reconnect backoff ends first. A broker whose last connection
+    /// failed is not asked while another can be. Ties rotate over known brokers, then
+    /// the bootstrap list.
     pub fn any_connection(&self) -> BrokerConnection {
         let candidates = self.candidates();
         let address = candidates.first().cloned().unwrap_or_default();
         self.connection(&address)
     }
 
-    /// Candidate addresses for a cluster-wide request: known brokers first (rotating),
-    /// then the bootstrap list.
+    /// Candidate addresses for a cluster-wide request, best first by [`Rank`]: known
+    /// brokers (rotating), then the bootstrap list, within each rank.
     fn candidates(&self) -> Vec<String> {
+        let mut candidates = self.rotation();
+        let ranks: Vec<(Rank, String)> = {
+            let map = match self.inner.connections.lock() {
+                Ok(map) => map,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            candidates
+                .drain(..)
+                .map(|a| (map.get(&a).map_or(Rank::Idle, BrokerConnection::rank), a))
+                .collect()
+        };
+        let mut ranks = ranks;
+        // Stable: equal ranks keep the rotation's order.
+        ranks.sort_by_key(|(rank, _)| *rank);
+        ranks.into_iter().map(|(_, a)| a).collect()
+    }
+
+    /// Known brokers first (rotating), then the bootstrap list.
+    fn rotation(&self) -> Vec<String> {
         let metadata = self.metadata();
         let mut brokers: Vec<String> = metadata.brokers.values().map(|b| b.address()).collect();
         if !brokers.is_empty() {

@@ -31,6 +31,7 @@
 //!   and the flexible group APIs).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,6 +66,7 @@ use crate::security::SecurityProtocol;
 pub struct BrokerConnection {
     address: Arc<str>,
     tx: mpsc::Sender<Command>,
+    load: Arc<Load>,
     versions: watch::Receiver<Option<Arc<VersionTable>>>,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -79,6 +81,32 @@ impl std::fmt::Debug for BrokerConnection {
             .field("address", &self.address)
             .finish()
     }
+}
+
+/// How busy and how healthy a connection is, as its task last saw it: what the
+/// cluster needs to pick the least-loaded live broker (the Java client's
+/// `leastLoadedNode`).
+#[derive(Debug, Default)]
+struct Load {
+    /// Connected and negotiated.
+    ready: AtomicBool,
+    /// Requests written and unanswered, plus those queued behind them.
+    in_flight: AtomicUsize,
+    /// The last attempt failed (or the connection broke): no new attempt before this.
+    backoff_until: Mutex<Option<Instant>>,
+}
+
+/// How a connection ranks for a request any broker can answer, lowest first: a
+/// ready connection by its load, then one that may connect now, then one still in
+/// its reconnect backoff by the time left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Rank {
+    /// Connected, with this many requests in flight.
+    Ready(usize),
+    /// Not connected; an attempt may start now.
+    Idle,
+    /// The last attempt failed; the next may start after this long.
+    BackingOff(Duration),
 }
 
 /// Settings of a connection task, derived from [`ClientConfig`].
@@ -333,8 +361,10 @@ impl BrokerConnection {
             settings.reconnect_backoff_max,
             seed,
         );
+        let load = Arc::new(Load::default());
         let task = Task {
             address: address.clone(),
+            load: load.clone(),
             settings,
             rx,
             versions_tx,
@@ -349,6 +379,7 @@ impl BrokerConnection {
         Self {
             address,
             tx,
+            load,
             versions,
             connect_timeout,
             request_timeout,
@@ -359,6 +390,18 @@ impl BrokerConnection {
     /// The broker's `host:port`.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// How this connection ranks for a request any broker can answer ([`Rank`]).
+    pub(crate) fn rank(&self) -> Rank {
+        if self.load.ready.load(Ordering::Relaxed) {
+            return Rank::Ready(self.load.in_flight.load(Ordering::Relaxed));
+        }
+        let until = self.load.backoff_until.lock().ok().and_then(|u| *u);
+        match until.map(|u| u.saturating_duration_since(Instant::now())) {
+            Some(left) if !left.is_zero() => Rank::BackingOff(left),
+            _ => Rank::Idle,
+        }
     }
 
     /// The version table of the current (or last) connection, connecting first if the
@@ -510,6 +553,7 @@ struct Connected {
 
 struct Task {
     address: Arc<str>,
+    load: Arc<Load>,
     settings: Arc<ConnectionSettings>,
     rx: mpsc::Receiver<Command>,
     versions_tx: watch::Sender<Option<Arc<VersionTable>>>,
@@ -572,6 +616,7 @@ impl Task {
                 }) => {
                     self.failures = 0;
                     self.refused = None;
+                    self.set_ready(None);
                     self.settings.alarm.clear(&self.address);
                     self.versions_tx.send_replace(Some(table.clone()));
                     let end = loop {
@@ -596,7 +641,10 @@ impl Task {
                         }
                     };
                     match end {
-                        End::Shutdown => return,
+                        End::Shutdown => {
+                            self.load.ready.store(false, Ordering::Relaxed);
+                            return;
+                        }
                         End::Reauthenticate(waiting) => {
                             carried = waiting;
                             self.connect_not_before = None;
@@ -609,6 +657,7 @@ impl Task {
                             // accepts and drops connections is not hammered.
                             self.failures = 1;
                             self.connect_not_before = Some(Instant::now() + self.backoff());
+                            self.set_ready(self.connect_not_before);
                         }
                     }
                 }
@@ -626,6 +675,7 @@ impl Task {
                     };
                     warn!(broker = %self.address, error = %err, ?backoff, "connect failed");
                     self.connect_not_before = Some(Instant::now() + backoff);
+                    self.set_ready(self.connect_not_before);
                     // Fail everything queued so far; later requests trigger a new attempt.
                     while let Ok(cmd) = self.rx.try_recv() {
                         queue.push_back(cmd);
@@ -667,6 +717,17 @@ impl Task {
         warn!(broker = %self.address, api = ?api, version, hangups = count, stepped_down_to = ?stepped_down_to,
             "{report}: the broker most likely advertises a version it cannot parse");
         self.settings.hangups.raise(report);
+    }
+
+    /// Ready (`None`), or down until `backoff_until`.
+    fn set_ready(&self, backoff_until: Option<Instant>) {
+        self.load
+            .ready
+            .store(backoff_until.is_none(), Ordering::Relaxed);
+        self.load.in_flight.store(0, Ordering::Relaxed);
+        if let Ok(mut until) = self.load.backoff_until.lock() {
+            *until = backoff_until;
+        }
     }
 
     /// The reconnect delay after `failures` consecutive failures:
@@ -984,6 +1045,9 @@ impl Task {
             if !channel_open && waiting.is_empty() && queue.is_empty() && wbuf.is_empty() {
                 return End::Shutdown;
             }
+            self.load
+                .in_flight
+                .store(waiting.len() + queue.len(), Ordering::Relaxed);
             let next_deadline = waiting.iter().map(|w| w.deadline).min();
             let accept = channel_open && waiting.len() < cap && queue.is_empty();
             let reauth_wake = reauth_at.filter(|_| !reauth_due);
