@@ -59,8 +59,8 @@ pub use crate::proto::fetch::request::IsolationLevel;
 use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
-pub use crate::proto::group::member::GroupConfig;
 use crate::proto::group::member::{CommitError, Event};
+pub use crate::proto::group::member::{GroupConfig, Membership};
 use crate::proto::group::messages::CommitOffset;
 use crate::proto::metadata::NodeId;
 
@@ -490,8 +490,8 @@ enum Command {
         generation: i32,
         partitions: Vec<TopicPartition>,
     },
-    /// Leave the group and stop.
-    Close(oneshot::Sender<()>),
+    /// Leave the group (or not) and stop.
+    Close(Membership, oneshot::Sender<()>),
 }
 
 /// A Kafka consumer. Read it with [`Consumer::recv`], [`Consumer::recv_batch`] or as a
@@ -783,7 +783,16 @@ impl Consumer {
     /// Commits what was delivered (with automatic commits on), leaves the group and
     /// stops. A rebalance in progress is waited out, for up to 30 s, so the commit
     /// lands; a revocation pending at that moment completes at once.
-    pub async fn close(mut self) -> Result<()> {
+    pub async fn close(self) -> Result<()> {
+        self.close_with(Membership::Default).await
+    }
+
+    /// [`Consumer::close`], saying whether the member leaves the group (the Java
+    /// client's `CloseOptions`): [`Membership::Leave`] makes a static member leave at
+    /// once (a scale-in: its partitions move now, not after its session timeout);
+    /// [`Membership::Remain`] keeps a dynamic member in the group until its session
+    /// expires.
+    pub async fn close_with(mut self, membership: Membership) -> Result<()> {
         let mut result = Ok(());
         if self.auto_commit {
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -816,7 +825,7 @@ impl Consumer {
             }
         }
         let (done, rx) = oneshot::channel();
-        if self.commands.send(Command::Close(done)).is_ok() {
+        if self.commands.send(Command::Close(membership, done)).is_ok() {
             let _ = rx.await;
         }
         if let Some(task) = self.task.take() {
@@ -1058,9 +1067,9 @@ async fn drive(mut d: Driver) {
                         Done::Revoked
                     });
                 }
-                Some(Command::Close(done)) => {
+                Some(Command::Close(membership, done)) => {
                     if let Some(group) = d.group.take() {
-                        group.leave().await;
+                        group.leave_with(membership).await;
                     }
                     let _ = done.send(());
                     break;

@@ -9,7 +9,7 @@ use ottla::ClientConfig;
 use ottla::driver::{Cluster, GroupHandle, TopicScope};
 use ottla::proto::group::assignor::{Assignor, builtin};
 use ottla::proto::group::consumer_protocol::TopicPartition;
-use ottla::proto::group::member::{Event, GroupConfig};
+use ottla::proto::group::member::{Event, GroupConfig, Membership};
 use tokio::sync::oneshot;
 
 /// What a test member has seen.
@@ -28,7 +28,7 @@ pub struct Seen {
 /// One group member run by a background task.
 pub struct TestMember {
     seen: Arc<Mutex<Seen>>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<oneshot::Sender<Membership>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -100,8 +100,8 @@ impl TestMember {
             let mut tick = tokio::time::interval(Duration::from_millis(200));
             loop {
                 tokio::select! {
-                    _ = &mut stop_rx => {
-                        handle.leave().await;
+                    membership = &mut stop_rx => {
+                        handle.leave_with(membership.unwrap_or_default()).await;
                         if let Ok(mut s) = state.lock() { s.stopped = true; s.owned.clear(); }
                         return;
                     }
@@ -151,9 +151,15 @@ impl TestMember {
     }
 
     /// Leaves the group (or, for a static member, just stops) and waits for it.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        self.stop_with(Membership::Default).await
+    }
+
+    /// Stops the member, leaving the group or not as `membership` says (the Java
+    /// client's `CloseOptions`).
+    pub async fn stop_with(mut self, membership: Membership) {
         if let Some(s) = self.stop.take() {
-            let _ = s.send(());
+            let _ = s.send(membership);
         }
         if let Some(t) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;

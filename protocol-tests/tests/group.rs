@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
-use ottla::proto::group::member::{Event, GroupError};
+use ottla::proto::group::member::{Event, GroupError, Membership};
 use protocol_tests::group_app::{
     MemberOptions, TestMember, eventually, owned_exactly_once, partitions,
 };
@@ -361,6 +361,46 @@ async fn mock_static_member_restart_sends_no_leave_group_and_gets_its_partitions
             .iter()
             .any(|r| r.api_key == ApiKey::LeaveGroup as i16),
         "a static member sent LeaveGroup"
+    );
+}
+
+/// A static member closed for good (the Java client's `CloseOptions` with
+/// LEAVE_GROUP; a scale-in) sends LeaveGroup with its `group.instance.id`, and its
+/// partitions move before its session would have expired. (On tansu: the librdkafka
+/// mock reads LeaveGroup only up to v2, without the instance id.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_static_member_closed_for_good_leaves_and_its_partitions_move_before_its_session_ends()
+ {
+    let t = Tansu::start().unwrap();
+    t.create_topic(TOPIC, 6).unwrap();
+    let session = Duration::from_secs(16);
+    let static_opts = |id: &str| MemberOptions {
+        instance_id: Some(id.to_string()),
+        session_timeout: session,
+        heartbeat_interval: Duration::from_millis(500),
+        ..opts("range")
+    };
+    let group = "static-leave";
+    let a = TestMember::start(&t.bootstrap(), group, &[TOPIC], static_opts("a"))
+        .await
+        .unwrap();
+    let b = TestMember::start(&t.bootstrap(), group, &[TOPIC], static_opts("b"))
+        .await
+        .unwrap();
+    let all = partitions(TOPIC, 6);
+    eventually(Duration::from_secs(60), || {
+        owned_exactly_once(&[&a, &b], &all)
+    })
+    .await
+    .unwrap();
+    let left = std::time::Instant::now();
+    b.stop_with(Membership::Leave).await;
+    eventually(session, || owned_exactly_once(&[&a], &all))
+        .await
+        .unwrap();
+    println!(
+        "static member left for good: partitions moved in {:?} (session timeout {session:?})",
+        left.elapsed()
     );
 }
 

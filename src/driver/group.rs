@@ -18,7 +18,8 @@ use super::sleep_until;
 use crate::error::RequestError;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
 use crate::proto::group::member::{
-    CommitError, Event, Failure, GroupConfig, GroupMember, Outgoing, RequestId, StateKind, Target,
+    CommitError, Event, Failure, GroupConfig, GroupMember, Membership, Outgoing, RequestId,
+    StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::NodeId;
@@ -103,7 +104,7 @@ enum Command {
     ),
     CompleteRevocation(i32),
     Progress,
-    Leave(oneshot::Sender<()>),
+    Leave(Membership, oneshot::Sender<()>),
 }
 
 impl GroupHandle {
@@ -152,8 +153,13 @@ impl GroupHandle {
 
     /// Leaves the group (static members just stop) and waits until done.
     pub async fn leave(self) {
+        self.leave_with(Membership::Default).await
+    }
+
+    /// Stops, leaving the group or not as `membership` says, and waits until done.
+    pub async fn leave_with(self, membership: Membership) {
         let (tx, rx) = oneshot::channel();
-        if self.tx.send(Command::Leave(tx)).await.is_ok() {
+        if self.tx.send(Command::Leave(membership, tx)).await.is_ok() {
             let _ = rx.await;
         }
     }
@@ -247,9 +253,9 @@ async fn run(
                     },
                     Some(Command::CompleteRevocation(generation)) => member.complete_revocation(now, generation),
                     Some(Command::Progress) => member.note_progress(now),
-                    Some(Command::Leave(done)) => {
+                    Some(Command::Leave(membership, done)) => {
                         leaving = Some(done);
-                        member.leave(now);
+                        member.leave_with(now, membership);
                     }
                     None => {
                         let (done, _) = oneshot::channel();

@@ -250,7 +250,9 @@ pub fn encode(
             instance_id,
             reason,
         } => {
-            need(api, version, "group.instance.id", 3, instance_id.is_some())?;
+            // Below v3 the member id alone names the member, static or not: a static
+            // member leaving for good is still removed, by its member id (as the Java
+            // client's LeaveGroupRequest.Builder does for old versions).
             let mut r = LeaveGroupRequest::default().with_group_id(GroupId(s(group)));
             if version >= 3 {
                 let mut m = MemberIdentity::default()

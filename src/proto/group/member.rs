@@ -390,6 +390,21 @@ pub enum StateKind {
     Closed,
 }
 
+/// Whether a closing member leaves the group (the Java client's
+/// `CloseOptions.GroupMembershipOperation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Membership {
+    /// A dynamic member leaves; a static member stays until its session expires, so a
+    /// restart within it keeps the partitions.
+    #[default]
+    Default,
+    /// Leave the group now, static or not (a static member sends its
+    /// `group.instance.id`): its partitions move at once.
+    Leave,
+    /// Stay in the group until the session expires, dynamic or not: no LeaveGroup.
+    Remain,
+}
+
 /// What happens once a revocation completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum AfterRevoke {
@@ -1223,20 +1238,28 @@ impl GroupMember {
     /// (as in the Java client), so a restart within the session timeout keeps its
     /// partitions. The application must have finished with its partitions.
     pub fn leave(&mut self, now: Instant) {
+        self.leave_with(now, Membership::Default)
+    }
+
+    /// [`GroupMember::leave`], saying whether the member leaves the group or stays in
+    /// it until its session expires (the Java client's `CloseOptions`). A static member
+    /// that leaves sends its `group.instance.id`, so the broker removes it at once.
+    pub fn leave_with(&mut self, now: Instant, membership: Membership) {
         if matches!(self.state, State::Closed(_) | State::Leaving { .. }) {
             return;
         }
-        let request = match (
-            self.coordinator(),
-            self.member_id.is_empty(),
-            self.is_static(),
-        ) {
-            (Some(node), false, false) => Some(self.send(
+        let send = match membership {
+            Membership::Default => !self.is_static(),
+            Membership::Leave => true,
+            Membership::Remain => false,
+        };
+        let request = match (self.coordinator(), self.member_id.is_empty(), send) {
+            (Some(node), false, true) => Some(self.send(
                 Target::Coordinator(node),
                 GroupRequest::LeaveGroup {
                     group: self.config.group_id.clone(),
                     member_id: self.member_id.clone(),
-                    instance_id: None,
+                    instance_id: self.config.instance_id.clone(),
                     reason: Some("the consumer is closing".into()),
                 },
                 Sent::Leave,
@@ -2748,7 +2771,8 @@ mod tests {
         assert_eq!(h.m.state(), StateKind::Closed);
         let ev = h.events();
         assert!(
-            ev.iter().any(|e| matches!(e, Event::CommitCompleted { id, result: Err(_) } if *id == b)),
+            ev.iter()
+                .any(|e| matches!(e, Event::CommitCompleted { id, result: Err(_) } if *id == b)),
             "the queued commit is answered: {ev:?}"
         );
         h.no_request();
@@ -2790,7 +2814,8 @@ mod tests {
         h.m.set_topic_partitions(h.now, BTreeMap::from([(TOPIC.to_string(), 6)]));
         let ev = h.events();
         assert!(
-            ev.iter().any(|e| matches!(e, Event::RevokeRequested { .. })),
+            ev.iter()
+                .any(|e| matches!(e, Event::RevokeRequested { .. })),
             "an eager leader gives back and rejoins: {ev:?}"
         );
     }
@@ -2802,7 +2827,8 @@ mod tests {
         h.m.set_topic_partitions(h.now, BTreeMap::from([(TOPIC.to_string(), 0)]));
         let ev = h.events();
         assert!(
-            ev.iter().any(|e| matches!(e, Event::RevokeRequested { .. })),
+            ev.iter()
+                .any(|e| matches!(e, Event::RevokeRequested { .. })),
             "{ev:?}"
         );
     }
@@ -2840,7 +2866,6 @@ mod tests {
             "the silent coordinator is looked up again"
         );
     }
-
 
     /// A follower's JoinGroup answered: its SyncGroup, in flight.
     fn syncing_follower(h: &mut H, generation: i32) -> Outgoing {
@@ -3776,6 +3801,35 @@ mod tests {
         h.m.leave(h.now);
         h.no_request();
         assert_eq!(h.events(), vec![Event::Left]);
+    }
+
+    #[test]
+    fn static_member_asked_to_leave_for_good_sends_leave_group_with_its_instance_id() {
+        // Java 4.1's CloseOptions: a static member that is going away for good (a
+        // scale-in) leaves at once instead of holding its partitions for a session.
+        let mut c = config("range");
+        c.instance_id = Some("instance-1".into());
+        let mut h = H::new(c);
+        h.join_alone();
+        let _ = h.events();
+        while h.m.poll_request().is_some() {}
+        h.m.leave_with(h.now, Membership::Leave);
+        let leave = h.request();
+        assert!(
+            matches!(&leave.request, GroupRequest::LeaveGroup { member_id, instance_id: Some(i), .. } if member_id == "m1" && i == "instance-1"),
+            "{leave:?}"
+        );
+        h.respond(leave.id, GroupResponse::LeaveGroup { error: 0 });
+        assert_eq!(h.m.state(), StateKind::Closed);
+    }
+
+    #[test]
+    fn dynamic_member_asked_to_remain_sends_no_leave_group() {
+        let mut h = stable("range");
+        while h.m.poll_request().is_some() {}
+        h.m.leave_with(h.now, Membership::Remain);
+        h.no_request();
+        assert_eq!(h.m.state(), StateKind::Closed);
     }
 
     #[test]
