@@ -578,10 +578,12 @@ fn syncing_rebalance_in_progress_rejoins_at_once_keeping_the_member_id() {
 /// revokes, as the Java client does: until its JoinGroup the broker still expects
 /// heartbeats. The answers (REBALANCE_IN_PROGRESS) keep the session, so a revocation
 /// longer than the session timeout loses nothing. Once acknowledged, the member rejoins
-/// at once and sends nothing while the JoinGroup waits; heartbeats resume one interval
-/// after the SyncGroup answer.
+/// at once and sends nothing while the JoinGroup waits; heartbeats of the new
+/// generation resume one interval after the JoinGroup answer, while the member waits
+/// for its SyncGroup (the Java client's COMPLETING_REBALANCE), and go on at their own
+/// pace after the SyncGroup answer.
 #[test]
-fn eager_revoking_heartbeats_on_and_joining_sends_none_until_the_sync_answer() {
+fn eager_revoking_heartbeats_on_and_joining_sends_none_until_the_join_answer() {
     let mut h = H::stable_leader();
     let hb = h.heartbeat();
     h.respond(
@@ -629,6 +631,15 @@ fn eager_revoking_heartbeats_on_and_joining_sends_none_until_the_sync_answer() {
     }
     h.joined(join.id, 8, "m1", "m0", "range");
     let sync = h.request();
+    h.advance(Duration::from_millis(999));
+    assert!(h.requests().is_empty());
+    h.advance(Duration::from_millis(1));
+    let hb = h.request();
+    assert!(
+        matches!(hb.request, GroupRequest::Heartbeat { generation: 8, .. }),
+        "a heartbeat while syncing: {hb:?}"
+    );
+    h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
     h.synced(sync.id, &[0, 1]);
     // The OffsetFetch for the partitions just assigned.
     let fetch = h.requests();
