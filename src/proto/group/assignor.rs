@@ -253,6 +253,8 @@ impl Assignor for StickyAssignor {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        // Eager: every member gave everything back before joining, so nothing is held
+        // back (Java's `StickyAssignor` has no `adjustAssignment`).
         let (result, _) = sticky_assign(partitions_per_topic, members)?;
         Ok(finish(result))
     }
@@ -290,76 +292,113 @@ impl Assignor for CooperativeStickyAssignor {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
-        let (mut result, previous) = sticky_assign(partitions_per_topic, members)?;
+        let (mut result, claims) = sticky_assign(partitions_per_topic, members)?;
+        // KIP-429: a partition someone else still holds is left out until its holders
+        // have revoked it (Java: `CooperativeStickyAssignor.adjustAssignment` removes the
+        // "partitions transferring ownership"). That covers a partition moving to a new
+        // owner, one held by a member that left its topic, and one two members claim in
+        // the same generation: none of its claimants keeps it either, so both revoke it
+        // (Java: `ConstrainedAssignmentBuilder.assignNewPartition` marks every partition
+        // of `partitionsWithMultiplePreviousOwners` as transferring). Java's general case
+        // (`computePartitionsTransferringOwnership`) would let one of two such claimants
+        // keep it if the balance happened to pick it; we never do.
         for (member, list) in result.iter_mut() {
-            list.retain(|p| match previous.get(p) {
-                Some(owner) => owner == member,
-                None => true,
-            });
+            list.retain(|p| claims.may_have(member, p));
         }
         Ok(finish(result))
     }
 }
 
-/// The balanced sticky assignment, and the valid previous owner of each partition.
-#[allow(clippy::type_complexity)]
-fn sticky_assign(
-    partitions_per_topic: &BTreeMap<String, i32>,
-    members: &[MemberSubscription],
-) -> Result<
-    (
-        BTreeMap<String, Vec<TopicPartition>>,
-        BTreeMap<TopicPartition, String>,
-    ),
-    AssignError,
-> {
-    let sorted = sorted_members(members)?;
-    let exists = |p: &TopicPartition| {
-        partitions_per_topic
-            .get(&p.topic)
-            .is_some_and(|&n| p.partition >= 0 && p.partition < n)
-    };
+/// Who held each partition when the members joined, resolved as the Java client does.
+#[derive(Debug, Default)]
+struct Claims {
+    /// The previous owner a partition sticks to: its only claimant from the newest
+    /// generation that claimed it, if that member still subscribes to the topic.
+    sticky: BTreeMap<TopicPartition, String>,
+    /// Every partition some member claims, with the one member that may keep it in a
+    /// cooperative round (`None`: nobody may have it this round).
+    held: BTreeMap<TopicPartition, Option<String>>,
+}
 
-    // Previous owners: owned partitions from the subscription (cooperative, or any v1+
-    // member), else the eager sticky user data. Conflicting claims go to the highest
-    // generation; a tie leaves the partition unclaimed.
-    let mut claims: BTreeMap<TopicPartition, (i32, Option<String>)> = BTreeMap::new();
-    for m in &sorted {
-        let s = &m.subscription;
-        let (owned, generation) = if !s.owned_partitions.is_empty() {
-            (s.owned_partitions.clone(), s.generation_id)
-        } else {
-            match s
-                .user_data
-                .as_ref()
-                .and_then(|d| decode_sticky_user_data(d.clone()))
-            {
-                Some((previous, g)) => (previous, g.unwrap_or(s.generation_id)),
-                None => (Vec::new(), s.generation_id),
-            }
+impl Claims {
+    /// Reads the claims of `sorted` (owned partitions from the subscription, else the
+    /// eager sticky user data) on the partitions of `partitions_per_topic`.
+    ///
+    /// As the Java client (`AbstractStickyAssignor.allSubscriptionsEqual`), the claim
+    /// from the newest generation wins and two claims from that same generation cancel
+    /// each other out (`partitionsWithMultiplePreviousOwners`). A claim on a topic its
+    /// member no longer subscribes to takes part in that contest but never makes the
+    /// member a sticky owner (`GeneralAssignmentBuilder.assignOwnedPartitions` drops it).
+    fn read(partitions_per_topic: &BTreeMap<String, i32>, sorted: &[&MemberSubscription]) -> Self {
+        let exists = |p: &TopicPartition| {
+            partitions_per_topic
+                .get(&p.topic)
+                .is_some_and(|&n| p.partition >= 0 && p.partition < n)
         };
-        for p in owned
-            .into_iter()
-            .filter(|p| exists(p) && subscribes(m, &p.topic))
-        {
-            match claims.get(&p) {
-                Some((g, _)) if *g > generation => {}
-                Some((g, _)) if *g == generation => {
-                    claims.insert(p, (generation, None));
+        // partition -> (newest generation, its only claimant, if only one)
+        let mut newest: BTreeMap<TopicPartition, (i32, Option<&MemberSubscription>)> =
+            BTreeMap::new();
+        for &m in sorted {
+            let s = &m.subscription;
+            let (owned, generation) = if !s.owned_partitions.is_empty() {
+                (s.owned_partitions.clone(), s.generation_id)
+            } else {
+                match s
+                    .user_data
+                    .as_ref()
+                    .and_then(|d| decode_sticky_user_data(d.clone()))
+                {
+                    Some((previous, g)) => (previous, g.unwrap_or(s.generation_id)),
+                    None => (Vec::new(), s.generation_id),
                 }
-                _ => {
-                    claims.insert(p, (generation, Some(m.member_id.clone())));
+            };
+            for p in owned.into_iter().filter(|p| exists(p)) {
+                match newest.get(&p) {
+                    Some((g, _)) if *g > generation => {}
+                    Some((g, Some(other)))
+                        if *g == generation && other.member_id != m.member_id =>
+                    {
+                        newest.insert(p, (generation, None));
+                    }
+                    Some((g, None)) if *g == generation => {}
+                    _ => {
+                        newest.insert(p, (generation, Some(m)));
+                    }
                 }
             }
         }
+        let mut claims = Claims::default();
+        for (p, (_, owner)) in newest {
+            let owner = owner.filter(|m| subscribes(m, &p.topic));
+            if let Some(m) = owner {
+                claims.sticky.insert(p.clone(), m.member_id.clone());
+            }
+            claims.held.insert(p, owner.map(|m| m.member_id.clone()));
+        }
+        claims
     }
-    let previous: BTreeMap<TopicPartition, String> = claims
-        .into_iter()
-        .filter_map(|(p, (_, o))| Some((p, o?)))
-        .collect();
+
+    /// Whether `member` may have `p` in a cooperative round: nobody holds it, or
+    /// `member` holds it and nobody contests that.
+    fn may_have(&self, member: &str, p: &TopicPartition) -> bool {
+        match self.held.get(p) {
+            None => true,
+            Some(keeper) => keeper.as_deref() == Some(member),
+        }
+    }
+}
+
+/// The balanced sticky assignment, and the claims it started from.
+fn sticky_assign(
+    partitions_per_topic: &BTreeMap<String, i32>,
+    members: &[MemberSubscription],
+) -> Result<(BTreeMap<String, Vec<TopicPartition>>, Claims), AssignError> {
+    let sorted = sorted_members(members)?;
+    let claims = Claims::read(partitions_per_topic, &sorted);
+    let previous = &claims.sticky;
 
     let mut result = empty_result(members);
-    for (p, owner) in &previous {
+    for (p, owner) in previous {
         if let Some(list) = result.get_mut(owner) {
             list.push(p.clone());
         }
@@ -418,7 +457,7 @@ fn sticky_assign(
             break;
         }
     }
-    Ok((result, previous))
+    Ok((result, claims))
 }
 
 /// Java `StickyAssignor` user data (v1): `[topic, [partition]]` then the generation.
@@ -545,6 +584,108 @@ mod tests {
         );
     }
 
+    fn owning(
+        mut m: MemberSubscription,
+        generation: i32,
+        owned: &[(&str, i32)],
+    ) -> MemberSubscription {
+        m.subscription.generation_id = generation;
+        m.subscription.owned_partitions = owned
+            .iter()
+            .map(|(t, p)| TopicPartition::new(*t, *p))
+            .collect();
+        m
+    }
+
+    fn holders<'a>(r: &'a BTreeMap<String, Assignment>, p: &TopicPartition) -> Vec<&'a str> {
+        r.iter()
+            .filter(|(_, a)| a.partitions.contains(p))
+            .map(|(m, _)| m.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn cooperative_holds_back_a_partition_two_members_claim_in_the_same_generation() {
+        let members = [
+            owning(member("a", &["t"]), 3, &[("t", 0)]),
+            owning(member("b", &["t"]), 3, &[("t", 0), ("t", 1)]),
+            member("c", &["t"]),
+        ];
+        let topics = counts(&[("t", 3)]);
+        let t0 = TopicPartition::new("t", 0);
+        let r = CooperativeStickyAssignor.assign(&topics, &members).unwrap();
+        assert_eq!(
+            holders(&r, &t0),
+            Vec::<&str>::new(),
+            "both claimants still hold t-0, so nobody may get it this round"
+        );
+        assert!(
+            names(&r["b"]).contains(&"t-1".to_string()),
+            "b keeps its uncontested t-1"
+        );
+        // The eager assignor has everything revoked before it runs: it hands t-0 out.
+        let r = StickyAssignor.assign(&topics, &members).unwrap();
+        assert_eq!(holders(&r, &t0).len(), 1);
+    }
+
+    #[test]
+    fn cooperative_holds_back_partitions_whose_owner_unsubscribed() {
+        let members = [
+            owning(member("a", &["u"]), 2, &[("t", 0), ("t", 1)]),
+            member("b", &["t"]),
+        ];
+        let topics = counts(&[("t", 2), ("u", 1)]);
+        let r = CooperativeStickyAssignor.assign(&topics, &members).unwrap();
+        assert_eq!(names(&r["a"]), ["u-0"], "a revokes t-0 and t-1");
+        assert_eq!(
+            names(&r["b"]),
+            Vec::<String>::new(),
+            "b gets t-0 and t-1 only after a has revoked them"
+        );
+        // The round after a revoked them, b gets them.
+        let members = [
+            owning(member("a", &["u"]), 3, &[("u", 0)]),
+            owning(member("b", &["t"]), 3, &[]),
+        ];
+        let r = CooperativeStickyAssignor.assign(&topics, &members).unwrap();
+        assert_eq!(names(&r["b"]), ["t-0", "t-1"]);
+        // Eager: a has given them back already, b gets them at once.
+        let members = [
+            owning(member("a", &["u"]), 2, &[("t", 0), ("t", 1)]),
+            member("b", &["t"]),
+        ];
+        let r = StickyAssignor.assign(&topics, &members).unwrap();
+        assert_eq!(names(&r["b"]), ["t-0", "t-1"]);
+    }
+
+    #[test]
+    fn cooperative_a_claim_from_an_unsubscribed_member_contests_a_claim_of_the_same_generation() {
+        // a left topic t but still holds t-0, which b claims in the same generation.
+        let members = [
+            owning(member("a", &["u"]), 4, &[("t", 0)]),
+            owning(member("b", &["t"]), 4, &[("t", 0)]),
+        ];
+        let topics = counts(&[("t", 1), ("u", 1)]);
+        let r = CooperativeStickyAssignor.assign(&topics, &members).unwrap();
+        assert_eq!(
+            holders(&r, &TopicPartition::new("t", 0)),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn cooperative_the_highest_generation_claim_wins() {
+        let members = [
+            owning(member("a", &["t"]), 5, &[("t", 0)]),
+            owning(member("b", &["t"]), 4, &[("t", 0), ("t", 1)]),
+        ];
+        let r = CooperativeStickyAssignor
+            .assign(&counts(&[("t", 2)]), &members)
+            .unwrap();
+        assert_eq!(names(&r["a"]), ["t-0"], "a's claim is the newer one");
+        assert_eq!(names(&r["b"]), ["t-1"]);
+    }
+
     fn arb_group() -> impl Strategy<Value = (BTreeMap<String, i32>, Vec<MemberSubscription>)> {
         let topics = prop::collection::btree_map("[a-d]", 0i32..10, 1..4);
         (topics, 1usize..7).prop_flat_map(|(topics, n)| {
@@ -668,6 +809,133 @@ mod tests {
             }
             let r3 = coop.assign(&topics, &members).unwrap();
             check_exactly_once(&topics, &members, &r3)?;
+        }
+    }
+
+    /// What can happen to the group between two rebalances.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Join(Vec<String>),
+        Leave(usize),
+        Resubscribe(usize, Vec<String>),
+        /// A zombie: member `.1` also claims the first partition member `.0` owns, in
+        /// the same generation.
+        DoubleClaim(usize, usize),
+    }
+
+    fn arb_history() -> impl Strategy<Value = (BTreeMap<String, i32>, Vec<Vec<String>>, Vec<Step>)>
+    {
+        let topics = prop::collection::btree_map("[a-d]", 1i32..8, 1..4);
+        topics.prop_flat_map(|topics| {
+            let names: Vec<String> = topics.keys().cloned().collect();
+            let sub = prop::sample::subsequence(names.clone(), 1..=names.len());
+            let step = prop_oneof![
+                sub.clone().prop_map(Step::Join),
+                any::<usize>().prop_map(Step::Leave),
+                (any::<usize>(), sub.clone()).prop_map(|(i, s)| Step::Resubscribe(i, s)),
+                (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Step::DoubleClaim(a, b)),
+            ];
+            (
+                Just(topics),
+                prop::collection::vec(sub, 1..5),
+                prop::collection::vec(step, 1..8),
+            )
+        })
+    }
+
+    /// The cooperative safety rule for one round: a member gets a partition it does not
+    /// hold only if nobody holds it, and keeps one it holds only if nobody else holds it
+    /// from the same or a newer generation.
+    fn check_cooperative_round(
+        topics: &BTreeMap<String, i32>,
+        members: &[MemberSubscription],
+        r: &BTreeMap<String, Assignment>,
+    ) -> Result<(), TestCaseError> {
+        let mut seen = BTreeSet::new();
+        for m in members {
+            let mine = &m.subscription;
+            for p in &r[&m.member_id].partitions {
+                prop_assert!(
+                    subscribes(m, &p.topic),
+                    "{} got {} without subscribing",
+                    m.member_id,
+                    p
+                );
+                prop_assert!(p.partition < topics[&p.topic], "{} does not exist", p);
+                prop_assert!(seen.insert(p.clone()), "{} assigned twice", p);
+                let kept = mine.owned_partitions.contains(p);
+                for o in members.iter().filter(|o| o.member_id != m.member_id) {
+                    let theirs = &o.subscription;
+                    if !theirs.owned_partitions.contains(p) {
+                        continue;
+                    }
+                    prop_assert!(
+                        kept && theirs.generation_id < mine.generation_id,
+                        "{} given to {} (holds it: {}, generation {}) while {} holds it from generation {}",
+                        p,
+                        m.member_id,
+                        kept,
+                        mine.generation_id,
+                        o.member_id,
+                        theirs.generation_id
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn cooperative_never_gives_a_partition_another_member_holds((topics, initial, steps) in arb_history()) {
+            let coop = CooperativeStickyAssignor;
+            let mut next_id = 0;
+            let mut members: Vec<MemberSubscription> = Vec::new();
+            let mut join = |members: &mut Vec<MemberSubscription>, topics: Vec<String>| {
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                members.push(member(&format!("m{next_id}"), &names));
+                next_id += 1;
+            };
+            for s in initial {
+                join(&mut members, s);
+            }
+            let quiet = 4;
+            let mut generation = 0;
+            let rounds = steps.len() + quiet;
+            let mut last = BTreeMap::new();
+            for round in 0..rounds {
+                match steps.get(round).cloned() {
+                    Some(Step::Join(s)) => join(&mut members, s),
+                    Some(Step::Leave(i)) if members.len() > 1 => {
+                        members.remove(i % members.len());
+                    }
+                    Some(Step::Resubscribe(i, s)) => {
+                        let n = members.len();
+                        members[i % n].subscription.topics = s;
+                    }
+                    Some(Step::DoubleClaim(a, b)) => {
+                        let n = members.len();
+                        let (a, b) = (a % n, b % n);
+                        if let Some(p) = members[a].subscription.owned_partitions.first().cloned() {
+                            if a != b && !members[b].subscription.owned_partitions.contains(&p) {
+                                members[b].subscription.owned_partitions.push(p);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                let r = coop.assign(&topics, &members).unwrap();
+                check_cooperative_round(&topics, &members, &r)?;
+                // Every member revokes what it was not given and takes what it was.
+                generation += 1;
+                for m in members.iter_mut() {
+                    m.subscription.owned_partitions = r[&m.member_id].partitions.clone();
+                    m.subscription.generation_id = generation;
+                }
+                last = r;
+            }
+            // After the quiet rounds everything held back has found its owner.
+            check_exactly_once(&topics, &members, &last)?;
         }
     }
 }
