@@ -227,6 +227,16 @@ impl MockCluster {
         check(err, || format!("set rtt of broker {broker} to {ms} ms"))
     }
 
+    /// Puts `broker` in rack `rack`: Metadata responses carry it as the broker's
+    /// `rack`, so each partition's replica racks follow from its replicas' brokers
+    /// (what rack-aware assignment, KIP-881, matches against the members' `client.rack`).
+    pub fn set_broker_rack(&self, broker: i32, rack: &str) -> anyhow::Result<()> {
+        let r = c_string(rack)?;
+        // SAFETY: live cluster; the call copies the rack name.
+        let err = unsafe { rd::rd_kafka_mock_broker_set_rack(self.ptr(), broker, r.as_ptr()) };
+        check(err, || format!("set rack of broker {broker} to {rack}"))
+    }
+
     /// Moves the leadership of one partition (bumping its leader epoch).
     pub fn partition_set_leader(
         &self,
