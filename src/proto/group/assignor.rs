@@ -8,7 +8,10 @@
 //! | `sticky` | eager | balanced, keeping previous owners where balance allows |
 //! | `cooperative-sticky` | cooperative | as `sticky`, but a partition that changes owner is left out for one round (KIP-429) |
 //!
-//! Custom assignors implement [`Assignor`].
+//! Given the racks of the partitions' replicas ([`Assignor::assign_with_racks`]),
+//! `range`, `sticky` and `cooperative-sticky` prefer to give a member whose
+//! subscription names a rack the partitions with a replica in that rack, without
+//! giving up balance (KIP-881). Custom assignors implement [`Assignor`].
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,6 +40,10 @@ pub struct MemberSubscription {
     pub subscription: Subscription,
 }
 
+/// The racks holding a replica of each partition (KIP-881), from the brokers' `rack` in
+/// Metadata. A partition missing from the map, or with no racks, has no known rack.
+pub type PartitionRacks = BTreeMap<TopicPartition, BTreeSet<String>>;
+
 /// An assignment that cannot be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -46,7 +53,8 @@ pub enum AssignError {
     DuplicateMember(String),
 }
 
-/// A partition assignor. The leader calls [`Assignor::assign`]; every member calls
+/// A partition assignor. The leader calls [`Assignor::assign_with_racks`] (or
+/// [`Assignor::assign`] when it knows no racks); every member calls
 /// [`Assignor::subscription_user_data`] when it joins.
 pub trait Assignor: Send + Sync + std::fmt::Debug {
     /// The protocol name in JoinGroup (`range`, `roundrobin`, ...).
@@ -70,6 +78,21 @@ pub trait Assignor: Send + Sync + std::fmt::Debug {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError>;
+    /// As [`Assignor::assign`], knowing where each partition's replicas live, so that
+    /// members whose subscription names a rack (`client.rack`) can be given partitions
+    /// with a replica in that rack (KIP-881, so they can fetch from it, KIP-392).
+    /// `partition_racks` needs only the partitions of `partitions_per_topic`. The
+    /// default ignores the racks, so an assignor that implements only `assign` keeps
+    /// working.
+    fn assign_with_racks(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        partition_racks: &PartitionRacks,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        let _ = partition_racks;
+        self.assign(partitions_per_topic, members)
+    }
 }
 
 /// The built-in assignor called `name`.
@@ -133,6 +156,12 @@ fn subscribes(m: &MemberSubscription, topic: &str) -> bool {
 }
 
 /// `range`: per topic, members (in Java's order) get contiguous ranges.
+///
+/// With racks (Java `RangeAssignor.assignPartitions`, KIP-881), each member first takes,
+/// within its share of the topic, the partitions with a replica in its rack; topics with
+/// the same subscribers and partition count stay co-partitioned (partition `i` of each
+/// goes to one member). The partitions left are then dealt in ranges as without racks.
+/// Every member gets as many partitions of each topic as without racks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RangeAssignor;
 
@@ -150,28 +179,191 @@ impl Assignor for RangeAssignor {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        self.assign_with_racks(partitions_per_topic, &PartitionRacks::new(), members)
+    }
+
+    fn assign_with_racks(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        partition_racks: &PartitionRacks,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
         let sorted = sorted_members(members)?;
+        let racks = RackView::new(partition_racks, &sorted);
+        let mut topics: Vec<RangeTopic> = partitions_per_topic
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(topic, &n)| RangeTopic::new(topic, n, &sorted, &racks))
+            .collect();
         let mut result = empty_result(members);
-        for (topic, &n) in partitions_per_topic {
-            let consumers: Vec<&&MemberSubscription> =
-                sorted.iter().filter(|m| subscribes(m, topic)).collect();
-            if consumers.is_empty() || n <= 0 {
-                continue;
+        if topics.iter().any(|t| t.rack_aware) {
+            // Java `assignWithRackMatching`: group the topics by subscribers, then by
+            // partition count; a group of several is assigned co-partitioned.
+            let mut groups: BTreeMap<(Vec<&str>, i32), Vec<usize>> = BTreeMap::new();
+            for (i, t) in topics.iter().enumerate() {
+                // Racks can change nothing where no subscriber has one.
+                if t.consumers
+                    .iter()
+                    .all(|m| racks.rack(&m.member_id).is_none())
+                {
+                    continue;
+                }
+                let ids = t.consumers.iter().map(|m| m.member_id.as_str()).collect();
+                groups.entry((ids, t.n)).or_default().push(i);
             }
-            let m = consumers.len() as i32;
-            let (per, extra) = (n / m, n % m);
-            for (i, c) in consumers.iter().enumerate() {
-                let i = i as i32;
-                let start = per * i + i.min(extra);
-                let len = per + i32::from(i < extra);
-                if let Some(list) = result.get_mut(&c.member_id) {
-                    list.extend(
-                        (start..start + len).map(|p| TopicPartition::new(topic.clone(), p)),
-                    );
+            for group in groups.values() {
+                match group.as_slice() {
+                    [one] if topics[*one].rack_aware => {
+                        let t = &mut topics[*one];
+                        t.assign_ranges(&mut result, |t, c, p| t.racks_match(c, p));
+                    }
+                    [_] => {}
+                    several => assign_co_partitioned(&mut topics, several, &mut result),
                 }
             }
         }
+        for t in &mut topics {
+            t.assign_ranges(&mut result, |_, _, _| true);
+        }
         Ok(finish(result))
+    }
+}
+
+/// One topic's share-out in the range assignor (Java `RangeAssignor.TopicAssignmentState`).
+struct RangeTopic<'a> {
+    topic: &'a str,
+    n: i32,
+    /// Its subscribers, in Java's member order.
+    consumers: Vec<&'a MemberSubscription>,
+    racks: &'a RackView<'a>,
+    /// Whether racks can make a difference for this topic (Java `needsRackAwareAssignment`).
+    rack_aware: bool,
+    unassigned: BTreeSet<i32>,
+    /// Partitions given so far, per consumer (same index as `consumers`).
+    given: Vec<i32>,
+    /// Every consumer gets `per` partitions, and `extra` of them one more.
+    per: i32,
+    extra: i32,
+}
+
+impl<'a> RangeTopic<'a> {
+    fn new(
+        topic: &'a str,
+        n: i32,
+        sorted: &[&'a MemberSubscription],
+        racks: &'a RackView<'a>,
+    ) -> Self {
+        let consumers: Vec<&MemberSubscription> = sorted
+            .iter()
+            .copied()
+            .filter(|m| subscribes(m, topic))
+            .collect();
+        let m = consumers.len() as i32;
+        let rack_aware = racks.applies(
+            consumers.iter().copied(),
+            (0..n).map(|p| TopicPartition::new(topic, p)),
+        );
+        Self {
+            topic,
+            n,
+            rack_aware,
+            racks,
+            unassigned: (0..n).collect(),
+            given: vec![0; consumers.len()],
+            per: if m == 0 { 0 } else { n / m },
+            extra: if m == 0 { 0 } else { n % m },
+            consumers,
+        }
+    }
+
+    /// How many more partitions consumer `c` may take.
+    fn room(&self, c: usize) -> i32 {
+        (self.per + i32::from(self.extra > 0) - self.given[c]).max(0)
+    }
+
+    /// Java `racksMatch`: a consumer without a rack matches every partition.
+    fn racks_match(&self, c: usize, partition: i32) -> bool {
+        let m = self.consumers[c];
+        self.racks.rack(&m.member_id).is_none()
+            || self
+                .racks
+                .same_rack(&m.member_id, &TopicPartition::new(self.topic, partition))
+    }
+
+    fn give(
+        &mut self,
+        c: usize,
+        partitions: &[i32],
+        result: &mut BTreeMap<String, Vec<TopicPartition>>,
+    ) {
+        let before = self.given[c];
+        self.given[c] += partitions.len() as i32;
+        if before <= self.per && self.given[c] > self.per {
+            self.extra -= 1;
+        }
+        for p in partitions {
+            self.unassigned.remove(p);
+        }
+        if let Some(list) = result.get_mut(&self.consumers[c].member_id) {
+            list.extend(
+                partitions
+                    .iter()
+                    .map(|&p| TopicPartition::new(self.topic, p)),
+            );
+        }
+    }
+
+    /// Java `assignRanges`: each consumer in turn takes the first unassigned partitions
+    /// `may` allows, up to its share.
+    fn assign_ranges(
+        &mut self,
+        result: &mut BTreeMap<String, Vec<TopicPartition>>,
+        may: impl Fn(&Self, usize, i32) -> bool,
+    ) {
+        for c in 0..self.consumers.len() {
+            if self.unassigned.is_empty() {
+                break;
+            }
+            let take: Vec<i32> = self
+                .unassigned
+                .iter()
+                .copied()
+                .filter(|&p| may(self, c, p))
+                .take(self.room(c) as usize)
+                .collect();
+            if !take.is_empty() {
+                self.give(c, &take, result);
+            }
+        }
+    }
+}
+
+/// Java `assignCoPartitionedWithRackMatching`: partition `i` of every topic of `group`
+/// (same subscribers, same partition count) goes to the first consumer whose rack
+/// holds all of them and who has room in every topic.
+fn assign_co_partitioned(
+    topics: &mut [RangeTopic],
+    group: &[usize],
+    result: &mut BTreeMap<String, Vec<TopicPartition>>,
+) {
+    let first = group[0];
+    let mut remaining: Vec<usize> = (0..topics[first].consumers.len()).collect();
+    for p in 0..topics[first].n {
+        let found = remaining.iter().copied().find(|&c| {
+            group
+                .iter()
+                .all(|&t| topics[t].racks_match(c, p) && topics[t].room(c) > 0)
+        });
+        let Some(c) = found else { continue };
+        for &t in group {
+            topics[t].give(c, &[p], result);
+        }
+        if group.iter().all(|&t| topics[t].room(c) == 0) {
+            remaining.retain(|&x| x != c);
+            if remaining.is_empty() {
+                break;
+            }
+        }
     }
 }
 
@@ -228,6 +420,11 @@ impl Assignor for RoundRobinAssignor {
 
 /// `sticky` (eager): balanced, keeping previous owners where balance allows. The
 /// previous assignment travels in the user data, in the Java `StickyAssignor` layout.
+///
+/// With racks (KIP-881): balance first, then rack locality, then stickiness. A member
+/// gives up a partition its rack holds no replica of if another subscriber's rack
+/// does, and new partitions go to a subscriber in a rack with a replica where balance
+/// allows; the loads are then as balanced as can be, never less than without racks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StickyAssignor;
 
@@ -253,16 +450,26 @@ impl Assignor for StickyAssignor {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        self.assign_with_racks(partitions_per_topic, &PartitionRacks::new(), members)
+    }
+
+    fn assign_with_racks(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        partition_racks: &PartitionRacks,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
         // Eager: every member gave everything back before joining, so nothing is held
         // back (Java's `StickyAssignor` has no `adjustAssignment`).
-        let (result, _) = sticky_assign(partitions_per_topic, members)?;
+        let (result, _) = sticky_assign(partitions_per_topic, partition_racks, members)?;
         Ok(finish(result))
     }
 }
 
-/// `cooperative-sticky` (KIP-429): as `sticky`, but a partition whose owner changes is
-/// left unassigned in this round; its old owner revokes it and rejoins, and the
-/// follow-up rebalance hands it to the new owner.
+/// `cooperative-sticky` (KIP-429): as `sticky` (racks included), but a partition whose
+/// owner changes is left unassigned in this round; its old owner revokes it and
+/// rejoins, and the follow-up rebalance hands it to the new owner. So is a partition
+/// two members claim in the same generation, or whose holder left its topic.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CooperativeStickyAssignor;
 
@@ -292,11 +499,22 @@ impl Assignor for CooperativeStickyAssignor {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
-        let (mut result, claims) = sticky_assign(partitions_per_topic, members)?;
+        self.assign_with_racks(partitions_per_topic, &PartitionRacks::new(), members)
+    }
+
+    fn assign_with_racks(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        partition_racks: &PartitionRacks,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        let (mut result, claims) = sticky_assign(partitions_per_topic, partition_racks, members)?;
         // KIP-429: a partition someone else still holds is left out until its holders
         // have revoked it (Java: `CooperativeStickyAssignor.adjustAssignment` removes the
         // "partitions transferring ownership"). That covers a partition moving to a new
-        // owner, one held by a member that left its topic, and one two members claim in
+        // owner (for balance or rack locality), one held by a member that left its
+        // topic (Java: `computePartitionsTransferringOwnership` compares with the raw
+        // `ownedPartitions`, whatever the topic), and one two members claim in
         // the same generation: none of its claimants keeps it either, so both revoke it
         // (Java: `ConstrainedAssignmentBuilder.assignNewPartition` marks every partition
         // of `partitionsWithMultiplePreviousOwners` as transferring). Java's general case
@@ -306,6 +524,100 @@ impl Assignor for CooperativeStickyAssignor {
             list.retain(|p| claims.may_have(member, p));
         }
         Ok(finish(result))
+    }
+}
+
+/// Members' racks and the racks of partitions' replicas (KIP-881). A member or
+/// partition without a rack matches nothing; [`RackView::none`] knows no racks at all,
+/// and then every answer is the rack-less one.
+#[derive(Debug, Default)]
+struct RackView<'a> {
+    /// The rack of each member that named one (an empty `rack_id` is none, as in Java).
+    members: BTreeMap<&'a str, &'a str>,
+    partitions: Option<&'a PartitionRacks>,
+}
+
+impl<'a> RackView<'a> {
+    fn none() -> Self {
+        Self::default()
+    }
+
+    fn new(partitions: &'a PartitionRacks, members: &[&'a MemberSubscription]) -> Self {
+        let members = members
+            .iter()
+            .filter_map(|m| {
+                let rack = m
+                    .subscription
+                    .rack_id
+                    .as_deref()
+                    .filter(|r| !r.is_empty())?;
+                Some((m.member_id.as_str(), rack))
+            })
+            .collect();
+        Self {
+            members,
+            partitions: Some(partitions),
+        }
+    }
+
+    /// Whether any member named a rack (never, for [`RackView::none`]).
+    fn knows_racks(&self) -> bool {
+        !self.members.is_empty()
+    }
+
+    fn rack(&self, member: &str) -> Option<&'a str> {
+        self.members.get(member).copied()
+    }
+
+    fn racks_of(&self, p: &TopicPartition) -> &'a BTreeSet<String> {
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        self.partitions.and_then(|all| all.get(p)).unwrap_or(&NONE)
+    }
+
+    /// `member` is in a rack that holds a replica of `p`.
+    fn same_rack(&self, member: &str, p: &TopicPartition) -> bool {
+        self.rack(member)
+            .is_some_and(|r| self.racks_of(p).contains(r))
+    }
+
+    /// `member` is in a rack that holds no replica of `p` (Java `racksMismatch`).
+    fn mismatch(&self, member: &str, p: &TopicPartition) -> bool {
+        self.rack(member).is_some() && !self.same_rack(member, p)
+    }
+
+    /// Java `AbstractPartitionAssignor.useRackAwareAssignment`: racks matter only if a
+    /// member names a rack, some replica of `partitions` is in a member's rack, and the
+    /// partitions are not all on the same racks (then where one goes cannot matter).
+    fn applies<'m>(
+        &self,
+        members: impl Iterator<Item = &'m MemberSubscription>,
+        partitions: impl Iterator<Item = TopicPartition>,
+    ) -> bool {
+        let member_racks: BTreeSet<&str> =
+            members.filter_map(|m| self.rack(&m.member_id)).collect();
+        if member_racks.is_empty() {
+            return false;
+        }
+        let sets: Vec<&BTreeSet<String>> = partitions.map(|p| self.racks_of(&p)).collect();
+        let all: BTreeSet<&str> = sets
+            .iter()
+            .flat_map(|s| s.iter().map(String::as_str))
+            .collect();
+        if member_racks.is_disjoint(&all) {
+            return false;
+        }
+        // Each set is part of `all`: one as large is all of it.
+        sets.iter().any(|s| s.len() != all.len())
+    }
+
+    /// How well `member` is placed to read `p`: 2 in a rack with a replica, 1 without a
+    /// rack (unknown), 0 in a rack without one. Always 1 with [`RackView::none`].
+    fn score(&self, member: &str, p: &TopicPartition) -> i32 {
+        match self.rack(member) {
+            None => 1,
+            Some(_) if self.same_rack(member, p) => 2,
+            Some(_) => 0,
+        }
     }
 }
 
@@ -389,75 +701,229 @@ impl Claims {
 }
 
 /// The balanced sticky assignment, and the claims it started from.
+///
+/// 1. Previous owners keep their partitions (the sticky owners of [`Claims`]). With
+///    racks, not a partition whose owner's rack holds no replica of it while another
+///    subscriber's rack does: rack locality comes before stickiness, as in Java, whose
+///    builders' `assignOwnedPartitions` drop every owned partition that
+///    `RackInfo.racksMismatch`. Unlike Java, an owner keeps a misaligned partition no
+///    subscriber could read locally, since moving it would gain nothing.
+/// 2. With racks, the partitions left that some subscriber's rack holds go to the least
+///    loaded such subscriber, those with the fewest such subscribers first (Java:
+///    `sortPartitionsByRackConsumers`, then the rack-matching first pass of
+///    `assignRackAwareRoundRobin` / `balance`).
+/// 3. The rest go to the least loaded subscriber.
+/// 4. Balance: while a member has a partition that a subscriber with two or more fewer
+///    could take, one moves. Each move lowers the sum of squared loads, so this ends,
+///    where Java's `isBalanced` holds. Moves that improve rack locality go first, then
+///    those that keep it; among equals, a partition that was not the member's before.
+///    With racks, chains of moves too ([`find_chain`]), which makes the loads optimal,
+///    so that rack awareness never costs balance. (Without racks the assignment stays
+///    what it always was, balanced in Java's sense only: with unequal subscriptions a
+///    chain could sometimes do better.)
 fn sticky_assign(
     partitions_per_topic: &BTreeMap<String, i32>,
+    partition_racks: &PartitionRacks,
     members: &[MemberSubscription],
 ) -> Result<(BTreeMap<String, Vec<TopicPartition>>, Claims), AssignError> {
     let sorted = sorted_members(members)?;
     let claims = Claims::read(partitions_per_topic, &sorted);
-    let previous = &claims.sticky;
+    let all: Vec<TopicPartition> = partitions_per_topic
+        .iter()
+        .filter(|(t, _)| sorted.iter().any(|m| subscribes(m, t)))
+        .flat_map(|(t, &n)| (0..n.max(0)).map(|p| TopicPartition::new(t.clone(), p)))
+        .collect();
+    let racks = RackView::new(partition_racks, &sorted);
+    let racks = if racks.applies(sorted.iter().copied(), all.iter().cloned()) {
+        racks
+    } else {
+        RackView::none()
+    };
+    let subscribers = |p: &TopicPartition| -> Vec<&MemberSubscription> {
+        sorted
+            .iter()
+            .copied()
+            .filter(|m| subscribes(m, &p.topic))
+            .collect()
+    };
+    let local = |p: &TopicPartition| -> Vec<&MemberSubscription> {
+        subscribers(p)
+            .into_iter()
+            .filter(|m| racks.same_rack(&m.member_id, p))
+            .collect()
+    };
+    let load =
+        |result: &BTreeMap<String, Vec<TopicPartition>>, m: &str| result.get(m).map_or(0, Vec::len);
 
+    // 1. Owners keep what they own.
+    let previous: BTreeMap<TopicPartition, String> = claims
+        .sticky
+        .iter()
+        .filter(|(p, owner)| !racks.mismatch(owner, p) || local(p).is_empty())
+        .map(|(p, owner)| (p.clone(), owner.clone()))
+        .collect();
     let mut result = empty_result(members);
-    for (p, owner) in previous {
+    for (p, owner) in &previous {
         if let Some(list) = result.get_mut(owner) {
             list.push(p.clone());
         }
     }
-    // Unowned partitions go to the least loaded eligible member.
-    for (topic, &n) in partitions_per_topic {
-        for partition in 0..n.max(0) {
-            let p = TopicPartition::new(topic.clone(), partition);
-            if previous.contains_key(&p) {
-                continue;
-            }
-            let target = sorted
+    let mut unowned: Vec<&TopicPartition> =
+        all.iter().filter(|p| !previous.contains_key(*p)).collect();
+
+    // 2. With racks, to a subscriber in a rack with a replica.
+    if racks.knows_racks() {
+        let mut by_choice: Vec<(Vec<&MemberSubscription>, &TopicPartition)> = unowned
+            .iter()
+            .map(|p| (local(p), *p))
+            .filter(|(l, _)| !l.is_empty())
+            .collect();
+        by_choice.sort_by_key(|(l, _)| l.len());
+        for (candidates, p) in by_choice {
+            let target = candidates
                 .iter()
-                .filter(|m| subscribes(m, topic))
-                .min_by_key(|m| result.get(&m.member_id).map_or(0, Vec::len))
+                .min_by_key(|m| load(&result, &m.member_id))
                 .map(|m| m.member_id.clone());
-            if let Some(t) = target {
-                if let Some(list) = result.get_mut(&t) {
-                    list.push(p);
-                }
+            if let Some(list) = target.and_then(|t| result.get_mut(&t)) {
+                list.push(p.clone());
             }
+        }
+        unowned.retain(|p| local(p).is_empty());
+    }
+
+    // 3. The rest to the least loaded subscriber.
+    for p in unowned {
+        let target = subscribers(p)
+            .into_iter()
+            .min_by_key(|m| load(&result, &m.member_id))
+            .map(|m| m.member_id.clone());
+        if let Some(list) = target.and_then(|t| result.get_mut(&t)) {
+            list.push(p.clone());
         }
     }
-    // Balance: move a partition from a member that has two or more than an eligible
-    // member. Each move lowers the sum of squared loads, so this ends.
+
+    // 4. Balance.
     loop {
-        let mut moved = false;
-        let mut order: Vec<String> = sorted.iter().map(|m| m.member_id.clone()).collect();
-        order.sort_by_key(|m| std::cmp::Reverse(result.get(m).map_or(0, Vec::len)));
-        'outer: for from in &order {
-            let from_len = result.get(from).map_or(0, Vec::len);
-            let candidates: Vec<TopicPartition> = result.get(from).cloned().unwrap_or_default();
-            // Prefer moving partitions that were not this member's before.
-            let mut candidates = candidates;
-            candidates.sort_by_key(|p| previous.get(p) == Some(from));
+        let mut order: Vec<&str> = sorted.iter().map(|m| m.member_id.as_str()).collect();
+        order.sort_by_key(|m| std::cmp::Reverse(load(&result, m)));
+        let least = order.last().map_or(0, |m| load(&result, m));
+        let mut step: Option<(&str, TopicPartition, String)> = None;
+        for from in order {
+            let from_len = load(&result, from);
+            if from_len < least + 2 {
+                // Neither this member nor any after it has anyone to give to.
+                break;
+            }
+            let mut candidates: Vec<TopicPartition> = result.get(from).cloned().unwrap_or_default();
+            let sticky = |p: &TopicPartition| previous.get(p).is_some_and(|o| o == from);
+            candidates.sort_by_key(|p| sticky(p));
+            // (lost locality, sticky), lowest first; without racks the first that can
+            // move at all.
+            let mut best: Option<((i32, bool), TopicPartition, String)> = None;
             for p in candidates {
-                let to = sorted
-                    .iter()
-                    .filter(|m| m.member_id != *from && subscribes(m, &p.topic))
-                    .min_by_key(|m| result.get(&m.member_id).map_or(0, Vec::len))
-                    .map(|m| m.member_id.clone());
+                let here = racks.score(from, &p);
+                let to = subscribers(&p)
+                    .into_iter()
+                    .filter(|m| m.member_id != from && load(&result, &m.member_id) + 1 < from_len)
+                    .min_by_key(|m| (-racks.score(&m.member_id, &p), load(&result, &m.member_id)));
                 let Some(to) = to else { continue };
-                if result.get(&to).map_or(0, Vec::len) + 1 < from_len {
-                    if let Some(list) = result.get_mut(from) {
-                        list.retain(|q| q != &p);
-                    }
-                    if let Some(list) = result.get_mut(&to) {
-                        list.push(p);
-                    }
-                    moved = true;
-                    break 'outer;
+                let key = (here - racks.score(&to.member_id, &p), sticky(&p));
+                if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
+                    best = Some((key, p, to.member_id.clone()));
+                }
+                if !racks.knows_racks() {
+                    break;
                 }
             }
+            if let Some((_, p, to)) = best {
+                step = Some((from, p, to));
+                break;
+            }
         }
-        if !moved {
-            break;
+        let moves = match step {
+            Some((from, p, to)) => vec![(p, from.to_string(), to)],
+            // With racks, also chains of moves, so that the result is as balanced as
+            // can be: never less balanced than without racks.
+            None if racks.knows_racks() => {
+                let Some(chain) = find_chain(&sorted, &result, &racks, &previous) else {
+                    break;
+                };
+                chain
+            }
+            None => break,
+        };
+        for (p, from, to) in moves {
+            if let Some(list) = result.get_mut(&from) {
+                list.retain(|q| q != &p);
+            }
+            if let Some(list) = result.get_mut(&to) {
+                list.push(p);
+            }
         }
     }
     Ok((result, claims))
+}
+
+/// Moves `a → b → … → c`, each handing one partition to a subscriber of its topic,
+/// that take one partition off `a` and give one to `c`, where `c` has two or more
+/// fewer than `a` (the members between keep their count): a cost-reducing path in the
+/// sense of Harvey, Ladner, Lovász and Tamir, "Semi-matchings for bipartite graphs and
+/// load balancing" (2003). Once neither a single move nor such a chain exists, the
+/// loads are optimal for every convex measure of spread (their theorem): no other
+/// assignment of these partitions to their subscribers has a lower maximum, a higher
+/// minimum or a smaller sum of squares. The shortest chain
+/// from the most loaded member is taken; each hop carries the partition that gains
+/// the most rack locality, then one its holder did not own before.
+fn find_chain(
+    sorted: &[&MemberSubscription],
+    result: &BTreeMap<String, Vec<TopicPartition>>,
+    racks: &RackView,
+    previous: &BTreeMap<TopicPartition, String>,
+) -> Option<Vec<(TopicPartition, String, String)>> {
+    let load = |m: &str| result.get(m).map_or(0, Vec::len);
+    let mut order: Vec<&str> = sorted.iter().map(|m| m.member_id.as_str()).collect();
+    order.sort_by_key(|m| std::cmp::Reverse(load(m)));
+    let least = order.last().map_or(0, |m| load(m));
+    for a in order {
+        if load(a) < least + 2 {
+            break;
+        }
+        // member -> (the member it gets a partition from, that partition)
+        let mut parent: BTreeMap<&str, (&str, &TopicPartition)> = BTreeMap::new();
+        let mut seen = BTreeSet::from([a]);
+        let mut queue = std::collections::VecDeque::from([a]);
+        while let Some(u) = queue.pop_front() {
+            let held = result.get(u).map(Vec::as_slice).unwrap_or_default();
+            for m in sorted {
+                let v = m.member_id.as_str();
+                if seen.contains(v) {
+                    continue;
+                }
+                let best = held
+                    .iter()
+                    .filter(|p| subscribes(m, &p.topic))
+                    .min_by_key(|p| {
+                        let lost = racks.score(u, p) - racks.score(v, p);
+                        (lost, previous.get(*p).is_some_and(|o| o == u))
+                    });
+                let Some(p) = best else { continue };
+                seen.insert(v);
+                parent.insert(v, (u, p));
+                if load(v) + 1 < load(a) {
+                    let mut chain = Vec::new();
+                    let mut at = v;
+                    while let Some(&(from, p)) = parent.get(at) {
+                        chain.push((p.clone(), from.to_string(), at.to_string()));
+                        at = from;
+                    }
+                    chain.reverse();
+                    return Some(chain);
+                }
+                queue.push_back(v);
+            }
+        }
+    }
+    None
 }
 
 /// Java `StickyAssignor` user data (v1): `[topic, [partition]]` then the generation.
@@ -686,6 +1152,398 @@ mod tests {
         assert_eq!(names(&r["b"]), ["t-1"]);
     }
 
+    fn racked(id: &str, topics: &[&str], rack: &str) -> MemberSubscription {
+        let mut m = member(id, topics);
+        m.subscription.rack_id = Some(rack.into());
+        m
+    }
+
+    /// The replica layout of Java's `AbstractPartitionAssignorTest.partitionsPerTopic`:
+    /// partition `i` of a topic has its `rf` replicas on brokers `(i + j + offset) %
+    /// brokers`, `offset` counting the partitions of the topics before it, and broker `b`
+    /// is in rack `broker_racks[b]`.
+    fn java_racks(topics: &[(&str, i32)], rf: usize, broker_racks: &[&str]) -> PartitionRacks {
+        let mut out = PartitionRacks::new();
+        let mut offset = 0usize;
+        for (topic, n) in topics {
+            for i in 0..*n as usize {
+                let racks = (0..rf)
+                    .map(|j| broker_racks[(i + j + offset) % broker_racks.len()].to_string())
+                    .collect();
+                out.insert(TopicPartition::new(*topic, i as i32), racks);
+            }
+            offset += *n as usize;
+        }
+        out
+    }
+
+    /// Partitions given to a member with a rack that holds no replica of them.
+    fn mismatches(
+        r: &BTreeMap<String, Assignment>,
+        members: &[MemberSubscription],
+        racks: &PartitionRacks,
+    ) -> usize {
+        members
+            .iter()
+            .filter_map(|m| Some((m, m.subscription.rack_id.as_ref()?)))
+            .map(|(m, rack)| {
+                r[&m.member_id]
+                    .partitions
+                    .iter()
+                    .filter(|p| !racks.get(*p).is_some_and(|rs| rs.contains(rack)))
+                    .count()
+            })
+            .sum()
+    }
+
+    fn all_names(r: &BTreeMap<String, Assignment>) -> Vec<String> {
+        r.values().map(|a| names(a).join(", ")).collect()
+    }
+
+    /// Checks one of Java's `RangeAssignorTest` rack vectors: the assignment, in member
+    /// order, and how many partitions went to a member in a rack without a replica.
+    fn check_range_vector(
+        topics: &[(&str, i32)],
+        members: &[MemberSubscription],
+        (rf, brokers): (usize, &[&str]),
+        want: &[&str],
+        mismatched: usize,
+    ) {
+        let racks = java_racks(topics, rf, brokers);
+        let r = RangeAssignor
+            .assign_with_racks(&counts(topics), &racks, members)
+            .unwrap();
+        assert_eq!(all_names(&r), want, "rf {rf}, broker racks {brokers:?}");
+        let n = mismatches(&r, members, &racks);
+        assert_eq!(n, mismatched, "rf {rf}, broker racks {brokers:?}");
+    }
+
+    #[test]
+    fn range_with_racks_matches_the_java_vectors() {
+        // RangeAssignorTest.testRackAwareAssignmentWithUniformSubscription and
+        // ...WithNonEqualSubscription: t1..t3, consumers on racks a, b, c.
+        let topics = [("t1", 6), ("t2", 7), ("t3", 2)];
+        let all = ["t1", "t2", "t3"];
+        let abc: &[&str] = &["a", "b", "c"];
+        let uniform = [
+            racked("c0", &all, "a"),
+            racked("c1", &all, "b"),
+            racked("c2", &all, "c"),
+        ];
+        let partial = [
+            racked("c0", &all, "a"),
+            racked("c1", &all, "b"),
+            racked("c2", &["t1", "t3"], "c"),
+        ];
+        check_range_vector(
+            &topics,
+            &uniform,
+            (1, abc),
+            &[
+                "t1-0, t1-3, t2-0, t2-3, t2-6",
+                "t1-1, t1-4, t2-1, t2-4, t3-0",
+                "t1-2, t1-5, t2-2, t2-5, t3-1",
+            ],
+            0,
+        );
+        check_range_vector(
+            &topics,
+            &uniform,
+            (2, abc),
+            &[
+                "t1-0, t1-2, t2-0, t2-2, t2-3, t3-1",
+                "t1-1, t1-3, t2-1, t2-4, t3-0",
+                "t1-4, t1-5, t2-5, t2-6",
+            ],
+            1,
+        );
+        // Every partition on both racks: nothing to gain, plain ranges.
+        check_range_vector(
+            &topics,
+            &uniform,
+            (3, &["a", "b"]),
+            &[
+                "t1-0, t1-1, t2-0, t2-1, t2-2, t3-0",
+                "t1-2, t1-3, t2-3, t2-4, t3-1",
+                "t1-4, t1-5, t2-5, t2-6",
+            ],
+            4,
+        );
+        check_range_vector(
+            &topics,
+            &partial,
+            (1, abc),
+            &[
+                "t1-0, t1-3, t2-0, t2-2, t2-3, t2-6",
+                "t1-1, t1-4, t2-1, t2-4, t2-5, t3-0",
+                "t1-2, t1-5, t3-1",
+            ],
+            2,
+        );
+        check_range_vector(
+            &topics,
+            &partial,
+            (2, abc),
+            &[
+                "t1-0, t1-2, t2-0, t2-2, t2-3, t2-5, t3-1",
+                "t1-1, t1-3, t2-1, t2-4, t2-6, t3-0",
+                "t1-4, t1-5",
+            ],
+            0,
+        );
+    }
+
+    #[test]
+    fn range_with_racks_keeps_co_partitioned_topics_together() {
+        // RangeAssignorTest.testRackAwareAssignmentWithCoPartitioning: topics with the
+        // same partition count and subscribers keep partition i of each on one member.
+        let topics = [("t1", 6), ("t2", 6), ("t3", 2), ("t4", 2)];
+        let split = [
+            racked("c0", &["t1", "t2"], "a"),
+            racked("c1", &["t1", "t2"], "b"),
+            racked("c2", &["t3", "t4"], "b"),
+            racked("c3", &["t3", "t4"], "a"),
+        ];
+        let all = ["t1", "t2", "t3", "t4"];
+        let shared = [
+            racked("c0", &all, "a"),
+            racked("c1", &all, "b"),
+            racked("c2", &all, "b"),
+            racked("c3", &all, "a"),
+        ];
+        check_range_vector(
+            &topics,
+            &split,
+            (1, &["a", "b"]),
+            &[
+                "t1-0, t1-2, t1-4, t2-0, t2-2, t2-4",
+                "t1-1, t1-3, t1-5, t2-1, t2-3, t2-5",
+                "t3-1, t4-1",
+                "t3-0, t4-0",
+            ],
+            0,
+        );
+        check_range_vector(
+            &topics,
+            &shared,
+            (1, &["a", "b"]),
+            &[
+                "t1-0, t1-2, t2-0, t2-2, t3-0, t4-0",
+                "t1-1, t1-3, t2-1, t2-3, t3-1, t4-1",
+                "t1-5, t2-5",
+                "t1-4, t2-4",
+            ],
+            0,
+        );
+        check_range_vector(
+            &topics,
+            &shared,
+            (1, &["a", "b", "c"]),
+            &[
+                "t1-0, t1-3, t2-0, t2-3, t3-0, t4-0",
+                "t1-1, t1-4, t2-1, t2-4, t3-1, t4-1",
+                "t1-2, t2-2",
+                "t1-5, t2-5",
+            ],
+            6,
+        );
+    }
+
+    #[test]
+    fn sticky_with_racks_aligns_a_new_group() {
+        // AbstractStickyAssignorTest.testRackAwareAssignmentWithUniformSubscription: with
+        // replicas on one or two of three racks, the balanced assignment is fully aligned.
+        let topics = [("t1", 6), ("t2", 7), ("t3", 2)];
+        let all = ["t1", "t2", "t3"];
+        let rack_a = "t1-0, t1-3, t2-0, t2-3, t2-6";
+        let rack_b = "t1-1, t1-4, t2-1, t2-4, t3-0";
+        let rack_c = "t1-2, t1-5, t2-2, t2-5, t3-1";
+        // Java's vector, then the same members on other racks (where the rack-less
+        // assignment would match none).
+        let cases = [
+            (["a", "b", "c"], [rack_a, rack_b, rack_c]),
+            (["b", "c", "a"], [rack_b, rack_c, rack_a]),
+        ];
+        for (member_racks, want) in cases {
+            let members: Vec<_> = member_racks
+                .iter()
+                .enumerate()
+                .map(|(i, rack)| racked(&format!("c{i}"), &all, rack))
+                .collect();
+            for rf in [1, 2] {
+                let racks = java_racks(&topics, rf, &["a", "b", "c"]);
+                for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+                    let r = a
+                        .assign_with_racks(&counts(&topics), &racks, &members)
+                        .unwrap();
+                    let case = format!("{} rf {rf}, member racks {member_racks:?}", a.name());
+                    assert_eq!(
+                        mismatches(&r, &members, &racks),
+                        0,
+                        "{case}: {:?}",
+                        all_names(&r)
+                    );
+                    assert_eq!(loads(&r), [5, 5, 5], "{case}");
+                    if rf == 1 {
+                        // With one replica there is only one such assignment.
+                        assert_eq!(all_names(&r), want, "{case}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sticky_with_racks_moves_misaligned_owned_partitions() {
+        // The owned partitions of AbstractStickyAssignorTest's "rack-awareness is
+        // improved if already owned partitions are misaligned".
+        let topics = [("t1", 6), ("t2", 7), ("t3", 2)];
+        let all = ["t1", "t2", "t3"];
+        let racks = java_racks(&topics, 1, &["a", "b", "c"]);
+        let owned = |g| {
+            [
+                owning(
+                    racked("c0", &all, "a"),
+                    g,
+                    &[("t1", 0), ("t1", 1), ("t1", 2), ("t1", 3), ("t1", 4)],
+                ),
+                owning(
+                    racked("c1", &all, "b"),
+                    g,
+                    &[("t1", 5), ("t2", 0), ("t2", 1), ("t2", 2), ("t2", 3)],
+                ),
+                owning(
+                    racked("c2", &all, "c"),
+                    g,
+                    &[("t2", 4), ("t2", 5), ("t2", 6), ("t3", 0), ("t3", 1)],
+                ),
+            ]
+        };
+        let aligned = [
+            "t1-0, t1-3, t2-0, t2-3, t2-6",
+            "t1-1, t1-4, t2-1, t2-4, t3-0",
+            "t1-2, t1-5, t2-2, t2-5, t3-1",
+        ];
+        let r = StickyAssignor
+            .assign_with_racks(&counts(&topics), &racks, &owned(1))
+            .unwrap();
+        assert_eq!(all_names(&r), aligned);
+        // Cooperative: each member keeps its aligned partitions and revokes the rest,
+        // which the next round hands to their own rack (Java's vector too).
+        let r = CooperativeStickyAssignor
+            .assign_with_racks(&counts(&topics), &racks, &owned(1))
+            .unwrap();
+        assert_eq!(all_names(&r), ["t1-0, t1-3", "t2-1", "t2-5, t3-1"]);
+        let next: Vec<_> = owned(1)
+            .into_iter()
+            .map(|m| {
+                let kept = r[&m.member_id].partitions.clone();
+                let mut m = owning(m, 2, &[]);
+                m.subscription.owned_partitions = kept;
+                m
+            })
+            .collect();
+        let r = CooperativeStickyAssignor
+            .assign_with_racks(&counts(&topics), &racks, &next)
+            .unwrap();
+        assert_eq!(all_names(&r), aligned);
+    }
+
+    #[test]
+    fn sticky_with_racks_balances_before_aligning() {
+        // AbstractStickyAssignorTest.testRackAwareAssignmentWithNonEqualSubscription: c2
+        // reads only t1 and t3, so it needs two partitions from other racks to get its
+        // five, and two of rack c's t2 partitions must go elsewhere: four misaligned at
+        // best, which is what the Java client reaches too.
+        let topics = [("t1", 6), ("t2", 7), ("t3", 2)];
+        let all = ["t1", "t2", "t3"];
+        let members = [
+            racked("c0", &all, "a"),
+            racked("c1", &all, "b"),
+            racked("c2", &["t1", "t3"], "c"),
+        ];
+        let racks = java_racks(&topics, 1, &["a", "b", "c"]);
+        for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+            let r = a
+                .assign_with_racks(&counts(&topics), &racks, &members)
+                .unwrap();
+            let sizes: Vec<usize> = r.values().map(|a| a.partitions.len()).collect();
+            assert_eq!(sizes, [5, 5, 5], "{}", a.name());
+            assert_eq!(
+                mismatches(&r, &members, &racks),
+                4,
+                "{}: {:?}",
+                a.name(),
+                all_names(&r)
+            );
+        }
+    }
+
+    #[test]
+    fn sticky_with_racks_keeps_a_misaligned_partition_no_member_could_read_locally() {
+        // t-1 and t-3 live only in rack z, where no member is: moving them gains
+        // nothing, so their owners keep them. (The Java client puts every misaligned
+        // partition up for grabs again, and here would swap them.)
+        let topics = counts(&[("t", 4)]);
+        let racks: PartitionRacks = [(0, "a"), (1, "z"), (2, "b"), (3, "z")]
+            .into_iter()
+            .map(|(p, r)| (TopicPartition::new("t", p), BTreeSet::from([r.to_string()])))
+            .collect();
+        let members = [
+            owning(racked("c0", &["t"], "a"), 1, &[("t", 0), ("t", 3)]),
+            owning(racked("c1", &["t"], "b"), 1, &[("t", 1), ("t", 2)]),
+        ];
+        for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+            let r = a.assign_with_racks(&topics, &racks, &members).unwrap();
+            assert_eq!(all_names(&r), ["t-0, t-3", "t-1, t-2"], "{}", a.name());
+        }
+    }
+
+    #[test]
+    fn racks_change_nothing_when_they_cannot_help() {
+        // AbstractPartitionAssignor.useRackAwareAssignment: members without racks, racks
+        // no member is in, or every partition on every rack.
+        let topics = [("t1", 6), ("t2", 7), ("t3", 2)];
+        let all = ["t1", "t2", "t3"];
+        let plain = [
+            member("c0", &all),
+            member("c1", &all),
+            member("c2", &["t1", "t3"]),
+        ];
+        let elsewhere = [
+            racked("c0", &all, "d"),
+            racked("c1", &all, "e"),
+            racked("c2", &["t1", "t3"], "f"),
+        ];
+        let everywhere = [
+            racked("c0", &all, "a"),
+            racked("c1", &all, "b"),
+            racked("c2", &["t1", "t3"], "c"),
+        ];
+        let one_rack = java_racks(&topics, 1, &["a", "b", "c"]);
+        let all_racks = java_racks(&topics, 3, &["a", "b", "c"]);
+        for a in [
+            builtin("range"),
+            builtin("sticky"),
+            builtin("cooperative-sticky"),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            for (members, racks) in [
+                (&plain, &one_rack),
+                (&elsewhere, &one_rack),
+                (&everywhere, &all_racks),
+            ] {
+                let with = a
+                    .assign_with_racks(&counts(&topics), racks, members)
+                    .unwrap();
+                let without = a.assign(&counts(&topics), members).unwrap();
+                assert_eq!(with, without, "{}", a.name());
+            }
+        }
+    }
+
     fn arb_group() -> impl Strategy<Value = (BTreeMap<String, i32>, Vec<MemberSubscription>)> {
         let topics = prop::collection::btree_map("[a-d]", 0i32..10, 1..4);
         (topics, 1usize..7).prop_flat_map(|(topics, n)| {
@@ -885,57 +1743,200 @@ mod tests {
         Ok(())
     }
 
+    fn run_cooperative_history(
+        topics: &BTreeMap<String, i32>,
+        racks: &PartitionRacks,
+        member_racks: &[Option<String>],
+        initial: Vec<Vec<String>>,
+        steps: Vec<Step>,
+    ) -> Result<(), TestCaseError> {
+        let coop = CooperativeStickyAssignor;
+        let mut next_id = 0;
+        let mut members: Vec<MemberSubscription> = Vec::new();
+        let mut join = |members: &mut Vec<MemberSubscription>, topics: Vec<String>| {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            let mut m = member(&format!("m{next_id}"), &names);
+            m.subscription.rack_id = member_racks.get(next_id).cloned().flatten();
+            members.push(m);
+            next_id += 1;
+        };
+        for s in initial {
+            join(&mut members, s);
+        }
+        let quiet = 4;
+        let mut generation = 0;
+        let rounds = steps.len() + quiet;
+        let mut last = BTreeMap::new();
+        for round in 0..rounds {
+            match steps.get(round).cloned() {
+                Some(Step::Join(s)) => join(&mut members, s),
+                Some(Step::Leave(i)) if members.len() > 1 => {
+                    members.remove(i % members.len());
+                }
+                Some(Step::Resubscribe(i, s)) => {
+                    let n = members.len();
+                    members[i % n].subscription.topics = s;
+                }
+                Some(Step::DoubleClaim(a, b)) => {
+                    let n = members.len();
+                    let (a, b) = (a % n, b % n);
+                    if let Some(p) = members[a].subscription.owned_partitions.first().cloned() {
+                        if a != b && !members[b].subscription.owned_partitions.contains(&p) {
+                            members[b].subscription.owned_partitions.push(p);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            let r = coop.assign_with_racks(topics, racks, &members).unwrap();
+            check_cooperative_round(topics, &members, &r)?;
+            // Every member revokes what it was not given and takes what it was.
+            generation += 1;
+            for m in members.iter_mut() {
+                m.subscription.owned_partitions = r[&m.member_id].partitions.clone();
+                m.subscription.generation_id = generation;
+            }
+            last = r;
+        }
+        // After the quiet rounds everything held back has found its owner.
+        check_exactly_once(topics, &members, &last)
+    }
+
+    /// Per partition of up to 8 per topic, a set of racks out of r0..r3 (as a bit mask);
+    /// per member of up to 16, no rack or one of r0..r2.
+    fn arb_racks() -> impl Strategy<Value = (Vec<u8>, Vec<Option<String>>)> {
+        (
+            prop::collection::vec(0u8..16, 32),
+            prop::collection::vec(prop::option::of((0u8..3).prop_map(|r| format!("r{r}"))), 16),
+        )
+    }
+
+    fn racks_for(topics: &BTreeMap<String, i32>, masks: &[u8]) -> PartitionRacks {
+        let mut out = PartitionRacks::new();
+        for (i, (topic, n)) in topics.iter().enumerate() {
+            for p in 0..*n {
+                let mask = masks[(i * 8 + p as usize) % masks.len()];
+                let racks = (0..4)
+                    .filter(|b| mask & (1 << b) != 0)
+                    .map(|b| format!("r{b}"))
+                    .collect();
+                out.insert(TopicPartition::new(topic.clone(), p), racks);
+            }
+        }
+        out
+    }
+
+    /// Sorted numbers of partitions per member.
+    fn loads(r: &BTreeMap<String, Assignment>) -> Vec<usize> {
+        let mut v: Vec<usize> = r.values().map(|a| a.partitions.len()).collect();
+        v.sort();
+        v
+    }
+
+    /// Sorted numbers of `topic`'s partitions per member.
+    fn topic_loads(r: &BTreeMap<String, Assignment>, topic: &str) -> Vec<usize> {
+        let mut v: Vec<usize> = r
+            .values()
+            .map(|a| a.partitions.iter().filter(|p| p.topic == topic).count())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The sticky assignors' balance (Java's `GeneralAssignmentBuilder.isBalanced`): no
+    /// partition could move to another subscriber with two or more fewer partitions.
+    fn check_balanced(
+        members: &[MemberSubscription],
+        r: &BTreeMap<String, Assignment>,
+    ) -> Result<(), TestCaseError> {
+        for m in members {
+            let from = r[&m.member_id].partitions.len();
+            for p in &r[&m.member_id].partitions {
+                for o in members.iter().filter(|o| subscribes(o, &p.topic)) {
+                    let to = r[&o.member_id].partitions.len();
+                    prop_assert!(
+                        to + 1 >= from,
+                        "{} could move from {} ({}) to {} ({})",
+                        p,
+                        m.member_id,
+                        from,
+                        o.member_id,
+                        to
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         #[test]
         fn cooperative_never_gives_a_partition_another_member_holds((topics, initial, steps) in arb_history()) {
-            let coop = CooperativeStickyAssignor;
-            let mut next_id = 0;
-            let mut members: Vec<MemberSubscription> = Vec::new();
-            let mut join = |members: &mut Vec<MemberSubscription>, topics: Vec<String>| {
-                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-                members.push(member(&format!("m{next_id}"), &names));
-                next_id += 1;
-            };
-            for s in initial {
-                join(&mut members, s);
+            run_cooperative_history(&topics, &PartitionRacks::new(), &[], initial, steps)?;
+        }
+
+        #[test]
+        fn cooperative_with_racks_never_gives_a_partition_another_member_holds(
+            (topics, initial, steps) in arb_history(),
+            (racks, member_racks) in arb_racks(),
+        ) {
+            let racks = racks_for(&topics, &racks);
+            run_cooperative_history(&topics, &racks, &member_racks, initial, steps)?;
+        }
+
+        #[test]
+        fn rack_aware_assignments_are_valid_and_as_balanced_as_without_racks(
+            (topics, mut members) in arb_group(),
+            (racks, member_racks) in arb_racks(),
+            owned in any::<bool>(),
+        ) {
+            let racks = racks_for(&topics, &racks);
+            for (i, m) in members.iter_mut().enumerate() {
+                m.subscription.rack_id = member_racks.get(i).cloned().flatten();
             }
-            let quiet = 4;
-            let mut generation = 0;
-            let rounds = steps.len() + quiet;
-            let mut last = BTreeMap::new();
-            for round in 0..rounds {
-                match steps.get(round).cloned() {
-                    Some(Step::Join(s)) => join(&mut members, s),
-                    Some(Step::Leave(i)) if members.len() > 1 => {
-                        members.remove(i % members.len());
-                    }
-                    Some(Step::Resubscribe(i, s)) => {
-                        let n = members.len();
-                        members[i % n].subscription.topics = s;
-                    }
-                    Some(Step::DoubleClaim(a, b)) => {
-                        let n = members.len();
-                        let (a, b) = (a % n, b % n);
-                        if let Some(p) = members[a].subscription.owned_partitions.first().cloned() {
-                            if a != b && !members[b].subscription.owned_partitions.contains(&p) {
-                                members[b].subscription.owned_partitions.push(p);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                let r = coop.assign(&topics, &members).unwrap();
-                check_cooperative_round(&topics, &members, &r)?;
-                // Every member revokes what it was not given and takes what it was.
-                generation += 1;
+            if owned {
+                // Owners from a rack-less round, so that stickiness and racks disagree.
+                let before = StickyAssignor.assign(&topics, &members).unwrap();
                 for m in members.iter_mut() {
-                    m.subscription.owned_partitions = r[&m.member_id].partitions.clone();
-                    m.subscription.generation_id = generation;
+                    m.subscription.owned_partitions = before[&m.member_id].partitions.clone();
+                    m.subscription.generation_id = 1;
                 }
-                last = r;
             }
-            // After the quiet rounds everything held back has found its owner.
-            check_exactly_once(&topics, &members, &last)?;
+            let uniform = members.iter().all(|m| {
+                let mut a = m.subscription.topics.clone();
+                let mut b = members[0].subscription.topics.clone();
+                a.sort();
+                b.sort();
+                a == b
+            });
+
+            let with = RangeAssignor.assign_with_racks(&topics, &racks, &members).unwrap();
+            let without = RangeAssignor.assign(&topics, &members).unwrap();
+            check_exactly_once(&topics, &members, &with)?;
+            for topic in topics.keys() {
+                prop_assert_eq!(
+                    topic_loads(&with, topic),
+                    topic_loads(&without, topic),
+                    "range: the members of {} get as many of its partitions as without racks",
+                    topic
+                );
+            }
+
+            let with = StickyAssignor.assign_with_racks(&topics, &racks, &members).unwrap();
+            let without = StickyAssignor.assign(&topics, &members).unwrap();
+            check_exactly_once(&topics, &members, &with)?;
+            check_balanced(&members, &with)?;
+            let (w, wo) = (loads(&with), loads(&without));
+            prop_assert!(w.last() <= wo.last(), "sticky: most loaded {:?} > {:?}", w, wo);
+            prop_assert!(w.first() >= wo.first(), "sticky: least loaded {:?} < {:?}", w, wo);
+            let squares = |l: &[usize]| l.iter().map(|x| x * x).sum::<usize>();
+            prop_assert!(squares(&w) <= squares(&wo), "sticky: loads {:?} less even than {:?}", w, wo);
+            if uniform {
+                prop_assert_eq!(w, wo);
+            }
+
+            let coop = CooperativeStickyAssignor.assign_with_racks(&topics, &racks, &members).unwrap();
+            check_cooperative_round(&topics, &members, &coop)?;
         }
     }
 }
