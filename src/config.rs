@@ -16,6 +16,7 @@ use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, Trus
 /// | `client_id` | `client.id` | `ottla` |
 /// | `request_timeout` | `request.timeout.ms` | 30 s |
 /// | `metadata_max_age` | `metadata.max.age.ms` | 5 min |
+/// | `client_rack` | `client.rack` | none |
 /// | `connect_timeout` | `socket.connection.setup.timeout.ms` | 10 s |
 /// | `reconnect_backoff` | `reconnect.backoff.ms` | 50 ms |
 /// | `reconnect_backoff_max` | `reconnect.backoff.max.ms` | 1 s |
@@ -41,6 +42,9 @@ pub struct ClientConfig {
     /// How old metadata may get before it is refreshed: a group leader refreshes at
     /// least this often to notice topics that gained partitions or were deleted.
     pub metadata_max_age: Duration,
+    /// The rack this client runs in: a group member sends it in its subscription so
+    /// rack-aware assignors (KIP-881) prefer partitions with a replica in this rack.
+    pub client_rack: Option<String>,
     /// The first delay before reconnecting to a broker after a failure.
     pub reconnect_backoff: Duration,
     /// The cap of the exponential reconnect backoff.
@@ -74,6 +78,7 @@ impl ClientConfig {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             metadata_max_age: Duration::from_secs(300),
+            client_rack: None,
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
             max_in_flight: 5,
@@ -143,6 +148,9 @@ impl ClientConfig {
                 self.bootstrap_servers = fresh.bootstrap_servers;
             }
             "client.id" => self.client_id = value.to_string(),
+            "client.rack" => {
+                self.client_rack = (!value.is_empty()).then(|| value.to_string());
+            }
             "request.timeout.ms" => match ms(value) {
                 Ok(d) => self.request_timeout = d,
                 Err(m) => return bad(m),

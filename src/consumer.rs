@@ -179,6 +179,14 @@ impl ConsumerBuilder {
         self
     }
 
+    /// `client.rack`: the rack this consumer runs in. Rack-aware assignors (`range`,
+    /// `sticky`, `cooperative-sticky`; KIP-881) then give it partitions with a replica
+    /// in its rack when balance allows.
+    pub fn client_rack(mut self, rack: impl Into<String>) -> Self {
+        self.client.client_rack = Some(rack.into());
+        self
+    }
+
     /// `group.id`: consume as a member of this group.
     pub fn group_id(mut self, id: impl Into<String>) -> Self {
         self.group_id = Some(id.into());
@@ -400,6 +408,7 @@ impl ConsumerBuilder {
                 config.max_poll_interval = self.max_poll_interval;
                 config.request_timeout = self.client.request_timeout;
                 config.metadata_max_age = self.client.metadata_max_age;
+                config.rack = self.client.client_rack.clone();
                 config.instance_id = self.instance_id.clone();
                 config.seed = self.client.jitter_seed;
                 if let Some(f) = &self.tweak_group {

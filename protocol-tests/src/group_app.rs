@@ -48,6 +48,8 @@ pub struct MemberOptions {
     /// The leader's SyncGroup delay: the librdkafka mock refuses followers' SyncGroups
     /// that arrive after the leader's (see `GroupConfig::leader_sync_delay`).
     pub leader_sync_delay: Duration,
+    /// `client.rack`, for rack-aware assignment (KIP-881).
+    pub rack: Option<String>,
 }
 
 impl Default for MemberOptions {
@@ -59,6 +61,7 @@ impl Default for MemberOptions {
             max_poll_interval: Duration::from_secs(20),
             instance_id: None,
             leader_sync_delay: Duration::from_millis(50),
+            rack: None,
         }
     }
 }
@@ -92,6 +95,7 @@ impl TestMember {
         gc.max_poll_interval = options.max_poll_interval;
         gc.instance_id = options.instance_id;
         gc.leader_sync_delay = options.leader_sync_delay;
+        gc.rack = options.rack;
         let mut handle = GroupHandle::spawn(cluster, gc);
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (stop_tx, mut stop_rx) = oneshot::channel();

@@ -364,6 +364,70 @@ async fn mock_static_member_restart_sends_no_leave_group_and_gets_its_partitions
     );
 }
 
+/// Rack-aware assignment (KIP-881): brokers in racks a, b and c, every partition on
+/// one broker, and one member per rack with `client.rack` set: under `range` and
+/// `cooperative-sticky` each member gets exactly the partitions in its own rack, so
+/// it reads from a broker next to it. Without racks the same group splits by index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_members_with_racks_get_the_partitions_in_their_rack() {
+    for assignor in ["range", "cooperative-sticky"] {
+        let m = MockCluster::new(3).expect("mock cluster");
+        m.cap_group_apis().expect("cap");
+        m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+        let racks = ["a", "b", "c"];
+        for (b, rack) in m.broker_ids().into_iter().zip(racks) {
+            m.set_broker_rack(b, rack).expect("rack");
+        }
+        m.create_topic(TOPIC, 6, 1).expect("topic");
+        let cluster = ottla::driver::Cluster::connect(
+            &ottla::ClientConfig::new(&m.bootstrap()),
+            ottla::driver::TopicScope::Topics([TOPIC.to_string()].into()),
+            &[],
+        )
+        .await
+        .expect("cluster");
+        let metadata = cluster.metadata();
+        let rack_of = |p: i32| -> String {
+            let (leader, _) = metadata.leader(TOPIC, p).expect("leader");
+            metadata
+                .broker(leader)
+                .and_then(|b| b.rack.clone())
+                .expect("the mock reports racks")
+        };
+        let mut members = Vec::new();
+        for rack in racks {
+            let o = MemberOptions {
+                rack: Some(rack.to_string()),
+                ..opts(assignor)
+            };
+            members.push(
+                TestMember::start(&m.bootstrap(), &format!("racks-{assignor}"), &[TOPIC], o)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let all = partitions(TOPIC, 6);
+        let refs: Vec<&TestMember> = members.iter().collect();
+        eventually(Duration::from_secs(30), || {
+            owned_exactly_once(&refs, &all)?;
+            for (member, rack) in members.iter().zip(racks) {
+                let owned = member.owned();
+                if owned.len() != 2 || owned.iter().any(|p| rack_of(p.partition) != rack) {
+                    return Err(format!(
+                        "{assignor}: the member in rack {rack} owns {owned:?}"
+                    ));
+                }
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+        for member in members {
+            member.stop().await;
+        }
+    }
+}
+
 /// A static member closed for good (the Java client's `CloseOptions` with
 /// LEAVE_GROUP; a scale-in) sends LeaveGroup with its `group.instance.id`, and its
 /// partitions move before its session would have expired. (On tansu: the librdkafka

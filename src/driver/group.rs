@@ -16,7 +16,9 @@ use super::cluster::Cluster;
 use super::connection::BrokerConnection;
 use super::sleep_until;
 use crate::error::RequestError;
+use crate::proto::group::assignor::PartitionRacks;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
+use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::group::member::{
     CommitError, Event, Failure, GroupConfig, GroupMember, Membership, Outgoing, RequestId,
     StateKind, Target,
@@ -178,6 +180,7 @@ async fn run(
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
     let mut member = GroupMember::new(config, now);
+    member.set_partition_racks(racks(&cluster));
     member.set_topic_partitions(now, counts(&cluster));
     let mut inflight: JoinSet<Reply> = JoinSet::new();
     let mut coordinators: HashMap<NodeId, String> = HashMap::new();
@@ -265,10 +268,12 @@ async fn run(
                 }
             }
             Some(partitions) = meta_rx.recv() => {
+                member.set_partition_racks(racks(&cluster));
                 member.set_topic_partitions(tokio::time::Instant::now().into_std(), partitions);
             }
             Ok(()) = updates.changed() => {
                 updates.mark_unchanged();
+                member.set_partition_racks(racks(&cluster));
                 member.set_topic_partitions(tokio::time::Instant::now().into_std(), counts(&cluster));
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
@@ -297,6 +302,27 @@ fn counts(cluster: &Cluster) -> BTreeMap<String, i32> {
             _ => None,
         })
         .collect()
+}
+
+/// The racks holding a replica of each partition (every replica, in sync or not, as
+/// the Java client), for rack-aware assignment. Partitions with no rack known are left
+/// out.
+fn racks(cluster: &Cluster) -> PartitionRacks {
+    let metadata = cluster.metadata();
+    let mut out = PartitionRacks::new();
+    for topic in metadata.topics.values().filter(|t| t.error == 0) {
+        for p in &topic.partitions {
+            let racks: std::collections::BTreeSet<String> = p
+                .replicas
+                .iter()
+                .filter_map(|node| metadata.broker(*node).and_then(|b| b.rack.clone()))
+                .collect();
+            if !racks.is_empty() {
+                out.insert(TopicPartition::new(topic.name.as_str(), p.partition), racks);
+            }
+        }
+    }
+    out
 }
 
 fn connection_for(

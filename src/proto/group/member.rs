@@ -39,7 +39,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use tracing::{debug, info, warn};
 
-use super::assignor::{Assignor, MemberSubscription, RebalanceProtocol};
+use super::assignor::{Assignor, MemberSubscription, PartitionRacks, RebalanceProtocol};
 use super::consumer_protocol::{
     Assignment, Subscription, TopicPartition, decode_assignment, decode_subscription,
     encode_assignment, encode_subscription,
@@ -97,6 +97,9 @@ pub struct GroupConfig {
     /// metadata ([`Event::MetadataNeeded`]) to notice subscribed topics that gained
     /// partitions or were deleted since it assigned, as the Java client's leader does.
     pub metadata_max_age: Duration,
+    /// `client.rack`: sent in the subscription, so rack-aware assignors (KIP-881) give
+    /// this member partitions with a replica in its rack when balance allows.
+    pub rack: Option<String>,
     /// Seed for backoff jitter.
     pub seed: u64,
 }
@@ -123,6 +126,7 @@ impl GroupConfig {
             leader_sync_delay: Duration::ZERO,
             close_timeout: Duration::from_secs(30),
             metadata_max_age: Duration::from_secs(300),
+            rack: None,
             seed: 0x5eed,
         }
     }
@@ -674,6 +678,8 @@ pub struct GroupMember {
     partitions_per_topic: BTreeMap<String, i32>,
     /// Topics other members subscribe to, whose counts a leader also needs.
     other_topics: BTreeSet<String>,
+    /// The racks of each partition's replicas, for rack-aware assignment.
+    partition_racks: PartitionRacks,
     /// The leader's last cooperative assignment left partitions for a second round.
     held_back: bool,
     /// What the leader assigned with, to notice metadata changes that need a rebalance.
@@ -720,6 +726,7 @@ impl GroupMember {
             last_generation: -1,
             partitions_per_topic: BTreeMap::new(),
             other_topics: BTreeSet::new(),
+            partition_racks: PartitionRacks::new(),
             held_back: false,
             assigned_with: None,
             metadata_at: None,
@@ -1234,6 +1241,14 @@ impl GroupMember {
         self.advance(now);
     }
 
+    /// The racks holding a replica of each partition, from the latest metadata, for a
+    /// leader's rack-aware assignment (KIP-881). Changes nothing until the next
+    /// assignment: racks alone do not start a rebalance (the Java client's leader also
+    /// rebalances when a partition's racks change; ottla does not yet).
+    pub fn set_partition_racks(&mut self, racks: PartitionRacks) {
+        self.partition_racks = racks;
+    }
+
     /// Leaves the group: a dynamic member sends LeaveGroup; a static member just stops
     /// (as in the Java client), so a restart within the session timeout keeps its
     /// partitions. The application must have finished with its partitions.
@@ -1417,7 +1432,7 @@ impl GroupMember {
                     .subscription_user_data(&self.last_assignment, self.last_generation),
                 owned_partitions: owned,
                 generation_id: self.generation().unwrap_or(self.last_generation),
-                rack_id: None,
+                rack_id: self.config.rack.clone(),
             };
             match encode_subscription(&subscription, SUBSCRIPTION_VERSION) {
                 Ok(bytes) => protocols.push((assignor.name().to_string(), bytes)),
@@ -1656,7 +1671,7 @@ impl GroupMember {
             .map(|(t, n)| (t.clone(), *n))
             .collect();
         let result = assignor
-            .assign(&counts, &subs)
+            .assign_with_racks(&counts, &self.partition_racks, &subs)
             .map_err(|e| GroupError::Assignment {
                 group: group.clone(),
                 assignor: protocol.to_string(),
