@@ -199,6 +199,18 @@ impl Cluster {
         self.keyed_connection(format!("coordinator/{address}"), address)
     }
 
+    /// Closes the coordinator connection to `address`, if there is one: its requests
+    /// fail at once, and the next one connects again.
+    pub(crate) fn disconnect_coordinator(&self, address: &str) {
+        let map = match self.inner.connections.lock() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(conn) = map.get(&format!("coordinator/{address}")) {
+            conn.disconnect();
+        }
+    }
+
     fn keyed_connection(&self, key: String, address: &str) -> BrokerConnection {
         let mut map = match self.inner.connections.lock() {
             Ok(map) => map,

@@ -86,7 +86,7 @@ impl std::fmt::Debug for BrokerConnection {
 /// How busy and how healthy a connection is, as its task last saw it: what the
 /// cluster needs to pick the least-loaded live broker (the Java client's
 /// `leastLoadedNode`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Load {
     /// Connected and negotiated.
     ready: AtomicBool,
@@ -94,6 +94,19 @@ struct Load {
     in_flight: AtomicUsize,
     /// The last attempt failed (or the connection broke): no new attempt before this.
     backoff_until: Mutex<Option<Instant>>,
+    /// Bumped by [`BrokerConnection::disconnect`]: the live connection closes.
+    abort: watch::Sender<u64>,
+}
+
+impl Load {
+    fn new() -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            backoff_until: Mutex::new(None),
+            abort: watch::Sender::new(0),
+        }
+    }
 }
 
 /// How a connection ranks for a request any broker can answer, lowest first: a
@@ -361,7 +374,7 @@ impl BrokerConnection {
             settings.reconnect_backoff_max,
             seed,
         );
-        let load = Arc::new(Load::default());
+        let load = Arc::new(Load::new());
         let task = Task {
             address: address.clone(),
             load: load.clone(),
@@ -390,6 +403,14 @@ impl BrokerConnection {
     /// The broker's `host:port`.
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Closes the live connection, if any: the requests on it fail at once with
+    /// [`RequestError::Disconnected`], and the next request connects again (after the
+    /// reconnect backoff). For a coordinator given up on: the Java client disconnects
+    /// from it too, so nothing waits on a connection to a host that went silent.
+    pub(crate) fn disconnect(&self) {
+        self.load.abort.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// How this connection ranks for a request any broker can answer ([`Rank`]).
@@ -962,6 +983,7 @@ impl Task {
         let mut wbuf = BytesMut::new();
         let mut waiting: VecDeque<Waiter> = VecDeque::new();
         let cap = self.settings.max_in_flight;
+        let mut abort = self.load.abort.subscribe();
         let mut channel_open = true;
 
         // Fails every waiter and reports why the connection ended.
@@ -1088,6 +1110,12 @@ impl Task {
                         Some(cmd) => queue.push_back(cmd),
                         None => channel_open = false,
                     }
+                }
+                Ok(()) = abort.changed() => {
+                    let err = RequestError::Disconnected { broker: broker.clone(), reason: "closed by the client".into() };
+                    debug!(broker = %broker, pending = waiting.len(), "connection closed on request");
+                    fail_all(&mut waiting, &mut queue, err);
+                    return End::Broken { hung_up_on: None };
                 }
                 _ = super::sleep_until(reauth_wake), if reauth_wake.is_some() => {}
                 _ = super::sleep_until(next_deadline), if next_deadline.is_some() => {

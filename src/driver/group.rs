@@ -194,7 +194,23 @@ async fn run(
     updates.mark_unchanged();
 
     // The member orders OffsetCommits (one in flight); the task sends what it is given.
+    let mut coordinator: Option<NodeId> = None;
     loop {
+        // A coordinator the member gave up on (an error, a timeout, a session without a
+        // successful heartbeat) is disconnected from, as the Java client does: what
+        // waits on a host gone silent fails now, and the next requests reconnect.
+        let current = member.coordinator();
+        if let Some(old) = coordinator.filter(|old| current != Some(*old)) {
+            let address = coordinators
+                .get(&old)
+                .cloned()
+                .or_else(|| cluster.metadata().broker(old).map(|b| b.address()));
+            if let Some(address) = address {
+                debug!(%group, coordinator = old.0, %address, "disconnecting from the coordinator given up on");
+                cluster.disconnect_coordinator(&address);
+            }
+        }
+        coordinator = current;
         while let Some(out) = member.poll_request() {
             let conn = connection_for(&cluster, &coordinators, &out);
             inflight.spawn(send(conn, out, long_timeout));

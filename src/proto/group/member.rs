@@ -689,6 +689,11 @@ pub struct GroupMember {
     last_progress: Instant,
     fetch: Option<PendingFetch>,
     sent: BTreeMap<RequestId, Sent>,
+    /// Bumped each time a coordinator is found; requests to the coordinator record it.
+    /// The driver closes the connection to a coordinator given up on, so requests
+    /// still on it fail: such a failure says nothing about the coordinator found since.
+    coordinator_epoch: u64,
+    sent_epoch: BTreeMap<RequestId, u64>,
     next_request: u64,
     failures: u32,
     /// Coordinators given up on (NOT_COORDINATOR and the like) since one last answered
@@ -733,6 +738,8 @@ impl GroupMember {
             last_progress: now,
             fetch: None,
             sent: BTreeMap::new(),
+            coordinator_epoch: 0,
+            sent_epoch: BTreeMap::new(),
             next_request: 0,
             failures: 0,
             rediscoveries: 0,
@@ -975,6 +982,7 @@ impl GroupMember {
         if self.commit_in_flight == Some(id) {
             self.commit_in_flight = None;
         }
+        self.sent_epoch.remove(&id);
         let Some(sent) = self.sent.remove(&id) else {
             debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
             return;
@@ -1060,6 +1068,11 @@ impl GroupMember {
         if self.commit_in_flight == Some(id) {
             self.commit_in_flight = None;
         }
+        // Sent to the coordinator known now, not to one given up on since.
+        let same_coordinator = self
+            .sent_epoch
+            .remove(&id)
+            .is_none_or(|epoch| epoch == self.coordinator_epoch);
         let Some(sent) = self.sent.remove(&id) else {
             return;
         };
@@ -1078,13 +1091,17 @@ impl GroupMember {
             // connection is gone, and the coordinator may have moved with it.
             Sent::Join => {
                 if matches!(self.state, State::Joining { request, .. } if request == id) {
-                    self.mark_coordinator_unknown(now);
+                    if same_coordinator {
+                        self.mark_coordinator_unknown(now);
+                    }
                     self.enter_unjoined(now, true, "JoinGroup failed");
                 }
             }
             Sent::Sync => {
                 if matches!(&self.state, State::Syncing { request, .. } if *request == id) {
-                    self.mark_coordinator_unknown(now);
+                    if same_coordinator {
+                        self.mark_coordinator_unknown(now);
+                    }
                     self.enter_unjoined(now, true, "SyncGroup failed");
                 }
             }
@@ -1096,7 +1113,7 @@ impl GroupMember {
                         hb.failures += 1;
                         hb.next_at = now + self.backoff.delay(hb.failures);
                     }
-                    current = hb.generation == generation;
+                    current = hb.generation == generation && same_coordinator;
                 }
                 if current {
                     self.mark_coordinator_unknown(now);
@@ -1112,7 +1129,7 @@ impl GroupMember {
                     id,
                     result: Err(CommitError::Request(failure)),
                 });
-                if self.generation() == Some(generation) {
+                if self.generation() == Some(generation) && same_coordinator {
                     self.mark_coordinator_unknown(now);
                 }
             }
@@ -1122,7 +1139,9 @@ impl GroupMember {
                         f.in_flight = None;
                         f.failures += 1;
                         f.retry_at = now + self.backoff.delay(f.failures);
-                        self.mark_coordinator_unknown(now);
+                        if same_coordinator {
+                            self.mark_coordinator_unknown(now);
+                        }
                     }
                 }
             }
@@ -1331,7 +1350,7 @@ impl GroupMember {
         if self.commit_in_flight.is_none() {
             if let Some((id, request)) = self.commit_queue.pop_front() {
                 self.commit_in_flight = Some(id);
-                self.requests.push_back(Outgoing {
+                self.push(Outgoing {
                     id,
                     target: Target::Coordinator(node),
                     request,
@@ -1355,27 +1374,26 @@ impl GroupMember {
                 self.send_join(now, node, reason);
             }
         }
-        if let Some(hb) = &mut self.heartbeat {
-            if hb.in_flight.is_none() && now >= hb.next_at {
-                {
-                    let generation = hb.generation;
-                    let request = GroupRequest::Heartbeat {
-                        group: self.config.group_id.clone(),
-                        generation,
-                        member_id: self.member_id.clone(),
-                        instance_id: self.config.instance_id.clone(),
-                    };
-                    let id = RequestId(self.next_request);
-                    self.next_request += 1;
-                    self.sent.insert(id, Sent::Heartbeat { generation });
-                    self.requests.push_back(Outgoing {
-                        id,
-                        target: Target::Coordinator(node),
-                        request,
-                    });
-                    hb.in_flight = Some(id);
-                    hb.next_at = now + self.config.heartbeat_interval;
-                }
+        let heartbeat_due = self
+            .heartbeat
+            .as_ref()
+            .filter(|hb| hb.in_flight.is_none() && now >= hb.next_at)
+            .map(|hb| hb.generation);
+        if let Some(generation) = heartbeat_due {
+            let request = GroupRequest::Heartbeat {
+                group: self.config.group_id.clone(),
+                generation,
+                member_id: self.member_id.clone(),
+                instance_id: self.config.instance_id.clone(),
+            };
+            let id = self.send(
+                Target::Coordinator(node),
+                request,
+                Sent::Heartbeat { generation },
+            );
+            if let Some(hb) = &mut self.heartbeat {
+                hb.in_flight = Some(id);
+                hb.next_at = now + self.config.heartbeat_interval;
             }
         }
         // Committed offsets do not depend on the generation, so a fetch outlives a
@@ -1414,12 +1432,20 @@ impl GroupMember {
         let id = RequestId(self.next_request);
         self.next_request += 1;
         self.sent.insert(id, sent);
-        self.requests.push_back(Outgoing {
+        self.push(Outgoing {
             id,
             target,
             request,
         });
         id
+    }
+
+    /// Queues `out` for the driver; a request to the coordinator records which one.
+    fn push(&mut self, out: Outgoing) {
+        if matches!(out.target, Target::Coordinator(_)) {
+            self.sent_epoch.insert(out.id, self.coordinator_epoch);
+        }
+        self.requests.push_back(out);
     }
 
     fn send_join(&mut self, now: Instant, node: NodeId, reason: String) {
@@ -1488,6 +1514,7 @@ impl GroupMember {
         self.failures = 0;
         let node = NodeId(node_id);
         self.coordinator = Coordinator::Known(node);
+        self.coordinator_epoch += 1;
         info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
         self.events.push_back(Event::CoordinatorFound {
             node,
@@ -3409,6 +3436,52 @@ mod tests {
             }),
             "{ev:?}"
         );
+    }
+
+    #[test]
+    fn a_failure_from_the_coordinator_given_up_on_leaves_the_new_one_known() {
+        // The driver closes the connection to a coordinator the member gave up on (as
+        // the Java client), so the heartbeat and commit still on it fail. Found again
+        // meanwhile, the member must not give up on the new coordinator for them.
+        let mut h = stable("range");
+        let commit = h.commit_one(0, 5).expect("commit");
+        let _sent = h.request();
+        let mut lookup = None;
+        let mut stale_heartbeat = None;
+        for _ in 0..1100 {
+            h.advance(Duration::from_millis(10));
+            while let Some(out) = h.m.poll_request() {
+                match out.request {
+                    GroupRequest::FindCoordinator { .. } => lookup = Some(out),
+                    GroupRequest::Heartbeat { .. } => stale_heartbeat = Some(out),
+                    _ => {}
+                }
+            }
+            if lookup.is_some() {
+                break;
+            }
+        }
+        let (lookup, stale) = (lookup.expect("lapse"), stale_heartbeat.expect("heartbeat"));
+        h.respond(
+            lookup.id,
+            GroupResponse::FindCoordinator {
+                error: 0,
+                node_id: 2,
+                host: "b2".into(),
+                port: 9092,
+            },
+        );
+        let hb = h.request();
+        assert!(matches!(hb.request, GroupRequest::Heartbeat { .. }));
+        h.m.handle_failure(h.now, stale.id, Failure::Disconnected);
+        h.m.handle_failure(h.now, commit, Failure::Disconnected);
+        assert_eq!(
+            h.m.coordinator(),
+            Some(NodeId(2)),
+            "failures on the old connection say nothing about the new coordinator"
+        );
+        h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+        assert_eq!(h.m.state(), StateKind::Stable);
     }
 
     #[test]
