@@ -5,12 +5,15 @@
 //! response and drops the connection: the broker wrote the batch, the client never
 //! hears of it and retries, as when a network fails after the write; or answers the
 //! first OffsetCommits with an error of the test's choosing, as a coordinator that has
-//! just moved or is loading the group does.
+//! just moved or is loading the group does; or, once armed, turns the connection that
+//! next sends a request of one API into a black hole (read, never answered, never
+//! closed), as a host gone silent.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct CorruptingProxy {
     address: SocketAddr,
     corrupted: Arc<AtomicU64>,
+    silence: Arc<Silence>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -30,8 +34,18 @@ const PRODUCE: i16 = 0;
 /// OffsetCommit's API key.
 const OFFSET_COMMIT: i16 = 8;
 
+/// The black hole's trigger and its record.
+#[derive(Debug, Default)]
+struct Silence {
+    /// The next request of the silenced API swallows its connection; cleared when it
+    /// does, so one arming silences one connection.
+    armed: AtomicBool,
+    /// When each connection went silent, in order.
+    at: Mutex<Vec<Instant>>,
+}
+
 /// What the proxy does to responses.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Fault {
     /// Flip the byte `from_end` bytes before the end of Fetch responses over `min_len`.
     CorruptFetch { min_len: usize, from_end: usize },
@@ -39,6 +53,10 @@ enum Fault {
     DropProduce { every: u64 },
     /// Set every partition's error in the first `times` OffsetCommit answers to `code`.
     FailCommits { code: i16, times: u64 },
+    /// Once armed, the next connection to send a request with this API key goes
+    /// silent: that request and every later byte in either direction is dropped, and
+    /// the client's socket stays open.
+    Silence { api: i16 },
 }
 
 impl CorruptingProxy {
@@ -87,17 +105,31 @@ impl CorruptingProxy {
         Self::with_fault(listener, upstream, Fault::FailCommits { code, times })
     }
 
+    /// Listens on `listener` and relays to `upstream` unchanged until
+    /// [`CorruptingProxy::arm`] is called. Then the first connection to send a request
+    /// with API key `api` becomes a black hole: that request and everything after it
+    /// is read and dropped, the broker's answers are dropped too, and the client's
+    /// socket is never closed by the proxy (it closes when the client gives up). Other
+    /// connections, and later ones, relay normally. As a coordinator whose host stopped
+    /// answering while the other brokers are fine.
+    pub fn silencing(listener: TcpListener, upstream: SocketAddr, api: i16) -> Self {
+        Self::with_fault(listener, upstream, Fault::Silence { api })
+    }
+
     fn with_fault(listener: TcpListener, upstream: SocketAddr, fault: Fault) -> Self {
         let address = listener.local_addr().unwrap_or(upstream);
         let corrupted = Arc::new(AtomicU64::new(0));
+        let silence = Arc::new(Silence::default());
         let count = corrupted.clone();
         let seen = Arc::new(AtomicU64::new(0));
+        let shared_silence = silence.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let (count, seen) = (count.clone(), seen.clone());
+                let (fault, silence) = (fault.clone(), shared_silence.clone());
                 tokio::spawn(async move {
                     if let Ok(server) = TcpStream::connect(upstream).await {
-                        relay(client, server, fault, count, seen).await;
+                        relay(client, server, fault, count, seen, silence).await;
                     }
                 });
             }
@@ -105,8 +137,31 @@ impl CorruptingProxy {
         Self {
             address,
             corrupted,
+            silence,
             task,
         }
+    }
+
+    /// Arms the black hole of a [`CorruptingProxy::silencing`] proxy: the next
+    /// connection to send a request of its API goes silent.
+    pub fn arm(&self) {
+        self.silence.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the proxy is armed and has not silenced a connection yet.
+    pub fn armed(&self) -> bool {
+        self.silence.armed.load(Ordering::SeqCst)
+    }
+
+    /// How many connections went silent so far.
+    pub fn silenced(&self) -> usize {
+        self.silence.at.lock().unwrap().len()
+    }
+
+    /// When the latest connection went silent (the moment its trigger request
+    /// arrived), if one did.
+    pub fn silenced_at(&self) -> Option<Instant> {
+        self.silence.at.lock().unwrap().last().copied()
     }
 
     /// `host:port` of the proxy.
@@ -166,18 +221,39 @@ async fn relay(
     fault: Fault,
     count: Arc<AtomicU64>,
     seen: Arc<AtomicU64>,
+    silence: Arc<Silence>,
 ) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     // correlation id -> (api key, version) of requests in flight.
     let apis: Arc<Mutex<HashMap<i32, (i16, i16)>>> = Arc::default();
     let up_apis = apis.clone();
-    let up = tokio::spawn(async move {
+    // This connection is a black hole.
+    let silent = Arc::new(AtomicBool::new(false));
+    let up_silent = silent.clone();
+    let silenced_api = match fault {
+        Fault::Silence { api } => Some(api),
+        _ => None,
+    };
+    let mut up = tokio::spawn(async move {
         while let Some(frame) = read_frame(&mut cr).await {
+            if up_silent.load(Ordering::SeqCst) {
+                continue;
+            }
             if frame.len() >= 12 {
                 let api = i16::from_be_bytes([frame[4], frame[5]]);
                 let version = i16::from_be_bytes([frame[6], frame[7]]);
                 let correlation = i32::from_be_bytes([frame[8], frame[9], frame[10], frame[11]]);
+                if silenced_api == Some(api)
+                    && silence
+                        .armed
+                        .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    up_silent.store(true, Ordering::SeqCst);
+                    silence.at.lock().unwrap().push(Instant::now());
+                    continue;
+                }
                 up_apis.lock().unwrap().insert(correlation, (api, version));
             }
             if sw.write_all(&frame).await.is_err() {
@@ -186,6 +262,9 @@ async fn relay(
         }
     });
     while let Some(mut frame) = read_frame(&mut sr).await {
+        if silent.load(Ordering::SeqCst) {
+            continue;
+        }
         if frame.len() >= 8 {
             let correlation = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
             let sent = apis.lock().unwrap().remove(&correlation);
@@ -220,6 +299,13 @@ async fn relay(
         if cw.write_all(&frame).await.is_err() {
             break;
         }
+    }
+    // A black hole never closes the client's socket: hold its write half until the
+    // client hangs up (the reading task ends), whatever the broker did.
+    if silent.load(Ordering::SeqCst) {
+        let _ = (&mut up).await;
+        drop(cw);
+        return;
     }
     up.abort();
 }
