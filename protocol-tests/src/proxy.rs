@@ -7,11 +7,12 @@
 //! first OffsetCommits with an error of the test's choosing, as a coordinator that has
 //! just moved or is loading the group does; or, once armed, turns the connection that
 //! next sends a request of one API into a black hole (read, never answered, never
-//! closed), as a host gone silent.
+//! closed), as a host gone silent; or hides a topic's higher partitions from Metadata
+//! answers, so a test can make a topic grow on a broker that cannot add partitions.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -33,6 +34,8 @@ const FETCH: i16 = 1;
 const PRODUCE: i16 = 0;
 /// OffsetCommit's API key.
 const OFFSET_COMMIT: i16 = 8;
+/// Metadata's API key.
+const METADATA: i16 = 3;
 
 /// The black hole's trigger and its record.
 #[derive(Debug, Default)]
@@ -57,6 +60,11 @@ enum Fault {
     /// silent: that request and every later byte in either direction is dropped, and
     /// the client's socket stays open.
     Silence { api: i16 },
+    /// In Metadata answers, `topic` lists only its partitions below `visible`.
+    HidePartitions {
+        topic: Arc<str>,
+        visible: Arc<AtomicI32>,
+    },
 }
 
 impl CorruptingProxy {
@@ -114,6 +122,26 @@ impl CorruptingProxy {
     /// answering while the other brokers are fine.
     pub fn silencing(listener: TcpListener, upstream: SocketAddr, api: i16) -> Self {
         Self::with_fault(listener, upstream, Fault::Silence { api })
+    }
+
+    /// Listens on `listener` and forwards to `upstream`, but in every Metadata answer
+    /// `topic` lists only the partitions whose index is below `visible` (read at each
+    /// answer): raising it makes the topic grow, for brokers without CreatePartitions.
+    /// ([`CorruptingProxy::corrupted`] counts the answers that hid a partition.)
+    pub fn hiding_partitions(
+        listener: TcpListener,
+        upstream: SocketAddr,
+        topic: &str,
+        visible: Arc<AtomicI32>,
+    ) -> Self {
+        Self::with_fault(
+            listener,
+            upstream,
+            Fault::HidePartitions {
+                topic: topic.into(),
+                visible,
+            },
+        )
     }
 
     fn with_fault(listener: TcpListener, upstream: SocketAddr, fault: Fault) -> Self {
@@ -189,6 +217,36 @@ async fn read_frame(s: &mut tokio::net::tcp::OwnedReadHalf) -> Option<Vec<u8>> {
     frame[..4].copy_from_slice(&len);
     s.read_exact(&mut frame[4..]).await.ok()?;
     Some(frame)
+}
+
+/// A Metadata answer (`frame`, length prefix included) in which `topic` lists only its
+/// partitions below `visible`; `None` if it does not decode or hides nothing.
+fn hide_partitions(frame: &[u8], version: i16, topic: &str, visible: i32) -> Option<Vec<u8>> {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::{ApiKey, MetadataResponse, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable};
+    let header_version = ApiKey::Metadata.response_header_version(version);
+    let mut body = Bytes::copy_from_slice(frame.get(4..)?);
+    let header = ResponseHeader::decode(&mut body, header_version).ok()?;
+    let mut response = MetadataResponse::decode(&mut body, version).ok()?;
+    let mut hidden = false;
+    for t in &mut response.topics {
+        if t.name.as_ref().is_some_and(|n| &***n == topic) {
+            let before = t.partitions.len();
+            t.partitions.retain(|p| p.partition_index < visible);
+            hidden |= t.partitions.len() < before;
+        }
+    }
+    if !hidden {
+        return None;
+    }
+    let mut out = BytesMut::new();
+    out.extend_from_slice(&[0; 4]);
+    header.encode(&mut out, header_version).ok()?;
+    response.encode(&mut out, version).ok()?;
+    let len = i32::try_from(out.len() - 4).ok()?;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Some(out.to_vec())
 }
 
 /// An OffsetCommit answer (`frame`, length prefix included) with every partition's
@@ -290,6 +348,17 @@ async fn relay(
                     let version = sent.map_or(0, |(_, v)| v);
                     if let Some(failed) = fail_commit(&frame, version, code) {
                         frame = failed;
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Fault::HidePartitions {
+                    ref topic,
+                    ref visible,
+                } if api == Some(METADATA) => {
+                    let version = sent.map_or(0, |(_, v)| v);
+                    let visible = visible.load(Ordering::SeqCst);
+                    if let Some(hidden) = hide_partitions(&frame, version, topic, visible) {
+                        frame = hidden;
                         count.fetch_add(1, Ordering::SeqCst);
                     }
                 }
