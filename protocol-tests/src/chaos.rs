@@ -1,7 +1,7 @@
 //! The chaos runner: a group of ottla `Processor`s consumes sequence-numbered records
-//! while a seeded scheduler moves the group coordinator, takes brokers down, delays
-//! responses, injects retriable error codes, kills, crashes, adds and removes members,
-//! and makes handlers fail. At the end it checks that nothing was lost and that the
+//! while a seeded scheduler moves the group coordinator, silences the coordinator's
+//! broker while moving it, takes brokers down, delays responses, injects retriable
+//! error codes, kills, crashes, adds and removes members, and makes handlers fail. At the end it checks that nothing was lost and that the
 //! group's invariants held, and prints the figures.
 //!
 //! ```text
@@ -53,7 +53,7 @@ use crate::mock::MockCluster;
 use crate::peer::Peer;
 use journal::{Analysis, Journal};
 use member::{Fates, Member, MemberContext, Stop};
-use schedule::{Action, FaultKind, INJECTED_APIS, PlanInput};
+use schedule::{Action, FaultKind, INJECTED_APIS, PlanInput, SILENT_RTT};
 
 /// The topic the records go to.
 pub const TOPIC: &str = "chaos";
@@ -161,8 +161,10 @@ chaos: an ottla consumer group under injected faults; checks that nothing is los
   --partitions N        topic partitions (default 6)
   --produce-rate R      records per second (default 200)
   --rate KIND=PER_MIN   a fault rate per minute, repeatable or comma-separated; KIND is one of
-                        move, down, rtt, error, kill, crash, join, leave, or all (env OTTLA_CHAOS_RATES)
-                        defaults: move=12 down=2 rtt=4 error=8 kill=2 crash=1 join=1 leave=1
+                        move, silent, down, rtt, error, kill, crash, join, leave, or all (env OTTLA_CHAOS_RATES)
+                        defaults: move=12 silent=2 down=2 rtt=4 error=8 kill=2 crash=1 join=1 leave=1
+                        (silent: the coordinator's broker stops answering for 3-12 s, connections
+                        open, while the coordinator moves to another broker)
   --transient P         probability that a handler attempt fails transiently (default 0.03)
   --permanent P         probability that a record always fails, so is dead-lettered (default 0.002)
   --slow P              probability that an attempt takes 50-300 ms (default 0.005)
@@ -452,7 +454,7 @@ pub struct Report {
     pub assignor: String,
     /// The checks' results.
     pub analysis: Analysis,
-    /// Coordinator moves applied.
+    /// Coordinator moves applied (`move` faults, and the move of each `silent` one).
     pub moves: u64,
     /// Faults applied by kind.
     pub faults: BTreeMap<&'static str, u64>,
@@ -688,14 +690,20 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let group = format!("chaos-{}", config.seed);
     let brokers = mock.map(|m| m.broker_ids()).unwrap_or_default();
 
-    let plan = schedule::plan(&PlanInput {
+    let input = PlanInput {
         seed: config.seed,
         duration: config.duration,
         rates: rates.clone(),
         brokers: brokers.clone(),
         members: config.members,
         max_members: config.members + 2,
-    });
+    };
+    let plan = schedule::plan(&input);
+    // The plan's model starts from this coordinator; pin it before anyone asks.
+    if let (Some(m), Some(c)) = (mock, schedule::initial_coordinator(&input)) {
+        m.set_group_coordinator(&group, c)
+            .context("pinning the first coordinator")?;
+    }
     println!(
         "chaos: seed={} broker={} members={} duration={} assignor={assignor} partitions={} produce_rate={}/s planned_actions={}",
         config.seed,
@@ -883,7 +891,10 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     for (k, n) in &runner.faults {
         faults.insert(k.name(), *n);
     }
-    let moves = runner.faults.get(&FaultKind::Move).copied().unwrap_or(0);
+    let moves = [FaultKind::Move, FaultKind::Silent]
+        .iter()
+        .map(|k| runner.faults.get(k).copied().unwrap_or(0))
+        .sum();
     drop(runner);
     drop(peer);
     Ok(Report {
@@ -984,6 +995,13 @@ impl Runner<'_> {
                 m.set_rtt(*broker, Duration::from_millis(*rtt_ms))
             }
             (Action::RttNormal { broker }, Some(m)) => m.set_rtt(*broker, Duration::ZERO),
+            // The mock still handles what reaches the silent broker and holds the answers
+            // back until the silence ends; then they go out, on connections the members
+            // may have dropped meanwhile.
+            (Action::Silence { broker, to }, Some(m)) => m
+                .set_rtt(*broker, SILENT_RTT)
+                .and_then(|()| m.set_group_coordinator(&self.group, *to)),
+            (Action::Speak { broker }, Some(m)) => m.set_rtt(*broker, Duration::ZERO),
             (Action::InjectErrors { api, codes }, Some(m)) => {
                 m.push_request_errors(api.key, codes);
                 Ok(())

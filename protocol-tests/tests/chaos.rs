@@ -26,6 +26,7 @@ fn short_config() -> Config {
         (FaultKind::Crash, 4.0),
         (FaultKind::Join, 4.0),
         (FaultKind::Leave, 4.0),
+        (FaultKind::Silent, 6.0),
     ] {
         config.rates.insert(kind, rate);
     }

@@ -7,6 +7,10 @@
 //! planned, and the follow-ups (broker back up, delay back to normal, member
 //! restarted) are planned with it. The runner only executes the plan: the same seed
 //! always gives the same faults at the same times, whatever ottla does meanwhile.
+//!
+//! The plan also chooses the group's first coordinator ([`initial_coordinator`]), which
+//! the runner pins before the members start: the model always knows which broker is
+//! the coordinator, so a silent fault silences exactly that one.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -34,12 +38,19 @@ pub enum FaultKind {
     Join,
     /// A member leaves cleanly (stops, commits, sends LeaveGroup).
     Leave,
+    /// The coordinator's broker stops answering for 3 to 12 s (every response delayed
+    /// by 10 minutes, released when it ends; the connections stay open), and at the
+    /// same moment the coordinator moves to another live broker: a host that died
+    /// silently and a cluster that elected a new coordinator (mock only). Declared
+    /// last so the kinds before it keep their random streams.
+    Silent,
 }
 
 impl FaultKind {
     /// Every kind, in the order of the report.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Move,
+        FaultKind::Silent,
         FaultKind::Down,
         FaultKind::Rtt,
         FaultKind::Error,
@@ -60,6 +71,7 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::Join => "join",
             FaultKind::Leave => "leave",
+            FaultKind::Silent => "silent",
         }
     }
 
@@ -72,7 +84,11 @@ impl FaultKind {
     pub fn needs_mock(self) -> bool {
         matches!(
             self,
-            FaultKind::Move | FaultKind::Down | FaultKind::Rtt | FaultKind::Error
+            FaultKind::Move
+                | FaultKind::Silent
+                | FaultKind::Down
+                | FaultKind::Rtt
+                | FaultKind::Error
         )
     }
 
@@ -87,6 +103,7 @@ impl FaultKind {
             FaultKind::Crash => 1.0,
             FaultKind::Join => 1.0,
             FaultKind::Leave => 1.0,
+            FaultKind::Silent => 2.0,
         }
     }
 }
@@ -179,6 +196,19 @@ pub enum Action {
         /// The broker.
         broker: i32,
     },
+    /// `broker`, the coordinator, stops answering (its responses are held back), and
+    /// the coordinator moves to `to`.
+    Silence {
+        /// The broker that goes silent.
+        broker: i32,
+        /// The new coordinator.
+        to: i32,
+    },
+    /// The silent broker answers again: the held responses go out.
+    Speak {
+        /// The broker.
+        broker: i32,
+    },
     /// Push error codes on an API (cluster-wide: the next requests of that API get
     /// them, whoever sends them).
     InjectErrors {
@@ -218,12 +248,16 @@ impl Action {
             Action::MoveCoordinator { .. } => Some(FaultKind::Move),
             Action::BrokerDown { .. } => Some(FaultKind::Down),
             Action::RttSpike { .. } => Some(FaultKind::Rtt),
+            Action::Silence { .. } => Some(FaultKind::Silent),
             Action::InjectErrors { .. } => Some(FaultKind::Error),
             Action::Kill { crash: false, .. } => Some(FaultKind::Kill),
             Action::Kill { crash: true, .. } => Some(FaultKind::Crash),
             Action::Join { .. } => Some(FaultKind::Join),
             Action::Leave { .. } => Some(FaultKind::Leave),
-            Action::BrokerUp { .. } | Action::RttNormal { .. } | Action::Restart { .. } => None,
+            Action::BrokerUp { .. }
+            | Action::RttNormal { .. }
+            | Action::Speak { .. }
+            | Action::Restart { .. } => None,
         }
     }
 }
@@ -236,6 +270,10 @@ impl std::fmt::Display for Action {
             Action::BrokerUp { broker } => write!(f, "broker {broker} up"),
             Action::RttSpike { broker, rtt_ms } => write!(f, "broker {broker} rtt {rtt_ms} ms"),
             Action::RttNormal { broker } => write!(f, "broker {broker} rtt 0"),
+            Action::Silence { broker, to } => {
+                write!(f, "broker {broker} silent, coordinator -> broker {to}")
+            }
+            Action::Speak { broker } => write!(f, "broker {broker} answers again"),
             Action::InjectErrors { api, codes } => write!(f, "{} errors {codes:?}", api.name),
             Action::Kill { slot, crash: false } => write!(f, "member slot {slot} aborted"),
             Action::Kill { slot, crash: true } => write!(f, "member slot {slot} crashed"),
@@ -262,6 +300,17 @@ pub struct PlanInput {
     /// The most members alive at once (joins beyond it are skipped).
     pub max_members: usize,
 }
+
+/// The broker the runner makes the group's coordinator before the members start
+/// (`None` without brokers): drawn from the seed.
+pub fn initial_coordinator(input: &PlanInput) -> Option<i32> {
+    let mut rng = Rng::new(mix(input.seed, 98));
+    rng.pick(&input.brokers).copied()
+}
+
+/// How long a silent broker holds its responses back: long enough that no response
+/// comes within a silence.
+pub const SILENT_RTT: Duration = Duration::from_secs(600);
 
 /// The planned actions, in time order, at offsets from the start of the run.
 pub fn plan(input: &PlanInput) -> Vec<(Duration, Action)> {
@@ -300,7 +349,10 @@ pub fn plan(input: &PlanInput) -> Vec<(Duration, Action)> {
 struct Model {
     brokers: Vec<i32>,
     down: BTreeSet<i32>,
+    /// Brokers with a delay: a spike, or a silence.
     slow: BTreeSet<i32>,
+    /// Brokers that are silent (also in `slow`).
+    silent: BTreeSet<i32>,
     coordinator: Option<i32>,
     slots: Vec<Slot>,
     max_members: usize,
@@ -320,6 +372,7 @@ enum Slot {
 enum FollowUp {
     Up(i32),
     Normal(i32),
+    Speak(i32),
     Restart(usize),
 }
 
@@ -329,7 +382,8 @@ impl Model {
             brokers: input.brokers.clone(),
             down: BTreeSet::new(),
             slow: BTreeSet::new(),
-            coordinator: None,
+            silent: BTreeSet::new(),
+            coordinator: initial_coordinator(input),
             slots: vec![Slot::Alive; input.members],
             max_members: input.max_members.max(input.members),
             pending: BinaryHeap::new(),
@@ -361,6 +415,11 @@ impl Model {
                     self.slow.remove(&b);
                     out.push((at, Action::RttNormal { broker: b }));
                 }
+                FollowUp::Speak(b) => {
+                    self.slow.remove(&b);
+                    self.silent.remove(&b);
+                    out.push((at, Action::Speak { broker: b }));
+                }
                 FollowUp::Restart(slot) => {
                     self.slots[slot] = Slot::Alive;
                     out.push((at, Action::Restart { slot }));
@@ -378,15 +437,40 @@ impl Model {
     fn arrive(&mut self, t: f64, kind: FaultKind, rng: &mut Rng, out: &mut Vec<(f64, Action)>) {
         match kind {
             FaultKind::Move => {
+                // Never onto a silent broker: a cluster does not elect a dead host.
                 let others: Vec<i32> = self
                     .brokers
                     .iter()
                     .copied()
-                    .filter(|b| Some(*b) != self.coordinator)
+                    .filter(|b| Some(*b) != self.coordinator && !self.silent.contains(b))
                     .collect();
                 if let Some(&to) = rng.pick(&others) {
                     self.coordinator = Some(to);
                     out.push((t, Action::MoveCoordinator { to }));
+                }
+            }
+            FaultKind::Silent => {
+                // The coordinator, when it is up and answering at its normal pace (a
+                // pending RttNormal would end the silence early); the new coordinator
+                // is up and not silent.
+                let Some(broker) = self.coordinator else {
+                    return;
+                };
+                if self.slow.contains(&broker) || self.down.contains(&broker) {
+                    return;
+                }
+                let others: Vec<i32> = self
+                    .brokers
+                    .iter()
+                    .copied()
+                    .filter(|b| *b != broker && !self.silent.contains(b) && !self.down.contains(b))
+                    .collect();
+                if let Some(&to) = rng.pick(&others) {
+                    self.slow.insert(broker);
+                    self.silent.insert(broker);
+                    self.coordinator = Some(to);
+                    out.push((t, Action::Silence { broker, to }));
+                    self.later(t + rng.uniform(3.0, 12.0), FollowUp::Speak(broker));
                 }
             }
             FaultKind::Down => {
@@ -572,5 +656,69 @@ mod tests {
                 assert!(alive.len() <= 5, "seed {seed}");
             }
         }
+    }
+
+    #[test]
+    fn a_silent_broker_is_the_coordinator_it_replaces_and_speaks_again_within_12_s() {
+        let mut silences = 0;
+        for seed in 0..50 {
+            let i = input(seed);
+            let mut coordinator = initial_coordinator(&i).expect("a coordinator");
+            let mut silent: BTreeMap<i32, Duration> = BTreeMap::new();
+            let mut slow = BTreeSet::new();
+            for (at, a) in plan(&i) {
+                match a {
+                    Action::MoveCoordinator { to } => {
+                        assert!(
+                            !silent.contains_key(&to),
+                            "seed {seed}: {a} onto a silent broker"
+                        );
+                        coordinator = to;
+                    }
+                    Action::Silence { broker, to } => {
+                        assert_eq!(
+                            broker, coordinator,
+                            "seed {seed}: {a} is not the coordinator"
+                        );
+                        assert_ne!(to, broker);
+                        assert!(
+                            !silent.contains_key(&to),
+                            "seed {seed}: {a} onto a silent broker"
+                        );
+                        assert!(
+                            !slow.contains(&broker),
+                            "seed {seed}: {a} while its delay ends"
+                        );
+                        silent.insert(broker, at);
+                        coordinator = to;
+                        silences += 1;
+                    }
+                    Action::Speak { broker } => {
+                        let since = silent.remove(&broker).expect("silent");
+                        let length = (at - since).as_secs_f64();
+                        assert!(
+                            (2.99..12.01).contains(&length),
+                            "seed {seed}: silent {length} s"
+                        );
+                    }
+                    Action::RttSpike { broker, .. } => {
+                        assert!(
+                            !silent.contains_key(&broker),
+                            "seed {seed}: {a} while silent"
+                        );
+                        slow.insert(broker);
+                    }
+                    Action::RttNormal { broker } => {
+                        assert!(
+                            !silent.contains_key(&broker),
+                            "seed {seed}: {a} while silent"
+                        );
+                        slow.remove(&broker);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert!(silences > 50, "only {silences} silences in 50 plans");
     }
 }
