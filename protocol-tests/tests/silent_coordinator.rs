@@ -14,8 +14,10 @@
 //! | Syncing | SyncGroup            | `request.timeout.ms` |
 //! | Stable  | Heartbeat            | min(`request.timeout.ms` + `heartbeat.interval.ms`, `session.timeout.ms`) |
 //!
-//! Timers: session 6 s, heartbeat 1 s, request 5 s, max.poll.interval 10 s. Each test
-//! prints its measurement in one line, to be quoted.
+//! Timers: session 6 s, heartbeat 1 s, request 5 s, max.poll.interval 10 s. With them
+//! the two Stable figures coincide (5 s + 1 s = 6 s), so one more Stable test takes a
+//! request timeout of 15 s, where only the session clock can bound the recovery. Each
+//! test prints its measurement in one line, to be quoted.
 
 use std::time::{Duration, Instant};
 
@@ -46,10 +48,16 @@ struct Setup {
     _tansu: Tansu,
     proxy: CorruptingProxy,
     topic: &'static str,
+    /// The member's `request.timeout.ms`.
+    request: Duration,
 }
 
 impl Setup {
     async fn start(topic: &'static str, api: ApiKey) -> Setup {
+        Setup::with_request_timeout(topic, api, REQUEST).await
+    }
+
+    async fn with_request_timeout(topic: &'static str, api: ApiKey, request: Duration) -> Setup {
         protocol_tests::init_tracing();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -68,6 +76,7 @@ impl Setup {
             _tansu: tansu,
             proxy,
             topic,
+            request,
         }
     }
 
@@ -79,7 +88,7 @@ impl Setup {
             .session_timeout(SESSION)
             .heartbeat_interval(HEARTBEAT)
             .max_poll_interval(MAX_POLL)
-            .set("request.timeout.ms", &REQUEST.as_millis().to_string())
+            .set("request.timeout.ms", &self.request.as_millis().to_string())
             .expect("request.timeout.ms")
             .client_id("silent")
     }
@@ -253,10 +262,9 @@ async fn tansu_silent_coordinator_while_syncing_is_left_within_the_request_timeo
 /// would show nothing. Commits are probed one at a time, starting once the proxy has
 /// silenced the connection, so a probe lost in the black hole times out later than the
 /// heartbeat and does not speed up the detection.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_silent_coordinator_while_stable_is_left_within_the_heartbeat_bound() {
-    let bound = (REQUEST + HEARTBEAT).min(SESSION);
-    let setup = Setup::start("silent-stable", ApiKey::Heartbeat).await;
+async fn silenced_while_stable(topic: &'static str, request: Duration) {
+    let bound = (request + HEARTBEAT).min(SESSION);
+    let setup = Setup::with_request_timeout(topic, ApiKey::Heartbeat, request).await;
     let began = Instant::now();
     let mut member = Member::start(&setup).await;
     member.read_all(Duration::from_secs(30)).await;
@@ -303,7 +311,8 @@ async fn tansu_silent_coordinator_while_stable_is_left_within_the_heartbeat_boun
         member.step().await;
     };
     eprintln!(
-        "silent coordinator while Stable: recovered in {:.1} s (Java bound {:.0} s + rejoin {:.0} s); events: {}; failed probes: {failures:?}",
+        "silent coordinator while Stable (request timeout {:.0} s): recovered in {:.1} s (Java bound {:.0} s + rejoin {:.0} s); events: {}; failed probes: {failures:?}",
+        request.as_secs_f64(),
         recovered.as_secs_f64(),
         bound.as_secs_f64(),
         REJOIN.as_secs_f64(),
@@ -312,7 +321,7 @@ async fn tansu_silent_coordinator_while_stable_is_left_within_the_heartbeat_boun
     assert_eq!(setup.proxy.silenced(), 1, "one connection went silent");
     assert!(
         recovered <= bound + REJOIN,
-        "while Stable: a commit went through {recovered:?} after the silence; Java gives up after {bound:?}, a rejoin takes up to {REJOIN:?}"
+        "while Stable (request timeout {request:?}): a commit went through {recovered:?} after the silence; Java gives up after {bound:?}, a rejoin takes up to {REJOIN:?}"
     );
     // The member still reads: records written now arrive.
     produce(
@@ -335,4 +344,21 @@ async fn tansu_silent_coordinator_while_stable_is_left_within_the_heartbeat_boun
         );
         member.step().await;
     }
+}
+
+/// Stable, with the timers of the table above: the heartbeat's request timeout and the
+/// session end together (5 s + 1 s = 6 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_silent_coordinator_while_stable_is_left_within_the_heartbeat_bound() {
+    silenced_while_stable("silent-stable", REQUEST).await;
+}
+
+/// Stable, with a request timeout (15 s) longer than the session (6 s): Java's heartbeat
+/// thread gives up on the coordinator when the session lapses, and marking it unknown
+/// disconnects the coordinator connection, so the heartbeat and any commit in flight
+/// on it fail at once and the member goes on with the coordinator it finds next. The
+/// bound is the session, not the request timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_silent_coordinator_while_stable_is_left_within_the_session() {
+    silenced_while_stable("silent-stable-long", Duration::from_secs(15)).await;
 }
