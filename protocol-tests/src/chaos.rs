@@ -53,7 +53,7 @@ use crate::mock::MockCluster;
 use crate::peer::Peer;
 use journal::{Analysis, Journal};
 use member::{Fates, Member, MemberContext, Stop};
-use schedule::{Action, FaultKind, INJECTED_APIS, PlanInput, SILENT_RTT};
+use schedule::{Action, FaultKind, INJECTED_APIS, PlanInput};
 
 /// The topic the records go to.
 pub const TOPIC: &str = "chaos";
@@ -996,10 +996,11 @@ impl Runner<'_> {
             }
             (Action::RttNormal { broker }, Some(m)) => m.set_rtt(*broker, Duration::ZERO),
             // The mock still handles what reaches the silent broker and holds the answers
-            // back until the silence ends; then they go out, on connections the members
-            // may have dropped meanwhile.
-            (Action::Silence { broker, to }, Some(m)) => m
-                .set_rtt(*broker, SILENT_RTT)
+            // back until the silence ends (see `Action::Silence` for why the delay is the
+            // silence's length); then they go out, on connections the members may have
+            // dropped meanwhile.
+            (Action::Silence { broker, to, ms }, Some(m)) => m
+                .set_rtt(*broker, Duration::from_millis(*ms))
                 .and_then(|()| m.set_group_coordinator(&self.group, *to)),
             (Action::Speak { broker }, Some(m)) => m.set_rtt(*broker, Duration::ZERO),
             (Action::InjectErrors { api, codes }, Some(m)) => {

@@ -38,11 +38,11 @@ pub enum FaultKind {
     Join,
     /// A member leaves cleanly (stops, commits, sends LeaveGroup).
     Leave,
-    /// The coordinator's broker stops answering for 3 to 12 s (every response delayed
-    /// by 10 minutes, released when it ends; the connections stay open), and at the
-    /// same moment the coordinator moves to another live broker: a host that died
-    /// silently and a cluster that elected a new coordinator (mock only). Declared
-    /// last so the kinds before it keep their random streams.
+    /// The coordinator's broker stops answering for 3 to 12 s (every response held back
+    /// until the silence ends; the connections stay open), and at the same moment the
+    /// coordinator moves to another live broker: a host that died silently and a
+    /// cluster that elected a new coordinator (mock only). Declared last so the kinds
+    /// before it keep their random streams.
     Silent,
 }
 
@@ -196,13 +196,22 @@ pub enum Action {
         /// The broker.
         broker: i32,
     },
-    /// `broker`, the coordinator, stops answering (its responses are held back), and
-    /// the coordinator moves to `to`.
+    /// `broker`, the coordinator, stops answering for `ms` milliseconds, and the
+    /// coordinator moves to `to`. The runner sets the broker's delay to the silence's
+    /// length, so nothing answered during it comes out before it ends, and back to 0
+    /// at [`Action::Speak`], which releases what was held. (Not a longer delay: the
+    /// mock arms one write timer per connection for the first held response and does
+    /// not move it forward when the delay drops, so after a 10-minute delay a response
+    /// the mock holds on purpose, such as an empty Fetch waiting `fetch.max.wait.ms`,
+    /// stays stuck, with everything behind it on that connection, until the client's
+    /// request timeout.)
     Silence {
         /// The broker that goes silent.
         broker: i32,
         /// The new coordinator.
         to: i32,
+        /// How long the silence lasts.
+        ms: u64,
     },
     /// The silent broker answers again: the held responses go out.
     Speak {
@@ -270,9 +279,10 @@ impl std::fmt::Display for Action {
             Action::BrokerUp { broker } => write!(f, "broker {broker} up"),
             Action::RttSpike { broker, rtt_ms } => write!(f, "broker {broker} rtt {rtt_ms} ms"),
             Action::RttNormal { broker } => write!(f, "broker {broker} rtt 0"),
-            Action::Silence { broker, to } => {
-                write!(f, "broker {broker} silent, coordinator -> broker {to}")
-            }
+            Action::Silence { broker, to, ms } => write!(
+                f,
+                "broker {broker} silent for {ms} ms, coordinator -> broker {to}"
+            ),
             Action::Speak { broker } => write!(f, "broker {broker} answers again"),
             Action::InjectErrors { api, codes } => write!(f, "{} errors {codes:?}", api.name),
             Action::Kill { slot, crash: false } => write!(f, "member slot {slot} aborted"),
@@ -307,10 +317,6 @@ pub fn initial_coordinator(input: &PlanInput) -> Option<i32> {
     let mut rng = Rng::new(mix(input.seed, 98));
     rng.pick(&input.brokers).copied()
 }
-
-/// How long a silent broker holds its responses back: long enough that no response
-/// comes within a silence.
-pub const SILENT_RTT: Duration = Duration::from_secs(600);
 
 /// The planned actions, in time order, at offsets from the start of the run.
 pub fn plan(input: &PlanInput) -> Vec<(Duration, Action)> {
@@ -469,8 +475,10 @@ impl Model {
                     self.slow.insert(broker);
                     self.silent.insert(broker);
                     self.coordinator = Some(to);
-                    out.push((t, Action::Silence { broker, to }));
-                    self.later(t + rng.uniform(3.0, 12.0), FollowUp::Speak(broker));
+                    let length = rng.uniform(3.0, 12.0);
+                    let ms = (length * 1000.0).ceil() as u64;
+                    out.push((t, Action::Silence { broker, to, ms }));
+                    self.later(t + length, FollowUp::Speak(broker));
                 }
             }
             FaultKind::Down => {
@@ -664,7 +672,7 @@ mod tests {
         for seed in 0..50 {
             let i = input(seed);
             let mut coordinator = initial_coordinator(&i).expect("a coordinator");
-            let mut silent: BTreeMap<i32, Duration> = BTreeMap::new();
+            let mut silent: BTreeMap<i32, (Duration, u64)> = BTreeMap::new();
             let mut slow = BTreeSet::new();
             for (at, a) in plan(&i) {
                 match a {
@@ -675,7 +683,7 @@ mod tests {
                         );
                         coordinator = to;
                     }
-                    Action::Silence { broker, to } => {
+                    Action::Silence { broker, to, ms } => {
                         assert_eq!(
                             broker, coordinator,
                             "seed {seed}: {a} is not the coordinator"
@@ -689,16 +697,21 @@ mod tests {
                             !slow.contains(&broker),
                             "seed {seed}: {a} while its delay ends"
                         );
-                        silent.insert(broker, at);
+                        silent.insert(broker, (at, ms));
                         coordinator = to;
                         silences += 1;
                     }
                     Action::Speak { broker } => {
-                        let since = silent.remove(&broker).expect("silent");
+                        let (since, ms) = silent.remove(&broker).expect("silent");
                         let length = (at - since).as_secs_f64();
                         assert!(
                             (2.99..12.01).contains(&length),
                             "seed {seed}: silent {length} s"
+                        );
+                        // The broker's delay is the silence's length.
+                        assert!(
+                            (length * 1000.0 - ms as f64).abs() <= 2.0,
+                            "seed {seed}: silent {length} s with a delay of {ms} ms"
                         );
                     }
                     Action::RttSpike { broker, .. } => {
