@@ -569,8 +569,11 @@ fn reaction(code: i16) -> Reaction {
             | E::InvalidGroupId
             | E::UnsupportedVersion,
         ) => Reaction::Fatal,
-        Some(e) if e.is_retriable() => Reaction::Retry,
-        Some(_) => Reaction::Fatal,
+        // Anything else: the Java client raises it from poll() and tries again on the
+        // next one, the consumer still usable; here the request is retried after the
+        // backoff, with a warning naming the code. Only the codes above that say the
+        // configuration is wrong close the member.
+        Some(_) => Reaction::Retry,
     }
 }
 
@@ -1670,6 +1673,15 @@ impl GroupMember {
                     assignor: protocol.to_string(),
                     message: format!("member {}: {e}", m.member_id),
                 })?;
+            // A member listed twice counts once, the later entry winning, as in the
+            // Java leader's map of subscriptions by member id.
+            if let Some(i) = subs
+                .iter()
+                .position(|s: &MemberSubscription| s.member_id == m.member_id)
+            {
+                warn!(group = %group, member = %m.member_id, "the JoinGroup answer lists a member twice; assigning it once");
+                subs.remove(i);
+            }
             subs.push(MemberSubscription {
                 member_id: m.member_id.clone(),
                 instance_id: m.instance_id.clone(),
@@ -2004,6 +2016,9 @@ impl GroupMember {
                 self.enter_unjoined(now, false, "coordinator moved during the rebalance");
             }
             Reaction::Retry => {
+                if ResponseError::try_from_code(error).is_some_and(|e| !e.is_retriable()) {
+                    warn!(group = %self.config.group_id, api, error = %error_name(error), "unexpected error; rejoining after the backoff");
+                }
                 self.enter_unjoined(now, true, "transient error during the rebalance")
             }
             Reaction::Rebalance | Reaction::Rejoin => {
@@ -3345,6 +3360,73 @@ mod tests {
             e.to_string().contains("partition.assignment.strategy"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn syncing_an_unexpected_error_code_rejoins_after_backoff_instead_of_closing() {
+        // The Java client raises an unexpected SyncGroup (or JoinGroup, FindCoordinator,
+        // OffsetFetch) error from poll() and rejoins on the next one; the consumer stays
+        // usable. ottla closed the member for good. Seen in chaos runs: the librdkafka
+        // mock answered a SyncGroup INVALID_PARTITIONS (37) after giving two clients one
+        // member id.
+        let mut h = H::new(config("range"));
+        let sync = syncing_follower(&mut h, 3);
+        h.respond(
+            sync.id,
+            GroupResponse::SyncGroup {
+                error: ResponseError::InvalidPartitions.code(),
+                protocol_name: None,
+                assignment: Bytes::new(),
+            },
+        );
+        assert_eq!(h.m.state(), StateKind::Unjoined);
+        assert!(
+            !h.events().iter().any(|e| matches!(e, Event::Fatal(_))),
+            "not fatal"
+        );
+        h.advance(Duration::from_secs(1));
+        let join = h.request();
+        assert!(
+            matches!(join.request, GroupRequest::JoinGroup { .. }),
+            "{join:?}"
+        );
+    }
+
+    #[test]
+    fn joining_a_member_listed_twice_is_assigned_once() {
+        // The Java leader keys subscriptions by member id, so a member listed twice (the
+        // librdkafka mock gave two clients one id) counts once; ottla's leader refused
+        // the whole assignment and closed for good.
+        let mut h = H::new(config("range"));
+        h.find_coordinator();
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let metadata = protocols[0].1.clone();
+        let member = |id: &str| JoinedMember {
+            member_id: id.into(),
+            instance_id: None,
+            metadata: metadata.clone(),
+        };
+        h.respond(
+            join.id,
+            join_response_p(
+                "range",
+                0,
+                3,
+                "m1",
+                "m1",
+                vec![member("m1"), member("m0"), member("m0")],
+            ),
+        );
+        let sync = h.request();
+        let GroupRequest::SyncGroup { assignments, .. } = &sync.request else {
+            panic!("{sync:?}")
+        };
+        let members: Vec<&str> = assignments.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(members.len(), 2, "{members:?}");
+        assert!(!h.events().iter().any(|e| matches!(e, Event::Fatal(_))));
     }
 
     #[test]
