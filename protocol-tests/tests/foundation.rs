@@ -255,6 +255,57 @@ async fn mock_requests_for_any_broker_avoid_a_dead_one() {
     );
 }
 
+/// A broker gone silent takes requests and answers none; its connection stays "ready"
+/// with as many requests in flight as the others. Requests for any broker must not go
+/// there: a FindCoordinator on it waited out its whole timeout in a chaos run, while
+/// the member, expelled meanwhile, kept processing partitions given to another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_requests_for_any_broker_avoid_a_silent_one() {
+    let mock = MockCluster::new(3).unwrap();
+    mock.create_topic(TOPIC, 6, 1).unwrap();
+    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
+        .await
+        .unwrap();
+    let ids = mock.broker_ids();
+    for b in &ids {
+        cluster
+            .broker(NodeId(*b))
+            .unwrap()
+            .send(&MetadataRequest::default())
+            .await
+            .unwrap();
+    }
+    let silent = ids[2];
+    let silent_address = cluster.metadata().broker(NodeId(silent)).unwrap().address();
+    mock.set_rtt(silent, Duration::from_secs(20)).unwrap();
+    let stuck = cluster.broker(NodeId(silent)).unwrap();
+    let _stuck = tokio::spawn(async move { stuck.send(&MetadataRequest::default()).await });
+    // The live brokers are busy too: one request in flight nearly all the time.
+    let mut busy = Vec::new();
+    for b in &ids[..2] {
+        mock.set_rtt(*b, Duration::from_millis(300)).unwrap();
+        let conn = cluster.broker(NodeId(*b)).unwrap();
+        busy.push(tokio::spawn(async move {
+            loop {
+                let _ = conn.send(&MetadataRequest::default()).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut picked = Vec::new();
+    for _ in 0..12 {
+        picked.push(cluster.any_connection().address().to_string());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    for b in busy {
+        b.abort();
+    }
+    assert!(
+        !picked.contains(&silent_address),
+        "the silent broker {silent_address} was picked: {picked:?}"
+    );
+}
+
 #[tokio::test]
 async fn mock_concurrent_refreshes_coalesce_into_one_request() {
     let mock = MockCluster::new(3).unwrap();

@@ -94,6 +94,8 @@ struct Load {
     in_flight: AtomicUsize,
     /// The last attempt failed (or the connection broke): no new attempt before this.
     backoff_until: Mutex<Option<Instant>>,
+    /// When the oldest unanswered request went out.
+    oldest: Mutex<Option<Instant>>,
     /// Bumped by [`BrokerConnection::disconnect`]: the live connection closes.
     abort: watch::Sender<u64>,
 }
@@ -104,20 +106,32 @@ impl Load {
             ready: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             backoff_until: Mutex::new(None),
+            oldest: Mutex::new(None),
             abort: watch::Sender::new(0),
         }
     }
 }
 
+/// How long the oldest request on a connection may wait before the connection ranks
+/// behind one that is not connected yet. Brokers answer most requests within
+/// milliseconds; a Fetch waits `fetch.max.wait.ms` (500 ms by default) at most.
+const STALLED_AFTER: Duration = Duration::from_secs(1);
+
 /// How a connection ranks for a request any broker can answer, lowest first: a
-/// ready connection by its load, then one that may connect now, then one still in
-/// its reconnect backoff by the time left.
+/// ready connection by its load, then one that may connect now, then a stalled one by
+/// how long its oldest request has waited, then one still in its reconnect backoff by
+/// the time left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Rank {
-    /// Connected, with this many requests in flight.
+    /// Connected, with this many requests in flight, none waiting longer than
+    /// [`STALLED_AFTER`].
     Ready(usize),
     /// Not connected; an attempt may start now.
     Idle,
+    /// Connected, but its oldest request has waited this long, more than
+    /// [`STALLED_AFTER`]: a broker gone silent looks like this (it takes requests and
+    /// answers none), and a new connection elsewhere is the better bet.
+    Stalled(Duration),
     /// The last attempt failed; the next may start after this long.
     BackingOff(Duration),
 }
@@ -416,6 +430,17 @@ impl BrokerConnection {
     /// How this connection ranks for a request any broker can answer ([`Rank`]).
     pub(crate) fn rank(&self) -> Rank {
         if self.load.ready.load(Ordering::Relaxed) {
+            let waited = self
+                .load
+                .oldest
+                .lock()
+                .ok()
+                .and_then(|o| *o)
+                .map(|at| at.elapsed())
+                .unwrap_or_default();
+            if waited > STALLED_AFTER {
+                return Rank::Stalled(waited);
+            }
             return Rank::Ready(self.load.in_flight.load(Ordering::Relaxed));
         }
         let until = self.load.backoff_until.lock().ok().and_then(|u| *u);
@@ -599,6 +624,8 @@ struct Waiter {
     version: i16,
     timeout: Duration,
     deadline: Instant,
+    /// When it was put on the wire.
+    written: Instant,
     respond: oneshot::Sender<Result<ResponseFrame, RequestError>>,
 }
 
@@ -1041,6 +1068,7 @@ impl Task {
                                         version: p.version,
                                         timeout: p.timeout,
                                         deadline,
+                                        written: Instant::now(),
                                         respond: p.respond,
                                     });
                                 } else {
@@ -1070,6 +1098,9 @@ impl Task {
             self.load
                 .in_flight
                 .store(waiting.len() + queue.len(), Ordering::Relaxed);
+            if let Ok(mut oldest) = self.load.oldest.lock() {
+                *oldest = waiting.front().map(|w| w.written);
+            }
             let next_deadline = waiting.iter().map(|w| w.deadline).min();
             let accept = channel_open && waiting.len() < cap && queue.is_empty();
             let reauth_wake = reauth_at.filter(|_| !reauth_due);
