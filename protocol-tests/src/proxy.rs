@@ -222,47 +222,65 @@ async fn read_frame(s: &mut tokio::net::tcp::OwnedReadHalf) -> Option<Vec<u8>> {
 /// A Metadata answer (`frame`, length prefix included) in which `topic` lists only its
 /// partitions below `visible`; `None` if it does not decode or hides nothing.
 fn hide_partitions(frame: &[u8], version: i16, topic: &str, visible: i32) -> Option<Vec<u8>> {
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::messages::{ApiKey, MetadataResponse, ResponseHeader};
-    use kafka_protocol::protocol::{Decodable, Encodable};
-    let header_version = ApiKey::Metadata.response_header_version(version);
-    let mut body = Bytes::copy_from_slice(frame.get(4..)?);
-    let header = ResponseHeader::decode(&mut body, header_version).ok()?;
-    let mut response = MetadataResponse::decode(&mut body, version).ok()?;
-    let mut hidden = false;
-    for t in &mut response.topics {
-        if t.name.as_ref().is_some_and(|n| &***n == topic) {
-            let before = t.partitions.len();
-            t.partitions.retain(|p| p.partition_index < visible);
-            hidden |= t.partitions.len() < before;
-        }
-    }
-    if !hidden {
-        return None;
-    }
-    let mut out = BytesMut::new();
-    out.extend_from_slice(&[0; 4]);
-    header.encode(&mut out, header_version).ok()?;
-    response.encode(&mut out, version).ok()?;
-    let len = i32::try_from(out.len() - 4).ok()?;
-    out[..4].copy_from_slice(&len.to_be_bytes());
-    Some(out.to_vec())
+    use kafka_protocol::messages::{ApiKey, MetadataResponse};
+    rewrite(
+        frame,
+        ApiKey::Metadata,
+        version,
+        |response: &mut MetadataResponse| {
+            let mut hidden = false;
+            for t in &mut response.topics {
+                if t.name.as_ref().is_some_and(|n| n.as_str() == topic) {
+                    let before = t.partitions.len();
+                    t.partitions.retain(|p| p.partition_index < visible);
+                    hidden |= t.partitions.len() < before;
+                }
+            }
+            hidden
+        },
+    )
 }
 
 /// An OffsetCommit answer (`frame`, length prefix included) with every partition's
 /// error set to `code`; `None` if it does not decode.
 fn fail_commit(frame: &[u8], version: i16, code: i16) -> Option<Vec<u8>> {
+    use kafka_protocol::messages::{ApiKey, OffsetCommitResponse};
+    rewrite(
+        frame,
+        ApiKey::OffsetCommit,
+        version,
+        |response: &mut OffsetCommitResponse| {
+            for topic in &mut response.topics {
+                for partition in &mut topic.partitions {
+                    partition.error_code = code;
+                }
+            }
+            true
+        },
+    )
+}
+
+/// Decodes the answer in `frame` (length prefix included) as `R`, lets `edit` change
+/// it, and encodes it again with the same header; `None` if it does not decode or
+/// `edit` changed nothing.
+fn rewrite<R>(
+    frame: &[u8],
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    edit: impl FnOnce(&mut R) -> bool,
+) -> Option<Vec<u8>>
+where
+    R: kafka_protocol::protocol::Decodable + kafka_protocol::protocol::Encodable,
+{
     use bytes::{Bytes, BytesMut};
-    use kafka_protocol::messages::{ApiKey, OffsetCommitResponse, ResponseHeader};
+    use kafka_protocol::messages::ResponseHeader;
     use kafka_protocol::protocol::{Decodable, Encodable};
-    let header_version = ApiKey::OffsetCommit.response_header_version(version);
+    let header_version = api.response_header_version(version);
     let mut body = Bytes::copy_from_slice(frame.get(4..)?);
     let header = ResponseHeader::decode(&mut body, header_version).ok()?;
-    let mut response = OffsetCommitResponse::decode(&mut body, version).ok()?;
-    for topic in &mut response.topics {
-        for partition in &mut topic.partitions {
-            partition.error_code = code;
-        }
+    let mut response = R::decode(&mut body, version).ok()?;
+    if !edit(&mut response) {
+        return None;
     }
     let mut out = BytesMut::new();
     out.extend_from_slice(&[0; 4]);

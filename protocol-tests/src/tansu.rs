@@ -779,3 +779,19 @@ impl SaslTansu {
         &self.db
     }
 }
+
+/// tansu behind a front of the test's making (a proxy, a SASL responder): a listener on
+/// a free local port, and tansu advertising it, with `topic` of `partitions` created.
+/// Whatever serves the listener forwards to the returned address, tansu's own.
+pub async fn behind_a_front(
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<(tokio::net::TcpListener, Tansu, std::net::SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let tansu =
+        Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{port}")))?;
+    tansu.create_topic(topic, partitions)?;
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], tansu.port()));
+    Ok((listener, tansu, upstream))
+}

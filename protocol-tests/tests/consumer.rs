@@ -1106,17 +1106,10 @@ async fn mock_hanging_up_on_an_advertised_version_is_diagnosed_and_stepped_down(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_the_commit_at_revocation_is_retried_through_a_coordinator_move() {
     protocol_tests::init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listener");
-    let port = listener.local_addr().expect("address").port();
-    let tansu = protocol_tests::tansu::Tansu::start_with(
-        &protocol_tests::tansu::TansuOptions::default().advertised(&format!("127.0.0.1:{port}")),
-    )
-    .expect("tansu");
     let topic = "revoked";
-    tansu.create_topic(topic, 4).expect("topic");
-    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], tansu.port()));
+    let (listener, _tansu, upstream) = protocol_tests::tansu::behind_a_front(topic, 4)
+        .await
+        .expect("tansu");
     let proxy = protocol_tests::proxy::CorruptingProxy::failing_commits(listener, upstream, 16, 2);
     let bootstrap = proxy.address();
     produce(&bootstrap, topic, 4, 0, 400, "none")

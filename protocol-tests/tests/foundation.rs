@@ -211,18 +211,13 @@ async fn mock_broker_down_then_up_requests_succeed_again() {
     }
 }
 
-/// Requests any broker can answer (FindCoordinator, metadata) go to the least-loaded
-/// live broker, as the Java client's `leastLoadedNode`. They rotated over every known
-/// broker, dead or alive, so a lookup on a dead broker cost a failed attempt (up to the
-/// connect timeout, or the request timeout on a half-open connection) every few tries.
-#[tokio::test]
-async fn mock_requests_for_any_broker_avoid_a_dead_one() {
+/// A 3-broker mock with the test topic, and a cluster that has talked to every broker.
+async fn every_broker_connected() -> (MockCluster, Cluster) {
     let mock = MockCluster::new(3).unwrap();
     mock.create_topic(TOPIC, 6, 1).unwrap();
     let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
         .await
         .unwrap();
-    // Every broker connected once.
     for b in mock.broker_ids() {
         cluster
             .broker(NodeId(b))
@@ -231,6 +226,16 @@ async fn mock_requests_for_any_broker_avoid_a_dead_one() {
             .await
             .unwrap();
     }
+    (mock, cluster)
+}
+
+/// Requests any broker can answer (FindCoordinator, metadata) go to the least-loaded
+/// live broker, as the Java client's `leastLoadedNode`. They rotated over every known
+/// broker, dead or alive, so a lookup on a dead broker cost a failed attempt (up to the
+/// connect timeout, or the request timeout on a half-open connection) every few tries.
+#[tokio::test]
+async fn mock_requests_for_any_broker_avoid_a_dead_one() {
+    let (mock, cluster) = every_broker_connected().await;
     let dead = mock.broker_ids()[1];
     let dead_address = cluster.metadata().broker(NodeId(dead)).unwrap().address();
     mock.broker_down(dead).unwrap();
@@ -261,20 +266,8 @@ async fn mock_requests_for_any_broker_avoid_a_dead_one() {
 /// the member, expelled meanwhile, kept processing partitions given to another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_requests_for_any_broker_avoid_a_silent_one() {
-    let mock = MockCluster::new(3).unwrap();
-    mock.create_topic(TOPIC, 6, 1).unwrap();
-    let cluster = Cluster::connect(&config(&mock.bootstrap()), scope(TOPIC), &[])
-        .await
-        .unwrap();
+    let (mock, cluster) = every_broker_connected().await;
     let ids = mock.broker_ids();
-    for b in &ids {
-        cluster
-            .broker(NodeId(*b))
-            .unwrap()
-            .send(&MetadataRequest::default())
-            .await
-            .unwrap();
-    }
     let silent = ids[2];
     let silent_address = cluster.metadata().broker(NodeId(silent)).unwrap().address();
     mock.set_rtt(silent, Duration::from_secs(20)).unwrap();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use protocol_tests::data::produce;
 use protocol_tests::proxy::CorruptingProxy;
-use protocol_tests::tansu::{Tansu, TansuOptions};
+use protocol_tests::tansu::behind_a_front;
 
 const PARTITIONS: i32 = 4;
 /// Visible before the growth.
@@ -42,15 +42,7 @@ type Reads = Arc<Mutex<Vec<(i32, i64, usize)>>>;
 /// and after it every record of partitions 2 and 3 within [`GROWTH_BOUND`].
 async fn grow(topic: &'static str, members: usize) {
     protocol_tests::init_tracing();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listener");
-    let port = listener.local_addr().expect("address").port();
-    let tansu =
-        Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{port}")))
-            .expect("tansu");
-    tansu.create_topic(topic, PARTITIONS).expect("topic");
-    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], tansu.port()));
+    let (listener, _tansu, upstream) = behind_a_front(topic, PARTITIONS).await.expect("tansu");
     let visible = Arc::new(AtomicI32::new(PARTITIONS));
     let proxy = CorruptingProxy::hiding_partitions(listener, upstream, topic, visible.clone());
     let bootstrap = proxy.address();

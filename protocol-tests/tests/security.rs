@@ -1025,15 +1025,9 @@ async fn responder(
     topic: &str,
     partitions: i32,
 ) -> (Tansu, protocol_tests::sasl_responder::SaslResponder) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let (listener, tansu, upstream) = protocol_tests::tansu::behind_a_front(topic, partitions)
         .await
-        .expect("listener");
-    let port = listener.local_addr().expect("address").port();
-    let tansu =
-        Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{port}")))
-            .expect("tansu");
-    tansu.create_topic(topic, partitions).expect("topic");
-    let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, tansu.port()));
+        .expect("tansu");
     let front = protocol_tests::sasl_responder::SaslResponder::start(listener, upstream, options);
     (tansu, front)
 }

@@ -26,7 +26,7 @@ use ottla::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, Events, OffsetRe
 use ottla::proto::group::member::Event;
 use protocol_tests::data::produce;
 use protocol_tests::proxy::CorruptingProxy;
-use protocol_tests::tansu::{Tansu, TansuOptions};
+use protocol_tests::tansu::{Tansu, behind_a_front};
 
 const SESSION: Duration = Duration::from_secs(6);
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -59,15 +59,7 @@ impl Setup {
 
     async fn with_request_timeout(topic: &'static str, api: ApiKey, request: Duration) -> Setup {
         protocol_tests::init_tracing();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("listener");
-        let port = listener.local_addr().expect("address").port();
-        let tansu =
-            Tansu::start_with(&TansuOptions::default().advertised(&format!("127.0.0.1:{port}")))
-                .expect("tansu");
-        tansu.create_topic(topic, PARTITIONS).expect("topic");
-        let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], tansu.port()));
+        let (listener, tansu, upstream) = behind_a_front(topic, PARTITIONS).await.expect("tansu");
         let proxy = CorruptingProxy::silencing(listener, upstream, api as i16);
         produce(&proxy.address(), topic, PARTITIONS, 0, RECORDS, "none")
             .await

@@ -31,7 +31,7 @@
 //!   and the flexible group APIs).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,8 +94,10 @@ struct Load {
     in_flight: AtomicUsize,
     /// The last attempt failed (or the connection broke): no new attempt before this.
     backoff_until: Mutex<Option<Instant>>,
-    /// When the oldest unanswered request went out.
-    oldest: Mutex<Option<Instant>>,
+    /// When the oldest unanswered request went out, in milliseconds since `since`
+    /// plus one (0: none); an atomic, as the serving loop stores it on every turn.
+    oldest: AtomicU64,
+    since: Instant,
     /// Bumped by [`BrokerConnection::disconnect`]: the live connection closes.
     abort: watch::Sender<u64>,
 }
@@ -106,7 +108,8 @@ impl Load {
             ready: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             backoff_until: Mutex::new(None),
-            oldest: Mutex::new(None),
+            oldest: AtomicU64::new(0),
+            since: Instant::now(),
             abort: watch::Sender::new(0),
         }
     }
@@ -430,14 +433,14 @@ impl BrokerConnection {
     /// How this connection ranks for a request any broker can answer ([`Rank`]).
     pub(crate) fn rank(&self) -> Rank {
         if self.load.ready.load(Ordering::Relaxed) {
-            let waited = self
-                .load
-                .oldest
-                .lock()
-                .ok()
-                .and_then(|o| *o)
-                .map(|at| at.elapsed())
-                .unwrap_or_default();
+            let waited = match self.load.oldest.load(Ordering::Relaxed) {
+                0 => Duration::ZERO,
+                at => self
+                    .load
+                    .since
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(at - 1)),
+            };
             if waited > STALLED_AFTER {
                 return Rank::Stalled(waited);
             }
@@ -1098,9 +1101,14 @@ impl Task {
             self.load
                 .in_flight
                 .store(waiting.len() + queue.len(), Ordering::Relaxed);
-            if let Ok(mut oldest) = self.load.oldest.lock() {
-                *oldest = waiting.front().map(|w| w.written);
-            }
+            let oldest = waiting.front().map_or(0, |w| {
+                let ms = w
+                    .written
+                    .saturating_duration_since(self.load.since)
+                    .as_millis();
+                u64::try_from(ms).unwrap_or(u64::MAX - 1) + 1
+            });
+            self.load.oldest.store(oldest, Ordering::Relaxed);
             let next_deadline = waiting.iter().map(|w| w.deadline).min();
             let accept = channel_open && waiting.len() < cap && queue.is_empty();
             let reauth_wake = reauth_at.filter(|_| !reauth_due);

@@ -24,7 +24,7 @@ use crate::proto::group::member::{
     StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
-use crate::proto::metadata::NodeId;
+use crate::proto::metadata::{ClusterMetadata, NodeId};
 
 /// A handle to a running group member. Dropping it makes the member leave the group.
 #[derive(Debug)]
@@ -180,14 +180,12 @@ async fn run(
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
     let mut member = GroupMember::new(config, now);
-    member.set_partition_racks(racks(&cluster));
-    member.set_topic_partitions(now, counts(&cluster));
+    apply_metadata(&mut member, &cluster.metadata(), now);
     let mut inflight: JoinSet<Reply> = JoinSet::new();
     let mut coordinators: HashMap<NodeId, String> = HashMap::new();
     let mut commits: HashMap<RequestId, oneshot::Sender<Result<Vec<CommitOffset>, CommitError>>> =
         HashMap::new();
     let mut leaving: Option<oneshot::Sender<()>> = None;
-    let (meta_tx, mut meta_rx) = mpsc::unbounded_channel::<BTreeMap<String, i32>>();
     // Every refresh, whoever asked for it (the fetcher after a leadership error, this
     // task for the leader's periodic check), brings the member the latest counts.
     let mut updates = cluster.metadata_updates();
@@ -227,11 +225,10 @@ async fn run(
                 }
                 Event::MetadataNeeded { topics } => {
                     cluster.add_topics(topics.iter().cloned());
-                    let (cluster, tx) = (cluster.clone(), meta_tx.clone());
+                    // The counts reach the member through `updates`, as every refresh's.
+                    let cluster = cluster.clone();
                     tokio::spawn(async move {
-                        if cluster.refresh_metadata().await.is_ok() {
-                            let _ = tx.send(counts(&cluster));
-                        }
+                        let _ = cluster.refresh_metadata().await;
                     });
                 }
                 _ => {}
@@ -283,14 +280,9 @@ async fn run(
                     }
                 }
             }
-            Some(partitions) = meta_rx.recv() => {
-                member.set_partition_racks(racks(&cluster));
-                member.set_topic_partitions(tokio::time::Instant::now().into_std(), partitions);
-            }
             Ok(()) = updates.changed() => {
                 updates.mark_unchanged();
-                member.set_partition_racks(racks(&cluster));
-                member.set_topic_partitions(tokio::time::Instant::now().into_std(), counts(&cluster));
+                apply_metadata(&mut member, &cluster.metadata(), tokio::time::Instant::now().into_std());
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
                 member.handle_timeout(tokio::time::Instant::now().into_std());
@@ -299,14 +291,19 @@ async fn run(
     }
 }
 
+/// Gives the member the partition counts and replica racks of one metadata snapshot.
+fn apply_metadata(member: &mut GroupMember, metadata: &ClusterMetadata, now: std::time::Instant) {
+    member.set_partition_racks(racks(metadata));
+    member.set_topic_partitions(now, counts(metadata));
+}
+
 /// Partition counts by topic from the latest metadata. A topic the broker says does
 /// not exist counts 0 partitions (it was deleted, or is not created yet), so a leader
 /// that assigned it notices; a topic with another error (a leader election) is left
 /// out, which keeps the count the member had.
-fn counts(cluster: &Cluster) -> BTreeMap<String, i32> {
+fn counts(metadata: &ClusterMetadata) -> BTreeMap<String, i32> {
     const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    cluster
-        .metadata()
+    metadata
         .topics
         .values()
         .filter_map(|t| match t.error {
@@ -323,8 +320,7 @@ fn counts(cluster: &Cluster) -> BTreeMap<String, i32> {
 /// The racks holding a replica of each partition (every replica, in sync or not, as
 /// the Java client), for rack-aware assignment. Partitions with no rack known are left
 /// out.
-fn racks(cluster: &Cluster) -> PartitionRacks {
-    let metadata = cluster.metadata();
+fn racks(metadata: &ClusterMetadata) -> PartitionRacks {
     let mut out = PartitionRacks::new();
     for topic in metadata.topics.values().filter(|t| t.error == 0) {
         for p in &topic.partitions {
