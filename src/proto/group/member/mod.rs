@@ -1,0 +1,792 @@
+//! The group member: the classic consumer-group protocol as one sans-IO state machine.
+//!
+//! # Contract
+//!
+//! Inputs: [`GroupMember::handle_response`], [`GroupMember::handle_failure`] and
+//! [`GroupMember::handle_timeout`] for the network and the clock; the application's
+//! commands ([`GroupMember::commit`], [`GroupMember::complete_revocation`],
+//! [`GroupMember::note_progress`], [`GroupMember::leave`],
+//! [`GroupMember::set_topic_partitions`]). After every input, drain
+//! [`GroupMember::poll_request`] and [`GroupMember::poll_event`] until `None`, then arm
+//! one timer at [`GroupMember::poll_timeout`].
+//!
+//! Time only comes in as `now`; jitter comes from the configured seed. The same inputs
+//! give the same outputs.
+//!
+//! # Timers
+//!
+//! | timer | armed while | fires |
+//! |---|---|---|
+//! | [`Timer::Coordinator`] | the coordinator is unknown and no lookup is in flight | a FindCoordinator is due (after backoff) |
+//! | [`Timer::Join`] | `Unjoined`, coordinator known | JoinGroup is due (after backoff) |
+//! | [`Timer::Request`] | a FindCoordinator, JoinGroup, SyncGroup or LeaveGroup is in flight | the response is overdue: treated as a failure |
+//! | [`Timer::Heartbeat`] | a generation is live or being synced (from the JoinGroup answer on, as in the Java client), no heartbeat in flight | the next heartbeat is due |
+//! | [`Timer::Session`] | as the heartbeat | no successful heartbeat for `session_timeout`: the coordinator is looked up again (member id, generation and partitions kept) |
+//! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
+//! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
+//! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned, coordinator known | the retry is due |
+//! | [`Timer::Sync`] | a leader holds its SyncGroup (`leader_sync_delay`), coordinator known | the SyncGroup is sent |
+//! | [`Timer::Metadata`] | this member assigned the live generation, in the group | [`Event::MetadataNeeded`] for every topic the group subscribes to, every `metadata_max_age` |
+//!
+//! A timer is armed only while firing it does something: one that fired and did nothing
+//! would stay in the past and spin the driver's loop.
+
+mod coordinator;
+mod errors;
+mod join;
+mod stable;
+mod state;
+mod timers;
+mod types;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::assignor::PartitionRacks;
+use super::consumer_protocol::TopicPartition;
+use super::messages::{CommitOffset, GroupRequest, GroupResponse};
+use crate::proto::backoff::Backoff;
+use crate::proto::error_name;
+use crate::proto::metadata::NodeId;
+use errors::{hint, refuses_coordination};
+use state::{Coordinator, Generation, Heartbeat, PendingFetch, Sent, State};
+pub use types::{
+    CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
+    RequestId, StateKind, Target, Timer,
+};
+
+/// One member of a consumer group (the classic protocol).
+#[derive(Debug)]
+pub struct GroupMember {
+    config: GroupConfig,
+    state: State,
+    coordinator: Coordinator,
+    member_id: String,
+    generation: Option<Generation>,
+    heartbeat: Option<Heartbeat>,
+    /// What the application holds right now.
+    owned: BTreeSet<TopicPartition>,
+    /// The last assignment received, kept for sticky assignors' user data.
+    last_assignment: Vec<TopicPartition>,
+    last_generation: i32,
+    /// Partition counts of subscribed topics, for the leader.
+    partitions_per_topic: BTreeMap<String, i32>,
+    /// Topics other members subscribe to, whose counts a leader also needs.
+    other_topics: BTreeSet<String>,
+    /// The racks of each partition's replicas, for rack-aware assignment.
+    partition_racks: PartitionRacks,
+    /// The leader's last cooperative assignment left partitions for a second round.
+    held_back: bool,
+    /// What the leader assigned with, to notice metadata changes that need a rebalance.
+    assigned_with: Option<BTreeMap<String, i32>>,
+    /// When the leader next asks for fresh metadata (while `assigned_with` is set).
+    metadata_at: Option<Instant>,
+    last_progress: Instant,
+    fetch: Option<PendingFetch>,
+    sent: BTreeMap<RequestId, Sent>,
+    /// Bumped each time a coordinator is found; requests to the coordinator record it.
+    /// The driver closes the connection to a coordinator given up on, so requests
+    /// still on it fail: such a failure says nothing about the coordinator found since.
+    coordinator_epoch: u64,
+    sent_epoch: BTreeMap<RequestId, u64>,
+    next_request: u64,
+    failures: u32,
+    /// Coordinators given up on (NOT_COORDINATOR and the like) since one last answered
+    /// a request without such an error: the pace of rediscovery backs off with it.
+    rediscoveries: u32,
+    backoff: Backoff,
+    /// OffsetCommits go out one at a time, in the order they were made, so a later
+    /// commit can never be overtaken (and undone) by an earlier one: the one on the
+    /// wire, and the ones waiting for it.
+    commit_in_flight: Option<RequestId>,
+    commit_queue: VecDeque<(RequestId, GroupRequest)>,
+    requests: VecDeque<Outgoing>,
+    events: VecDeque<Event>,
+}
+
+impl GroupMember {
+    /// A member that will look for its coordinator at once.
+    pub fn new(config: GroupConfig, now: Instant) -> Self {
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max, config.seed);
+        let mut member = Self {
+            config,
+            state: State::Unjoined {
+                join_at: now,
+                reason: "first join".into(),
+            },
+            coordinator: Coordinator::Unknown {
+                lookup: None,
+                retry_at: now,
+            },
+            member_id: String::new(),
+            generation: None,
+            heartbeat: None,
+            owned: BTreeSet::new(),
+            last_assignment: Vec::new(),
+            last_generation: -1,
+            partitions_per_topic: BTreeMap::new(),
+            other_topics: BTreeSet::new(),
+            partition_racks: PartitionRacks::new(),
+            held_back: false,
+            assigned_with: None,
+            metadata_at: None,
+            last_progress: now,
+            fetch: None,
+            sent: BTreeMap::new(),
+            coordinator_epoch: 0,
+            sent_epoch: BTreeMap::new(),
+            next_request: 0,
+            failures: 0,
+            rediscoveries: 0,
+            backoff,
+            commit_in_flight: None,
+            commit_queue: VecDeque::new(),
+            requests: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        member.advance(now);
+        member
+    }
+
+    // ----- getters -----
+
+    /// The lifecycle state.
+    pub fn state(&self) -> StateKind {
+        match &self.state {
+            State::Unjoined { .. } => StateKind::Unjoined,
+            State::Joining { .. } => StateKind::Joining,
+            State::Syncing { .. } | State::LeaderDelay { .. } => StateKind::Syncing,
+            State::Stable => StateKind::Stable,
+            State::Revoking { .. } => StateKind::Revoking,
+            State::Suspended => StateKind::Suspended,
+            State::Leaving { .. } => StateKind::Leaving,
+            State::Closed(_) => StateKind::Closed,
+        }
+    }
+
+    /// The live generation, if any.
+    pub fn generation(&self) -> Option<i32> {
+        self.generation.as_ref().map(|g| g.id)
+    }
+
+    /// The member id ("" before the broker assigned one).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The coordinator, if known.
+    pub fn coordinator(&self) -> Option<NodeId> {
+        match self.coordinator {
+            Coordinator::Known(n) => Some(n),
+            Coordinator::Unknown { .. } => None,
+        }
+    }
+
+    /// The partitions the application owns.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.owned.iter().cloned().collect()
+    }
+
+    /// Whether this member is the group's configured static member.
+    pub fn is_static(&self) -> bool {
+        self.config.instance_id.is_some()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// The fatal error, if closed by one.
+    pub fn error(&self) -> Option<&GroupError> {
+        match &self.state {
+            State::Closed(e) => e.as_ref(),
+            _ => None,
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The next request to send.
+    #[must_use]
+    pub fn poll_request(&mut self) -> Option<Outgoing> {
+        self.requests.pop_front()
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`GroupMember::handle_timeout`] must next be called. `None` only when closed
+    /// or suspended (then only the application can move the member).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timer().map(|(_, at)| at)
+    }
+
+    /// A response to request `id` arrived.
+    pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+        if self.commit_in_flight == Some(id) {
+            self.commit_in_flight = None;
+        }
+        self.sent_epoch.remove(&id);
+        let Some(sent) = self.sent.remove(&id) else {
+            debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
+            return;
+        };
+        if !matches!(response, GroupResponse::FindCoordinator { .. })
+            && !refuses_coordination(&response)
+        {
+            self.rediscoveries = 0;
+        }
+        match (sent, response) {
+            (
+                Sent::FindCoordinator,
+                GroupResponse::FindCoordinator {
+                    error,
+                    node_id,
+                    host,
+                    port,
+                },
+            ) => self.on_find_coordinator(now, id, error, node_id, host, port),
+            (
+                Sent::Join,
+                GroupResponse::JoinGroup {
+                    error,
+                    generation,
+                    protocol_name,
+                    leader,
+                    member_id,
+                    members,
+                    skip_assignment,
+                },
+            ) => self.on_join(
+                now,
+                id,
+                error,
+                generation,
+                protocol_name,
+                leader,
+                member_id,
+                members,
+                skip_assignment,
+            ),
+            (
+                Sent::Sync,
+                GroupResponse::SyncGroup {
+                    error, assignment, ..
+                },
+            ) => self.on_sync(now, id, error, assignment),
+            (Sent::Heartbeat { generation }, GroupResponse::Heartbeat { error }) => {
+                self.on_heartbeat(now, id, generation, error)
+            }
+            (Sent::Leave, GroupResponse::LeaveGroup { .. }) => {
+                if matches!(self.state, State::Leaving { request: Some(r), .. } if r == id) {
+                    self.close(None);
+                }
+            }
+            (
+                Sent::Commit {
+                    generation,
+                    offsets,
+                },
+                GroupResponse::OffsetCommit { partitions },
+            ) => self.on_commit(now, id, generation, offsets, partitions),
+            (
+                Sent::OffsetFetch { partitions: asked },
+                GroupResponse::OffsetFetch { error, partitions },
+            ) => self.on_offset_fetch(now, id, asked, error, partitions),
+            (sent, response) => {
+                warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
+                self.sent.insert(id, sent);
+                self.handle_failure(
+                    now,
+                    id,
+                    Failure::Protocol("response of the wrong kind".into()),
+                );
+                return;
+            }
+        }
+        self.advance(now);
+    }
+
+    /// Request `id` failed without a response.
+    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+        if self.commit_in_flight == Some(id) {
+            self.commit_in_flight = None;
+        }
+        // Sent to the coordinator known now, not to one given up on since.
+        let same_coordinator = self
+            .sent_epoch
+            .remove(&id)
+            .is_none_or(|epoch| epoch == self.coordinator_epoch);
+        let Some(sent) = self.sent.remove(&id) else {
+            return;
+        };
+        debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
+        match sent {
+            Sent::FindCoordinator => {
+                if let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator {
+                    if lookup.map(|(l, _)| l) == Some(id) {
+                        *lookup = None;
+                        self.failures += 1;
+                        *retry_at = now + self.backoff.delay(self.failures);
+                    }
+                }
+            }
+            // Java marks the coordinator unknown on any failed coordinator request: the
+            // connection is gone, and the coordinator may have moved with it.
+            Sent::Join => {
+                if matches!(self.state, State::Joining { request, .. } if request == id) {
+                    if same_coordinator {
+                        self.mark_coordinator_unknown(now);
+                    }
+                    self.enter_unjoined(now, true, "JoinGroup failed");
+                }
+            }
+            Sent::Sync => {
+                if matches!(&self.state, State::Syncing { request, .. } if *request == id) {
+                    if same_coordinator {
+                        self.mark_coordinator_unknown(now);
+                    }
+                    self.enter_unjoined(now, true, "SyncGroup failed");
+                }
+            }
+            Sent::Heartbeat { generation } => {
+                let mut current = false;
+                if let Some(hb) = &mut self.heartbeat {
+                    if hb.in_flight == Some(id) {
+                        hb.in_flight = None;
+                        hb.failures += 1;
+                        hb.next_at = now + self.backoff.delay(hb.failures);
+                    }
+                    current = hb.generation == generation && same_coordinator;
+                }
+                if current {
+                    self.mark_coordinator_unknown(now);
+                }
+            }
+            Sent::Leave => {
+                if matches!(self.state, State::Leaving { request: Some(r), .. } if r == id) {
+                    self.close(None);
+                }
+            }
+            Sent::Commit { generation, .. } => {
+                self.events.push_back(Event::CommitCompleted {
+                    id,
+                    result: Err(CommitError::Request(failure)),
+                });
+                if self.generation() == Some(generation) && same_coordinator {
+                    self.mark_coordinator_unknown(now);
+                }
+            }
+            Sent::OffsetFetch { .. } => {
+                if let Some(f) = &mut self.fetch {
+                    if f.in_flight == Some(id) {
+                        f.in_flight = None;
+                        f.failures += 1;
+                        f.retry_at = now + self.backoff.delay(f.failures);
+                        if same_coordinator {
+                            self.mark_coordinator_unknown(now);
+                        }
+                    }
+                }
+            }
+        }
+        self.advance(now);
+    }
+
+    // ----- application commands -----
+
+    /// The application came back for records: resets the progress guard, and rejoins
+    /// after a progress timeout.
+    pub fn note_progress(&mut self, now: Instant) {
+        self.last_progress = now;
+        if matches!(self.state, State::Suspended) {
+            self.state = State::Unjoined {
+                join_at: now,
+                reason: "application resumed after a progress timeout".into(),
+            };
+        }
+        self.advance(now);
+    }
+
+    /// The application finished the revocation of `generation`'s partitions (committed
+    /// what it finished, stopped the rest). A stale generation is ignored.
+    pub fn complete_revocation(&mut self, now: Instant, generation: i32) {
+        let State::Revoking {
+            generation: g,
+            partitions,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        if *g != generation {
+            return;
+        }
+        for p in partitions.clone() {
+            self.owned.remove(&p);
+        }
+        self.finish_revocation(now);
+        self.advance(now);
+    }
+
+    /// Commits `offsets` with the live generation. Every partition must be owned, so a
+    /// commit for a revoked or lost partition is impossible.
+    pub fn commit(
+        &mut self,
+        now: Instant,
+        offsets: Vec<CommitOffset>,
+    ) -> Result<RequestId, CommitError> {
+        if let State::Closed(e) = &self.state {
+            return Err(CommitError::Closed(e.clone().unwrap_or(
+                GroupError::Closed {
+                    group: self.config.group_id.clone(),
+                },
+            )));
+        }
+        let Some(generation) = self.generation.as_ref().map(|g| g.id) else {
+            return Err(CommitError::NoGeneration);
+        };
+        if !matches!(self.state, State::Stable | State::Revoking { .. }) {
+            return Err(CommitError::NoGeneration);
+        }
+        if self.coordinator().is_none() {
+            return Err(CommitError::CoordinatorUnknown);
+        }
+        if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
+            return Err(CommitError::NotOwned(bad.partition.clone()));
+        }
+        let request = GroupRequest::OffsetCommit {
+            group: self.config.group_id.clone(),
+            generation,
+            member_id: self.member_id.clone(),
+            instance_id: self.config.instance_id.clone(),
+            offsets: offsets.clone(),
+        };
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.sent.insert(
+            id,
+            Sent::Commit {
+                generation,
+                offsets,
+            },
+        );
+        self.commit_queue.push_back((id, request));
+        self.advance(now);
+        Ok(id)
+    }
+
+    /// New partition counts for subscribed topics. A leader whose assignment was
+    /// computed with other counts asks for a rebalance.
+    pub fn set_topic_partitions(&mut self, now: Instant, counts: BTreeMap<String, i32>) {
+        for (t, n) in counts {
+            if self.config.topics.contains(&t) || self.other_topics.contains(&t) {
+                self.partitions_per_topic.insert(t, n);
+            }
+        }
+        if let Some(with) = &self.assigned_with {
+            let changed = with
+                .iter()
+                .any(|(t, n)| self.partitions_per_topic.get(t) != Some(n))
+                || self
+                    .config
+                    .topics
+                    .iter()
+                    .chain(self.other_topics.iter())
+                    .any(|t| self.partitions_per_topic.contains_key(t) && !with.contains_key(t));
+            if changed && matches!(self.state, State::Stable) {
+                info!(group = %self.config.group_id, "partition counts changed since the leader assigned; rebalancing");
+                self.assigned_with = None;
+                self.metadata_at = None;
+                self.rebalance(now, "metadata changed");
+            }
+        }
+        self.advance(now);
+    }
+
+    /// The racks holding a replica of each partition, from the latest metadata, for a
+    /// leader's rack-aware assignment (KIP-881). Changes nothing until the next
+    /// assignment: racks alone do not start a rebalance (the Java client's leader also
+    /// rebalances when a partition's racks change; ottla does not yet).
+    pub fn set_partition_racks(&mut self, racks: PartitionRacks) {
+        self.partition_racks = racks;
+    }
+
+    /// Leaves the group: a dynamic member sends LeaveGroup; a static member just stops
+    /// (as in the Java client), so a restart within the session timeout keeps its
+    /// partitions. The application must have finished with its partitions.
+    pub fn leave(&mut self, now: Instant) {
+        self.leave_with(now, Membership::Default)
+    }
+
+    /// [`GroupMember::leave`], saying whether the member leaves the group or stays in
+    /// it until its session expires (the Java client's `CloseOptions`). A static member
+    /// that leaves sends its `group.instance.id`, so the broker removes it at once.
+    pub fn leave_with(&mut self, now: Instant, membership: Membership) {
+        if matches!(self.state, State::Closed(_) | State::Leaving { .. }) {
+            return;
+        }
+        let send = match membership {
+            Membership::Default => !self.is_static(),
+            Membership::Leave => true,
+            Membership::Remain => false,
+        };
+        let request = match (self.coordinator(), self.member_id.is_empty(), send) {
+            (Some(node), false, true) => Some(self.send(
+                Target::Coordinator(node),
+                GroupRequest::LeaveGroup {
+                    group: self.config.group_id.clone(),
+                    member_id: self.member_id.clone(),
+                    instance_id: self.config.instance_id.clone(),
+                    reason: Some("the consumer is closing".into()),
+                },
+                Sent::Leave,
+            )),
+            _ => None,
+        };
+        self.heartbeat = None;
+        self.generation = None;
+        self.owned.clear();
+        match request {
+            Some(r) => {
+                self.state = State::Leaving {
+                    request: Some(r),
+                    deadline: now + self.config.close_timeout,
+                }
+            }
+            None => self.close(None),
+        }
+    }
+
+    // ----- private: transitions -----
+
+    /// Sends whatever is due. Called after every input.
+    fn advance(&mut self, now: Instant) {
+        if matches!(
+            self.state,
+            State::Closed(_) | State::Leaving { .. } | State::Suspended
+        ) {
+            return;
+        }
+        if let Coordinator::Unknown {
+            lookup: None,
+            retry_at,
+        } = self.coordinator
+        {
+            if now >= retry_at {
+                let id = self.send(
+                    Target::AnyBroker,
+                    GroupRequest::FindCoordinator {
+                        group: self.config.group_id.clone(),
+                    },
+                    Sent::FindCoordinator,
+                );
+                let deadline = now + self.config.session_timeout.max(Duration::from_secs(10));
+                self.coordinator = Coordinator::Unknown {
+                    lookup: Some((id, deadline)),
+                    retry_at,
+                };
+            }
+        }
+        let Some(node) = self.coordinator() else {
+            return;
+        };
+        if self.commit_in_flight.is_none() {
+            if let Some((id, request)) = self.commit_queue.pop_front() {
+                self.commit_in_flight = Some(id);
+                self.push(Outgoing {
+                    id,
+                    target: Target::Coordinator(node),
+                    request,
+                });
+            }
+        }
+        if let State::LeaderDelay { send_at, .. } = &self.state
+            && now >= *send_at
+            && let State::LeaderDelay {
+                request,
+                generation,
+                protocol,
+                ..
+            } = std::mem::replace(&mut self.state, State::Stable)
+        {
+            self.send_sync(now, node, request, generation, protocol, true);
+        }
+        if let State::Unjoined { join_at, reason } = &self.state {
+            if now >= *join_at {
+                let reason = reason.clone();
+                self.send_join(now, node, reason);
+            }
+        }
+        let heartbeat_due = self
+            .heartbeat
+            .as_ref()
+            .filter(|hb| hb.in_flight.is_none() && now >= hb.next_at)
+            .map(|hb| hb.generation);
+        if let Some(generation) = heartbeat_due {
+            let request = GroupRequest::Heartbeat {
+                group: self.config.group_id.clone(),
+                generation,
+                member_id: self.member_id.clone(),
+                instance_id: self.config.instance_id.clone(),
+            };
+            let id = self.send(
+                Target::Coordinator(node),
+                request,
+                Sent::Heartbeat { generation },
+            );
+            if let Some(hb) = &mut self.heartbeat {
+                hb.in_flight = Some(id);
+                hb.next_at = now + self.config.heartbeat_interval;
+            }
+        }
+        // Committed offsets do not depend on the generation, so a fetch outlives a
+        // rebalance: partitions granted just before another round still get theirs.
+        if let Some(f) = &mut self.fetch {
+            let owned = &self.owned;
+            f.partitions.retain(|p| owned.contains(p));
+        }
+        let fetch_due = self.fetch.as_ref().is_some_and(|f| {
+            f.in_flight.is_none() && now >= f.retry_at && !f.partitions.is_empty()
+        });
+        if fetch_due {
+            if let Some(f) = &self.fetch {
+                let asked = f.partitions.clone();
+                let request = GroupRequest::OffsetFetch {
+                    group: self.config.group_id.clone(),
+                    partitions: asked.iter().cloned().collect(),
+                    // As the Java client: a new owner never resumes before a
+                    // pending transactional commit of its partitions settles
+                    // (dropped below OffsetFetch v7, which lacks the flag).
+                    require_stable: true,
+                };
+                let id = self.send(
+                    Target::Coordinator(node),
+                    request,
+                    Sent::OffsetFetch { partitions: asked },
+                );
+                if let Some(f) = &mut self.fetch {
+                    f.in_flight = Some(id);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, target: Target, request: GroupRequest, sent: Sent) -> RequestId {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.sent.insert(id, sent);
+        self.push(Outgoing {
+            id,
+            target,
+            request,
+        });
+        id
+    }
+
+    /// Queues `out` for the driver; a request to the coordinator records which one.
+    fn push(&mut self, out: Outgoing) {
+        if matches!(out.target, Target::Coordinator(_)) {
+            self.sent_epoch.insert(out.id, self.coordinator_epoch);
+        }
+        self.requests.push_back(out);
+    }
+
+    fn progress_timeout(&mut self, now: Instant) {
+        warn!(group = %self.config.group_id, interval = ?self.config.max_poll_interval, "the application did not come back within max.poll.interval.ms; leaving the group");
+        self.events.push_back(Event::ProgressTimeout {
+            max_poll_interval: self.config.max_poll_interval,
+        });
+        if let (Some(node), false, false) = (
+            self.coordinator(),
+            self.member_id.is_empty(),
+            self.is_static(),
+        ) {
+            self.send(
+                Target::Coordinator(node),
+                GroupRequest::LeaveGroup {
+                    group: self.config.group_id.clone(),
+                    member_id: self.member_id.clone(),
+                    instance_id: None,
+                    reason: Some("consumer poll timeout has expired".into()),
+                },
+                Sent::Leave,
+            );
+            self.member_id.clear();
+        }
+        self.lose_all(LostReason::ProgressTimeout);
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
+        self.state = State::Suspended;
+        let _ = now;
+    }
+
+    fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
+        for p in &partitions {
+            self.owned.remove(p);
+        }
+        if !partitions.is_empty() {
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
+    }
+
+    fn lose_all(&mut self, reason: LostReason) {
+        let all = self.assignment();
+        self.lose(all, reason);
+    }
+
+    fn fatal(&mut self, api: &'static str, code: i16) {
+        // Closed is sticky: a late answer (a FindCoordinator still in flight when the
+        // application left) must not turn a clean close into an error. Found by fuzzing.
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
+        let error = GroupError::Broker {
+            group: self.config.group_id.clone(),
+            api,
+            code,
+            name: error_name(code),
+            hint: hint(code),
+        };
+        warn!(group = %self.config.group_id, %error, "fatal group error");
+        self.lose_all(LostReason::Fatal);
+        self.events.push_back(Event::Fatal(error.clone()));
+        self.close(Some(error));
+    }
+
+    fn close(&mut self, error: Option<GroupError>) {
+        let clean = error.is_none();
+        let closed = error.clone().unwrap_or(GroupError::Closed {
+            group: self.config.group_id.clone(),
+        });
+        for (id, _) in std::mem::take(&mut self.commit_queue) {
+            self.sent.remove(&id);
+            self.events.push_back(Event::CommitCompleted {
+                id,
+                result: Err(CommitError::Closed(closed.clone())),
+            });
+        }
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
+        self.state = State::Closed(error);
+        if clean {
+            self.events.push_back(Event::Left);
+        }
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,312 @@
+//! In a generation: heartbeats, commits, committed offsets, and leaving the generation
+//! (a rebalance, a revocation, a reset).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use kafka_protocol::ResponseError;
+
+use super::super::assignor::RebalanceProtocol;
+use super::super::consumer_protocol::TopicPartition;
+use super::super::messages::CommitOffset;
+use super::GroupMember;
+use super::errors::{Reaction, commit_reaction, heartbeat_reaction, reaction};
+use super::state::{AfterRevoke, PendingFetch, State};
+use super::types::{CommitError, Event, LostReason, RequestId};
+use crate::proto::error_name;
+
+impl GroupMember {
+    pub(super) fn on_heartbeat(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        generation: i32,
+        error: i16,
+    ) {
+        let syncing = matches!(
+            self.state,
+            State::Syncing { .. } | State::LeaderDelay { .. }
+        );
+        let Some(hb) = &mut self.heartbeat else {
+            return;
+        };
+        if hb.in_flight != Some(id) {
+            return;
+        }
+        hb.in_flight = None;
+        if hb.generation != generation {
+            return;
+        }
+        // REBALANCE_IN_PROGRESS is an answer from a broker that still counts this member
+        // in: it renews the session as a success does.
+        if error == 0 || error == ResponseError::RebalanceInProgress.code() {
+            hb.last_ok = now;
+        }
+        if error == 0 {
+            hb.failures = 0;
+            return;
+        }
+        match heartbeat_reaction(error) {
+            Reaction::Rediscover => self.mark_coordinator_unknown(now),
+            Reaction::Retry => {
+                hb.failures += 1;
+                hb.next_at = now + self.backoff.delay(hb.failures);
+            }
+            // While syncing the rebalance is this one (Java ignores the answer
+            // outside STABLE).
+            Reaction::Rebalance if syncing => {}
+            Reaction::Rebalance => self.rebalance(now, "the group is rebalancing"),
+            Reaction::ResetMember => {
+                self.reset(now, LostReason::UnknownMember, true, "unknown member id")
+            }
+            Reaction::ResetGeneration | Reaction::Rejoin => self.reset(
+                now,
+                LostReason::IllegalGeneration,
+                false,
+                "illegal generation",
+            ),
+            Reaction::Fatal => self.fatal("Heartbeat", error),
+        }
+    }
+
+    pub(super) fn on_commit(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        generation: i32,
+        offsets: Vec<CommitOffset>,
+        partitions: Vec<(TopicPartition, i16)>,
+    ) {
+        let first_error = partitions.iter().map(|(_, e)| *e).find(|e| *e != 0);
+        // A commit of the generation a cooperative member is leaving can reach the
+        // coordinator after the member's JoinGroup: ILLEGAL_GENERATION or
+        // REBALANCE_IN_PROGRESS then speak of that older generation, and the join in
+        // flight (or the sync) decides the member's fate, not this answer. (Java: a
+        // commit whose generation changed meanwhile gets RebalanceInProgressException
+        // and resets nothing.)
+        let rejoining = matches!(
+            self.state,
+            State::Joining { .. } | State::LeaderDelay { .. } | State::Syncing { .. }
+        ) && first_error.is_some_and(|code| {
+            code == ResponseError::IllegalGeneration.code()
+                || code == ResponseError::RebalanceInProgress.code()
+        });
+        let stale = self.generation() != Some(generation) || rejoining;
+        let result = match first_error {
+            None => Ok(offsets),
+            Some(_) if stale => Err(CommitError::Stale { generation }),
+            Some(code) => Err(CommitError::Broker {
+                code,
+                name: error_name(code),
+            }),
+        };
+        self.events.push_back(Event::CommitCompleted { id, result });
+        let Some(code) = first_error else { return };
+        if stale {
+            return;
+        }
+        let Some(reaction) = commit_reaction(code).member else {
+            return;
+        };
+        match reaction {
+            Reaction::Rediscover => self.mark_coordinator_unknown(now),
+            Reaction::Retry | Reaction::Rejoin => {}
+            Reaction::Rebalance => {
+                if matches!(self.state, State::Stable) {
+                    self.rebalance(now, "commit found the group rebalancing");
+                }
+            }
+            Reaction::ResetMember => self.reset(
+                now,
+                LostReason::UnknownMember,
+                true,
+                "unknown member id on commit",
+            ),
+            Reaction::ResetGeneration => self.reset(
+                now,
+                LostReason::IllegalGeneration,
+                false,
+                "illegal generation on commit",
+            ),
+            Reaction::Fatal => self.fatal("OffsetCommit", code),
+        }
+    }
+
+    pub(super) fn on_offset_fetch(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        asked: BTreeSet<TopicPartition>,
+        error: i16,
+        partitions: Vec<(TopicPartition, i64, i32, i16)>,
+    ) {
+        let Some(f) = &mut self.fetch else { return };
+        if f.in_flight != Some(id) {
+            return;
+        }
+        f.in_flight = None;
+        let code = if error != 0 {
+            error
+        } else {
+            partitions
+                .iter()
+                .map(|p| p.3)
+                .find(|e| *e != 0)
+                .unwrap_or(0)
+        };
+        if code != 0 {
+            match reaction(code) {
+                Reaction::Fatal => self.fatal("OffsetFetch", code),
+                Reaction::Rediscover => {
+                    f.retry_at = now;
+                    self.mark_coordinator_unknown(now);
+                }
+                _ => {
+                    f.failures += 1;
+                    f.retry_at = now + self.backoff.delay(f.failures);
+                }
+            }
+            return;
+        }
+        f.failures = 0;
+        let generation = f.generation;
+        // Partitions granted after the request went out stay pending for the next one.
+        f.partitions.retain(|p| !asked.contains(p));
+        if f.partitions.is_empty() {
+            self.fetch = None;
+        }
+        let offsets: Vec<(TopicPartition, i64, i32)> = partitions
+            .into_iter()
+            .filter(|p| asked.contains(&p.0) && self.owned.contains(&p.0))
+            .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
+            .collect();
+        self.events.push_back(Event::CommittedOffsets {
+            generation,
+            offsets,
+        });
+    }
+
+    /// A rebalance is needed while in a generation: eager members give everything back
+    /// first; cooperative members rejoin keeping their partitions.
+    pub(super) fn rebalance(&mut self, now: Instant, reason: &str) {
+        let Some(generation) = self.generation.clone() else {
+            return self.enter_unjoined(now, false, reason);
+        };
+        if !matches!(self.state, State::Stable) {
+            return;
+        }
+        if generation.rebalance == RebalanceProtocol::Eager && !self.owned.is_empty() {
+            let partitions = self.assignment();
+            // Heartbeats go on while the application gives the partitions back, as in
+            // the Java client: until this member sends its JoinGroup, the broker still
+            // expects its heartbeats, and removes it after `session_timeout` without
+            // them, however long the rebalance timeout is.
+            self.state = State::Revoking {
+                generation: generation.id,
+                partitions: partitions.clone(),
+                deadline: now + self.config.max_poll_interval,
+                then: AfterRevoke::Rejoin {
+                    reason: reason.to_string(),
+                },
+            };
+            self.events.push_back(Event::RevokeRequested {
+                generation: generation.id,
+                partitions,
+            });
+        } else {
+            self.enter_unjoined(now, false, reason);
+        }
+    }
+
+    pub(super) fn finish_revocation(&mut self, now: Instant) {
+        let State::Revoking {
+            generation, then, ..
+        } = std::mem::replace(&mut self.state, State::Stable)
+        else {
+            return;
+        };
+        match then {
+            AfterRevoke::Rejoin { reason } => {
+                self.owned.clear();
+                self.enter_unjoined(now, false, &reason);
+            }
+            AfterRevoke::Assign { added, rejoin } => {
+                self.grant(now, generation, added);
+                if rejoin {
+                    self.enter_unjoined(now, false, "second round of a cooperative rebalance");
+                }
+            }
+        }
+    }
+
+    /// Hands `added` to the application and asks for their committed offsets.
+    pub(super) fn grant(&mut self, now: Instant, generation: i32, added: Vec<TopicPartition>) {
+        if added.is_empty() {
+            return;
+        }
+        self.owned.extend(added.iter().cloned());
+        self.events.push_back(Event::Assigned {
+            generation,
+            added: added.clone(),
+            assignment: self.assignment(),
+        });
+        let mut pending = self.fetch.take().unwrap_or(PendingFetch {
+            generation,
+            partitions: BTreeSet::new(),
+            in_flight: None,
+            retry_at: now,
+            failures: 0,
+        });
+        pending.generation = generation;
+        pending.partitions.extend(added);
+        let owned = &self.owned;
+        pending.partitions.retain(|p| owned.contains(p));
+        self.fetch = Some(pending);
+    }
+
+    /// Leaves the generation: heartbeats stop; the member rejoins after `backoff` (or at
+    /// once). Owned partitions stay owned (cooperative), unless the caller lost them.
+    pub(super) fn enter_unjoined(&mut self, now: Instant, with_backoff: bool, reason: &str) {
+        if matches!(
+            self.state,
+            State::Closed(_) | State::Leaving { .. } | State::Suspended
+        ) {
+            return;
+        }
+        let join_at = if with_backoff {
+            self.failures += 1;
+            now + self.backoff.delay(self.failures)
+        } else {
+            now
+        };
+        // Heartbeats stop until the next generation forms: from its JoinGroup on, the
+        // broker counts a member as alive until the rebalance completes.
+        self.heartbeat = None;
+        self.state = State::Unjoined {
+            join_at,
+            reason: reason.to_string(),
+        };
+    }
+
+    /// The generation is gone: partitions are lost, and the member id too if the
+    /// broker no longer knows it.
+    pub(super) fn reset(
+        &mut self,
+        now: Instant,
+        why: LostReason,
+        forget_member: bool,
+        reason: &str,
+    ) {
+        self.lose_all(why);
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
+        if forget_member {
+            self.member_id.clear();
+        }
+        if let State::Revoking { .. } = self.state {
+            self.state = State::Stable;
+        }
+        self.enter_unjoined(now, false, reason);
+    }
+}

@@ -1,0 +1,122 @@
+//! The member's private state: what each lifecycle state owns, and what each request
+//! in flight was sent for.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use super::super::assignor::RebalanceProtocol;
+use super::super::consumer_protocol::TopicPartition;
+use super::super::messages::{CommitOffset, GroupRequest};
+use super::types::{GroupError, RequestId};
+use crate::proto::metadata::NodeId;
+
+/// What happens once a revocation completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AfterRevoke {
+    /// Eager: everything was revoked; now rejoin.
+    Rejoin { reason: String },
+    /// Cooperative: hand out `added`, then rejoin for the second round if anything was
+    /// revoked.
+    Assign {
+        added: Vec<TopicPartition>,
+        rejoin: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum State {
+    Unjoined {
+        join_at: Instant,
+        reason: String,
+    },
+    Joining {
+        request: RequestId,
+        deadline: Instant,
+    },
+    /// The leader holds its SyncGroup for `leader_sync_delay` (see [`GroupConfig`]).
+    LeaderDelay {
+        send_at: Instant,
+        request: GroupRequest,
+        generation: i32,
+        protocol: String,
+    },
+    Syncing {
+        request: RequestId,
+        deadline: Instant,
+        generation: i32,
+        protocol: String,
+        leader: bool,
+    },
+    Stable,
+    Revoking {
+        generation: i32,
+        partitions: Vec<TopicPartition>,
+        deadline: Instant,
+        then: AfterRevoke,
+    },
+    Suspended,
+    Leaving {
+        request: Option<RequestId>,
+        deadline: Instant,
+    },
+    Closed(Option<GroupError>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Coordinator {
+    Unknown {
+        lookup: Option<(RequestId, Instant)>,
+        retry_at: Instant,
+    },
+    Known(NodeId),
+}
+
+/// A live generation: what commits and heartbeats are sent with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Generation {
+    pub(super) id: i32,
+    pub(super) protocol: String,
+    pub(super) rebalance: RebalanceProtocol,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Heartbeat {
+    /// The generation heartbeats carry: the live one, or while syncing the one the
+    /// JoinGroup answer gave.
+    pub(super) generation: i32,
+    pub(super) next_at: Instant,
+    pub(super) in_flight: Option<RequestId>,
+    pub(super) last_ok: Instant,
+    /// Heartbeats failed in a row: the retry waits `retry.backoff.ms` doubling to
+    /// `retry.backoff.max.ms` (KIP-580), as the Java client's `Heartbeat.failHeartbeat`.
+    pub(super) failures: u32,
+}
+
+/// What an in-flight request was sent for, and with which generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Sent {
+    FindCoordinator,
+    Join,
+    Sync,
+    Heartbeat {
+        generation: i32,
+    },
+    Leave,
+    Commit {
+        generation: i32,
+        offsets: Vec<CommitOffset>,
+    },
+    OffsetFetch {
+        partitions: BTreeSet<TopicPartition>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct PendingFetch {
+    pub(super) generation: i32,
+    pub(super) partitions: BTreeSet<TopicPartition>,
+    pub(super) in_flight: Option<RequestId>,
+    pub(super) retry_at: Instant,
+    /// OffsetFetches failed in a row, for the KIP-580 backoff.
+    pub(super) failures: u32,
+}

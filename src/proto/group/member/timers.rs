@@ -1,0 +1,158 @@
+//! The timer table: which timer is armed in which state, and what firing it does.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use tracing::warn;
+
+use super::GroupMember;
+use super::state::{Coordinator, State};
+use super::types::{Event, Failure, LostReason, Timer};
+
+impl GroupMember {
+    /// The earliest armed timer and when it fires.
+    pub fn next_timer(&self) -> Option<(Timer, Instant)> {
+        let mut timers: Vec<(Timer, Instant)> = Vec::new();
+        let in_group = !matches!(
+            self.state,
+            State::Closed(_) | State::Suspended | State::Leaving { .. }
+        );
+        match &self.coordinator {
+            Coordinator::Unknown {
+                lookup: None,
+                retry_at,
+            } if in_group => timers.push((Timer::Coordinator, *retry_at)),
+            Coordinator::Unknown {
+                lookup: Some((_, deadline)),
+                ..
+            } if in_group => timers.push((Timer::Request, *deadline)),
+            _ => {}
+        }
+        match &self.state {
+            State::Unjoined { join_at, .. } if self.coordinator().is_some() => {
+                timers.push((Timer::Join, *join_at))
+            }
+            State::Joining { deadline, .. }
+            | State::Syncing { deadline, .. }
+            | State::Leaving { deadline, .. } => timers.push((Timer::Request, *deadline)),
+            State::Revoking { deadline, .. } => timers.push((Timer::Revocation, *deadline)),
+            // Armed only when `advance` can send it: a timer that fires and does nothing
+            // stays in the past and spins the driver (found by fuzzing).
+            State::LeaderDelay { send_at, .. } if self.coordinator().is_some() => {
+                timers.push((Timer::Sync, *send_at))
+            }
+            _ => {}
+        }
+        if let Some(hb) = &self.heartbeat {
+            if hb.in_flight.is_none() && self.coordinator().is_some() {
+                timers.push((Timer::Heartbeat, hb.next_at));
+            }
+            timers.push((Timer::Session, hb.last_ok + self.config.session_timeout));
+        }
+        if let Some(at) = self.metadata_at
+            && in_group
+        {
+            timers.push((Timer::Metadata, at));
+        }
+        if in_group {
+            timers.push((
+                Timer::Progress,
+                self.last_progress + self.config.max_poll_interval,
+            ));
+        }
+        // As `advance` decides to send it: in the group, with partitions left to ask for
+        // (a revocation may have taken them all while a retry was pending).
+        if let Some(f) = &self.fetch {
+            if in_group
+                && f.in_flight.is_none()
+                && !f.partitions.is_empty()
+                && self.coordinator().is_some()
+            {
+                timers.push((Timer::OffsetFetch, f.retry_at));
+            }
+        }
+        timers.into_iter().min_by_key(|(_, at)| *at)
+    }
+
+    // ----- inputs -----
+
+    /// The clock moved; fire whatever is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let State::Revoking {
+            deadline,
+            partitions,
+            ..
+        } = &self.state
+        {
+            if now >= *deadline {
+                let partitions = partitions.clone();
+                warn!(group = %self.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
+                self.lose(partitions, LostReason::RevocationTimedOut);
+                self.finish_revocation(now);
+            }
+        }
+        // As the Java client's heartbeat thread: a session with no successful heartbeat
+        // makes the member doubt its coordinator, not its membership. It rediscovers
+        // the coordinator keeping its member id, generation and partitions, and the
+        // session clock starts over (again when the coordinator is found). Only the
+        // coordinator can say the member is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION
+        // on the next heartbeat); forgetting the id here left a ghost the next join
+        // phase waited a whole session for.
+        if let Some(hb) = &mut self.heartbeat {
+            if now >= hb.last_ok + self.config.session_timeout {
+                hb.last_ok = now;
+                warn!(group = %self.config.group_id, member = %self.member_id, "no successful heartbeat within the session timeout; rediscovering the coordinator");
+                self.mark_coordinator_unknown(now);
+            }
+        }
+        let overdue = match &self.state {
+            State::Joining { request, deadline }
+            | State::Syncing {
+                request, deadline, ..
+            } if now >= *deadline => Some(*request),
+            _ => None,
+        };
+        if let Some(id) = overdue {
+            self.handle_failure(now, id, Failure::Timeout);
+        }
+        if let State::Leaving { deadline, .. } = &self.state {
+            if now >= *deadline {
+                self.close(None);
+            }
+        }
+        if let Coordinator::Unknown {
+            lookup: Some((id, deadline)),
+            ..
+        } = &self.coordinator
+        {
+            if now >= *deadline {
+                let id = *id;
+                self.handle_failure(now, id, Failure::Timeout);
+            }
+        }
+        let in_group = !matches!(
+            self.state,
+            State::Closed(_) | State::Suspended | State::Leaving { .. }
+        );
+        if let Some(at) = self.metadata_at
+            && in_group
+            && now >= at
+        {
+            self.metadata_at = Some(now + self.config.metadata_max_age);
+            let topics: BTreeSet<String> = self
+                .config
+                .topics
+                .iter()
+                .chain(self.other_topics.iter())
+                .cloned()
+                .collect();
+            self.events.push_back(Event::MetadataNeeded {
+                topics: topics.into_iter().collect(),
+            });
+        }
+        if in_group && now >= self.last_progress + self.config.max_poll_interval {
+            self.progress_timeout(now);
+        }
+        self.advance(now);
+    }
+}

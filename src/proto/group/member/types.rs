@@ -1,0 +1,367 @@
+//! The member's public types: its configuration, requests, events and errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::assignor::Assignor;
+use super::super::consumer_protocol::TopicPartition;
+use super::super::messages::{CommitOffset, GroupRequest};
+use super::errors::commit_reaction;
+use crate::proto::metadata::NodeId;
+
+/// Configuration of one group member.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.id`.
+    pub group_id: String,
+    /// The topics subscribed to.
+    pub topics: Vec<String>,
+    /// `session.timeout.ms` (default 45 s).
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms` (default 3 s).
+    pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` (default 300 s): the rebalance timeout sent in JoinGroup,
+    /// the bound on a revocation, and the progress guard.
+    pub max_poll_interval: Duration,
+    /// `group.instance.id`, for static membership (KIP-345).
+    pub instance_id: Option<String>,
+    /// Assignors in preference order; the first is the member's favourite.
+    pub assignors: Vec<Arc<dyn Assignor>>,
+    /// `retry.backoff.ms` (default 100 ms), doubled per consecutive failure.
+    pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms` (default 1 s).
+    pub retry_backoff_max: Duration,
+    /// How long a JoinGroup may stay unanswered before it counts as failed; the broker
+    /// may hold a JoinGroup for the whole rebalance timeout, so this is
+    /// `max_poll_interval` plus this slack (default 5 s, as in the Java client).
+    pub request_slack: Duration,
+    /// `request.timeout.ms` (default 30 s): how long a SyncGroup may stay unanswered,
+    /// as in the Java client. A follower's SyncGroup waits at the broker for the
+    /// leader's, which comes at once; a coordinator gone silent is noticed after this,
+    /// not after the rebalance timeout (305 s by default).
+    pub request_timeout: Duration,
+    /// How long the leader waits before sending its SyncGroup (default 0). The
+    /// librdkafka mock cluster answers a follower's SyncGroup that arrives after the
+    /// leader's with INVALID_REQUEST; when every member is equally fast, the leader
+    /// wins every race and the group never forms. A few milliseconds for the
+    /// followers to get theirs in breaks the tie; a real broker needs none.
+    pub leader_sync_delay: Duration,
+    /// How long a LeaveGroup may wait for its answer before the member closes anyway
+    /// (default 30 s, the Java client's close timeout). During a join the LeaveGroup
+    /// waits behind the JoinGroup the broker holds on the same connection.
+    pub close_timeout: Duration,
+    /// `metadata.max.age.ms` (default 5 min): how often a leader asks for fresh
+    /// metadata ([`Event::MetadataNeeded`]) to notice subscribed topics that gained
+    /// partitions or were deleted since it assigned, as the Java client's leader does.
+    pub metadata_max_age: Duration,
+    /// `client.rack`: sent in the subscription, so rack-aware assignors (KIP-881) give
+    /// this member partitions with a replica in its rack when balance allows.
+    pub rack: Option<String>,
+    /// Seed for backoff jitter.
+    pub seed: u64,
+}
+
+impl GroupConfig {
+    /// Defaults for `group_id` subscribing to `topics` with the given assignors.
+    pub fn new(
+        group_id: impl Into<String>,
+        topics: Vec<String>,
+        assignors: Vec<Arc<dyn Assignor>>,
+    ) -> Self {
+        Self {
+            group_id: group_id.into(),
+            topics,
+            session_timeout: Duration::from_secs(45),
+            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: Duration::from_secs(300),
+            instance_id: None,
+            assignors,
+            retry_backoff: Duration::from_millis(100),
+            retry_backoff_max: Duration::from_secs(1),
+            request_slack: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            leader_sync_delay: Duration::ZERO,
+            close_timeout: Duration::from_secs(30),
+            metadata_max_age: Duration::from_secs(300),
+            rack: None,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// Identifies one request the member asked to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// Where a request must go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Any broker (FindCoordinator).
+    AnyBroker,
+    /// The group coordinator.
+    Coordinator(NodeId),
+}
+
+/// A request to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Report the outcome with this id.
+    pub id: RequestId,
+    /// Where to send it.
+    pub target: Target,
+    /// What to send.
+    pub request: GroupRequest,
+}
+
+/// How a request failed below the protocol (no response to interpret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection dropped or could not be made.
+    Disconnected,
+    /// No response within the request timeout.
+    Timeout,
+    /// The response could not be decoded, or the version is unusable.
+    Protocol(String),
+}
+
+/// Why partitions were lost (taken away without a chance to commit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostReason {
+    /// The broker no longer knows this member id (UNKNOWN_MEMBER_ID).
+    UnknownMember,
+    /// The generation is no longer valid (ILLEGAL_GENERATION).
+    IllegalGeneration,
+    /// No successful heartbeat within the session timeout.
+    SessionLapsed,
+    /// The application did not finish a revocation within the rebalance timeout.
+    RevocationTimedOut,
+    /// The application did not come back within `max.poll.interval.ms`.
+    ProgressTimeout,
+    /// The member hit a fatal error.
+    Fatal,
+}
+
+/// A fatal group error: the member is closed and every later command returns it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GroupError {
+    /// The broker answered with a non-retriable error code.
+    #[error("group {group}: {api} failed with {name} (code {code}){}", hint.map(|h| format!(": {h}")).unwrap_or_default())]
+    Broker {
+        /// The group id.
+        group: String,
+        /// The API that failed.
+        api: &'static str,
+        /// The Kafka error code.
+        code: i16,
+        /// Its name.
+        name: String,
+        /// What to change, when known.
+        hint: Option<&'static str>,
+    },
+    /// The leader could not compute an assignment.
+    #[error("group {group}: assignor {assignor} failed: {message}")]
+    Assignment {
+        /// The group id.
+        group: String,
+        /// The assignor's name.
+        assignor: String,
+        /// Why.
+        message: String,
+    },
+    /// The member was closed.
+    #[error("group {group}: member closed")]
+    Closed {
+        /// The group id.
+        group: String,
+    },
+}
+
+/// Why a commit was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    /// The member has no live generation (rebalancing, or not yet joined).
+    #[error("no live generation to commit with")]
+    NoGeneration,
+    /// The coordinator is not known right now; retry later.
+    #[error("coordinator unknown")]
+    CoordinatorUnknown,
+    /// A partition in the commit is not owned by this member.
+    #[error("partition {0} is not owned by this member")]
+    NotOwned(TopicPartition),
+    /// The broker refused the commit.
+    #[error("commit failed with {name} (code {code})")]
+    Broker {
+        /// The first failing error code.
+        code: i16,
+        /// Its name.
+        name: String,
+    },
+    /// The request failed below the protocol; the commit may or may not have happened.
+    #[error("commit request failed: {0:?}")]
+    Request(Failure),
+    /// The response belongs to a generation that has ended; it changed nothing.
+    #[error("commit answered after generation {generation} ended")]
+    Stale {
+        /// The generation the commit was sent with.
+        generation: i32,
+    },
+    /// The member is closed.
+    #[error(transparent)]
+    Closed(GroupError),
+}
+
+impl CommitError {
+    /// Whether the same commit may succeed later without losing the partitions: the
+    /// group is rebalancing, the coordinator is moving, or the request was lost.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            CommitError::NoGeneration
+            | CommitError::CoordinatorUnknown
+            | CommitError::Request(_)
+            | CommitError::Stale { .. } => true,
+            CommitError::Broker { code, .. } => commit_reaction(*code).retriable,
+            CommitError::NotOwned(_) | CommitError::Closed(_) => false,
+        }
+    }
+}
+
+/// What the member tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The coordinator was found (or changed).
+    CoordinatorFound {
+        /// Its node id.
+        node: NodeId,
+        /// Its `host:port`.
+        address: String,
+    },
+    /// A generation was joined (after SyncGroup).
+    Joined {
+        /// The generation.
+        generation: i32,
+        /// This member's id.
+        member_id: String,
+        /// Whether this member computed the assignment.
+        leader: bool,
+        /// The assignor chosen by the group.
+        protocol: String,
+    },
+    /// Partitions were added to this member.
+    Assigned {
+        /// The generation.
+        generation: i32,
+        /// The partitions added.
+        added: Vec<TopicPartition>,
+        /// Everything owned now.
+        assignment: Vec<TopicPartition>,
+    },
+    /// The application must stop work on these partitions, commit what it finished and
+    /// call [`GroupMember::complete_revocation`] within the rebalance timeout.
+    RevokeRequested {
+        /// The generation the partitions belong to.
+        generation: i32,
+        /// The partitions to give back.
+        partitions: Vec<TopicPartition>,
+    },
+    /// Partitions were taken away without a chance to commit: drop in-flight work.
+    Lost {
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+        /// Why.
+        reason: LostReason,
+    },
+    /// Committed offsets of newly assigned partitions (`-1`: none committed).
+    CommittedOffsets {
+        /// The generation they were fetched for.
+        generation: i32,
+        /// `(partition, offset, leader epoch)`.
+        offsets: Vec<(TopicPartition, i64, i32)>,
+    },
+    /// A commit finished.
+    CommitCompleted {
+        /// The id [`GroupMember::commit`] returned.
+        id: RequestId,
+        /// What was committed, or why not.
+        result: Result<Vec<CommitOffset>, CommitError>,
+    },
+    /// The application did not come back within `max.poll.interval.ms`; the member left
+    /// the group (dynamic members send LeaveGroup) and rejoins on the next
+    /// [`GroupMember::note_progress`].
+    ProgressTimeout {
+        /// The configured interval.
+        max_poll_interval: Duration,
+    },
+    /// The leader needs partition counts for these topics
+    /// ([`GroupMember::set_topic_partitions`]).
+    MetadataNeeded {
+        /// The topics.
+        topics: Vec<String>,
+    },
+    /// The member left the group and is closed.
+    Left,
+    /// A fatal error; the member is closed.
+    Fatal(GroupError),
+}
+
+/// The member's timers (see the table in the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// A FindCoordinator is due.
+    Coordinator,
+    /// A JoinGroup is due.
+    Join,
+    /// A group request in flight is overdue.
+    Request,
+    /// A heartbeat is due.
+    Heartbeat,
+    /// The session lapses without a successful heartbeat.
+    Session,
+    /// A revocation must be complete.
+    Revocation,
+    /// The application must have come back for records.
+    Progress,
+    /// An OffsetFetch retry is due.
+    OffsetFetch,
+    /// The leader's delayed SyncGroup is due.
+    Sync,
+    /// The leader's periodic metadata check is due (`metadata_max_age`).
+    Metadata,
+}
+
+/// The member's lifecycle state, as reported by [`GroupMember::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateKind {
+    /// Not in a generation; JoinGroup is due once the coordinator is known.
+    Unjoined,
+    /// JoinGroup sent; waiting at the first barrier.
+    Joining,
+    /// SyncGroup sent; waiting at the second barrier.
+    Syncing,
+    /// In a generation, heartbeating.
+    Stable,
+    /// Waiting for the application to finish a revocation.
+    Revoking,
+    /// Left after a progress timeout; waiting for the application.
+    Suspended,
+    /// LeaveGroup sent.
+    Leaving,
+    /// Closed; sticky.
+    Closed,
+}
+
+/// Whether a closing member leaves the group (the Java client's
+/// `CloseOptions.GroupMembershipOperation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Membership {
+    /// A dynamic member leaves; a static member stays until its session expires, so a
+    /// restart within it keeps the partitions.
+    #[default]
+    Default,
+    /// Leave the group now, static or not (a static member sends its
+    /// `group.instance.id`): its partitions move at once.
+    Leave,
+    /// Stay in the group until the session expires, dynamic or not: no LeaveGroup.
+    Remain,
+}
