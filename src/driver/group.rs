@@ -373,7 +373,7 @@ async fn send_inner(
     let api = request.api();
     let table = conn.versions().await.map_err(failure)?;
     let version = table.version(api).ok_or_else(|| {
-        Failure::Protocol(format!(
+        Failure::Unsupported(format!(
             "{} offers no usable {api:?} version",
             conn.address()
         ))
@@ -393,6 +393,9 @@ async fn send_inner(
         EncodedGroupRequest::LeaveGroup(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::OffsetCommit(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::OffsetFetch(r) => conn.send_raw(api, version, &r, true).await,
+        EncodedGroupRequest::ConsumerGroupHeartbeat(r) => {
+            conn.send_raw(api, version, &r, true).await
+        }
     }
     .map_err(failure)?;
     codec::decode_response(api, version, frame.body).map_err(|e| Failure::Protocol(e.to_string()))

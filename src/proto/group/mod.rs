@@ -4,6 +4,7 @@
 
 pub mod assignor;
 pub mod codec;
+pub mod consumer_member;
 pub mod consumer_protocol;
 pub mod member;
 pub mod messages;

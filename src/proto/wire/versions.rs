@@ -25,6 +25,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
+    // KIP-848's consumer group protocol; v1 is the first where the client makes its
+    // member id (KIP-1082) and the first with the regex subscription.
+    (ApiKey::ConsumerGroupHeartbeat, 1, 1),
     // kafka-protocol starts at v4; from v13 topics are named by id; v17 only adds
     // follower fields.
     (ApiKey::Fetch, 4, 16),

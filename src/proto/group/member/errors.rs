@@ -74,7 +74,8 @@ pub(super) fn refuses_coordination(response: &GroupResponse) -> bool {
         GroupResponse::JoinGroup { error, .. }
         | GroupResponse::SyncGroup { error, .. }
         | GroupResponse::Heartbeat { error, .. }
-        | GroupResponse::LeaveGroup { error, .. } => refused(*error),
+        | GroupResponse::LeaveGroup { error, .. }
+        | GroupResponse::ConsumerGroupHeartbeat { error, .. } => refused(*error),
         GroupResponse::OffsetCommit { partitions } => partitions.iter().any(|(_, e)| refused(*e)),
         GroupResponse::OffsetFetch { error, partitions } => {
             refused(*error) || partitions.iter().any(|(_, _, _, e)| refused(*e))

@@ -53,8 +53,8 @@ use crate::proto::metadata::NodeId;
 use errors::{hint, refuses_coordination};
 use state::{Coordinator, Generation, Heartbeat, PendingFetch, Sent, State};
 pub use types::{
-    CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
-    RequestId, StateKind, Target, Timer,
+    CommitError, Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership,
+    Outgoing, RequestId, StateKind, Target, Timer,
 };
 
 /// One member of a consumer group (the classic protocol).
@@ -666,6 +666,7 @@ impl GroupMember {
                     // pending transactional commit of its partitions settles
                     // (dropped below OffsetFetch v7, which lacks the flag).
                     require_stable: true,
+                    member: None,
                 };
                 let id = self.send(
                     Target::Coordinator(node),

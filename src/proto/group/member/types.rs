@@ -59,6 +59,48 @@ pub struct GroupConfig {
     pub rack: Option<String>,
     /// Seed for backoff jitter.
     pub seed: u64,
+    /// `group.protocol`: the classic protocol (JoinGroup and SyncGroup, assignment by
+    /// the group's leader) or KIP-848's consumer protocol (ConsumerGroupHeartbeat,
+    /// assignment by the broker).
+    pub protocol: GroupProtocol,
+    /// `group.remote.assignor` (consumer protocol only): the broker's assignor
+    /// (`uniform`, `range`), or `None` for the broker's default.
+    pub remote_assignor: Option<String>,
+}
+
+/// `group.protocol`: which consumer-group protocol a member speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// The classic protocol (JoinGroup, SyncGroup, Heartbeat): the default, as in the
+    /// Java client; every broker since 0.9 has it.
+    #[default]
+    Classic,
+    /// KIP-848's protocol (ConsumerGroupHeartbeat, Kafka 4.0+): the broker assigns,
+    /// and rebalances move only the partitions that change owner.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The Java property value: `classic` or `consumer`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "classic" => Ok(GroupProtocol::Classic),
+            "consumer" => Ok(GroupProtocol::Consumer),
+            other => Err(format!(
+                "group.protocol must be classic or consumer, not {other:?}"
+            )),
+        }
+    }
 }
 
 impl GroupConfig {
@@ -85,6 +127,8 @@ impl GroupConfig {
             metadata_max_age: Duration::from_secs(300),
             rack: None,
             seed: 0x5eed,
+            protocol: GroupProtocol::Classic,
+            remote_assignor: None,
         }
     }
 }
@@ -122,6 +166,9 @@ pub enum Failure {
     Timeout,
     /// The response could not be decoded, or the version is unusable.
     Protocol(String),
+    /// The broker does not offer the API at any version ottla speaks (a broker without
+    /// KIP-848 asked for ConsumerGroupHeartbeat).
+    Unsupported(String),
 }
 
 /// Why partitions were lost (taken away without a chance to commit).
@@ -137,6 +184,9 @@ pub enum LostReason {
     RevocationTimedOut,
     /// The application did not come back within `max.poll.interval.ms`.
     ProgressTimeout,
+    /// The broker fenced this member's epoch (FENCED_MEMBER_EPOCH, KIP-848): another
+    /// member may own the partitions already.
+    FencedEpoch,
     /// The member hit a fatal error.
     Fatal,
 }
@@ -168,6 +218,16 @@ pub enum GroupError {
         assignor: String,
         /// Why.
         message: String,
+    },
+    /// `group.protocol=consumer` on a broker without KIP-848's ConsumerGroupHeartbeat.
+    #[error(
+        "group {group}: the broker does not support the consumer group protocol (KIP-848, ConsumerGroupHeartbeat): {detail}; set group.protocol=classic, or use a Kafka 4.0+ broker"
+    )]
+    ProtocolUnsupported {
+        /// The group id.
+        group: String,
+        /// What the broker said.
+        detail: String,
     },
     /// The member was closed.
     #[error("group {group}: member closed")]

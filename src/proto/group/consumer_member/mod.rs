@@ -1,0 +1,1361 @@
+//! The consumer group protocol (KIP-848) as a sans-IO state machine: one request,
+//! ConsumerGroupHeartbeat, carries the member's subscription and the partitions it
+//! owns, and its answer carries the member's epoch and the assignment the broker
+//! computed. There is no join barrier and no leader: a rebalance moves only the
+//! partitions that change owner, and the members that keep theirs never stop.
+//!
+//! # Contract
+//!
+//! The same as [`GroupMember`](super::member::GroupMember)'s, so a driver, the
+//! `Consumer` and the `Processor` work unchanged on either protocol: inputs through
+//! `handle_response`, `handle_failure`, `handle_timeout` and the application's
+//! commands (`commit`, `complete_revocation`, `note_progress`, `leave_with`,
+//! `set_topic_ids`); outputs through `poll_request`, `poll_event`, `poll_timeout`. The
+//! events are [`Event`]s, with the member epoch where the classic member gives a
+//! generation.
+//!
+//! # Reconciliation
+//!
+//! The broker's answer is the member's target assignment, by topic id. The member:
+//! 1. resolves the ids to names (an unknown id waits for metadata,
+//!    [`Event::MetadataNeeded`]);
+//! 2. asks the application to give back what the target drops
+//!    ([`Event::RevokeRequested`]) and waits for [`ConsumerGroupMember::complete_revocation`],
+//!    the application committing what it finished first;
+//! 3. takes what the target adds ([`Event::Assigned`]) and fetches its committed
+//!    offsets;
+//! 4. acknowledges at once with a heartbeat carrying what it owns now.
+//!
+//! The broker gives a partition to its new owner only once the old owner acknowledged
+//! giving it back, so no partition is ever owned twice; the member only ever holds
+//! what the broker's last answer assigned it.
+//!
+//! # Timers
+//!
+//! | timer | armed while | fires |
+//! |---|---|---|
+//! | [`Timer::Coordinator`] | the coordinator is unknown and no lookup is in flight | a FindCoordinator is due (after backoff) |
+//! | [`Timer::Request`] | a FindCoordinator or a heartbeat is in flight | the answer is overdue: treated as a failure |
+//! | [`Timer::Heartbeat`] | in the group (or joining), coordinator known, no heartbeat in flight | the next heartbeat is due: at once to join, acknowledge or leave, else every interval the broker gives |
+//! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost and the member rejoins |
+//! | [`Timer::Progress`] | the member is in the group | the application has not come back within `max_poll_interval`: the member leaves |
+//! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned | the retry is due |
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::assignor::PartitionRacks;
+use super::consumer_protocol::TopicPartition;
+use super::member::{
+    CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
+    RequestId, StateKind, Target, Timer,
+};
+use super::messages::{CommitOffset, GroupRequest, GroupResponse};
+use crate::proto::backoff::Backoff;
+use crate::proto::error_name;
+use crate::proto::metadata::NodeId;
+
+/// The epoch a member joins with.
+const JOIN_EPOCH: i32 = 0;
+/// The epoch a member leaves with.
+const LEAVE_EPOCH: i32 = -1;
+/// The epoch a static member leaves with when it means to come back (KIP-848).
+const STATIC_LEAVE_EPOCH: i32 = -2;
+
+/// One member of a consumer group on the consumer protocol (KIP-848).
+#[derive(Debug)]
+pub struct ConsumerGroupMember {
+    config: GroupConfig,
+    member_id: String,
+    state: State,
+    coordinator: Coordinator,
+    /// The epoch the broker gave in its last answer (0 before the first).
+    epoch: i32,
+    /// The interval the broker asks for (the configured one until it answers).
+    interval: Duration,
+    heartbeat: Heartbeat,
+    /// What the last heartbeat the broker did not refuse carried; `None`: the next
+    /// heartbeat carries every field (joining, and after any error, as Java's
+    /// `sentFields.reset()`).
+    sent_fields: Option<SentFields>,
+    /// The broker's last assignment for this member, by topic id.
+    target: BTreeMap<Uuid, BTreeSet<i32>>,
+    /// What the application holds right now.
+    owned: BTreeSet<TopicPartition>,
+    /// Topic names by id, from metadata.
+    names: BTreeMap<Uuid, String>,
+    /// Ids already asked for in a [`Event::MetadataNeeded`], so one unknown id asks once
+    /// per metadata answer.
+    asked_ids: BTreeSet<Uuid>,
+    fetch: Option<PendingFetch>,
+    last_progress: Instant,
+    sent: BTreeMap<RequestId, Sent>,
+    /// Bumped each time a coordinator is found; a failure from a coordinator given up
+    /// on since says nothing about the one found since.
+    coordinator_epoch: u64,
+    sent_epoch: BTreeMap<RequestId, u64>,
+    next_request: u64,
+    failures: u32,
+    rediscoveries: u32,
+    backoff: Backoff,
+    commit_in_flight: Option<RequestId>,
+    commit_queue: VecDeque<(RequestId, Vec<CommitOffset>)>,
+    requests: VecDeque<Outgoing>,
+    events: VecDeque<Event>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Not in the group: the next heartbeat joins with epoch 0.
+    Joining,
+    /// In the group with the epoch in [`ConsumerGroupMember::epoch`].
+    Stable,
+    /// Waiting for the application to give `partitions` back (asked at `epoch`).
+    Revoking {
+        epoch: i32,
+        partitions: Vec<TopicPartition>,
+        deadline: Instant,
+    },
+    /// Left after a progress timeout; rejoins on the application's next progress.
+    Suspended,
+    /// The leave heartbeat is in flight (or about to be sent).
+    Leaving {
+        deadline: Instant,
+    },
+    Closed(Option<GroupError>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Coordinator {
+    Unknown {
+        lookup: Option<(RequestId, Instant)>,
+        retry_at: Instant,
+    },
+    Known(NodeId),
+}
+
+#[derive(Debug, Clone)]
+struct Heartbeat {
+    next_at: Instant,
+    /// The heartbeat in flight and when it is overdue.
+    in_flight: Option<(RequestId, Instant)>,
+    /// Heartbeats failed in a row, for the KIP-580 backoff.
+    failures: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SentFields {
+    topics: Vec<String>,
+    owned: BTreeSet<TopicPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sent {
+    FindCoordinator,
+    Heartbeat {
+        epoch: i32,
+        fields: SentFields,
+    },
+    Leave,
+    Commit {
+        epoch: i32,
+        offsets: Vec<CommitOffset>,
+    },
+    OffsetFetch {
+        partitions: BTreeSet<TopicPartition>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct PendingFetch {
+    epoch: i32,
+    partitions: BTreeSet<TopicPartition>,
+    in_flight: Option<RequestId>,
+    retry_at: Instant,
+    failures: u32,
+}
+
+/// What an error code on a ConsumerGroupHeartbeat does (the Java client's
+/// `AbstractHeartbeatRequestManager.onErrorResponse` and librdkafka's handler).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reaction {
+    /// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: find it again, then heartbeat.
+    Rediscover,
+    /// Transient: heartbeat again after the backoff, with every field.
+    Retry,
+    /// FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: the partitions are lost; rejoin with
+    /// epoch 0 and the same member id.
+    Fenced,
+    /// Configuration or a broker that cannot serve this member: closed, sticky.
+    Fatal,
+}
+
+fn reaction(code: i16) -> Reaction {
+    use ResponseError as E;
+    match ResponseError::try_from_code(code) {
+        Some(E::NotCoordinator | E::CoordinatorNotAvailable) => Reaction::Rediscover,
+        Some(E::FencedMemberEpoch | E::UnknownMemberId) => Reaction::Fenced,
+        Some(
+            E::GroupAuthorizationFailed
+            | E::InvalidRequest
+            | E::GroupMaxSizeReached
+            | E::UnsupportedAssignor
+            | E::UnsupportedVersion
+            | E::UnreleasedInstanceId
+            | E::FencedInstanceId
+            | E::InvalidRegularExpression
+            | E::InvalidGroupId,
+        ) => Reaction::Fatal,
+        // COORDINATOR_LOAD_IN_PROGRESS and TOPIC_AUTHORIZATION_FAILED retry in Java
+        // too. Java closes the member on codes it does not expect; ottla retries them
+        // after the backoff with a warning, as its classic member does, since a
+        // member that stays can recover and one that closed cannot.
+        _ => Reaction::Retry,
+    }
+}
+
+fn hint(code: i16) -> Option<&'static str> {
+    use ResponseError as E;
+    match ResponseError::try_from_code(code)? {
+        E::UnsupportedAssignor => {
+            Some("group.remote.assignor names an assignor the broker does not have")
+        }
+        E::UnsupportedVersion => Some(
+            "the broker does not support the consumer group protocol (set group.protocol=classic)",
+        ),
+        E::UnreleasedInstanceId => {
+            Some("a member with this group.instance.id has not left the group yet")
+        }
+        E::FencedInstanceId => Some("another member uses the same group.instance.id"),
+        E::GroupAuthorizationFailed => Some("the principal lacks READ on the group"),
+        E::GroupMaxSizeReached => Some("the group has group.max.size members already"),
+        E::InvalidRegularExpression => Some("the subscription's regular expression is invalid"),
+        _ => None,
+    }
+}
+
+impl ConsumerGroupMember {
+    /// A member with the client-generated `member_id` (KIP-1082: a random UUID,
+    /// [`new_member_id`]) that will look for its coordinator at once.
+    pub fn new(config: GroupConfig, member_id: String, now: Instant) -> Self {
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max, config.seed);
+        let interval = config.heartbeat_interval;
+        let mut member = Self {
+            config,
+            member_id,
+            state: State::Joining,
+            coordinator: Coordinator::Unknown {
+                lookup: None,
+                retry_at: now,
+            },
+            epoch: JOIN_EPOCH,
+            interval,
+            heartbeat: Heartbeat {
+                next_at: now,
+                in_flight: None,
+                failures: 0,
+            },
+            sent_fields: None,
+            target: BTreeMap::new(),
+            owned: BTreeSet::new(),
+            names: BTreeMap::new(),
+            asked_ids: BTreeSet::new(),
+            fetch: None,
+            last_progress: now,
+            sent: BTreeMap::new(),
+            coordinator_epoch: 0,
+            sent_epoch: BTreeMap::new(),
+            next_request: 0,
+            failures: 0,
+            rediscoveries: 0,
+            backoff,
+            commit_in_flight: None,
+            commit_queue: VecDeque::new(),
+            requests: VecDeque::new(),
+            events: VecDeque::new(),
+        };
+        member.advance(now);
+        member
+    }
+
+    // ----- getters -----
+
+    /// The lifecycle state, in the classic member's terms.
+    pub fn state(&self) -> StateKind {
+        match &self.state {
+            State::Joining => StateKind::Joining,
+            State::Stable => StateKind::Stable,
+            State::Revoking { .. } => StateKind::Revoking,
+            State::Suspended => StateKind::Suspended,
+            State::Leaving { .. } => StateKind::Leaving,
+            State::Closed(_) => StateKind::Closed,
+        }
+    }
+
+    /// The member epoch, while in the group.
+    pub fn epoch(&self) -> Option<i32> {
+        matches!(self.state, State::Stable | State::Revoking { .. }).then_some(self.epoch)
+    }
+
+    /// The member id (generated by the client).
+    pub fn member_id(&self) -> &str {
+        &self.member_id
+    }
+
+    /// The coordinator, if known.
+    pub fn coordinator(&self) -> Option<NodeId> {
+        match self.coordinator {
+            Coordinator::Known(n) => Some(n),
+            Coordinator::Unknown { .. } => None,
+        }
+    }
+
+    /// The partitions the application owns.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.owned.iter().cloned().collect()
+    }
+
+    /// The fatal error, if closed by one.
+    pub fn error(&self) -> Option<&GroupError> {
+        match &self.state {
+            State::Closed(e) => e.as_ref(),
+            _ => None,
+        }
+    }
+
+    // ----- outputs -----
+
+    /// The next request to send.
+    #[must_use]
+    pub fn poll_request(&mut self) -> Option<Outgoing> {
+        self.requests.pop_front()
+    }
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When [`ConsumerGroupMember::handle_timeout`] must next be called; `None` only
+    /// when closed or suspended.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timer().map(|(_, at)| at)
+    }
+
+    /// The earliest armed timer and when it fires.
+    pub fn next_timer(&self) -> Option<(Timer, Instant)> {
+        let mut timers: Vec<(Timer, Instant)> = Vec::new();
+        let active = !matches!(self.state, State::Closed(_) | State::Suspended);
+        match &self.coordinator {
+            Coordinator::Unknown {
+                lookup: None,
+                retry_at,
+            } if active => timers.push((Timer::Coordinator, *retry_at)),
+            Coordinator::Unknown {
+                lookup: Some((_, deadline)),
+                ..
+            } if active => timers.push((Timer::Request, *deadline)),
+            _ => {}
+        }
+        if let State::Leaving { deadline } = &self.state {
+            timers.push((Timer::Request, *deadline));
+        }
+        if active && self.coordinator().is_some() {
+            match self.heartbeat.in_flight {
+                Some((_, deadline)) => timers.push((Timer::Request, deadline)),
+                // Joining and acknowledging go at once from `advance`; what is left to
+                // wait for is the interval or a failure's backoff.
+                None if !matches!(self.state, State::Leaving { .. }) => {
+                    timers.push((Timer::Heartbeat, self.heartbeat.next_at))
+                }
+                None => {}
+            }
+        }
+        if let State::Revoking { deadline, .. } = &self.state {
+            timers.push((Timer::Revocation, *deadline));
+        }
+        let in_group = matches!(
+            self.state,
+            State::Joining | State::Stable | State::Revoking { .. }
+        );
+        if in_group {
+            timers.push((
+                Timer::Progress,
+                self.last_progress + self.config.max_poll_interval,
+            ));
+        }
+        if let Some(f) = &self.fetch
+            && in_group
+            && f.in_flight.is_none()
+            && !f.partitions.is_empty()
+            && self.coordinator().is_some()
+        {
+            timers.push((Timer::OffsetFetch, f.retry_at));
+        }
+        timers.into_iter().min_by_key(|(_, at)| *at)
+    }
+
+    // ----- inputs -----
+
+    /// The clock moved; fire whatever is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let State::Revoking {
+            deadline,
+            partitions,
+            ..
+        } = &self.state
+            && now >= *deadline
+        {
+            let partitions = partitions.clone();
+            warn!(group = %self.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
+            self.lose(partitions, LostReason::RevocationTimedOut);
+            self.state = State::Stable;
+            self.fence(now, "revocation timed out");
+        }
+        if let State::Leaving { deadline } = self.state
+            && now >= deadline
+        {
+            self.close(None);
+        }
+        if let Some((id, deadline)) = self.heartbeat.in_flight
+            && now >= deadline
+        {
+            self.handle_failure(now, id, Failure::Timeout);
+        }
+        if let Coordinator::Unknown {
+            lookup: Some((id, deadline)),
+            ..
+        } = self.coordinator
+            && now >= deadline
+        {
+            self.handle_failure(now, id, Failure::Timeout);
+        }
+        let in_group = matches!(
+            self.state,
+            State::Joining | State::Stable | State::Revoking { .. }
+        );
+        if in_group && now >= self.last_progress + self.config.max_poll_interval {
+            self.progress_timeout(now);
+        }
+        self.advance(now);
+    }
+
+    /// A response to request `id` arrived.
+    pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+        if self.commit_in_flight == Some(id) {
+            self.commit_in_flight = None;
+        }
+        self.sent_epoch.remove(&id);
+        let Some(sent) = self.sent.remove(&id) else {
+            debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
+            return;
+        };
+        match (sent, response) {
+            (
+                Sent::FindCoordinator,
+                GroupResponse::FindCoordinator {
+                    error,
+                    node_id,
+                    host,
+                    port,
+                },
+            ) => self.on_find_coordinator(now, id, error, node_id, host, port),
+            (
+                Sent::Heartbeat { epoch, fields },
+                GroupResponse::ConsumerGroupHeartbeat {
+                    error,
+                    error_message,
+                    member_id,
+                    member_epoch,
+                    heartbeat_interval_ms,
+                    assignment,
+                },
+            ) => {
+                if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
+                    return;
+                }
+                self.heartbeat.in_flight = None;
+                if error != 0 {
+                    self.on_heartbeat_error(now, epoch, error, error_message);
+                } else {
+                    self.on_heartbeat(
+                        now,
+                        fields,
+                        member_id,
+                        member_epoch,
+                        heartbeat_interval_ms,
+                        assignment,
+                    );
+                }
+            }
+            // The answer to a leave is not looked at (Java ignores it too): the member
+            // is gone either way.
+            (Sent::Leave, GroupResponse::ConsumerGroupHeartbeat { .. }) => {
+                if matches!(self.state, State::Leaving { .. }) {
+                    self.close(None);
+                }
+            }
+            (Sent::Commit { epoch, offsets }, GroupResponse::OffsetCommit { partitions }) => {
+                self.on_commit(now, id, epoch, offsets, partitions)
+            }
+            (
+                Sent::OffsetFetch { partitions: asked },
+                GroupResponse::OffsetFetch { error, partitions },
+            ) => self.on_offset_fetch(now, id, asked, error, partitions),
+            (sent, response) => {
+                warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
+                self.sent.insert(id, sent);
+                return self.handle_failure(
+                    now,
+                    id,
+                    Failure::Protocol("response of the wrong kind".into()),
+                );
+            }
+        }
+        self.advance(now);
+    }
+
+    /// Request `id` failed without a response.
+    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+        if self.commit_in_flight == Some(id) {
+            self.commit_in_flight = None;
+        }
+        let same_coordinator = self
+            .sent_epoch
+            .remove(&id)
+            .is_none_or(|epoch| epoch == self.coordinator_epoch);
+        let Some(sent) = self.sent.remove(&id) else {
+            return;
+        };
+        debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
+        match sent {
+            Sent::FindCoordinator => {
+                if let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator
+                    && lookup.map(|(l, _)| l) == Some(id)
+                {
+                    *lookup = None;
+                    self.failures += 1;
+                    *retry_at = now + self.backoff.delay(self.failures);
+                }
+            }
+            Sent::Heartbeat { .. } => {
+                if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
+                    return self.advance(now);
+                }
+                self.heartbeat.in_flight = None;
+                if let Failure::Unsupported(detail) = failure {
+                    let error = GroupError::ProtocolUnsupported {
+                        group: self.config.group_id.clone(),
+                        detail,
+                    };
+                    warn!(group = %self.config.group_id, %error, "fatal group error");
+                    self.lose_all(LostReason::Fatal);
+                    self.events.push_back(Event::Fatal(error.clone()));
+                    return self.close(Some(error));
+                }
+                self.sent_fields = None;
+                self.heartbeat.failures += 1;
+                self.heartbeat.next_at = now + self.backoff.delay(self.heartbeat.failures);
+                if same_coordinator {
+                    self.mark_coordinator_unknown(now);
+                }
+            }
+            Sent::Leave => {
+                if matches!(self.state, State::Leaving { .. }) {
+                    self.close(None);
+                }
+            }
+            Sent::Commit { epoch, .. } => {
+                self.events.push_back(Event::CommitCompleted {
+                    id,
+                    result: Err(CommitError::Request(failure)),
+                });
+                if self.epoch == epoch && same_coordinator {
+                    self.mark_coordinator_unknown(now);
+                }
+            }
+            Sent::OffsetFetch { .. } => {
+                if let Some(f) = &mut self.fetch
+                    && f.in_flight == Some(id)
+                {
+                    f.in_flight = None;
+                    f.failures += 1;
+                    f.retry_at = now + self.backoff.delay(f.failures);
+                    if same_coordinator {
+                        self.mark_coordinator_unknown(now);
+                    }
+                }
+            }
+        }
+        self.advance(now);
+    }
+
+    // ----- application commands -----
+
+    /// The application came back for records: resets the progress guard, and rejoins
+    /// after a progress timeout.
+    pub fn note_progress(&mut self, now: Instant) {
+        self.last_progress = now;
+        if matches!(self.state, State::Suspended) {
+            self.state = State::Joining;
+            self.epoch = JOIN_EPOCH;
+            self.sent_fields = None;
+            self.heartbeat.next_at = now;
+        }
+        self.advance(now);
+    }
+
+    /// The application finished giving back the partitions asked for at `epoch`
+    /// (committed what it finished, stopped the rest). Another epoch is ignored.
+    pub fn complete_revocation(&mut self, now: Instant, epoch: i32) {
+        let State::Revoking {
+            epoch: asked,
+            partitions,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        if *asked != epoch {
+            return;
+        }
+        for p in partitions.clone() {
+            self.owned.remove(&p);
+        }
+        self.state = State::Stable;
+        self.reconcile(now);
+        self.advance(now);
+    }
+
+    /// Commits `offsets` with the member's epoch. Every partition must be owned.
+    pub fn commit(
+        &mut self,
+        now: Instant,
+        offsets: Vec<CommitOffset>,
+    ) -> Result<RequestId, CommitError> {
+        if let State::Closed(e) = &self.state {
+            return Err(CommitError::Closed(e.clone().unwrap_or(
+                GroupError::Closed {
+                    group: self.config.group_id.clone(),
+                },
+            )));
+        }
+        if !matches!(self.state, State::Stable | State::Revoking { .. }) {
+            return Err(CommitError::NoGeneration);
+        }
+        if self.coordinator().is_none() {
+            return Err(CommitError::CoordinatorUnknown);
+        }
+        if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
+            return Err(CommitError::NotOwned(bad.partition.clone()));
+        }
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.commit_queue.push_back((id, offsets));
+        self.advance(now);
+        Ok(id)
+    }
+
+    /// Topic names by id from the latest metadata: the member resolves assignments
+    /// with them, and an assignment waiting for an unknown id goes on.
+    pub fn set_topic_ids(&mut self, now: Instant, names: BTreeMap<Uuid, String>) {
+        let grew = names.keys().any(|id| !self.names.contains_key(id));
+        self.names = names;
+        self.asked_ids.clear();
+        if grew {
+            self.reconcile(now);
+        }
+        self.advance(now);
+    }
+
+    /// Partition counts matter to the classic leader only; the broker assigns here.
+    pub fn set_topic_partitions(&mut self, _now: Instant, _counts: BTreeMap<String, i32>) {}
+
+    /// Racks matter to the classic leader only; the broker assigns here (the member
+    /// sends its own rack, `client.rack`).
+    pub fn set_partition_racks(&mut self, _racks: PartitionRacks) {}
+
+    /// Leaves the group: a dynamic member with epoch -1; a static member with -2, so
+    /// the broker keeps its partitions for it until its session expires.
+    pub fn leave(&mut self, now: Instant) {
+        self.leave_with(now, Membership::Default)
+    }
+
+    /// [`ConsumerGroupMember::leave`], saying whether the member leaves for good (-1,
+    /// static or not, as Java's `CloseOptions.LEAVE_GROUP`) or stays until its session
+    /// expires (no heartbeat at all).
+    pub fn leave_with(&mut self, now: Instant, membership: Membership) {
+        if matches!(self.state, State::Closed(_) | State::Leaving { .. }) {
+            return;
+        }
+        let joined = self.epoch > 0 && matches!(self.state, State::Stable | State::Revoking { .. });
+        let epoch = match membership {
+            Membership::Default if self.config.instance_id.is_some() => Some(STATIC_LEAVE_EPOCH),
+            Membership::Default | Membership::Leave => Some(LEAVE_EPOCH),
+            Membership::Remain => None,
+        };
+        self.owned.clear();
+        self.fetch = None;
+        match (self.coordinator(), epoch, joined) {
+            (Some(node), Some(epoch), true) => {
+                self.send_leave(node, epoch, "the consumer is closing");
+                self.state = State::Leaving {
+                    deadline: now + self.config.close_timeout,
+                };
+            }
+            _ => self.close(None),
+        }
+    }
+
+    // ----- private -----
+
+    /// The owned set changed since the broker last heard it.
+    fn ack_due(&self) -> bool {
+        matches!(self.state, State::Stable)
+            && self
+                .sent_fields
+                .as_ref()
+                .is_some_and(|f| f.owned != self.owned)
+    }
+
+    /// Sends whatever is due. Called after every input.
+    fn advance(&mut self, now: Instant) {
+        if matches!(
+            self.state,
+            State::Closed(_) | State::Suspended | State::Leaving { .. }
+        ) {
+            return;
+        }
+        if let Coordinator::Unknown {
+            lookup: None,
+            retry_at,
+        } = self.coordinator
+            && now >= retry_at
+        {
+            let id = self.send(
+                Target::AnyBroker,
+                GroupRequest::FindCoordinator {
+                    group: self.config.group_id.clone(),
+                },
+                Sent::FindCoordinator,
+            );
+            let deadline = now + self.config.session_timeout.max(Duration::from_secs(10));
+            self.coordinator = Coordinator::Unknown {
+                lookup: Some((id, deadline)),
+                retry_at,
+            };
+        }
+        let Some(node) = self.coordinator() else {
+            return;
+        };
+        if self.commit_in_flight.is_none()
+            && let Some((id, offsets)) = self.commit_queue.pop_front()
+        {
+            self.commit_in_flight = Some(id);
+            let request = GroupRequest::OffsetCommit {
+                group: self.config.group_id.clone(),
+                generation: self.epoch,
+                member_id: self.member_id.clone(),
+                instance_id: self.config.instance_id.clone(),
+                offsets: offsets.clone(),
+            };
+            self.sent.insert(
+                id,
+                Sent::Commit {
+                    epoch: self.epoch,
+                    offsets,
+                },
+            );
+            self.push(Outgoing {
+                id,
+                target: Target::Coordinator(node),
+                request,
+            });
+        }
+        let due = self.heartbeat.in_flight.is_none()
+            && (now >= self.heartbeat.next_at
+                || ((matches!(self.state, State::Joining) || self.ack_due())
+                    && self.heartbeat.failures == 0));
+        if due {
+            self.send_heartbeat(now, node);
+        }
+        if let Some(f) = &mut self.fetch {
+            let owned = &self.owned;
+            f.partitions.retain(|p| owned.contains(p));
+        }
+        let fetch_due = self.fetch.as_ref().is_some_and(|f| {
+            f.in_flight.is_none() && now >= f.retry_at && !f.partitions.is_empty()
+        });
+        if fetch_due && let Some(f) = &self.fetch {
+            let asked = f.partitions.clone();
+            let request = GroupRequest::OffsetFetch {
+                group: self.config.group_id.clone(),
+                partitions: asked.iter().cloned().collect(),
+                require_stable: true,
+                member: Some((self.member_id.clone(), self.epoch)),
+            };
+            let id = self.send(
+                Target::Coordinator(node),
+                request,
+                Sent::OffsetFetch { partitions: asked },
+            );
+            if let Some(f) = &mut self.fetch {
+                f.in_flight = Some(id);
+            }
+        }
+    }
+
+    /// A heartbeat: every field when joining or after an error (the broker needs the
+    /// subscription and rebalance timeout to place a member it does not know); the
+    /// owned partitions whenever they changed since the broker last heard them; the
+    /// rest left out (null: unchanged).
+    fn send_heartbeat(&mut self, now: Instant, node: NodeId) {
+        let joining = matches!(self.state, State::Joining);
+        let epoch = if joining { JOIN_EPOCH } else { self.epoch };
+        let full = joining || self.sent_fields.is_none();
+        let topics_changed = self
+            .sent_fields
+            .as_ref()
+            .is_none_or(|f| f.topics != self.config.topics);
+        let owned_changed = self
+            .sent_fields
+            .as_ref()
+            .is_none_or(|f| f.owned != self.owned);
+        // Names and regex go together, the regex empty for a subscription by names
+        // (an empty regex is "none" to the broker; librdkafka sends the same, and the
+        // librdkafka mock insists on both or neither).
+        let (names, regex) = if full || topics_changed {
+            (Some(self.config.topics.clone()), Some(String::new()))
+        } else {
+            (None, None)
+        };
+        let topic_partitions = (full || owned_changed).then(|| self.owned_by_id());
+        let request = GroupRequest::ConsumerGroupHeartbeat {
+            group: self.config.group_id.clone(),
+            member_id: self.member_id.clone(),
+            member_epoch: epoch,
+            instance_id: self.config.instance_id.clone(),
+            rack_id: if full { self.config.rack.clone() } else { None },
+            rebalance_timeout_ms: if full {
+                millis(self.config.max_poll_interval)
+            } else {
+                -1
+            },
+            subscribed_topic_names: names,
+            subscribed_topic_regex: regex,
+            server_assignor: if full {
+                self.config.remote_assignor.clone()
+            } else {
+                None
+            },
+            topic_partitions,
+        };
+        let fields = SentFields {
+            topics: self.config.topics.clone(),
+            owned: self.owned.clone(),
+        };
+        let id = self.send(
+            Target::Coordinator(node),
+            request,
+            Sent::Heartbeat { epoch, fields },
+        );
+        self.heartbeat.in_flight = Some((id, now + self.config.request_timeout));
+        self.heartbeat.next_at = now + self.interval;
+    }
+
+    fn send_leave(&mut self, node: NodeId, epoch: i32, reason: &str) {
+        debug!(group = %self.config.group_id, member = %self.member_id, epoch, reason, "leaving");
+        self.send(
+            Target::Coordinator(node),
+            GroupRequest::ConsumerGroupHeartbeat {
+                group: self.config.group_id.clone(),
+                member_id: self.member_id.clone(),
+                member_epoch: epoch,
+                instance_id: self.config.instance_id.clone(),
+                rack_id: None,
+                rebalance_timeout_ms: -1,
+                subscribed_topic_names: None,
+                subscribed_topic_regex: None,
+                server_assignor: None,
+                topic_partitions: None,
+            },
+            Sent::Leave,
+        );
+        self.heartbeat.in_flight = None;
+    }
+
+    /// The owned partitions by topic id, for the acknowledgement. A partition whose
+    /// topic id is unknown cannot be owned: ownership only comes from an assignment
+    /// by id.
+    fn owned_by_id(&self) -> Vec<(Uuid, Vec<i32>)> {
+        let ids: BTreeMap<&str, Uuid> =
+            self.names.iter().map(|(id, n)| (n.as_str(), *id)).collect();
+        let mut out: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
+        for tp in &self.owned {
+            if let Some(id) = ids.get(tp.topic.as_str()) {
+                out.entry(*id).or_default().push(tp.partition);
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    fn send(&mut self, target: Target, request: GroupRequest, sent: Sent) -> RequestId {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        self.sent.insert(id, sent);
+        self.push(Outgoing {
+            id,
+            target,
+            request,
+        });
+        id
+    }
+
+    fn push(&mut self, out: Outgoing) {
+        if matches!(out.target, Target::Coordinator(_)) {
+            self.sent_epoch.insert(out.id, self.coordinator_epoch);
+        }
+        self.requests.push_back(out);
+    }
+
+    fn on_find_coordinator(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        error: i16,
+        node_id: i32,
+        host: String,
+        port: i32,
+    ) {
+        let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator else {
+            return;
+        };
+        if lookup.map(|(l, _)| l) != Some(id) {
+            return;
+        }
+        *lookup = None;
+        if error != 0 || node_id < 0 {
+            if reaction(error) == Reaction::Fatal {
+                return self.fatal("FindCoordinator", error);
+            }
+            self.failures += 1;
+            *retry_at = now + self.backoff.delay(self.failures);
+            return;
+        }
+        self.failures = 0;
+        let node = NodeId(node_id);
+        self.coordinator = Coordinator::Known(node);
+        self.coordinator_epoch += 1;
+        info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
+        self.events.push_back(Event::CoordinatorFound {
+            node,
+            address: format!("{host}:{port}"),
+        });
+        // The member keeps its id and epoch across a coordinator move (the group's
+        // state is the broker's, not the connection's): the next heartbeat goes at
+        // once, with every field.
+        self.heartbeat.in_flight = None;
+        self.heartbeat.next_at = now;
+        self.heartbeat.failures = 0;
+        self.sent_fields = None;
+    }
+
+    fn on_heartbeat(
+        &mut self,
+        now: Instant,
+        fields: SentFields,
+        member_id: Option<String>,
+        member_epoch: i32,
+        heartbeat_interval_ms: i32,
+        assignment: Option<Vec<(Uuid, Vec<i32>)>>,
+    ) {
+        self.heartbeat.failures = 0;
+        self.rediscoveries = 0;
+        if matches!(self.state, State::Suspended | State::Closed(_)) {
+            return;
+        }
+        self.sent_fields = Some(fields);
+        if let Some(id) = member_id.filter(|id| !id.is_empty()) {
+            self.member_id = id;
+        }
+        // librdkafka ignores an interval of 0 or less, as does this.
+        if let Ok(ms) = u64::try_from(heartbeat_interval_ms)
+            && ms > 0
+        {
+            let interval = Duration::from_millis(ms);
+            if interval != self.interval {
+                self.heartbeat.next_at = now + interval;
+                self.interval = interval;
+            }
+        }
+        if member_epoch < 0 {
+            return;
+        }
+        let joined = matches!(self.state, State::Joining);
+        self.epoch = member_epoch;
+        if joined {
+            self.state = State::Stable;
+            info!(group = %self.config.group_id, member = %self.member_id, epoch = member_epoch, "joined");
+            self.events.push_back(Event::Joined {
+                generation: member_epoch,
+                member_id: self.member_id.clone(),
+                leader: false,
+                protocol: self
+                    .config
+                    .remote_assignor
+                    .clone()
+                    .unwrap_or_else(|| "consumer".into()),
+            });
+        }
+        if let Some(assignment) = assignment {
+            self.target = assignment
+                .into_iter()
+                .map(|(id, ps)| (id, ps.into_iter().collect()))
+                .collect();
+        }
+        self.reconcile(now);
+    }
+
+    fn on_heartbeat_error(
+        &mut self,
+        now: Instant,
+        sent_epoch: i32,
+        error: i16,
+        message: Option<String>,
+    ) {
+        // Every error: the next heartbeat carries every field (Java's
+        // `resetHeartbeatState`).
+        self.sent_fields = None;
+        let reaction = reaction(error);
+        debug!(group = %self.config.group_id, member = %self.member_id, epoch = sent_epoch, error = %error_name(error), ?message, ?reaction, "heartbeat refused");
+        match reaction {
+            Reaction::Rediscover => {
+                self.heartbeat.next_at = now;
+                self.mark_coordinator_unknown(now);
+            }
+            Reaction::Retry => {
+                if error != ResponseError::CoordinatorLoadInProgress.code() {
+                    warn!(group = %self.config.group_id, error = %error_name(error), ?message, "heartbeat refused; retrying after the backoff");
+                }
+                self.heartbeat.failures += 1;
+                self.heartbeat.next_at = now + self.backoff.delay(self.heartbeat.failures);
+            }
+            Reaction::Fenced => {
+                let why = if error == ResponseError::UnknownMemberId.code() {
+                    LostReason::UnknownMember
+                } else {
+                    LostReason::FencedEpoch
+                };
+                self.lose_all(why);
+                self.fence(now, "fenced by the coordinator");
+            }
+            Reaction::Fatal => self.fatal("ConsumerGroupHeartbeat", error),
+        }
+    }
+
+    /// The member is out of the group (its partitions already given up): rejoin at
+    /// once with epoch 0 and the same member id.
+    fn fence(&mut self, now: Instant, reason: &str) {
+        info!(group = %self.config.group_id, member = %self.member_id, reason, "rejoining with epoch 0");
+        self.owned.clear();
+        self.target.clear();
+        self.fetch = None;
+        self.epoch = JOIN_EPOCH;
+        self.sent_fields = None;
+        self.state = State::Joining;
+        self.heartbeat.next_at = now;
+    }
+
+    /// Moves the owned partitions toward the target: revocation first (the
+    /// application gives them back and commits), then the new ones, then an
+    /// acknowledgement (the next heartbeat carries the owned set, at once).
+    fn reconcile(&mut self, now: Instant) {
+        if !matches!(self.state, State::Stable) {
+            return;
+        }
+        let mut assigned = BTreeSet::new();
+        let mut unknown = Vec::new();
+        for (id, partitions) in &self.target {
+            match self.names.get(id) {
+                Some(name) => assigned.extend(
+                    partitions
+                        .iter()
+                        .map(|p| TopicPartition::new(name.clone(), *p)),
+                ),
+                None => unknown.push(*id),
+            }
+        }
+        let ask: Vec<Uuid> = unknown
+            .into_iter()
+            .filter(|id| self.asked_ids.insert(*id))
+            .collect();
+        if !ask.is_empty() {
+            // The topic ids come from metadata; the broker named a topic this member
+            // has not seen yet. Refresh it; the rest of the assignment goes on.
+            debug!(group = %self.config.group_id, ?ask, "assignment names unknown topic ids; asking for metadata");
+            self.events.push_back(Event::MetadataNeeded {
+                topics: self.config.topics.clone(),
+            });
+        }
+        // While some of the target's ids are unknown, an owned partition of a topic
+        // metadata no longer names may be one of them: it stays until the names come.
+        let unresolved = self.target.keys().any(|id| !self.names.contains_key(id));
+        let revoked: Vec<TopicPartition> = self
+            .owned
+            .iter()
+            .filter(|tp| {
+                !assigned.contains(*tp)
+                    && (!unresolved || self.names.values().any(|n| *n == tp.topic))
+            })
+            .cloned()
+            .collect();
+        if !revoked.is_empty() {
+            debug!(group = %self.config.group_id, epoch = self.epoch, ?revoked, "revoking");
+            self.state = State::Revoking {
+                epoch: self.epoch,
+                partitions: revoked.clone(),
+                deadline: now + self.config.max_poll_interval,
+            };
+            self.events.push_back(Event::RevokeRequested {
+                generation: self.epoch,
+                partitions: revoked,
+            });
+            return;
+        }
+        let added: Vec<TopicPartition> = assigned.difference(&self.owned).cloned().collect();
+        if added.is_empty() {
+            return;
+        }
+        self.owned.extend(added.iter().cloned());
+        debug!(group = %self.config.group_id, epoch = self.epoch, ?added, "assigned");
+        self.events.push_back(Event::Assigned {
+            generation: self.epoch,
+            added: added.clone(),
+            assignment: self.assignment(),
+        });
+        let pending = self.fetch.get_or_insert(PendingFetch {
+            epoch: self.epoch,
+            partitions: BTreeSet::new(),
+            in_flight: None,
+            retry_at: now,
+            failures: 0,
+        });
+        pending.epoch = self.epoch;
+        pending.partitions.extend(added);
+    }
+
+    fn on_commit(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        epoch: i32,
+        offsets: Vec<CommitOffset>,
+        partitions: Vec<(TopicPartition, i16)>,
+    ) {
+        let first_error = partitions.iter().map(|(_, e)| *e).find(|e| *e != 0);
+        let Some(code) = first_error else {
+            self.events.push_back(Event::CommitCompleted {
+                id,
+                result: Ok(offsets),
+            });
+            return;
+        };
+        // STALE_MEMBER_EPOCH: the epoch moved on while the commit was on its way (a
+        // heartbeat answer bumped it). The same offsets go again with the new epoch
+        // if the member still owns them (Java retries with the latest epoch too).
+        if code == ResponseError::StaleMemberEpoch.code()
+            && self.epoch != epoch
+            && matches!(self.state, State::Stable | State::Revoking { .. })
+            && offsets.iter().all(|o| self.owned.contains(&o.partition))
+        {
+            debug!(group = %self.config.group_id, old = epoch, new = self.epoch, "commit had a stale epoch; sending it again");
+            self.commit_queue.push_front((id, offsets));
+            return;
+        }
+        let result = Err(CommitError::Broker {
+            code,
+            name: error_name(code),
+        });
+        self.events.push_back(Event::CommitCompleted { id, result });
+        match ResponseError::try_from_code(code) {
+            Some(
+                ResponseError::NotCoordinator
+                | ResponseError::CoordinatorNotAvailable
+                | ResponseError::RequestTimedOut,
+            ) => self.mark_coordinator_unknown(now),
+            Some(ResponseError::GroupAuthorizationFailed) => {
+                self.fatal("OffsetCommit", code);
+            }
+            // UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, STALE_MEMBER_EPOCH with no newer
+            // epoch: the commit alone fails; the heartbeat learns the member's fate.
+            _ => {}
+        }
+    }
+
+    fn on_offset_fetch(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        asked: BTreeSet<TopicPartition>,
+        error: i16,
+        partitions: Vec<(TopicPartition, i64, i32, i16)>,
+    ) {
+        let Some(f) = &mut self.fetch else { return };
+        if f.in_flight != Some(id) {
+            return;
+        }
+        f.in_flight = None;
+        let code = if error != 0 {
+            error
+        } else {
+            partitions
+                .iter()
+                .map(|p| p.3)
+                .find(|e| *e != 0)
+                .unwrap_or(0)
+        };
+        if code != 0 {
+            match ResponseError::try_from_code(code) {
+                Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable) => {
+                    f.retry_at = now;
+                    self.mark_coordinator_unknown(now);
+                }
+                Some(ResponseError::GroupAuthorizationFailed) => self.fatal("OffsetFetch", code),
+                _ => {
+                    f.failures += 1;
+                    f.retry_at = now + self.backoff.delay(f.failures);
+                }
+            }
+            return;
+        }
+        f.failures = 0;
+        let epoch = f.epoch;
+        f.partitions.retain(|p| !asked.contains(p));
+        if f.partitions.is_empty() {
+            self.fetch = None;
+        }
+        let offsets: Vec<(TopicPartition, i64, i32)> = partitions
+            .into_iter()
+            .filter(|p| asked.contains(&p.0) && self.owned.contains(&p.0))
+            .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
+            .collect();
+        self.events.push_back(Event::CommittedOffsets {
+            generation: epoch,
+            offsets,
+        });
+    }
+
+    fn progress_timeout(&mut self, now: Instant) {
+        warn!(group = %self.config.group_id, interval = ?self.config.max_poll_interval, "the application did not come back within max.poll.interval.ms; leaving the group");
+        self.events.push_back(Event::ProgressTimeout {
+            max_poll_interval: self.config.max_poll_interval,
+        });
+        // As Java: a leave heartbeat whose answer is not waited for; the member
+        // rejoins with epoch 0 on the application's next progress.
+        if let (Some(node), true) = (self.coordinator(), self.epoch > 0) {
+            let epoch = if self.config.instance_id.is_some() {
+                STATIC_LEAVE_EPOCH
+            } else {
+                LEAVE_EPOCH
+            };
+            self.send_leave(node, epoch, "consumer poll timeout has expired");
+        }
+        self.lose_all(LostReason::ProgressTimeout);
+        self.target.clear();
+        self.fetch = None;
+        self.epoch = JOIN_EPOCH;
+        self.sent_fields = None;
+        self.state = State::Suspended;
+        self.heartbeat.next_at = now;
+    }
+
+    fn mark_coordinator_unknown(&mut self, now: Instant) {
+        if let Coordinator::Known(node) = self.coordinator {
+            self.rediscoveries = self.rediscoveries.saturating_add(1);
+            let wait = if self.rediscoveries <= 1 {
+                self.config.retry_backoff
+            } else {
+                self.backoff.delay(self.rediscoveries)
+            };
+            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries = self.rediscoveries, ?wait, "coordinator unknown; rediscovering");
+            self.coordinator = Coordinator::Unknown {
+                lookup: None,
+                retry_at: now + wait,
+            };
+            self.heartbeat.in_flight = None;
+            self.sent_fields = None;
+        }
+    }
+
+    fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
+        for p in &partitions {
+            self.owned.remove(p);
+        }
+        if !partitions.is_empty() {
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
+    }
+
+    fn lose_all(&mut self, reason: LostReason) {
+        let all = self.assignment();
+        self.lose(all, reason);
+    }
+
+    fn fatal(&mut self, api: &'static str, code: i16) {
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
+        let error = GroupError::Broker {
+            group: self.config.group_id.clone(),
+            api,
+            code,
+            name: error_name(code),
+            hint: hint(code),
+        };
+        warn!(group = %self.config.group_id, %error, "fatal group error");
+        self.lose_all(LostReason::Fatal);
+        self.events.push_back(Event::Fatal(error.clone()));
+        self.close(Some(error));
+    }
+
+    fn close(&mut self, error: Option<GroupError>) {
+        let clean = error.is_none();
+        let closed = error.clone().unwrap_or(GroupError::Closed {
+            group: self.config.group_id.clone(),
+        });
+        for (id, _) in std::mem::take(&mut self.commit_queue) {
+            self.events.push_back(Event::CommitCompleted {
+                id,
+                result: Err(CommitError::Closed(closed.clone())),
+            });
+        }
+        self.owned.clear();
+        self.fetch = None;
+        self.heartbeat.in_flight = None;
+        self.state = State::Closed(error);
+        if clean {
+            self.events.push_back(Event::Left);
+        }
+    }
+}
+
+/// A member id as KIP-1082 asks: a random UUID, in Kafka's text form (22 characters of
+/// URL-safe base64, as Java's `Uuid.toString`), made from `entropy` (the driver's).
+pub fn new_member_id(entropy: [u8; 16]) -> String {
+    use base64::Engine;
+    let uuid = uuid::Builder::from_random_bytes(entropy).into_uuid();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid.as_bytes())
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,646 @@
+//! Scenario tests of the consumer-protocol member, named `<state>_<input>_<outcome>`.
+//! Each asserts the exact requests and events.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::proto::group::assignor::{Assignor, builtin};
+
+const GROUP: &str = "g";
+const TOPIC: &str = "t";
+const MEMBER: &str = "client-made-id";
+
+fn topic_id() -> Uuid {
+    Uuid::from_u128(0x1111)
+}
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new(TOPIC, p)
+}
+
+fn config() -> GroupConfig {
+    let a: Arc<dyn Assignor> = Arc::from(builtin("range").expect("builtin assignor"));
+    let mut c = GroupConfig::new(GROUP, vec![TOPIC.into()], vec![a]);
+    c.heartbeat_interval = Duration::from_secs(3);
+    c.max_poll_interval = Duration::from_secs(30);
+    c.request_timeout = Duration::from_secs(5);
+    c.protocol = super::super::member::GroupProtocol::Consumer;
+    c
+}
+
+struct H {
+    m: ConsumerGroupMember,
+    now: Instant,
+}
+
+/// The fields of a heartbeat request, for assertions.
+#[derive(Debug, PartialEq)]
+struct Hb {
+    epoch: i32,
+    names: Option<Vec<String>>,
+    regex: Option<String>,
+    rebalance_timeout_ms: i32,
+    owned: Option<Vec<(Uuid, Vec<i32>)>>,
+}
+
+impl H {
+    fn new(c: GroupConfig) -> Self {
+        let now = Instant::now();
+        let mut m = ConsumerGroupMember::new(c, MEMBER.into(), now);
+        m.set_topic_ids(now, BTreeMap::from([(topic_id(), TOPIC.to_string())]));
+        H { m, now }
+    }
+    fn request(&mut self) -> Outgoing {
+        self.m.poll_request().expect("a request")
+    }
+    fn no_request(&mut self) {
+        assert_eq!(self.m.poll_request(), None);
+    }
+    fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.m.poll_event()).collect()
+    }
+    fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.m.handle_timeout(self.now);
+    }
+    fn respond(&mut self, id: RequestId, r: GroupResponse) {
+        self.m.handle_response(self.now, id, r);
+    }
+    fn find_coordinator(&mut self, node: i32) {
+        let out = self.request();
+        assert!(
+            matches!(out.request, GroupRequest::FindCoordinator { .. }),
+            "{out:?}"
+        );
+        self.respond(
+            out.id,
+            GroupResponse::FindCoordinator {
+                error: 0,
+                node_id: node,
+                host: "h".into(),
+                port: 1,
+            },
+        );
+        let ev = self.events();
+        assert!(
+            matches!(&ev[..], [Event::CoordinatorFound { node: NodeId(n), .. }] if *n == node),
+            "{ev:?}"
+        );
+    }
+    /// The next request, which must be a heartbeat; its fields.
+    fn heartbeat(&mut self) -> (RequestId, Hb) {
+        let out = self.request();
+        let GroupRequest::ConsumerGroupHeartbeat {
+            member_id,
+            member_epoch,
+            subscribed_topic_names,
+            subscribed_topic_regex,
+            rebalance_timeout_ms,
+            topic_partitions,
+            ..
+        } = out.request
+        else {
+            panic!("not a heartbeat: {out:?}")
+        };
+        assert_eq!(member_id, MEMBER);
+        (
+            out.id,
+            Hb {
+                epoch: member_epoch,
+                names: subscribed_topic_names,
+                regex: subscribed_topic_regex,
+                rebalance_timeout_ms,
+                owned: topic_partitions,
+            },
+        )
+    }
+    fn answer(&mut self, id: RequestId, epoch: i32, assignment: Option<Vec<i32>>) {
+        self.respond(id, ok(epoch, assignment));
+    }
+    /// Joined with epoch 1 and partitions `ps`, acknowledged, offsets fetched.
+    fn stable(ps: Vec<i32>) -> H {
+        let mut h = H::new(config());
+        h.find_coordinator(2);
+        let (id, join) = h.heartbeat();
+        assert_eq!(join.epoch, 0);
+        h.answer(id, 1, Some(ps.clone()));
+        let (ack, hb) = h.heartbeat();
+        assert_eq!(hb.owned, Some(vec![(topic_id(), ps)]));
+        h.answer(ack, 1, None);
+        let fetch = h.request();
+        assert!(matches!(fetch.request, GroupRequest::OffsetFetch { .. }));
+        h.events();
+        h
+    }
+}
+
+fn ok(epoch: i32, assignment: Option<Vec<i32>>) -> GroupResponse {
+    GroupResponse::ConsumerGroupHeartbeat {
+        error: 0,
+        error_message: None,
+        member_id: Some(MEMBER.into()),
+        member_epoch: epoch,
+        heartbeat_interval_ms: 3000,
+        assignment: assignment.map(|ps| vec![(topic_id(), ps)]),
+    }
+}
+
+fn refused(code: i16) -> GroupResponse {
+    GroupResponse::ConsumerGroupHeartbeat {
+        error: code,
+        error_message: Some("refused".into()),
+        member_id: None,
+        member_epoch: -1,
+        heartbeat_interval_ms: 0,
+        assignment: None,
+    }
+}
+
+#[test]
+fn joining_sends_every_field_then_assigns_acknowledges_and_fetches_offsets() {
+    let mut h = H::new(config());
+    h.find_coordinator(2);
+    let (id, join) = h.heartbeat();
+    assert_eq!(
+        join,
+        Hb {
+            epoch: 0,
+            names: Some(vec![TOPIC.into()]),
+            // Names and an empty regex together: conformant, and what the librdkafka
+            // mock requires.
+            regex: Some(String::new()),
+            rebalance_timeout_ms: 30_000,
+            owned: Some(vec![]),
+        }
+    );
+    h.no_request();
+    h.answer(id, 5, Some(vec![0, 1]));
+    let ev = h.events();
+    assert!(
+        matches!(&ev[..], [Event::Joined { generation: 5, leader: false, .. }, Event::Assigned { generation: 5, added, .. }] if added == &vec![tp(0), tp(1)]),
+        "{ev:?}"
+    );
+    // The acknowledgement goes at once, with only what changed.
+    let (_, ack) = h.heartbeat();
+    assert_eq!(
+        ack,
+        Hb {
+            epoch: 5,
+            names: None,
+            regex: None,
+            rebalance_timeout_ms: -1,
+            owned: Some(vec![(topic_id(), vec![0, 1])]),
+        }
+    );
+    let fetch = h.request();
+    assert!(
+        matches!(&fetch.request, GroupRequest::OffsetFetch { partitions, member: Some((m, 5)), .. } if partitions.len() == 2 && m == MEMBER),
+        "{fetch:?}"
+    );
+    assert_eq!(h.m.epoch(), Some(5));
+}
+
+#[test]
+fn stable_heartbeats_at_the_interval_the_broker_gives() {
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_millis(2_900));
+    h.no_request();
+    h.advance(Duration::from_millis(100));
+    let (id, hb) = h.heartbeat();
+    assert_eq!(hb.owned, None, "nothing changed: {hb:?}");
+    assert_eq!(hb.names, None);
+    let mut r = ok(1, None);
+    if let GroupResponse::ConsumerGroupHeartbeat {
+        heartbeat_interval_ms,
+        ..
+    } = &mut r
+    {
+        *heartbeat_interval_ms = 500;
+    }
+    h.respond(id, r);
+    h.advance(Duration::from_millis(500));
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 1);
+}
+
+#[test]
+fn stable_target_dropping_partitions_revokes_then_acknowledges_the_rest() {
+    let mut h = H::stable(vec![0, 1, 2]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![0]));
+    let ev = h.events();
+    assert_eq!(
+        ev,
+        vec![Event::RevokeRequested {
+            generation: 2,
+            partitions: vec![tp(1), tp(2)],
+        }]
+    );
+    // Nothing is acknowledged before the application gave the partitions back.
+    h.no_request();
+    assert_eq!(h.m.state(), StateKind::Revoking);
+    // It can still commit them meanwhile.
+    let commit = h.m.commit(
+        h.now,
+        vec![CommitOffset {
+            partition: tp(1),
+            offset: 10,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    );
+    assert!(commit.is_ok());
+    let c = h.request();
+    assert!(matches!(
+        c.request,
+        GroupRequest::OffsetCommit { generation: 2, .. }
+    ));
+    h.m.complete_revocation(h.now, 2);
+    let (_, ack) = h.heartbeat();
+    assert_eq!(ack.owned, Some(vec![(topic_id(), vec![0])]));
+    assert_eq!(h.m.assignment(), vec![tp(0)]);
+}
+
+#[test]
+fn stable_target_adding_partitions_assigns_them_without_a_revocation() {
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 3, Some(vec![0, 3]));
+    let ev = h.events();
+    assert!(
+        matches!(&ev[..], [Event::Assigned { generation: 3, added, .. }] if added == &vec![tp(3)]),
+        "{ev:?}"
+    );
+    let (_, ack) = h.heartbeat();
+    assert_eq!(ack.owned, Some(vec![(topic_id(), vec![0, 3])]));
+}
+
+#[test]
+fn stable_epoch_bump_without_an_assignment_changes_nothing_else() {
+    // The librdkafka mock bumps every member's epoch on each recomputation and leaves
+    // the assignment out when it did not change.
+    let mut h = H::stable(vec![0, 1]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 4, None);
+    assert_eq!(h.events(), vec![]);
+    h.no_request();
+    assert_eq!(h.m.epoch(), Some(4));
+    assert_eq!(h.m.assignment(), vec![tp(0), tp(1)]);
+}
+
+#[test]
+fn joining_an_unknown_topic_id_asks_for_metadata_and_assigns_once_named() {
+    let mut h = H::new(config());
+    h.m.set_topic_ids(h.now, BTreeMap::new());
+    h.find_coordinator(2);
+    let (id, _) = h.heartbeat();
+    h.answer(id, 1, Some(vec![0]));
+    let ev = h.events();
+    assert!(
+        matches!(&ev[..], [Event::Joined { .. }, Event::MetadataNeeded { topics }] if topics == &vec![TOPIC.to_string()]),
+        "{ev:?}"
+    );
+    h.no_request();
+    h.m.set_topic_ids(h.now, BTreeMap::from([(topic_id(), TOPIC.to_string())]));
+    let ev = h.events();
+    assert!(
+        matches!(&ev[..], [Event::Assigned { added, .. }] if added == &vec![tp(0)]),
+        "{ev:?}"
+    );
+    let (_, ack) = h.heartbeat();
+    assert_eq!(ack.owned, Some(vec![(topic_id(), vec![0])]));
+}
+
+#[test]
+fn stable_fenced_member_epoch_loses_everything_and_rejoins_with_epoch_0_and_the_same_id() {
+    let mut h = H::stable(vec![0, 1]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::FencedMemberEpoch.code()));
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: vec![tp(0), tp(1)],
+            reason: LostReason::FencedEpoch,
+        }]
+    );
+    let (_, rejoin) = h.heartbeat();
+    assert_eq!(rejoin.epoch, 0);
+    assert_eq!(rejoin.owned, Some(vec![]));
+    assert_eq!(rejoin.names, Some(vec![TOPIC.into()]));
+    assert_eq!(h.m.assignment(), vec![]);
+}
+
+#[test]
+fn revoking_unknown_member_id_loses_the_partitions_and_ignores_the_late_completion() {
+    let mut h = H::stable(vec![0, 1]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![0]));
+    h.events();
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::UnknownMemberId.code()));
+    let ev = h.events();
+    assert!(
+        matches!(&ev[..], [Event::Lost { reason: LostReason::UnknownMember, partitions }] if partitions.len() == 2),
+        "{ev:?}"
+    );
+    let (_, rejoin) = h.heartbeat();
+    assert_eq!(rejoin.epoch, 0);
+    h.m.complete_revocation(h.now, 2);
+    assert_eq!(h.m.state(), StateKind::Joining);
+    h.no_request();
+}
+
+#[test]
+fn stable_not_coordinator_rediscovers_and_resends_every_field_keeping_the_epoch() {
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::NotCoordinator.code()));
+    assert_eq!(h.m.coordinator(), None);
+    assert_eq!(h.events(), vec![]);
+    h.advance(Duration::from_millis(100));
+    h.find_coordinator(3);
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 1, "the epoch survives a coordinator move");
+    assert_eq!(hb.names, Some(vec![TOPIC.into()]));
+    assert_eq!(hb.owned, Some(vec![(topic_id(), vec![0])]));
+    assert_eq!(h.m.assignment(), vec![tp(0)]);
+}
+
+#[test]
+fn stable_heartbeat_timeout_rediscovers_the_coordinator() {
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (_, _) = h.heartbeat();
+    h.advance(Duration::from_secs(5));
+    assert_eq!(h.m.coordinator(), None);
+    assert_eq!(h.m.assignment(), vec![tp(0)], "the partitions stay");
+}
+
+#[test]
+fn stable_commit_with_a_stale_epoch_goes_again_with_the_new_one() {
+    let mut h = H::stable(vec![0]);
+    let offsets = vec![CommitOffset {
+        partition: tp(0),
+        offset: 7,
+        leader_epoch: -1,
+        metadata: None,
+    }];
+    let cid = h.m.commit(h.now, offsets.clone()).unwrap();
+    let c = h.request();
+    assert!(matches!(
+        c.request,
+        GroupRequest::OffsetCommit { generation: 1, .. }
+    ));
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, None);
+    h.respond(
+        c.id,
+        GroupResponse::OffsetCommit {
+            partitions: vec![(tp(0), ResponseError::StaleMemberEpoch.code())],
+        },
+    );
+    assert_eq!(h.events(), vec![]);
+    let again = h.request();
+    assert_eq!(again.id, cid);
+    assert!(matches!(
+        again.request,
+        GroupRequest::OffsetCommit { generation: 2, .. }
+    ));
+    h.respond(
+        again.id,
+        GroupResponse::OffsetCommit {
+            partitions: vec![(tp(0), 0)],
+        },
+    );
+    assert_eq!(
+        h.events(),
+        vec![Event::CommitCompleted {
+            id: cid,
+            result: Ok(offsets)
+        }]
+    );
+}
+
+#[test]
+fn stable_commit_for_an_unowned_partition_is_refused() {
+    let mut h = H::stable(vec![0]);
+    let r = h.m.commit(
+        h.now,
+        vec![CommitOffset {
+            partition: tp(1),
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+    );
+    assert_eq!(r, Err(CommitError::NotOwned(tp(1))));
+}
+
+#[test]
+fn dynamic_member_leaves_with_epoch_minus_one() {
+    let mut h = H::stable(vec![0]);
+    h.m.leave(h.now);
+    let out = h.request();
+    assert!(
+        matches!(
+            &out.request,
+            GroupRequest::ConsumerGroupHeartbeat {
+                member_epoch: -1,
+                subscribed_topic_names: None,
+                subscribed_topic_regex: None,
+                topic_partitions: None,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    h.respond(out.id, ok(-1, None));
+    assert_eq!(h.events(), vec![Event::Left]);
+    assert_eq!(h.m.state(), StateKind::Closed);
+}
+
+#[test]
+fn static_member_leaves_with_epoch_minus_two_unless_asked_to_leave_for_good() {
+    let mut c = config();
+    c.instance_id = Some("i1".into());
+    let mut h = H::new(c.clone());
+    h.find_coordinator(2);
+    let (id, _) = h.heartbeat();
+    h.answer(id, 1, Some(vec![0]));
+    let (ack, _) = h.heartbeat();
+    h.answer(ack, 1, None);
+    let _fetch = h.m.poll_request();
+    h.m.leave(h.now);
+    let out = h.request();
+    assert!(matches!(
+        &out.request,
+        GroupRequest::ConsumerGroupHeartbeat { member_epoch: -2, instance_id: Some(i), .. } if i == "i1"
+    ));
+
+    let mut h = H::new(c);
+    h.find_coordinator(2);
+    let (id, _) = h.heartbeat();
+    h.answer(id, 1, Some(vec![0]));
+    h.m.leave_with(h.now, Membership::Leave);
+    let out = std::iter::from_fn(|| h.m.poll_request())
+        .last()
+        .expect("a request");
+    assert!(matches!(
+        &out.request,
+        GroupRequest::ConsumerGroupHeartbeat {
+            member_epoch: -1,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn stable_member_asked_to_remain_sends_nothing_and_closes() {
+    let mut h = H::stable(vec![0]);
+    h.m.leave_with(h.now, Membership::Remain);
+    h.no_request();
+    assert_eq!(h.events(), vec![Event::Left]);
+}
+
+#[test]
+fn stable_progress_timeout_leaves_loses_and_rejoins_on_progress() {
+    let mut h = H::stable(vec![0]);
+    // Heartbeats keep going meanwhile; answer them.
+    for _ in 0..10 {
+        h.advance(Duration::from_secs(3));
+        if let Some(out) = h.m.poll_request() {
+            h.answer(out.id, 1, None);
+        }
+    }
+    let ev = h.events();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::ProgressTimeout { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Lost {
+                reason: LostReason::ProgressTimeout,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+    assert_eq!(h.m.state(), StateKind::Suspended);
+    assert_eq!(h.m.poll_timeout(), None);
+    h.m.note_progress(h.now);
+    let (_, rejoin) = h.heartbeat();
+    assert_eq!(rejoin.epoch, 0);
+}
+
+#[test]
+fn revoking_not_completed_within_the_rebalance_timeout_loses_and_rejoins() {
+    let mut h = H::stable(vec![0, 1]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![0]));
+    h.events();
+    for _ in 0..10 {
+        h.advance(Duration::from_secs(3));
+        h.m.note_progress(h.now);
+        while let Some(out) = h.m.poll_request() {
+            if let GroupRequest::ConsumerGroupHeartbeat { member_epoch, .. } = out.request {
+                if member_epoch == 0 {
+                    let ev = h.events();
+                    assert!(
+                        ev.iter().any(|e| matches!(
+                            e,
+                            Event::Lost {
+                                reason: LostReason::RevocationTimedOut,
+                                ..
+                            }
+                        )),
+                        "{ev:?}"
+                    );
+                    return;
+                }
+                h.answer(out.id, 2, None);
+            }
+        }
+    }
+    panic!("no rejoin after the rebalance timeout");
+}
+
+#[test]
+fn joining_on_a_broker_without_the_api_closes_with_an_error_naming_the_setting() {
+    let mut h = H::new(config());
+    h.find_coordinator(2);
+    let (id, _) = h.heartbeat();
+    h.m.handle_failure(
+        h.now,
+        id,
+        Failure::Unsupported(
+            "127.0.0.1:9092 offers no usable ConsumerGroupHeartbeat version".into(),
+        ),
+    );
+    let ev = h.events();
+    let [Event::Fatal(e)] = &ev[..] else {
+        panic!("{ev:?}")
+    };
+    assert!(e.to_string().contains("group.protocol=classic"), "{e}");
+    assert_eq!(h.m.state(), StateKind::Closed);
+    assert_eq!(h.m.poll_timeout(), None);
+}
+
+#[test]
+fn joining_unsupported_assignor_is_fatal_and_names_the_setting() {
+    let mut h = H::new(config());
+    h.find_coordinator(2);
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::UnsupportedAssignor.code()));
+    let ev = h.events();
+    let [Event::Fatal(e)] = &ev[..] else {
+        panic!("{ev:?}")
+    };
+    assert!(e.to_string().contains("group.remote.assignor"), "{e}");
+}
+
+#[test]
+fn joining_coordinator_load_in_progress_retries_after_the_backoff_with_every_field() {
+    let mut h = H::new(config());
+    h.find_coordinator(2);
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::CoordinatorLoadInProgress.code()));
+    h.no_request();
+    h.advance(Duration::from_millis(200));
+    let (_, again) = h.heartbeat();
+    assert_eq!(again.epoch, 0);
+    assert_eq!(again.names, Some(vec![TOPIC.into()]));
+}
+
+#[test]
+fn a_timer_is_armed_in_every_state_but_closed_and_suspended() {
+    let mut h = H::stable(vec![0]);
+    assert!(h.m.poll_timeout().is_some());
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![]));
+    assert_eq!(h.m.state(), StateKind::Revoking);
+    assert!(h.m.poll_timeout().is_some());
+}
+
+#[test]
+fn member_ids_are_22_characters_of_url_safe_base64() {
+    let id = new_member_id([7; 16]);
+    assert_eq!(id.len(), 22);
+    assert!(
+        id.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    );
+    assert_ne!(id, new_member_id([8; 16]));
+}
