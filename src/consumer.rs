@@ -60,7 +60,7 @@ use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::group::member::{CommitError, Event};
-pub use crate::proto::group::member::{GroupConfig, Membership};
+pub use crate::proto::group::member::{GroupConfig, GroupProtocol, Membership};
 use crate::proto::group::messages::CommitOffset;
 use crate::proto::metadata::NodeId;
 
@@ -93,6 +93,8 @@ pub struct ConsumerBuilder {
     max_poll_interval: Duration,
     assignors: Vec<Arc<dyn Assignor>>,
     instance_id: Option<String>,
+    group_protocol: GroupProtocol,
+    remote_assignor: Option<String>,
     auto_commit: Option<Duration>,
     manual_revocation: bool,
     tweak_group: Option<GroupTweak>,
@@ -128,6 +130,8 @@ impl ConsumerBuilder {
             max_poll_interval: Duration::from_secs(300),
             assignors,
             instance_id: None,
+            group_protocol: GroupProtocol::Classic,
+            remote_assignor: None,
             auto_commit: None,
             manual_revocation: false,
             tweak_group: None,
@@ -158,11 +162,45 @@ impl ConsumerBuilder {
         self
     }
 
-    /// A connection setting by its Java or librdkafka property name
-    /// ([`ClientConfig::set`]): `security.protocol`, `ssl.*`, `sasl.*`, ...
+    /// A setting by its Java or librdkafka property name: `group.protocol` and
+    /// `group.remote.assignor` here, the connection settings through
+    /// [`ClientConfig::set`] (`security.protocol`, `ssl.*`, `sasl.*`, ...).
     pub fn set(mut self, key: &str, value: &str) -> crate::Result<Self> {
-        self.client = self.client.set(key, value)?;
+        match key.trim() {
+            "group.protocol" => {
+                self.group_protocol =
+                    value
+                        .parse()
+                        .map_err(|message| crate::error::Error::Config {
+                            setting: "group.protocol",
+                            message,
+                        })?;
+            }
+            "group.remote.assignor" => {
+                let value = value.trim();
+                self.remote_assignor = (!value.is_empty()).then(|| value.to_string());
+            }
+            _ => self.client = self.client.set(key, value)?,
+        }
         Ok(self)
+    }
+
+    /// `group.protocol` (default `classic`): [`GroupProtocol::Consumer`] speaks KIP-848's
+    /// consumer group protocol (Kafka 4.0+), where the broker assigns and a rebalance
+    /// moves only the partitions that change owner. On a broker without it the consumer
+    /// fails with an error naming this setting. The assignors
+    /// ([`ConsumerBuilder::assignors`]) and `session.timeout.ms`/`heartbeat.interval.ms`
+    /// are the classic protocol's; the broker sets them for the consumer protocol.
+    pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.group_protocol = protocol;
+        self
+    }
+
+    /// `group.remote.assignor` (consumer protocol): the broker-side assignor, `uniform`
+    /// or `range` on Kafka; unset, the broker's default.
+    pub fn group_remote_assignor(mut self, name: impl Into<String>) -> Self {
+        self.remote_assignor = Some(name.into());
+        self
     }
 
     /// `client.id`.
@@ -411,6 +449,8 @@ impl ConsumerBuilder {
                 config.rack = self.client.client_rack.clone();
                 config.instance_id = self.instance_id.clone();
                 config.seed = self.client.jitter_seed;
+                config.protocol = self.group_protocol;
+                config.remote_assignor = self.remote_assignor.clone();
                 if let Some(f) = &self.tweak_group {
                     f(&mut config);
                 }

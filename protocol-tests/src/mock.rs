@@ -345,6 +345,24 @@ impl MockCluster {
         unsafe { rd::rd_kafka_mock_group_initial_rebalance_delay_ms(self.ptr(), ms) }
     }
 
+    /// The session timeout of consumer-protocol groups (KIP-848; 30 s by default),
+    /// which the broker, not the member, decides on that protocol.
+    pub fn set_group_consumer_session_timeout(&self, timeout: Duration) -> anyhow::Result<()> {
+        let ms = millis(timeout)?;
+        // SAFETY: live cluster.
+        unsafe { rd::rd_kafka_mock_set_group_consumer_session_timeout_ms(self.ptr(), ms) };
+        Ok(())
+    }
+
+    /// The heartbeat interval the mock gives consumer-protocol members (3 s by
+    /// default).
+    pub fn set_group_consumer_heartbeat_interval(&self, interval: Duration) -> anyhow::Result<()> {
+        let ms = millis(interval)?;
+        // SAFETY: live cluster.
+        unsafe { rd::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(self.ptr(), ms) };
+        Ok(())
+    }
+
     /// Starts recording every request the brokers receive (and forgets earlier ones).
     pub fn start_request_tracking(&self) {
         // SAFETY: live cluster.

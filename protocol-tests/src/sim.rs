@@ -734,6 +734,15 @@ impl Sim {
                     },
                 );
             }
+            // The simulated coordinator is the classic protocol's; the consumer
+            // protocol's members are tested against the librdkafka mock.
+            GroupRequest::ConsumerGroupHeartbeat { .. } => {
+                let r = with_error(
+                    &f.out.request,
+                    kafka_protocol::ResponseError::UnsupportedVersion.code(),
+                );
+                self.respond(member, id, r);
+            }
         }
     }
 
@@ -1203,6 +1212,14 @@ pub fn with_error(request: &GroupRequest, code: i16) -> GroupResponse {
         GroupRequest::OffsetFetch { .. } => GroupResponse::OffsetFetch {
             error: code,
             partitions: vec![],
+        },
+        GroupRequest::ConsumerGroupHeartbeat { .. } => GroupResponse::ConsumerGroupHeartbeat {
+            error: code,
+            error_message: None,
+            member_id: None,
+            member_epoch: -1,
+            heartbeat_interval_ms: 0,
+            assignment: None,
         },
     }
 }

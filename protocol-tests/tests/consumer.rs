@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use ottla::Error;
 use ottla::consumer::{
-    Consumer, ConsumerBuilder, ConsumerEvent, FetchError, FetcherEvent, IsolationLevel,
-    OffsetReset, ResetReason, TopicPartition,
+    Consumer, ConsumerBuilder, ConsumerEvent, FetchError, FetcherEvent, GroupProtocol,
+    IsolationLevel, OffsetReset, ResetReason, TopicPartition,
 };
 use protocol_tests::data::{index_of, matches, produce};
 use protocol_tests::peer::Peer;
@@ -643,6 +643,27 @@ async fn members_come_and_go(
     pace: Duration,
     allow_duplicates: bool,
 ) {
+    members_come_and_go_on(
+        peer,
+        GroupProtocol::Classic,
+        assignor,
+        step,
+        pace,
+        allow_duplicates,
+    )
+    .await
+}
+
+/// [`members_come_and_go`] on either group protocol (`assignor` is the classic
+/// protocol's; the consumer protocol's broker assigns).
+async fn members_come_and_go_on(
+    peer: Peer,
+    protocol: GroupProtocol,
+    assignor: &str,
+    step: Duration,
+    pace: Duration,
+    allow_duplicates: bool,
+) {
     protocol_tests::init_tracing();
     let topic = "churn";
     let partitions = 6;
@@ -655,7 +676,7 @@ async fn members_come_and_go(
         per_member: vec![0; 3],
         ..Tally::default()
     }));
-    let group = format!("churn-{assignor}");
+    let group = format!("churn-{assignor}-{}", protocol.name());
     let mut stops = Vec::new();
     let mut handles = Vec::new();
     for m in 0..3 {
@@ -669,6 +690,7 @@ async fn members_come_and_go(
             .expect("assignor")
             .auto_commit(Some(Duration::from_millis(500)))
             .max_partition_fetch_bytes(16 * 1024)
+            .group_protocol(protocol)
             .build()
             .await
             .expect("consumer");
@@ -713,8 +735,32 @@ async fn members_come_and_go(
         "every member worked: {:?}",
         t.per_member
     );
-    let what = format!("{} {assignor} churn", peer.name());
+    let what = format!("{} {assignor} {} churn", peer.name(), protocol.name());
     check_with(&t, total, partitions, &what, allow_duplicates);
+}
+
+/// KIP-848 on the librdkafka mock: three members join one after another, the first
+/// leaves mid-stream, and every record is read exactly once: a partition moves only
+/// after its owner committed, gave it back and acknowledged, and the next owner starts
+/// from that commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_consumer_protocol_members_come_and_go_nothing_lost_or_repeated() {
+    let peer = mock();
+    if let Peer::Mock(m) = &peer {
+        m.set_group_consumer_heartbeat_interval(Duration::from_millis(500))
+            .expect("interval");
+        m.set_group_consumer_session_timeout(Duration::from_secs(6))
+            .expect("session");
+    }
+    members_come_and_go_on(
+        peer,
+        GroupProtocol::Consumer,
+        "range",
+        Duration::from_millis(1500),
+        Duration::from_millis(40),
+        false,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,12 +16,12 @@ use super::cluster::Cluster;
 use super::connection::BrokerConnection;
 use super::sleep_until;
 use crate::error::RequestError;
+use crate::proto::group::Member;
 use crate::proto::group::assignor::PartitionRacks;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::group::member::{
-    CommitError, Event, Failure, GroupConfig, GroupMember, Membership, Outgoing, RequestId,
-    StateKind, Target,
+    CommitError, Event, Failure, GroupConfig, Membership, Outgoing, RequestId, StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -179,7 +179,7 @@ async fn run(
     let group = config.group_id.clone();
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
-    let mut member = GroupMember::new(config, now);
+    let mut member = Member::new(config, entropy(), now);
     apply_metadata(&mut member, &cluster.metadata(), now);
     let mut inflight: JoinSet<Reply> = JoinSet::new();
     let mut coordinators: HashMap<NodeId, String> = HashMap::new();
@@ -276,7 +276,7 @@ async fn run(
                     None => {
                         let (done, _) = oneshot::channel();
                         leaving = Some(done);
-                        member.leave(now);
+                        member.leave_with(now, Membership::Default);
                     }
                 }
             }
@@ -291,10 +291,40 @@ async fn run(
     }
 }
 
-/// Gives the member the partition counts and replica racks of one metadata snapshot.
-fn apply_metadata(member: &mut GroupMember, metadata: &ClusterMetadata, now: std::time::Instant) {
-    member.set_partition_racks(racks(metadata));
-    member.set_topic_partitions(now, counts(metadata));
+/// Gives the member the partition counts, replica racks and topic ids of one metadata
+/// snapshot.
+fn apply_metadata(member: &mut Member, metadata: &ClusterMetadata, now: std::time::Instant) {
+    let names = metadata
+        .topics
+        .values()
+        .filter(|t| t.error == 0 && !t.id.is_nil())
+        .map(|t| (t.id, t.name.clone()))
+        .collect();
+    member.set_metadata(now, counts(metadata), racks(metadata), names);
+}
+
+/// 16 bytes no other process makes, for the member id of the consumer protocol
+/// (KIP-1082 asks for a random UUID): std's per-process random hash keys, mixed with
+/// the time and a counter.
+fn entropy() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u64(count);
+        h.write_usize(i);
+        h.write_u32(std::process::id());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
 }
 
 /// Partition counts by topic from the latest metadata. A topic the broker says does

@@ -31,8 +31,9 @@ use super::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
 use crate::error::WireError;
 use crate::proto::wire::{SUPPORTED, decode_response as decode_body};
 
-/// The group APIs; their version ranges live in [`crate::proto::wire::SUPPORTED`], the
-/// one table negotiation reads.
+/// The classic group APIs, which a consumer in a group requires of every broker; their
+/// version ranges live in [`crate::proto::wire::SUPPORTED`], the one table negotiation
+/// reads.
 pub const GROUP_APIS: &[ApiKey] = &[
     ApiKey::FindCoordinator,
     ApiKey::JoinGroup,
@@ -41,8 +42,12 @@ pub const GROUP_APIS: &[ApiKey] = &[
     ApiKey::LeaveGroup,
     ApiKey::OffsetCommit,
     ApiKey::OffsetFetch,
-    ApiKey::ConsumerGroupHeartbeat,
 ];
+
+/// The consumer group protocol's own API (KIP-848), beside FindCoordinator,
+/// OffsetCommit and OffsetFetch. Not required at connection time: a member that asks
+/// for it on a broker without it closes with an error naming `group.protocol`.
+pub const CONSUMER_GROUP_APIS: &[ApiKey] = &[ApiKey::ConsumerGroupHeartbeat];
 
 /// A group request encoded for one version, ready for the connection.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,8 +116,7 @@ fn s(v: &str) -> StrBytes {
 }
 
 fn check(api: ApiKey, version: i16) -> Result<(), GroupCodecError> {
-    let range = GROUP_APIS
-        .contains(&api)
+    let range = (GROUP_APIS.contains(&api) || CONSUMER_GROUP_APIS.contains(&api))
         .then(|| SUPPORTED.iter().find(|(a, _, _)| *a == api))
         .flatten();
     match range {

@@ -48,7 +48,6 @@ use kafka_protocol::ResponseError;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use super::assignor::PartitionRacks;
 use super::consumer_protocol::TopicPartition;
 use super::member::{
     CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
@@ -674,13 +673,6 @@ impl ConsumerGroupMember {
         self.advance(now);
     }
 
-    /// Partition counts matter to the classic leader only; the broker assigns here.
-    pub fn set_topic_partitions(&mut self, _now: Instant, _counts: BTreeMap<String, i32>) {}
-
-    /// Racks matter to the classic leader only; the broker assigns here (the member
-    /// sends its own rack, `client.rack`).
-    pub fn set_partition_racks(&mut self, _racks: PartitionRacks) {}
-
     /// Leaves the group: a dynamic member with epoch -1; a static member with -2, so
     /// the broker keeps its partitions for it until its session expires.
     pub fn leave(&mut self, now: Instant) {
@@ -694,7 +686,9 @@ impl ConsumerGroupMember {
         if matches!(self.state, State::Closed(_) | State::Leaving { .. }) {
             return;
         }
-        let joined = self.epoch > 0 && matches!(self.state, State::Stable | State::Revoking { .. });
+        // In the group with any epoch: the librdkafka mock answers a join with epoch 0
+        // while the new member's partitions are still held by others.
+        let joined = matches!(self.state, State::Stable | State::Revoking { .. });
         let epoch = match membership {
             Membership::Default if self.config.instance_id.is_some() => Some(STATIC_LEAVE_EPOCH),
             Membership::Default | Membership::Leave => Some(LEAVE_EPOCH),
@@ -1258,7 +1252,8 @@ impl ConsumerGroupMember {
         });
         // As Java: a leave heartbeat whose answer is not waited for; the member
         // rejoins with epoch 0 on the application's next progress.
-        if let (Some(node), true) = (self.coordinator(), self.epoch > 0) {
+        let joined = matches!(self.state, State::Stable | State::Revoking { .. });
+        if let (Some(node), true) = (self.coordinator(), joined) {
             let epoch = if self.config.instance_id.is_some() {
                 STATIC_LEAVE_EPOCH
             } else {
