@@ -1,0 +1,298 @@
+//! KIP-848's consumer group protocol (`group.protocol=consumer`) against real peers:
+//! the librdkafka mock cluster, which implements ConsumerGroupHeartbeat, and tansu,
+//! which does not. Each test asserts what the group does, from the consumer's events
+//! and the records it reads.
+//!
+//! The sequences of `docs/rebalance.md`'s KIP-848 chapter come from these tests and
+//! from `src/proto/group/consumer_member/tests.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use ottla::consumer::{
+    Consumer, ConsumerBuilder, ConsumerEvent, GroupProtocol, Membership, OffsetReset,
+};
+use ottla::proto::group::member::{Event, LostReason};
+use protocol_tests::data::produce;
+use protocol_tests::mock::MockCluster;
+use protocol_tests::tansu::Tansu;
+
+const TOPIC: &str = "kip848";
+const PARTITIONS: i32 = 6;
+/// ConsumerGroupHeartbeat's API key.
+const CONSUMER_GROUP_HEARTBEAT: i16 = 68;
+const FENCED_MEMBER_EPOCH: i16 = 110;
+
+/// A 3-broker mock with the test topic and `records` records in it, its consumer
+/// groups heartbeating every 300 ms with a 6 s session.
+async fn mock_with(records: u64) -> MockCluster {
+    protocol_tests::init_tracing();
+    let mock = MockCluster::new(3).expect("mock");
+    mock.create_topic(TOPIC, PARTITIONS, 1).expect("topic");
+    mock.set_group_consumer_heartbeat_interval(Duration::from_millis(300))
+        .expect("interval");
+    mock.set_group_consumer_session_timeout(Duration::from_secs(6))
+        .expect("session");
+    if records > 0 {
+        produce(&mock.bootstrap(), TOPIC, PARTITIONS, 0, records, "none")
+            .await
+            .expect("produce");
+    }
+    mock
+}
+
+fn builder(bootstrap: &str, group: &str) -> ConsumerBuilder {
+    Consumer::builder(bootstrap)
+        .group_id(group)
+        .topics([TOPIC])
+        .offset_reset(OffsetReset::Earliest)
+        .group_protocol(GroupProtocol::Consumer)
+        .auto_commit(Some(Duration::from_millis(200)))
+        .max_poll_interval(Duration::from_secs(20))
+}
+
+/// What one consumer read and saw.
+#[derive(Debug, Default)]
+struct Seen {
+    records: BTreeMap<(i32, i64), u32>,
+    events: Vec<(Instant, Event)>,
+}
+
+impl Seen {
+    fn owned(&self) -> BTreeSet<i32> {
+        let mut owned = BTreeSet::new();
+        for (_, e) in &self.events {
+            match e {
+                Event::Assigned { added, .. } => owned.extend(added.iter().map(|tp| tp.partition)),
+                Event::RevokeRequested { partitions, .. } | Event::Lost { partitions, .. } => {
+                    for tp in partitions {
+                        owned.remove(&tp.partition);
+                    }
+                }
+                _ => {}
+            }
+        }
+        owned
+    }
+}
+
+/// Reads from `consumer` for `d` (records and group events) into `seen`.
+async fn read_for(consumer: &mut Consumer, seen: &mut Seen, d: Duration) {
+    read_paced(consumer, seen, d, 1000, Duration::ZERO).await
+}
+
+/// [`read_for`], `max` records at a time with a pause of `pace` after each batch, as
+/// an application that takes time over its records.
+async fn read_paced(
+    consumer: &mut Consumer,
+    seen: &mut Seen,
+    d: Duration,
+    max: usize,
+    pace: Duration,
+) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if let Ok(batch) =
+            tokio::time::timeout(Duration::from_millis(100), consumer.recv_batch(max)).await
+        {
+            for r in batch.expect("records") {
+                *seen.records.entry((r.partition, r.offset)).or_default() += 1;
+            }
+            tokio::time::sleep(pace).await;
+        }
+        while let Some(e) = consumer.try_event() {
+            if let ConsumerEvent::Group(e) = e {
+                seen.events.push((Instant::now(), e));
+            }
+        }
+    }
+}
+
+/// tansu 0.6.0 has no ConsumerGroupHeartbeat. The consumer does not hang: its first
+/// receive fails with an error that names the API and the setting to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_consumer_protocol_on_a_broker_without_it_fails_naming_the_setting() {
+    protocol_tests::init_tracing();
+    let tansu = Tansu::start().expect("tansu");
+    tansu.create_topic(TOPIC, 2).expect("topic");
+    let mut consumer = builder(&tansu.bootstrap(), "no-kip848")
+        .build()
+        .await
+        .expect("the consumer starts: the broker is reachable");
+    let started = Instant::now();
+    let error = loop {
+        match tokio::time::timeout(Duration::from_secs(15), consumer.recv_batch(10)).await {
+            Err(_) => panic!("no error within 15 s: the consumer hangs silently"),
+            Ok(Ok(_)) => continue,
+            Ok(Err(e)) => break e,
+        }
+    };
+    let text = error.to_string();
+    println!(
+        "tansu, group.protocol=consumer: {text} (after {:?})",
+        started.elapsed()
+    );
+    assert!(text.contains("group.protocol=classic"), "{text}");
+    assert!(text.contains("ConsumerGroupHeartbeat"), "{text}");
+}
+
+/// The coordinator moves three times while one member consumes: its epoch and
+/// partitions survive every move (the group's state is the broker's), no partition is
+/// revoked or lost, and every record is read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_coordinator_moves_neither_revoke_nor_lose_partitions() {
+    let records = 20_000;
+    let mock = mock_with(records).await;
+    let group = "moves";
+    let pace = Duration::from_millis(20);
+    mock.set_group_coordinator(group, 1).expect("coordinator");
+    let mut consumer = builder(&mock.bootstrap(), group)
+        .max_partition_fetch_bytes(2048)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen = Seen::default();
+    read_paced(&mut consumer, &mut seen, Duration::from_secs(2), 50, pace).await;
+    assert_eq!(seen.owned().len(), PARTITIONS as usize, "{:?}", seen.events);
+    let before = seen.records.len();
+    for to in [2, 3, 1] {
+        mock.set_group_coordinator(group, to).expect("move");
+        read_paced(&mut consumer, &mut seen, Duration::from_secs(1), 50, pace).await;
+    }
+    let during = seen.records.len();
+    println!(
+        "coordinator moves: {before} records read before the moves, {during} after them, of {records}"
+    );
+    assert!(
+        (during as u64) < records,
+        "the moves happened while records were still being read"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (seen.records.len() as u64) < records && Instant::now() < deadline {
+        read_for(&mut consumer, &mut seen, Duration::from_millis(500)).await;
+    }
+    let moved_away: Vec<&Event> = seen
+        .events
+        .iter()
+        .map(|(_, e)| e)
+        .filter(|e| matches!(e, Event::RevokeRequested { .. } | Event::Lost { .. }))
+        .collect();
+    assert!(moved_away.is_empty(), "{moved_away:?}");
+    let found = seen
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::CoordinatorFound { .. }))
+        .count();
+    assert!(
+        found >= 2,
+        "the member followed the coordinator: {found} lookups"
+    );
+    assert_eq!(seen.records.len() as u64, records, "every record read");
+    assert!(
+        seen.records.values().all(|n| *n == 1),
+        "no record read twice"
+    );
+    consumer.close().await.expect("close");
+}
+
+/// The broker fences the member's epoch (FENCED_MEMBER_EPOCH, injected): the member
+/// drops its partitions as lost (nothing committed for them after), rejoins with epoch
+/// 0 and the same member id, gets them back, and reads on from the last commit: no
+/// record is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_fenced_member_loses_its_partitions_rejoins_and_loses_no_record() {
+    let records = 3_000;
+    let mock = mock_with(records).await;
+    let mut consumer = builder(&mock.bootstrap(), "fenced")
+        .max_partition_fetch_bytes(2048)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen = Seen::default();
+    read_for(&mut consumer, &mut seen, Duration::from_secs(2)).await;
+    assert_eq!(seen.owned().len(), PARTITIONS as usize);
+    mock.push_request_errors(CONSUMER_GROUP_HEARTBEAT, &[FENCED_MEMBER_EPOCH]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (seen.records.len() as u64) < records && Instant::now() < deadline {
+        read_for(&mut consumer, &mut seen, Duration::from_millis(500)).await;
+    }
+    read_for(&mut consumer, &mut seen, Duration::from_secs(1)).await;
+    let events: Vec<&Event> = seen.events.iter().map(|(_, e)| e).collect();
+    let lost = events
+        .iter()
+        .position(|e| {
+            matches!(e, Event::Lost { reason: LostReason::FencedEpoch, partitions } if partitions.len() == PARTITIONS as usize)
+        })
+        .unwrap_or_else(|| panic!("no loss by fencing: {events:?}"));
+    let joined_again = events[lost..]
+        .iter()
+        .any(|e| matches!(e, Event::Joined { .. }));
+    assert!(joined_again, "rejoined after the fence: {events:?}");
+    assert_eq!(seen.owned().len(), PARTITIONS as usize, "{events:?}");
+    assert_eq!(seen.records.len() as u64, records, "no record lost");
+    consumer.close().await.expect("close");
+}
+
+/// A static member that closes (epoch -2) keeps its partitions reserved: the other
+/// member is not given them while it is away, and it gets the same ones back when it
+/// returns with the same `group.instance.id` within the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_static_member_returning_within_the_session_gets_its_partitions_back() {
+    let mock = mock_with(0).await;
+    let group = "static";
+    let start_static = || async {
+        builder(&mock.bootstrap(), group)
+            .instance_id("static-1")
+            .build()
+            .await
+            .expect("static consumer")
+    };
+    let mut a = start_static().await;
+    let mut seen_a = Seen::default();
+    read_for(&mut a, &mut seen_a, Duration::from_secs(1)).await;
+    let mut b = builder(&mock.bootstrap(), group)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen_b = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen_a.owned().len() + seen_b.owned().len() != PARTITIONS as usize
+        || seen_b.owned().is_empty()
+        || seen_a.owned().is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no split: a {:?}, b {:?}",
+            seen_a.owned(),
+            seen_b.owned()
+        );
+        read_for(&mut a, &mut seen_a, Duration::from_millis(200)).await;
+        read_for(&mut b, &mut seen_b, Duration::from_millis(200)).await;
+    }
+    let a_owned = seen_a.owned();
+    let b_owned = seen_b.owned();
+    assert!(a_owned.is_disjoint(&b_owned));
+    a.close_with(Membership::Default).await.expect("close");
+    // Away for two seconds (a third of the session): b keeps its share only.
+    read_for(&mut b, &mut seen_b, Duration::from_secs(2)).await;
+    assert_eq!(
+        seen_b.owned(),
+        b_owned,
+        "b was given a's partitions while a was away"
+    );
+    let mut a = start_static().await;
+    let mut seen_a = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen_a.owned() != a_owned {
+        assert!(
+            Instant::now() < deadline,
+            "a came back to {:?}, had {a_owned:?}",
+            seen_a.owned()
+        );
+        read_for(&mut a, &mut seen_a, Duration::from_millis(200)).await;
+        read_for(&mut b, &mut seen_b, Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen_b.owned(), b_owned);
+    a.close_with(Membership::Leave).await.expect("close");
+    b.close().await.expect("close");
+}
