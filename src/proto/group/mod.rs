@@ -28,6 +28,9 @@ use crate::proto::metadata::NodeId;
 /// A group member of either protocol, chosen by [`GroupConfig::protocol`]: the two
 /// machines share one contract, so a driver runs either the same way.
 #[derive(Debug)]
+// One per group task, moved once into it: the size difference costs nothing, and a box
+// would only add an indirection to every call.
+#[allow(clippy::large_enum_variant)]
 pub enum Member {
     /// The classic protocol.
     Classic(GroupMember),
