@@ -862,6 +862,9 @@ impl Harness {
                     partitions: answers,
                 }
             }
+            GroupRequest::ConsumerGroupHeartbeat { .. } => {
+                panic!("the classic member sent a ConsumerGroupHeartbeat: {request:?}")
+            }
         }
     }
 
@@ -981,6 +984,9 @@ fn kind(request: &GroupRequest) -> usize {
         GroupRequest::LeaveGroup { .. } => 4,
         GroupRequest::OffsetCommit { .. } => 5,
         GroupRequest::OffsetFetch { .. } => 6,
+        GroupRequest::ConsumerGroupHeartbeat { .. } => {
+            panic!("the classic member sent a ConsumerGroupHeartbeat: {request:?}")
+        }
     }
 }
 

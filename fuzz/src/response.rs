@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 };
 use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig, FetcherEvent, OffsetReset};
 use ottla::proto::fetch::request::IsolationLevel;
-use ottla::proto::group::codec::{GROUP_APIS, decode_response as decode_group};
+use ottla::proto::group::codec::{CONSUMER_GROUP_APIS, GROUP_APIS, decode_response as decode_group};
 use ottla::proto::group::consumer_protocol::TopicPartition;
 use ottla::proto::metadata::{
     ClusterMetadata, LeaderEpoch, NodeId, PartitionMetadata, TopicMetadata,
@@ -88,7 +88,7 @@ pub fn apply(api: ApiKey, version: i16, flags: u8, body: Bytes) {
         ApiKey::SaslAuthenticate => sasl_authenticate(version, flags, body),
         // The group member reads these through one codec; `group_ops` drives the
         // member with what it yields.
-        group if GROUP_APIS.contains(&group) => {
+        group if GROUP_APIS.contains(&group) || CONSUMER_GROUP_APIS.contains(&group) => {
             let _ = decode_group(group, version, body);
         }
         other => panic!("SUPPORTED lists {other:?}, which the fuzz targets do not decode"),

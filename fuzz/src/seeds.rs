@@ -429,6 +429,23 @@ fn response_body(api: ApiKey, version: i16) -> Vec<u8> {
             }
             encode(&r, version)
         }
+        ApiKey::ConsumerGroupHeartbeat => {
+            use kafka_protocol::messages::ConsumerGroupHeartbeatResponse;
+            use kafka_protocol::messages::consumer_group_heartbeat_response::{
+                Assignment, TopicPartitions,
+            };
+            let mut topic = TopicPartitions::default();
+            topic.topic_id = TOPIC_ID;
+            topic.partitions = vec![0, 1];
+            let mut assignment = Assignment::default();
+            assignment.topic_partitions = vec![topic];
+            let mut r = ConsumerGroupHeartbeatResponse::default();
+            r.member_id = Some(s("member-1"));
+            r.member_epoch = 3;
+            r.heartbeat_interval_ms = 3000;
+            r.assignment = Some(assignment);
+            encode(&r, version)
+        }
         other => panic!("no seed for {other:?}: add one"),
     }
 }

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 pub mod assignor;
 pub mod codec;
+mod common;
 pub mod consumer_member;
 pub mod consumer_protocol;
 pub mod member;

@@ -48,6 +48,9 @@ use kafka_protocol::ResponseError;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use super::common::{
+    CommitQueue, CoordinatorLookup, Fetched, Lookup, Outbox, PendingFetch, lose, lose_all, millis,
+};
 use super::consumer_protocol::TopicPartition;
 use super::member::{
     CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
@@ -71,7 +74,7 @@ pub struct ConsumerGroupMember {
     config: GroupConfig,
     member_id: String,
     state: State,
-    coordinator: Coordinator,
+    coordinator: CoordinatorLookup,
     /// The epoch the broker gave in its last answer (0 before the first).
     epoch: i32,
     /// The interval the broker asks for (the configured one until it answers).
@@ -92,18 +95,9 @@ pub struct ConsumerGroupMember {
     asked_ids: BTreeSet<Uuid>,
     fetch: Option<PendingFetch>,
     last_progress: Instant,
-    sent: BTreeMap<RequestId, Sent>,
-    /// Bumped each time a coordinator is found; a failure from a coordinator given up
-    /// on since says nothing about the one found since.
-    coordinator_epoch: u64,
-    sent_epoch: BTreeMap<RequestId, u64>,
-    next_request: u64,
-    failures: u32,
-    rediscoveries: u32,
+    outbox: Outbox<Sent>,
+    commits: CommitQueue<Vec<CommitOffset>>,
     backoff: Backoff,
-    commit_in_flight: Option<RequestId>,
-    commit_queue: VecDeque<(RequestId, Vec<CommitOffset>)>,
-    requests: VecDeque<Outgoing>,
     events: VecDeque<Event>,
 }
 
@@ -126,15 +120,6 @@ enum State {
         deadline: Instant,
     },
     Closed(Option<GroupError>),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Coordinator {
-    Unknown {
-        lookup: Option<(RequestId, Instant)>,
-        retry_at: Instant,
-    },
-    Known(NodeId),
 }
 
 #[derive(Debug, Clone)]
@@ -167,15 +152,6 @@ enum Sent {
     OffsetFetch {
         partitions: BTreeSet<TopicPartition>,
     },
-}
-
-#[derive(Debug, Clone)]
-struct PendingFetch {
-    epoch: i32,
-    partitions: BTreeSet<TopicPartition>,
-    in_flight: Option<RequestId>,
-    retry_at: Instant,
-    failures: u32,
 }
 
 /// What an error code on a ConsumerGroupHeartbeat does (the Java client's
@@ -247,10 +223,7 @@ impl ConsumerGroupMember {
             config,
             member_id,
             state: State::Joining,
-            coordinator: Coordinator::Unknown {
-                lookup: None,
-                retry_at: now,
-            },
+            coordinator: CoordinatorLookup::new(now),
             epoch: JOIN_EPOCH,
             interval,
             heartbeat: Heartbeat {
@@ -265,16 +238,9 @@ impl ConsumerGroupMember {
             asked_ids: BTreeSet::new(),
             fetch: None,
             last_progress: now,
-            sent: BTreeMap::new(),
-            coordinator_epoch: 0,
-            sent_epoch: BTreeMap::new(),
-            next_request: 0,
-            failures: 0,
-            rediscoveries: 0,
+            outbox: Outbox::new(),
+            commits: CommitQueue::new(),
             backoff,
-            commit_in_flight: None,
-            commit_queue: VecDeque::new(),
-            requests: VecDeque::new(),
             events: VecDeque::new(),
         };
         member.advance(now);
@@ -307,10 +273,7 @@ impl ConsumerGroupMember {
 
     /// The coordinator, if known.
     pub fn coordinator(&self) -> Option<NodeId> {
-        match self.coordinator {
-            Coordinator::Known(n) => Some(n),
-            Coordinator::Unknown { .. } => None,
-        }
+        self.coordinator.known()
     }
 
     /// The partitions the application owns.
@@ -331,7 +294,7 @@ impl ConsumerGroupMember {
     /// The next request to send.
     #[must_use]
     pub fn poll_request(&mut self) -> Option<Outgoing> {
-        self.requests.pop_front()
+        self.outbox.poll()
     }
 
     /// The next event for the application.
@@ -351,16 +314,8 @@ impl ConsumerGroupMember {
     pub fn next_timer(&self) -> Option<(Timer, Instant)> {
         let mut timers: Vec<(Timer, Instant)> = Vec::new();
         let active = !matches!(self.state, State::Closed(_) | State::Suspended);
-        match &self.coordinator {
-            Coordinator::Unknown {
-                lookup: None,
-                retry_at,
-            } if active => timers.push((Timer::Coordinator, *retry_at)),
-            Coordinator::Unknown {
-                lookup: Some((_, deadline)),
-                ..
-            } if active => timers.push((Timer::Request, *deadline)),
-            _ => {}
+        if active {
+            timers.extend(self.coordinator.timer());
         }
         if let State::Leaving { deadline } = &self.state {
             timers.push((Timer::Request, *deadline));
@@ -389,13 +344,11 @@ impl ConsumerGroupMember {
                 self.last_progress + self.config.max_poll_interval,
             ));
         }
-        if let Some(f) = &self.fetch
+        if let Some(at) = self.fetch.as_ref().and_then(PendingFetch::due_at)
             && in_group
-            && f.in_flight.is_none()
-            && !f.partitions.is_empty()
             && self.coordinator().is_some()
         {
-            timers.push((Timer::OffsetFetch, f.retry_at));
+            timers.push((Timer::OffsetFetch, at));
         }
         timers.into_iter().min_by_key(|(_, at)| *at)
     }
@@ -427,12 +380,7 @@ impl ConsumerGroupMember {
         {
             self.handle_failure(now, id, Failure::Timeout);
         }
-        if let Coordinator::Unknown {
-            lookup: Some((id, deadline)),
-            ..
-        } = self.coordinator
-            && now >= deadline
-        {
+        if let Some(id) = self.coordinator.overdue(now) {
             self.handle_failure(now, id, Failure::Timeout);
         }
         let in_group = matches!(
@@ -447,11 +395,8 @@ impl ConsumerGroupMember {
 
     /// A response to request `id` arrived.
     pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-        if self.commit_in_flight == Some(id) {
-            self.commit_in_flight = None;
-        }
-        self.sent_epoch.remove(&id);
-        let Some(sent) = self.sent.remove(&id) else {
+        self.commits.settled(id);
+        let Some((sent, _)) = self.outbox.answered(id, self.coordinator.epoch()) else {
             debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
             return;
         };
@@ -509,7 +454,7 @@ impl ConsumerGroupMember {
             ) => self.on_offset_fetch(now, id, asked, error, partitions),
             (sent, response) => {
                 warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
-                self.sent.insert(id, sent);
+                self.outbox.restore(id, sent);
                 return self.handle_failure(
                     now,
                     id,
@@ -522,27 +467,14 @@ impl ConsumerGroupMember {
 
     /// Request `id` failed without a response.
     pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        if self.commit_in_flight == Some(id) {
-            self.commit_in_flight = None;
-        }
-        let same_coordinator = self
-            .sent_epoch
-            .remove(&id)
-            .is_none_or(|epoch| epoch == self.coordinator_epoch);
-        let Some(sent) = self.sent.remove(&id) else {
+        self.commits.settled(id);
+        let Some((sent, same_coordinator)) = self.outbox.answered(id, self.coordinator.epoch())
+        else {
             return;
         };
         debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
         match sent {
-            Sent::FindCoordinator => {
-                if let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator
-                    && lookup.map(|(l, _)| l) == Some(id)
-                {
-                    *lookup = None;
-                    self.failures += 1;
-                    *retry_at = now + self.backoff.delay(self.failures);
-                }
-            }
+            Sent::FindCoordinator => self.coordinator.on_failure(now, id, &mut self.backoff),
             Sent::Heartbeat { .. } => {
                 if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
                     return self.advance(now);
@@ -580,15 +512,12 @@ impl ConsumerGroupMember {
                 }
             }
             Sent::OffsetFetch { .. } => {
-                if let Some(f) = &mut self.fetch
-                    && f.in_flight == Some(id)
-                {
-                    f.in_flight = None;
-                    f.failures += 1;
-                    f.retry_at = now + self.backoff.delay(f.failures);
-                    if same_coordinator {
-                        self.mark_coordinator_unknown(now);
-                    }
+                let current = self
+                    .fetch
+                    .as_mut()
+                    .is_some_and(|f| f.on_failure(now, id, &mut self.backoff));
+                if current && same_coordinator {
+                    self.mark_coordinator_unknown(now);
                 }
             }
         }
@@ -654,9 +583,8 @@ impl ConsumerGroupMember {
         if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
             return Err(CommitError::NotOwned(bad.partition.clone()));
         }
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.commit_queue.push_back((id, offsets));
+        let id = self.outbox.reserve();
+        self.commits.push(id, offsets);
         self.advance(now);
         Ok(id)
     }
@@ -726,32 +654,22 @@ impl ConsumerGroupMember {
         ) {
             return;
         }
-        if let Coordinator::Unknown {
-            lookup: None,
-            retry_at,
-        } = self.coordinator
-            && now >= retry_at
-        {
-            let id = self.send(
+        let timeout = self.config.session_timeout.max(Duration::from_secs(10));
+        let (outbox, group) = (&mut self.outbox, &self.config.group_id);
+        self.coordinator.lookup_due(now, timeout, || {
+            outbox.send(
                 Target::AnyBroker,
                 GroupRequest::FindCoordinator {
-                    group: self.config.group_id.clone(),
+                    group: group.clone(),
                 },
                 Sent::FindCoordinator,
-            );
-            let deadline = now + self.config.session_timeout.max(Duration::from_secs(10));
-            self.coordinator = Coordinator::Unknown {
-                lookup: Some((id, deadline)),
-                retry_at,
-            };
-        }
+                0,
+            )
+        });
         let Some(node) = self.coordinator() else {
             return;
         };
-        if self.commit_in_flight.is_none()
-            && let Some((id, offsets)) = self.commit_queue.pop_front()
-        {
-            self.commit_in_flight = Some(id);
+        if let Some((id, offsets)) = self.commits.next() {
             let request = GroupRequest::OffsetCommit {
                 group: self.config.group_id.clone(),
                 generation: self.epoch,
@@ -759,18 +677,13 @@ impl ConsumerGroupMember {
                 instance_id: self.config.instance_id.clone(),
                 offsets: offsets.clone(),
             };
-            self.sent.insert(
-                id,
-                Sent::Commit {
-                    epoch: self.epoch,
-                    offsets,
-                },
-            );
-            self.push(Outgoing {
-                id,
-                target: Target::Coordinator(node),
-                request,
-            });
+            let sent = Sent::Commit {
+                epoch: self.epoch,
+                offsets,
+            };
+            let epoch = self.coordinator.epoch();
+            self.outbox
+                .send_as(id, Target::Coordinator(node), request, sent, epoch);
         }
         let due = self.heartbeat.in_flight.is_none()
             && (now >= self.heartbeat.next_at
@@ -780,14 +693,9 @@ impl ConsumerGroupMember {
             self.send_heartbeat(now, node);
         }
         if let Some(f) = &mut self.fetch {
-            let owned = &self.owned;
-            f.partitions.retain(|p| owned.contains(p));
+            f.retain(&self.owned);
         }
-        let fetch_due = self.fetch.as_ref().is_some_and(|f| {
-            f.in_flight.is_none() && now >= f.retry_at && !f.partitions.is_empty()
-        });
-        if fetch_due && let Some(f) = &self.fetch {
-            let asked = f.partitions.clone();
+        if let Some(asked) = self.fetch.as_ref().and_then(|f| f.due(now)) {
             let request = GroupRequest::OffsetFetch {
                 group: self.config.group_id.clone(),
                 partitions: asked.iter().cloned().collect(),
@@ -800,7 +708,7 @@ impl ConsumerGroupMember {
                 Sent::OffsetFetch { partitions: asked },
             );
             if let Some(f) = &mut self.fetch {
-                f.in_flight = Some(id);
+                f.sent(id);
             }
         }
     }
@@ -900,22 +808,8 @@ impl ConsumerGroupMember {
     }
 
     fn send(&mut self, target: Target, request: GroupRequest, sent: Sent) -> RequestId {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.sent.insert(id, sent);
-        self.push(Outgoing {
-            id,
-            target,
-            request,
-        });
-        id
-    }
-
-    fn push(&mut self, out: Outgoing) {
-        if matches!(out.target, Target::Coordinator(_)) {
-            self.sent_epoch.insert(out.id, self.coordinator_epoch);
-        }
-        self.requests.push_back(out);
+        let epoch = self.coordinator.epoch();
+        self.outbox.send(target, request, sent, epoch)
     }
 
     fn on_find_coordinator(
@@ -927,25 +821,17 @@ impl ConsumerGroupMember {
         host: String,
         port: i32,
     ) {
-        let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator else {
-            return;
-        };
-        if lookup.map(|(l, _)| l) != Some(id) {
-            return;
-        }
-        *lookup = None;
-        if error != 0 || node_id < 0 {
-            if reaction(error) == Reaction::Fatal {
-                return self.fatal("FindCoordinator", error);
+        let node = match self
+            .coordinator
+            .on_answer(now, id, error, node_id, &mut self.backoff)
+        {
+            Lookup::Stale => return,
+            Lookup::Refused(code) if reaction(code) == Reaction::Fatal => {
+                return self.fatal("FindCoordinator", code);
             }
-            self.failures += 1;
-            *retry_at = now + self.backoff.delay(self.failures);
-            return;
-        }
-        self.failures = 0;
-        let node = NodeId(node_id);
-        self.coordinator = Coordinator::Known(node);
-        self.coordinator_epoch += 1;
+            Lookup::Refused(_) => return,
+            Lookup::Found(node) => node,
+        };
         info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
         self.events.push_back(Event::CoordinatorFound {
             node,
@@ -970,7 +856,7 @@ impl ConsumerGroupMember {
         assignment: Option<Vec<(Uuid, Vec<i32>)>>,
     ) {
         self.heartbeat.failures = 0;
-        self.rediscoveries = 0;
+        self.coordinator.note_served();
         if matches!(self.state, State::Suspended | State::Closed(_)) {
             return;
         }
@@ -1133,15 +1019,7 @@ impl ConsumerGroupMember {
             added: added.clone(),
             assignment: self.assignment(),
         });
-        let pending = self.fetch.get_or_insert(PendingFetch {
-            epoch: self.epoch,
-            partitions: BTreeSet::new(),
-            in_flight: None,
-            retry_at: now,
-            failures: 0,
-        });
-        pending.epoch = self.epoch;
-        pending.partitions.extend(added);
+        PendingFetch::grant(&mut self.fetch, now, self.epoch, added, &self.owned);
     }
 
     fn on_commit(
@@ -1169,7 +1047,7 @@ impl ConsumerGroupMember {
             && offsets.iter().all(|o| self.owned.contains(&o.partition))
         {
             debug!(group = %self.config.group_id, old = epoch, new = self.epoch, "commit had a stale epoch; sending it again");
-            self.commit_queue.push_front((id, offsets));
+            self.commits.retry(id, offsets);
             return;
         }
         let result = Err(CommitError::Broker {
@@ -1201,48 +1079,30 @@ impl ConsumerGroupMember {
         partitions: Vec<(TopicPartition, i64, i32, i16)>,
     ) {
         let Some(f) = &mut self.fetch else { return };
-        if f.in_flight != Some(id) {
-            return;
-        }
-        f.in_flight = None;
-        let code = if error != 0 {
-            error
-        } else {
-            partitions
-                .iter()
-                .map(|p| p.3)
-                .find(|e| *e != 0)
-                .unwrap_or(0)
-        };
-        if code != 0 {
-            match ResponseError::try_from_code(code) {
+        match f.on_answer(id, &asked, error, partitions, &self.owned) {
+            Fetched::Stale => {}
+            Fetched::Refused(code) => match ResponseError::try_from_code(code) {
                 Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable) => {
-                    f.retry_at = now;
+                    f.retry_at(now, Some(now), &mut self.backoff);
                     self.mark_coordinator_unknown(now);
                 }
                 Some(ResponseError::GroupAuthorizationFailed) => self.fatal("OffsetFetch", code),
-                _ => {
-                    f.failures += 1;
-                    f.retry_at = now + self.backoff.delay(f.failures);
+                _ => f.retry_at(now, None, &mut self.backoff),
+            },
+            Fetched::Offsets {
+                generation,
+                offsets,
+                done,
+            } => {
+                if done {
+                    self.fetch = None;
                 }
+                self.events.push_back(Event::CommittedOffsets {
+                    generation,
+                    offsets,
+                });
             }
-            return;
         }
-        f.failures = 0;
-        let epoch = f.epoch;
-        f.partitions.retain(|p| !asked.contains(p));
-        if f.partitions.is_empty() {
-            self.fetch = None;
-        }
-        let offsets: Vec<(TopicPartition, i64, i32)> = partitions
-            .into_iter()
-            .filter(|p| asked.contains(&p.0) && self.owned.contains(&p.0))
-            .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
-            .collect();
-        self.events.push_back(Event::CommittedOffsets {
-            generation: epoch,
-            offsets,
-        });
     }
 
     fn progress_timeout(&mut self, now: Instant) {
@@ -1271,35 +1131,22 @@ impl ConsumerGroupMember {
     }
 
     fn mark_coordinator_unknown(&mut self, now: Instant) {
-        if let Coordinator::Known(node) = self.coordinator {
-            self.rediscoveries = self.rediscoveries.saturating_add(1);
-            let wait = if self.rediscoveries <= 1 {
-                self.config.retry_backoff
-            } else {
-                self.backoff.delay(self.rediscoveries)
-            };
-            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries = self.rediscoveries, ?wait, "coordinator unknown; rediscovering");
-            self.coordinator = Coordinator::Unknown {
-                lookup: None,
-                retry_at: now + wait,
-            };
+        let first = self.config.retry_backoff;
+        if let Some((node, rediscoveries, wait)) =
+            self.coordinator.mark_unknown(now, first, &mut self.backoff)
+        {
+            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries, ?wait, "coordinator unknown; rediscovering");
             self.heartbeat.in_flight = None;
             self.sent_fields = None;
         }
     }
 
     fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
-        for p in &partitions {
-            self.owned.remove(p);
-        }
-        if !partitions.is_empty() {
-            self.events.push_back(Event::Lost { partitions, reason });
-        }
+        lose(&mut self.owned, &mut self.events, partitions, reason);
     }
 
     fn lose_all(&mut self, reason: LostReason) {
-        let all = self.assignment();
-        self.lose(all, reason);
+        lose_all(&mut self.owned, &mut self.events, reason);
     }
 
     fn fatal(&mut self, api: &'static str, code: i16) {
@@ -1324,7 +1171,7 @@ impl ConsumerGroupMember {
         let closed = error.clone().unwrap_or(GroupError::Closed {
             group: self.config.group_id.clone(),
         });
-        for (id, _) in std::mem::take(&mut self.commit_queue) {
+        for (id, _) in self.commits.drain() {
             self.events.push_back(Event::CommitCompleted {
                 id,
                 result: Err(CommitError::Closed(closed.clone())),
@@ -1346,10 +1193,6 @@ pub fn new_member_id(entropy: [u8; 16]) -> String {
     use base64::Engine;
     let uuid = uuid::Builder::from_random_bytes(entropy).into_uuid();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid.as_bytes())
-}
-
-fn millis(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

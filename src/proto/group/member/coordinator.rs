@@ -4,11 +4,10 @@ use std::time::Instant;
 
 use tracing::info;
 
+use super::super::common::Lookup;
 use super::GroupMember;
 use super::errors::{Reaction, reaction};
-use super::state::Coordinator;
 use super::types::{Event, RequestId};
-use crate::proto::metadata::NodeId;
 
 impl GroupMember {
     pub(super) fn on_find_coordinator(
@@ -20,27 +19,17 @@ impl GroupMember {
         host: String,
         port: i32,
     ) {
-        let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator else {
-            return;
-        };
-        if lookup.map(|(l, _)| l) != Some(id) {
-            return;
-        }
-        *lookup = None;
-        if error != 0 || node_id < 0 {
-            match reaction(error) {
-                Reaction::Fatal => return self.fatal("FindCoordinator", error),
-                _ => {
-                    self.failures += 1;
-                    *retry_at = now + self.backoff.delay(self.failures);
-                    return;
-                }
+        let node = match self
+            .coordinator
+            .on_answer(now, id, error, node_id, &mut self.backoff)
+        {
+            Lookup::Stale => return,
+            Lookup::Refused(code) if reaction(code) == Reaction::Fatal => {
+                return self.fatal("FindCoordinator", code);
             }
-        }
-        self.failures = 0;
-        let node = NodeId(node_id);
-        self.coordinator = Coordinator::Known(node);
-        self.coordinator_epoch += 1;
+            Lookup::Refused(_) => return,
+            Lookup::Found(node) => node,
+        };
         info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
         self.events.push_back(Event::CoordinatorFound {
             node,
@@ -58,21 +47,11 @@ impl GroupMember {
     }
 
     pub(super) fn mark_coordinator_unknown(&mut self, now: Instant) {
-        if let Coordinator::Known(node) = self.coordinator {
-            // The first rediscovery waits retry.backoff.ms; a coordinator that keeps
-            // refusing after being found again is asked at a pace that backs off to
-            // retry.backoff.max.ms (KIP-580), until a request goes through.
-            self.rediscoveries = self.rediscoveries.saturating_add(1);
-            let wait = if self.rediscoveries <= 1 {
-                self.config.retry_backoff
-            } else {
-                self.backoff.delay(self.rediscoveries)
-            };
-            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries = self.rediscoveries, ?wait, "coordinator unknown; rediscovering");
-            self.coordinator = Coordinator::Unknown {
-                lookup: None,
-                retry_at: now + wait,
-            };
+        let first = self.config.retry_backoff;
+        if let Some((node, rediscoveries, wait)) =
+            self.coordinator.mark_unknown(now, first, &mut self.backoff)
+        {
+            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries, ?wait, "coordinator unknown; rediscovering");
         }
     }
 }

@@ -9,15 +9,16 @@ use kafka_protocol::ResponseError;
 use tracing::{debug, warn};
 
 use super::super::assignor::{MemberSubscription, RebalanceProtocol};
+use super::super::common::millis;
 use super::super::consumer_protocol::{
     Assignment, Subscription, TopicPartition, decode_assignment, decode_subscription,
     encode_assignment, encode_subscription,
 };
 use super::super::messages::{GroupRequest, JoinedMember};
+use super::GroupMember;
 use super::errors::{Reaction, reaction};
 use super::state::{AfterRevoke, Generation, Heartbeat, Sent, State};
 use super::types::{Event, GroupError, LostReason, RequestId, Target};
-use super::{GroupMember, millis};
 use crate::proto::error_name;
 use crate::proto::metadata::NodeId;
 

@@ -45,13 +45,14 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::assignor::PartitionRacks;
+use super::common::{self, CommitQueue, CoordinatorLookup, Outbox, PendingFetch};
 use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::backoff::Backoff;
 use crate::proto::error_name;
 use crate::proto::metadata::NodeId;
 use errors::{hint, refuses_coordination};
-use state::{Coordinator, Generation, Heartbeat, PendingFetch, Sent, State};
+use state::{Generation, Heartbeat, Sent, State};
 pub use types::{
     CommitError, Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership,
     Outgoing, RequestId, StateKind, Target, Timer,
@@ -62,7 +63,7 @@ pub use types::{
 pub struct GroupMember {
     config: GroupConfig,
     state: State,
-    coordinator: Coordinator,
+    coordinator: CoordinatorLookup,
     member_id: String,
     generation: Option<Generation>,
     heartbeat: Option<Heartbeat>,
@@ -85,24 +86,13 @@ pub struct GroupMember {
     metadata_at: Option<Instant>,
     last_progress: Instant,
     fetch: Option<PendingFetch>,
-    sent: BTreeMap<RequestId, Sent>,
-    /// Bumped each time a coordinator is found; requests to the coordinator record it.
-    /// The driver closes the connection to a coordinator given up on, so requests
-    /// still on it fail: such a failure says nothing about the coordinator found since.
-    coordinator_epoch: u64,
-    sent_epoch: BTreeMap<RequestId, u64>,
-    next_request: u64,
+    outbox: Outbox<Sent>,
+    /// JoinGroups and SyncGroups failed in a row, for the rejoin backoff.
     failures: u32,
-    /// Coordinators given up on (NOT_COORDINATOR and the like) since one last answered
-    /// a request without such an error: the pace of rediscovery backs off with it.
-    rediscoveries: u32,
     backoff: Backoff,
-    /// OffsetCommits go out one at a time, in the order they were made, so a later
-    /// commit can never be overtaken (and undone) by an earlier one: the one on the
-    /// wire, and the ones waiting for it.
-    commit_in_flight: Option<RequestId>,
-    commit_queue: VecDeque<(RequestId, GroupRequest)>,
-    requests: VecDeque<Outgoing>,
+    /// OffsetCommits, one on the wire at a time in the order made, each built with
+    /// the generation it was made in.
+    commits: CommitQueue<(GroupRequest, Sent)>,
     events: VecDeque<Event>,
 }
 
@@ -116,10 +106,7 @@ impl GroupMember {
                 join_at: now,
                 reason: "first join".into(),
             },
-            coordinator: Coordinator::Unknown {
-                lookup: None,
-                retry_at: now,
-            },
+            coordinator: CoordinatorLookup::new(now),
             member_id: String::new(),
             generation: None,
             heartbeat: None,
@@ -134,16 +121,10 @@ impl GroupMember {
             metadata_at: None,
             last_progress: now,
             fetch: None,
-            sent: BTreeMap::new(),
-            coordinator_epoch: 0,
-            sent_epoch: BTreeMap::new(),
-            next_request: 0,
+            outbox: Outbox::new(),
             failures: 0,
-            rediscoveries: 0,
             backoff,
-            commit_in_flight: None,
-            commit_queue: VecDeque::new(),
-            requests: VecDeque::new(),
+            commits: CommitQueue::new(),
             events: VecDeque::new(),
         };
         member.advance(now);
@@ -178,10 +159,7 @@ impl GroupMember {
 
     /// The coordinator, if known.
     pub fn coordinator(&self) -> Option<NodeId> {
-        match self.coordinator {
-            Coordinator::Known(n) => Some(n),
-            Coordinator::Unknown { .. } => None,
-        }
+        self.coordinator.known()
     }
 
     /// The partitions the application owns.
@@ -212,7 +190,7 @@ impl GroupMember {
     /// The next request to send.
     #[must_use]
     pub fn poll_request(&mut self) -> Option<Outgoing> {
-        self.requests.pop_front()
+        self.outbox.poll()
     }
 
     /// The next event for the application.
@@ -230,18 +208,15 @@ impl GroupMember {
 
     /// A response to request `id` arrived.
     pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-        if self.commit_in_flight == Some(id) {
-            self.commit_in_flight = None;
-        }
-        self.sent_epoch.remove(&id);
-        let Some(sent) = self.sent.remove(&id) else {
+        self.commits.settled(id);
+        let Some((sent, _)) = self.outbox.answered(id, self.coordinator.epoch()) else {
             debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
             return;
         };
         if !matches!(response, GroupResponse::FindCoordinator { .. })
             && !refuses_coordination(&response)
         {
-            self.rediscoveries = 0;
+            self.coordinator.note_served();
         }
         match (sent, response) {
             (
@@ -302,7 +277,7 @@ impl GroupMember {
             ) => self.on_offset_fetch(now, id, asked, error, partitions),
             (sent, response) => {
                 warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
-                self.sent.insert(id, sent);
+                self.outbox.restore(id, sent);
                 self.handle_failure(
                     now,
                     id,
@@ -316,28 +291,15 @@ impl GroupMember {
 
     /// Request `id` failed without a response.
     pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        if self.commit_in_flight == Some(id) {
-            self.commit_in_flight = None;
-        }
+        self.commits.settled(id);
         // Sent to the coordinator known now, not to one given up on since.
-        let same_coordinator = self
-            .sent_epoch
-            .remove(&id)
-            .is_none_or(|epoch| epoch == self.coordinator_epoch);
-        let Some(sent) = self.sent.remove(&id) else {
+        let Some((sent, same_coordinator)) = self.outbox.answered(id, self.coordinator.epoch())
+        else {
             return;
         };
         debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
         match sent {
-            Sent::FindCoordinator => {
-                if let Coordinator::Unknown { lookup, retry_at } = &mut self.coordinator {
-                    if lookup.map(|(l, _)| l) == Some(id) {
-                        *lookup = None;
-                        self.failures += 1;
-                        *retry_at = now + self.backoff.delay(self.failures);
-                    }
-                }
-            }
+            Sent::FindCoordinator => self.coordinator.on_failure(now, id, &mut self.backoff),
             // Java marks the coordinator unknown on any failed coordinator request: the
             // connection is gone, and the coordinator may have moved with it.
             Sent::Join => {
@@ -385,15 +347,12 @@ impl GroupMember {
                 }
             }
             Sent::OffsetFetch { .. } => {
-                if let Some(f) = &mut self.fetch {
-                    if f.in_flight == Some(id) {
-                        f.in_flight = None;
-                        f.failures += 1;
-                        f.retry_at = now + self.backoff.delay(f.failures);
-                        if same_coordinator {
-                            self.mark_coordinator_unknown(now);
-                        }
-                    }
+                let current = self
+                    .fetch
+                    .as_mut()
+                    .is_some_and(|f| f.on_failure(now, id, &mut self.backoff));
+                if current && same_coordinator {
+                    self.mark_coordinator_unknown(now);
                 }
             }
         }
@@ -469,16 +428,12 @@ impl GroupMember {
             instance_id: self.config.instance_id.clone(),
             offsets: offsets.clone(),
         };
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.sent.insert(
-            id,
-            Sent::Commit {
-                generation,
-                offsets,
-            },
-        );
-        self.commit_queue.push_back((id, request));
+        let id = self.outbox.reserve();
+        let sent = Sent::Commit {
+            generation,
+            offsets,
+        };
+        self.commits.push(id, (request, sent));
         self.advance(now);
         Ok(id)
     }
@@ -575,38 +530,25 @@ impl GroupMember {
         ) {
             return;
         }
-        if let Coordinator::Unknown {
-            lookup: None,
-            retry_at,
-        } = self.coordinator
-        {
-            if now >= retry_at {
-                let id = self.send(
-                    Target::AnyBroker,
-                    GroupRequest::FindCoordinator {
-                        group: self.config.group_id.clone(),
-                    },
-                    Sent::FindCoordinator,
-                );
-                let deadline = now + self.config.session_timeout.max(Duration::from_secs(10));
-                self.coordinator = Coordinator::Unknown {
-                    lookup: Some((id, deadline)),
-                    retry_at,
-                };
-            }
-        }
+        let timeout = self.config.session_timeout.max(Duration::from_secs(10));
+        let (outbox, group) = (&mut self.outbox, &self.config.group_id);
+        self.coordinator.lookup_due(now, timeout, || {
+            outbox.send(
+                Target::AnyBroker,
+                GroupRequest::FindCoordinator {
+                    group: group.clone(),
+                },
+                Sent::FindCoordinator,
+                0,
+            )
+        });
         let Some(node) = self.coordinator() else {
             return;
         };
-        if self.commit_in_flight.is_none() {
-            if let Some((id, request)) = self.commit_queue.pop_front() {
-                self.commit_in_flight = Some(id);
-                self.push(Outgoing {
-                    id,
-                    target: Target::Coordinator(node),
-                    request,
-                });
-            }
+        if let Some((id, (request, sent))) = self.commits.next() {
+            let epoch = self.coordinator.epoch();
+            self.outbox
+                .send_as(id, Target::Coordinator(node), request, sent, epoch);
         }
         if let State::LeaderDelay { send_at, .. } = &self.state
             && now >= *send_at
@@ -650,54 +592,33 @@ impl GroupMember {
         // Committed offsets do not depend on the generation, so a fetch outlives a
         // rebalance: partitions granted just before another round still get theirs.
         if let Some(f) = &mut self.fetch {
-            let owned = &self.owned;
-            f.partitions.retain(|p| owned.contains(p));
+            f.retain(&self.owned);
         }
-        let fetch_due = self.fetch.as_ref().is_some_and(|f| {
-            f.in_flight.is_none() && now >= f.retry_at && !f.partitions.is_empty()
-        });
-        if fetch_due {
-            if let Some(f) = &self.fetch {
-                let asked = f.partitions.clone();
-                let request = GroupRequest::OffsetFetch {
-                    group: self.config.group_id.clone(),
-                    partitions: asked.iter().cloned().collect(),
-                    // As the Java client: a new owner never resumes before a
-                    // pending transactional commit of its partitions settles
-                    // (dropped below OffsetFetch v7, which lacks the flag).
-                    require_stable: true,
-                    member: None,
-                };
-                let id = self.send(
-                    Target::Coordinator(node),
-                    request,
-                    Sent::OffsetFetch { partitions: asked },
-                );
-                if let Some(f) = &mut self.fetch {
-                    f.in_flight = Some(id);
-                }
+        if let Some(asked) = self.fetch.as_ref().and_then(|f| f.due(now)) {
+            let request = GroupRequest::OffsetFetch {
+                group: self.config.group_id.clone(),
+                partitions: asked.iter().cloned().collect(),
+                // As the Java client: a new owner never resumes before a pending
+                // transactional commit of its partitions settles (dropped below
+                // OffsetFetch v7, which lacks the flag).
+                require_stable: true,
+                member: None,
+            };
+            let id = self.send(
+                Target::Coordinator(node),
+                request,
+                Sent::OffsetFetch { partitions: asked },
+            );
+            if let Some(f) = &mut self.fetch {
+                f.sent(id);
             }
         }
     }
 
+    /// Queues `request` for the driver; a request to the coordinator records which one.
     fn send(&mut self, target: Target, request: GroupRequest, sent: Sent) -> RequestId {
-        let id = RequestId(self.next_request);
-        self.next_request += 1;
-        self.sent.insert(id, sent);
-        self.push(Outgoing {
-            id,
-            target,
-            request,
-        });
-        id
-    }
-
-    /// Queues `out` for the driver; a request to the coordinator records which one.
-    fn push(&mut self, out: Outgoing) {
-        if matches!(out.target, Target::Coordinator(_)) {
-            self.sent_epoch.insert(out.id, self.coordinator_epoch);
-        }
-        self.requests.push_back(out);
+        let epoch = self.coordinator.epoch();
+        self.outbox.send(target, request, sent, epoch)
     }
 
     fn progress_timeout(&mut self, now: Instant) {
@@ -731,17 +652,11 @@ impl GroupMember {
     }
 
     fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
-        for p in &partitions {
-            self.owned.remove(p);
-        }
-        if !partitions.is_empty() {
-            self.events.push_back(Event::Lost { partitions, reason });
-        }
+        common::lose(&mut self.owned, &mut self.events, partitions, reason);
     }
 
     fn lose_all(&mut self, reason: LostReason) {
-        let all = self.assignment();
-        self.lose(all, reason);
+        common::lose_all(&mut self.owned, &mut self.events, reason);
     }
 
     fn fatal(&mut self, api: &'static str, code: i16) {
@@ -768,8 +683,7 @@ impl GroupMember {
         let closed = error.clone().unwrap_or(GroupError::Closed {
             group: self.config.group_id.clone(),
         });
-        for (id, _) in std::mem::take(&mut self.commit_queue) {
-            self.sent.remove(&id);
+        for (id, _) in self.commits.drain() {
             self.events.push_back(Event::CommitCompleted {
                 id,
                 result: Err(CommitError::Closed(closed.clone())),
@@ -783,10 +697,6 @@ impl GroupMember {
             self.events.push_back(Event::Left);
         }
     }
-}
-
-fn millis(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

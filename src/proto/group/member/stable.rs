@@ -7,11 +7,12 @@ use std::time::Instant;
 use kafka_protocol::ResponseError;
 
 use super::super::assignor::RebalanceProtocol;
+use super::super::common::{Fetched, PendingFetch};
 use super::super::consumer_protocol::TopicPartition;
 use super::super::messages::CommitOffset;
 use super::GroupMember;
 use super::errors::{Reaction, commit_reaction, heartbeat_reaction, reaction};
-use super::state::{AfterRevoke, PendingFetch, State};
+use super::state::{AfterRevoke, State};
 use super::types::{CommitError, Event, LostReason, RequestId};
 use crate::proto::error_name;
 
@@ -141,49 +142,30 @@ impl GroupMember {
         partitions: Vec<(TopicPartition, i64, i32, i16)>,
     ) {
         let Some(f) = &mut self.fetch else { return };
-        if f.in_flight != Some(id) {
-            return;
-        }
-        f.in_flight = None;
-        let code = if error != 0 {
-            error
-        } else {
-            partitions
-                .iter()
-                .map(|p| p.3)
-                .find(|e| *e != 0)
-                .unwrap_or(0)
-        };
-        if code != 0 {
-            match reaction(code) {
+        match f.on_answer(id, &asked, error, partitions, &self.owned) {
+            Fetched::Stale => {}
+            Fetched::Refused(code) => match reaction(code) {
                 Reaction::Fatal => self.fatal("OffsetFetch", code),
                 Reaction::Rediscover => {
-                    f.retry_at = now;
+                    f.retry_at(now, Some(now), &mut self.backoff);
                     self.mark_coordinator_unknown(now);
                 }
-                _ => {
-                    f.failures += 1;
-                    f.retry_at = now + self.backoff.delay(f.failures);
+                _ => f.retry_at(now, None, &mut self.backoff),
+            },
+            Fetched::Offsets {
+                generation,
+                offsets,
+                done,
+            } => {
+                if done {
+                    self.fetch = None;
                 }
+                self.events.push_back(Event::CommittedOffsets {
+                    generation,
+                    offsets,
+                });
             }
-            return;
         }
-        f.failures = 0;
-        let generation = f.generation;
-        // Partitions granted after the request went out stay pending for the next one.
-        f.partitions.retain(|p| !asked.contains(p));
-        if f.partitions.is_empty() {
-            self.fetch = None;
-        }
-        let offsets: Vec<(TopicPartition, i64, i32)> = partitions
-            .into_iter()
-            .filter(|p| asked.contains(&p.0) && self.owned.contains(&p.0))
-            .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
-            .collect();
-        self.events.push_back(Event::CommittedOffsets {
-            generation,
-            offsets,
-        });
     }
 
     /// A rebalance is needed while in a generation: eager members give everything back
@@ -250,18 +232,7 @@ impl GroupMember {
             added: added.clone(),
             assignment: self.assignment(),
         });
-        let mut pending = self.fetch.take().unwrap_or(PendingFetch {
-            generation,
-            partitions: BTreeSet::new(),
-            in_flight: None,
-            retry_at: now,
-            failures: 0,
-        });
-        pending.generation = generation;
-        pending.partitions.extend(added);
-        let owned = &self.owned;
-        pending.partitions.retain(|p| owned.contains(p));
-        self.fetch = Some(pending);
+        PendingFetch::grant(&mut self.fetch, now, generation, added, &self.owned);
     }
 
     /// Leaves the generation: heartbeats stop; the member rejoins after `backoff` (or at

@@ -8,7 +8,6 @@ use super::super::assignor::RebalanceProtocol;
 use super::super::consumer_protocol::TopicPartition;
 use super::super::messages::{CommitOffset, GroupRequest};
 use super::types::{GroupError, RequestId};
-use crate::proto::metadata::NodeId;
 
 /// What happens once a revocation completes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,15 +61,6 @@ pub(super) enum State {
     Closed(Option<GroupError>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Coordinator {
-    Unknown {
-        lookup: Option<(RequestId, Instant)>,
-        retry_at: Instant,
-    },
-    Known(NodeId),
-}
-
 /// A live generation: what commits and heartbeats are sent with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Generation {
@@ -109,14 +99,4 @@ pub(super) enum Sent {
     OffsetFetch {
         partitions: BTreeSet<TopicPartition>,
     },
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct PendingFetch {
-    pub(super) generation: i32,
-    pub(super) partitions: BTreeSet<TopicPartition>,
-    pub(super) in_flight: Option<RequestId>,
-    pub(super) retry_at: Instant,
-    /// OffsetFetches failed in a row, for the KIP-580 backoff.
-    pub(super) failures: u32,
 }

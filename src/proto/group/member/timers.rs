@@ -6,7 +6,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::GroupMember;
-use super::state::{Coordinator, State};
+use super::state::State;
 use super::types::{Event, Failure, LostReason, Timer};
 
 impl GroupMember {
@@ -17,16 +17,8 @@ impl GroupMember {
             self.state,
             State::Closed(_) | State::Suspended | State::Leaving { .. }
         );
-        match &self.coordinator {
-            Coordinator::Unknown {
-                lookup: None,
-                retry_at,
-            } if in_group => timers.push((Timer::Coordinator, *retry_at)),
-            Coordinator::Unknown {
-                lookup: Some((_, deadline)),
-                ..
-            } if in_group => timers.push((Timer::Request, *deadline)),
-            _ => {}
+        if in_group {
+            timers.extend(self.coordinator.timer());
         }
         match &self.state {
             State::Unjoined { join_at, .. } if self.coordinator().is_some() => {
@@ -62,14 +54,11 @@ impl GroupMember {
         }
         // As `advance` decides to send it: in the group, with partitions left to ask for
         // (a revocation may have taken them all while a retry was pending).
-        if let Some(f) = &self.fetch {
-            if in_group
-                && f.in_flight.is_none()
-                && !f.partitions.is_empty()
-                && self.coordinator().is_some()
-            {
-                timers.push((Timer::OffsetFetch, f.retry_at));
-            }
+        if let Some(at) = self.fetch.as_ref().and_then(|f| f.due_at())
+            && in_group
+            && self.coordinator().is_some()
+        {
+            timers.push((Timer::OffsetFetch, at));
         }
         timers.into_iter().min_by_key(|(_, at)| *at)
     }
@@ -120,15 +109,8 @@ impl GroupMember {
                 self.close(None);
             }
         }
-        if let Coordinator::Unknown {
-            lookup: Some((id, deadline)),
-            ..
-        } = &self.coordinator
-        {
-            if now >= *deadline {
-                let id = *id;
-                self.handle_failure(now, id, Failure::Timeout);
-            }
+        if let Some(id) = self.coordinator.overdue(now) {
+            self.handle_failure(now, id, Failure::Timeout);
         }
         let in_group = !matches!(
             self.state,
