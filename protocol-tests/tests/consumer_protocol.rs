@@ -296,3 +296,94 @@ async fn mock_static_member_returning_within_the_session_gets_its_partitions_bac
     a.close_with(Membership::Leave).await.expect("close");
     b.close().await.expect("close");
 }
+
+/// Scale-out from one member to two. The first member is asked to give back half its
+/// partitions and holds on to them (its application is still finishing them): the
+/// broker gives them to the second member only after the first acknowledged giving
+/// them back, so no partition is ever owned by both. The partitions the first member
+/// keeps are never revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_scale_out_hands_partitions_over_only_after_their_owner_released_them() {
+    let mock = mock_with(0).await;
+    let group = "scale-out";
+    let mut a = builder(&mock.bootstrap(), group)
+        .manual_revocation()
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen_a = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen_a.owned().len() != PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "a alone never got every partition"
+        );
+        read_for(&mut a, &mut seen_a, Duration::from_millis(100)).await;
+    }
+    let mut b = builder(&mock.bootstrap(), group)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen_b = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (epoch, revoked) = loop {
+        assert!(
+            Instant::now() < deadline,
+            "a was never asked to give partitions back"
+        );
+        read_for(&mut a, &mut seen_a, Duration::from_millis(100)).await;
+        read_for(&mut b, &mut seen_b, Duration::from_millis(100)).await;
+        let asked = seen_a.events.iter().find_map(|(_, e)| match e {
+            Event::RevokeRequested {
+                generation,
+                partitions,
+            } => Some((*generation, partitions.clone())),
+            _ => None,
+        });
+        if let Some(asked) = asked {
+            break asked;
+        }
+    };
+    assert_eq!(revoked.len(), PARTITIONS as usize / 2, "{revoked:?}");
+    // a holds on for two seconds, heartbeating meanwhile: b gets none of them.
+    read_for(&mut a, &mut seen_a, Duration::from_secs(1)).await;
+    read_for(&mut b, &mut seen_b, Duration::from_secs(1)).await;
+    let revoked_ids: BTreeSet<i32> = revoked.iter().map(|tp| tp.partition).collect();
+    assert!(
+        seen_b.owned().is_disjoint(&revoked_ids),
+        "b was given {:?} while a still held them",
+        seen_b.owned()
+    );
+    let released = Instant::now();
+    a.complete_revocation(epoch, revoked.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen_b.owned() != revoked_ids {
+        assert!(
+            Instant::now() < deadline,
+            "b never got {revoked_ids:?}: {:?}",
+            seen_b.owned()
+        );
+        read_for(&mut a, &mut seen_a, Duration::from_millis(50)).await;
+        read_for(&mut b, &mut seen_b, Duration::from_millis(50)).await;
+    }
+    println!(
+        "scale-out: b got {revoked_ids:?} {:?} after a released them (heartbeat interval 300 ms)",
+        released.elapsed()
+    );
+    let kept: BTreeSet<i32> = (0..PARTITIONS)
+        .filter(|p| !revoked_ids.contains(p))
+        .collect();
+    assert_eq!(seen_a.owned(), kept, "a keeps the rest");
+    let revocations = seen_a
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::RevokeRequested { .. } | Event::Lost { .. }))
+        .count();
+    assert_eq!(
+        revocations, 1,
+        "the partitions a keeps were never revoked: {:?}",
+        seen_a.events
+    );
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}
