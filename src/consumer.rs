@@ -95,6 +95,7 @@ pub struct ConsumerBuilder {
     instance_id: Option<String>,
     group_protocol: GroupProtocol,
     remote_assignor: Option<String>,
+    topic_regex: Option<String>,
     auto_commit: Option<Duration>,
     manual_revocation: bool,
     tweak_group: Option<GroupTweak>,
@@ -132,6 +133,7 @@ impl ConsumerBuilder {
             instance_id: None,
             group_protocol: GroupProtocol::Classic,
             remote_assignor: None,
+            topic_regex: None,
             auto_commit: None,
             manual_revocation: false,
             tweak_group: None,
@@ -193,6 +195,15 @@ impl ConsumerBuilder {
     /// are the classic protocol's; the broker sets them for the consumer protocol.
     pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
         self.group_protocol = protocol;
+        self
+    }
+
+    /// Subscribes to every topic whose name the broker matches against `pattern`
+    /// (consumer protocol only: KIP-848's `SubscribedTopicRegex`, evaluated by the
+    /// broker, RE2J syntax on Kafka), now and as topics are created; with
+    /// [`ConsumerBuilder::topics`], to those as well. Java's `subscribe(SubscriptionPattern)`.
+    pub fn topic_regex(mut self, pattern: impl Into<String>) -> Self {
+        self.topic_regex = Some(pattern.into());
         self
     }
 
@@ -389,7 +400,7 @@ impl ConsumerBuilder {
             })
         };
         match (&self.group_id, self.assign.is_empty()) {
-            (Some(_), true) if self.topics.is_empty() => {
+            (Some(_), true) if self.topics.is_empty() && self.topic_regex.is_none() => {
                 return bad("topics", "a group consumer needs at least one topic");
             }
             (Some(_), false) => {
@@ -400,6 +411,12 @@ impl ConsumerBuilder {
             }
             (None, true) => return bad("group.id", "give a group id, or assign partitions"),
             _ => {}
+        }
+        if self.topic_regex.is_some() && self.group_protocol != GroupProtocol::Consumer {
+            return bad(
+                "group.protocol",
+                "a topic regex is evaluated by the broker: it needs group.protocol=consumer",
+            );
         }
         if self.group_id.is_none() && self.auto_commit.is_some() {
             return bad("enable.auto.commit", "needs a group id");
@@ -434,7 +451,13 @@ impl ConsumerBuilder {
         }
         let mut topics: BTreeSet<String> = self.topics.iter().cloned().collect();
         topics.extend(self.assign.iter().map(|tp| tp.topic.clone()));
-        let cluster = Cluster::connect(&self.client, TopicScope::Topics(topics), &required).await?;
+        // The broker matches the regex against every topic; the member names what it
+        // assigns from metadata of them all.
+        let scope = match self.topic_regex {
+            Some(_) => TopicScope::All,
+            None => TopicScope::Topics(topics),
+        };
+        let cluster = Cluster::connect(&self.client, scope, &required).await?;
         let mut fetcher = Fetcher::new(self.fetcher.clone());
         let mut revocation_retry = None;
         let group = match &self.group_id {
@@ -451,6 +474,7 @@ impl ConsumerBuilder {
                 config.seed = self.client.jitter_seed;
                 config.protocol = self.group_protocol;
                 config.remote_assignor = self.remote_assignor.clone();
+                config.topic_regex = self.topic_regex.clone();
                 if let Some(f) = &self.tweak_group {
                     f(&mut config);
                 }

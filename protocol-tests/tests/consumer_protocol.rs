@@ -387,3 +387,55 @@ async fn mock_scale_out_hands_partitions_over_only_after_their_owner_released_th
     a.close().await.expect("close");
     b.close().await.expect("close");
 }
+
+/// A subscription by regular expression, evaluated by the broker: the member reads
+/// the topics the pattern matches and nothing of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_regex_subscription_reads_the_matching_topics_only() {
+    protocol_tests::init_tracing();
+    let mock = MockCluster::new(3).expect("mock");
+    mock.set_group_consumer_heartbeat_interval(Duration::from_millis(300))
+        .expect("interval");
+    let per_topic = 300;
+    for topic in ["orders.eu", "orders.us", "payments"] {
+        mock.create_topic(topic, 2, 1).expect("topic");
+        produce(&mock.bootstrap(), topic, 2, 0, per_topic, "none")
+            .await
+            .expect("produce");
+    }
+    let mut consumer = Consumer::builder(&mock.bootstrap())
+        .group_id("regex")
+        .topic_regex("^orders\\..*")
+        .offset_reset(OffsetReset::Earliest)
+        .group_protocol(GroupProtocol::Consumer)
+        .build()
+        .await
+        .expect("consumer");
+    let mut read: BTreeMap<String, u64> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while read.values().sum::<u64>() < 2 * per_topic && Instant::now() < deadline {
+        if let Ok(batch) =
+            tokio::time::timeout(Duration::from_millis(200), consumer.recv_batch(1000)).await
+        {
+            for r in batch.expect("records") {
+                *read.entry(r.topic.to_string()).or_default() += 1;
+            }
+        }
+    }
+    // Anything of the other topic would show up now.
+    if let Ok(batch) =
+        tokio::time::timeout(Duration::from_millis(500), consumer.recv_batch(1000)).await
+    {
+        for r in batch.expect("records") {
+            *read.entry(r.topic.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        read,
+        BTreeMap::from([
+            ("orders.eu".to_string(), per_topic),
+            ("orders.us".to_string(), per_topic)
+        ])
+    );
+    consumer.close().await.expect("close");
+}

@@ -733,7 +733,8 @@ impl ConsumerGroupMember {
         // (an empty regex is "none" to the broker; librdkafka sends the same, and the
         // librdkafka mock insists on both or neither).
         let (names, regex) = if full || topics_changed {
-            (Some(self.config.topics.clone()), Some(String::new()))
+            let regex = self.config.topic_regex.clone().unwrap_or_default();
+            (Some(self.config.topics.clone()), Some(regex))
         } else {
             (None, None)
         };

@@ -644,3 +644,18 @@ fn member_ids_are_22_characters_of_url_safe_base64() {
     );
     assert_ne!(id, new_member_id([8; 16]));
 }
+
+#[test]
+fn joining_with_a_regex_sends_it_beside_the_names_and_only_on_a_full_heartbeat() {
+    let mut c = config();
+    c.topics = vec![];
+    c.topic_regex = Some("^orders\\..*".into());
+    let mut h = H::new(c);
+    h.find_coordinator(2);
+    let (id, join) = h.heartbeat();
+    assert_eq!(join.names, Some(vec![]));
+    assert_eq!(join.regex, Some("^orders\\..*".into()));
+    h.answer(id, 1, Some(vec![0]));
+    let (_, ack) = h.heartbeat();
+    assert_eq!((ack.names, ack.regex), (None, None));
+}

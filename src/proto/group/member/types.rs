@@ -66,6 +66,10 @@ pub struct GroupConfig {
     /// `group.remote.assignor` (consumer protocol only): the broker's assignor
     /// (`uniform`, `range`), or `None` for the broker's default.
     pub remote_assignor: Option<String>,
+    /// A regular expression the broker matches topic names against (consumer
+    /// protocol only, `SubscribedTopicRegex`; RE2J syntax on Kafka): the member is
+    /// subscribed to every topic it matches, beside `topics`.
+    pub topic_regex: Option<String>,
 }
 
 /// `group.protocol`: which consumer-group protocol a member speaks.
@@ -129,6 +133,7 @@ impl GroupConfig {
             seed: 0x5eed,
             protocol: GroupProtocol::Classic,
             remote_assignor: None,
+            topic_regex: None,
         }
     }
 }
