@@ -17,6 +17,7 @@ use ottla::proto::group::member::{
     CommitError, Event, GroupConfig, GroupMember, LostReason, Outgoing, RequestId, StateKind,
 };
 use ottla::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
+use ottla::proto::group::testing::Harness;
 use protocol_tests::peer::Peer;
 
 const TOPIC: &str = "t";
@@ -41,12 +42,23 @@ fn offset(p: i32, at: i64) -> CommitOffset {
 
 /// A member on a virtual clock: session 10 s, heartbeat 1 s, rebalance timeout 30 s,
 /// the default backoffs (100 ms doubling to 1 s), one topic of 4 partitions.
-struct H {
-    m: GroupMember,
-    now: Instant,
+/// The library's member harness ([`Harness`]) on a classic member, with this guide's
+/// steps ([`Steps`]).
+type H = Harness<GroupMember>;
+
+/// The classic protocol's steps the guide's scenarios take.
+trait Steps: Sized {
+    /// A member with `assignor`: session 10 s, heartbeat 1 s, rebalance timeout 30 s,
+    /// one topic of 4 partitions.
+    fn new(assignor: &str) -> Self;
+    fn joined(&mut self, id: RequestId, generation: i32, me: &str, leader: &str, protocol: &str);
+    fn synced(&mut self, id: RequestId, partitions: &[i32]);
+    fn follower(assignor: &str, generation: i32, partitions: &[i32]) -> Self;
+    fn stable_leader() -> Self;
+    fn heartbeat(&mut self) -> Outgoing;
 }
 
-impl H {
+impl Steps for Harness<GroupMember> {
     fn new(assignor: &str) -> Self {
         let a: Arc<dyn Assignor> = Arc::from(builtin(assignor).expect("assignor"));
         let mut c = GroupConfig::new("g", vec![TOPIC.into()], vec![a]);
@@ -56,49 +68,7 @@ impl H {
         let now = Instant::now();
         let mut m = GroupMember::new(c, now);
         m.set_topic_partitions(now, BTreeMap::from([(TOPIC.to_string(), 4)]));
-        H { m, now }
-    }
-
-    fn requests(&mut self) -> Vec<Outgoing> {
-        std::iter::from_fn(|| self.m.poll_request()).collect()
-    }
-
-    fn request(&mut self) -> Outgoing {
-        self.m.poll_request().expect("a request")
-    }
-
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.m.poll_event()).collect()
-    }
-
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
-    }
-
-    fn respond(&mut self, id: RequestId, r: GroupResponse) {
-        self.m.handle_response(self.now, id, r);
-    }
-
-    fn found(&mut self, id: RequestId) {
-        self.respond(
-            id,
-            GroupResponse::FindCoordinator {
-                error: 0,
-                node_id: 2,
-                host: "h".into(),
-                port: 1,
-            },
-        );
-    }
-
-    fn find_coordinator(&mut self) {
-        let out = self.request();
-        assert!(
-            matches!(out.request, GroupRequest::FindCoordinator { .. }),
-            "{out:?}"
-        );
-        self.found(out.id);
+        Harness::at(m, now)
     }
 
     /// Answers the pending JoinGroup for member `me` (leader `leader`) in `generation`.
@@ -141,7 +111,7 @@ impl H {
     /// `generation`, and drains what that produced.
     fn follower(assignor: &str, generation: i32, partitions: &[i32]) -> Self {
         let mut h = H::new(assignor);
-        h.find_coordinator();
+        h.find_coordinator(2);
         let join = h.request();
         h.joined(join.id, generation, "m2", "m1", assignor);
         let sync = h.request();
@@ -155,7 +125,7 @@ impl H {
     /// generation 7 under `range`; the OffsetFetch is answered with nothing committed.
     fn stable_leader() -> Self {
         let mut h = H::new("range");
-        h.find_coordinator();
+        h.find_coordinator(2);
         let join = h.request();
         h.respond(
             join.id,
@@ -371,7 +341,7 @@ fn a_coordinator_that_keeps_answering_not_coordinator_is_asked_again_at_a_backin
             match out.request {
                 GroupRequest::FindCoordinator { .. } => {
                     lookups.push(h.now - start);
-                    h.found(out.id);
+                    h.found(out.id, 2);
                 }
                 GroupRequest::Heartbeat { .. } => h.respond(
                     out.id,
@@ -456,7 +426,7 @@ fn a_request_that_goes_through_resets_the_rediscovery_pace() {
             match out.request {
                 GroupRequest::FindCoordinator { .. } => {
                     lookups.push(t);
-                    h.found(out.id);
+                    h.found(out.id, 2);
                 }
                 GroupRequest::Heartbeat { .. } => {
                     if refuse && t >= Duration::from_secs(6) && refused_after_recovery.is_none() {
@@ -525,7 +495,7 @@ fn stable_commit_not_coordinator_reports_a_retriable_error_and_is_not_resent() {
         "no commit while the coordinator is unknown"
     );
     h.advance(Duration::from_millis(100));
-    h.find_coordinator();
+    h.find_coordinator(2);
     let after = h.requests();
     assert!(
         after
@@ -547,7 +517,7 @@ fn stable_commit_not_coordinator_reports_a_retriable_error_and_is_not_resent() {
 #[test]
 fn syncing_rebalance_in_progress_rejoins_at_once_keeping_the_member_id() {
     let mut h = H::new("range");
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     h.joined(join.id, 3, "m2", "m1", "range");
     let sync = h.request();
@@ -704,7 +674,7 @@ fn finding_coordinator_not_available_backs_off_exponentially_to_one_second() {
 #[test]
 fn joining_unanswered_times_out_after_the_rebalance_timeout_plus_five_seconds() {
     let mut h = H::new("range");
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     assert!(is_join(&join));
     // 30 s rebalance timeout + 5 s slack, less a millisecond.

@@ -15,6 +15,8 @@ pub mod consumer_member;
 pub mod consumer_protocol;
 pub mod member;
 pub mod messages;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use assignor::PartitionRacks;
 use consumer_member::ConsumerGroupMember;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::super::testing::Harness;
 use super::*;
 use crate::proto::group::assignor::{Assignor, builtin};
 
@@ -28,10 +29,8 @@ fn config() -> GroupConfig {
     c
 }
 
-struct H {
-    m: ConsumerGroupMember,
-    now: Instant,
-}
+/// The shared harness ([`Harness`]) on a consumer-protocol member.
+type H = Harness<ConsumerGroupMember>;
 
 /// The fields of a heartbeat request, for assertions.
 #[derive(Debug, PartialEq)]
@@ -43,44 +42,16 @@ struct Hb {
     owned: Option<Vec<(Uuid, Vec<i32>)>>,
 }
 
-impl H {
+impl Harness<ConsumerGroupMember> {
     fn new(c: GroupConfig) -> Self {
         let now = Instant::now();
         let mut m = ConsumerGroupMember::new(c, MEMBER.into(), now);
         m.set_topic_ids(now, BTreeMap::from([(topic_id(), TOPIC.to_string())]));
-        H { m, now }
+        Harness::at(m, now)
     }
-    fn request(&mut self) -> Outgoing {
-        self.m.poll_request().expect("a request")
-    }
-    fn no_request(&mut self) {
-        assert_eq!(self.m.poll_request(), None);
-    }
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.m.poll_event()).collect()
-    }
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
-    }
-    fn respond(&mut self, id: RequestId, r: GroupResponse) {
-        self.m.handle_response(self.now, id, r);
-    }
-    fn find_coordinator(&mut self, node: i32) {
-        let out = self.request();
-        assert!(
-            matches!(out.request, GroupRequest::FindCoordinator { .. }),
-            "{out:?}"
-        );
-        self.respond(
-            out.id,
-            GroupResponse::FindCoordinator {
-                error: 0,
-                node_id: node,
-                host: "h".into(),
-                port: 1,
-            },
-        );
+    /// Finds the coordinator at `node` and checks the event that says so.
+    fn coordinator_found(&mut self, node: i32) {
+        self.find_coordinator(node);
         let ev = self.events();
         assert!(
             matches!(&ev[..], [Event::CoordinatorFound { node: NodeId(n), .. }] if *n == node),
@@ -120,7 +91,7 @@ impl H {
     /// Joined with epoch 1 and partitions `ps`, acknowledged, offsets fetched.
     fn stable(ps: Vec<i32>) -> H {
         let mut h = H::new(config());
-        h.find_coordinator(2);
+        h.coordinator_found(2);
         let (id, join) = h.heartbeat();
         assert_eq!(join.epoch, 0);
         h.answer(id, 1, Some(ps.clone()));
@@ -159,7 +130,7 @@ fn refused(code: i16) -> GroupResponse {
 #[test]
 fn joining_sends_every_field_then_assigns_acknowledges_and_fetches_offsets() {
     let mut h = H::new(config());
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, join) = h.heartbeat();
     assert_eq!(
         join,
@@ -295,7 +266,7 @@ fn stable_epoch_bump_without_an_assignment_changes_nothing_else() {
 fn joining_an_unknown_topic_id_asks_for_metadata_and_assigns_once_named() {
     let mut h = H::new(config());
     h.m.set_topic_ids(h.now, BTreeMap::new());
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, _) = h.heartbeat();
     h.answer(id, 1, Some(vec![0]));
     let ev = h.events();
@@ -365,7 +336,7 @@ fn stable_not_coordinator_rediscovers_and_resends_every_field_keeping_the_epoch(
     assert_eq!(h.m.coordinator(), None);
     assert_eq!(h.events(), vec![]);
     h.advance(Duration::from_millis(100));
-    h.find_coordinator(3);
+    h.coordinator_found(3);
     let (_, hb) = h.heartbeat();
     assert_eq!(hb.epoch, 1, "the epoch survives a coordinator move");
     assert_eq!(hb.names, Some(vec![TOPIC.into()]));
@@ -472,7 +443,7 @@ fn static_member_leaves_with_epoch_minus_two_unless_asked_to_leave_for_good() {
     let mut c = config();
     c.instance_id = Some("i1".into());
     let mut h = H::new(c.clone());
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, _) = h.heartbeat();
     h.answer(id, 1, Some(vec![0]));
     let (ack, _) = h.heartbeat();
@@ -486,7 +457,7 @@ fn static_member_leaves_with_epoch_minus_two_unless_asked_to_leave_for_good() {
     ));
 
     let mut h = H::new(c);
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, _) = h.heartbeat();
     h.answer(id, 1, Some(vec![0]));
     h.m.leave_with(h.now, Membership::Leave);
@@ -579,7 +550,7 @@ fn revoking_not_completed_within_the_rebalance_timeout_loses_and_rejoins() {
 #[test]
 fn joining_on_a_broker_without_the_api_closes_with_an_error_naming_the_setting() {
     let mut h = H::new(config());
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, _) = h.heartbeat();
     h.m.handle_failure(
         h.now,
@@ -600,7 +571,7 @@ fn joining_on_a_broker_without_the_api_closes_with_an_error_naming_the_setting()
 #[test]
 fn joining_unsupported_assignor_is_fatal_and_names_the_setting() {
     let mut h = H::new(config());
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, _) = h.heartbeat();
     h.respond(id, refused(ResponseError::UnsupportedAssignor.code()));
     let ev = h.events();
@@ -613,7 +584,7 @@ fn joining_unsupported_assignor_is_fatal_and_names_the_setting() {
 #[test]
 fn joining_coordinator_load_in_progress_retries_after_the_backoff_with_every_field() {
     let mut h = H::new(config());
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, _) = h.heartbeat();
     h.respond(id, refused(ResponseError::CoordinatorLoadInProgress.code()));
     h.no_request();
@@ -651,7 +622,7 @@ fn joining_with_a_regex_sends_it_beside_the_names_and_only_on_a_full_heartbeat()
     c.topics = vec![];
     c.topic_regex = Some("^orders\\..*".into());
     let mut h = H::new(c);
-    h.find_coordinator(2);
+    h.coordinator_found(2);
     let (id, join) = h.heartbeat();
     assert_eq!(join.names, Some(vec![]));
     assert_eq!(join.regex, Some("^orders\\..*".into()));

@@ -12,6 +12,7 @@ use super::super::assignor::{Assignor, RebalanceProtocol};
 use super::super::consumer_protocol::{
     Assignment, Subscription, decode_subscription, encode_assignment, encode_subscription,
 };
+use super::super::testing::Harness;
 use super::join::SUBSCRIPTION_VERSION;
 use super::*;
 
@@ -34,50 +35,16 @@ fn config(assignor: &str) -> GroupConfig {
     c
 }
 
-struct H {
-    m: GroupMember,
-    now: Instant,
-}
+/// The shared harness ([`Harness`]) on a classic member.
+type H = Harness<GroupMember>;
 
-impl H {
+impl Harness<GroupMember> {
+    /// A member with `c` on a topic of 4 partitions, at a fresh clock.
     fn new(c: GroupConfig) -> Self {
         let now = Instant::now();
         let mut m = GroupMember::new(c, now);
         m.set_topic_partitions(now, BTreeMap::from([(TOPIC.to_string(), 4)]));
-        H { m, now }
-    }
-    fn request(&mut self) -> Outgoing {
-        self.m.poll_request().expect("a request")
-    }
-    fn no_request(&mut self) {
-        assert_eq!(self.m.poll_request(), None);
-    }
-    fn events(&mut self) -> Vec<Event> {
-        std::iter::from_fn(|| self.m.poll_event()).collect()
-    }
-    fn advance(&mut self, d: Duration) {
-        self.now += d;
-        self.m.handle_timeout(self.now);
-    }
-    fn respond(&mut self, id: RequestId, r: GroupResponse) {
-        self.m.handle_response(self.now, id, r);
-    }
-    fn find_coordinator(&mut self) {
-        let out = self.request();
-        assert!(
-            matches!(out.request, GroupRequest::FindCoordinator { .. }),
-            "{out:?}"
-        );
-        assert_eq!(out.target, Target::AnyBroker);
-        self.respond(
-            out.id,
-            GroupResponse::FindCoordinator {
-                error: 0,
-                node_id: 2,
-                host: "h".into(),
-                port: 1,
-            },
-        );
+        Harness::at(m, now)
     }
     /// Joins as the only member (the leader) with `assignment` being whatever the
     /// assignor gives a single member: all 4 partitions.
@@ -86,7 +53,7 @@ impl H {
     }
     /// [`H::join_alone`] with the group choosing `protocol`.
     fn join_alone_p(&mut self, protocol: &str) -> i32 {
-        self.find_coordinator();
+        self.find_coordinator(2);
         let join = self.request();
         let GroupRequest::JoinGroup {
             protocols,
@@ -372,7 +339,7 @@ fn joining_a_cooperative_assignment_that_moves_an_owned_partition_directly_is_re
     let mut c = config("range");
     c.assignors = vec![Arc::new(Mover)];
     let mut h = H::new(c);
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     let subscription = |owned: Vec<TopicPartition>| {
         encode_subscription(
@@ -599,7 +566,7 @@ fn syncing_unanswered_times_out_after_the_request_timeout() {
     let mut c = config("range");
     c.request_timeout = Duration::from_secs(10);
     let mut h = H::new(c);
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!("{join:?}")
@@ -627,7 +594,7 @@ fn syncing_unanswered_times_out_after_the_request_timeout() {
 
 /// A follower's JoinGroup answered: its SyncGroup, in flight.
 fn syncing_follower(h: &mut H, generation: i32) -> Outgoing {
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!("{join:?}")
@@ -803,7 +770,7 @@ fn leader_delay_with_the_coordinator_unknown_leaves_no_timer_due() {
     let mut c = config("cooperative-sticky");
     c.leader_sync_delay = Duration::from_millis(50);
     let mut h = H::new(c);
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!("{join:?}")
@@ -920,7 +887,7 @@ fn stable_heartbeat_not_coordinator_rediscovers_and_resumes_heartbeats_without_r
     assert!(h.events().is_empty());
     assert_eq!(h.m.coordinator(), None);
     h.advance(Duration::from_millis(200));
-    h.find_coordinator();
+    h.find_coordinator(2);
     assert!(matches!(h.events()[..], [Event::CoordinatorFound { .. }]));
     let hb = h.request();
     assert!(
@@ -1017,7 +984,7 @@ fn stable_heartbeat_fenced_instance_id_is_fatal_and_sticky() {
 #[test]
 fn joining_coordinator_load_in_progress_retries_after_backoff() {
     let mut h = H::new(config("range"));
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     h.respond(
         join.id,
@@ -1041,7 +1008,7 @@ fn joining_coordinator_load_in_progress_retries_after_backoff() {
 #[test]
 fn joining_inconsistent_group_protocol_is_fatal_and_names_the_cause() {
     let mut h = H::new(config("range"));
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     h.respond(
         join.id,
@@ -1099,7 +1066,7 @@ fn joining_a_member_listed_twice_is_assigned_once() {
     // librdkafka mock gave two clients one id) counts once; ottla's leader refused
     // the whole assignment and closed for good.
     let mut h = H::new(config("range"));
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!("{join:?}")
@@ -1133,7 +1100,7 @@ fn joining_a_member_listed_twice_is_assigned_once() {
 #[test]
 fn syncing_invalid_request_rejoins() {
     let mut h = H::new(config("range"));
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     h.respond(join.id, join_response(0, 3, "m2", "m1", vec![]));
     let sync = h.request();
@@ -1709,7 +1676,7 @@ fn joining_leave_waits_for_the_held_join_group_up_to_the_close_timeout() {
     // the process could exit with the LeaveGroup unread, so the group waited a
     // session for the ghost. The Java client waits up to its close timeout (30 s).
     let mut h = H::new(config("range"));
-    h.find_coordinator();
+    h.find_coordinator(2);
     let join = h.request();
     h.respond(
         join.id,
@@ -1753,7 +1720,7 @@ fn dynamic_member_leave_sends_leave_group() {
 #[test]
 fn cooperative_sync_revokes_only_moved_partitions_then_assigns_and_rejoins() {
     let mut h = H::new(config("cooperative-sticky"));
-    h.find_coordinator();
+    h.find_coordinator(2);
     // Follower in generation 1 with partitions 0..4.
     let join = h.request();
     h.respond(

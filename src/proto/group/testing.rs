@@ -1,0 +1,123 @@
+//! A test harness for the group members, shared by their own scenario tests and by
+//! suites outside the crate (the `testing` feature): a member on a virtual clock, with
+//! the steps every scenario takes (drain requests and events, move the clock, answer a
+//! request, find the coordinator).
+//!
+//! Protocol-specific steps (a classic join, a consumer-protocol heartbeat) stay with
+//! the tests of each protocol, as inherent `impl`s inside the crate or extension
+//! traits outside it.
+
+use std::time::{Duration, Instant};
+
+use super::consumer_member::ConsumerGroupMember;
+use super::member::{Event, GroupMember, Outgoing, RequestId};
+use super::messages::{GroupRequest, GroupResponse};
+
+/// What the harness drives: either group member.
+pub trait Machine {
+    /// The next request to send.
+    fn poll_request(&mut self) -> Option<Outgoing>;
+    /// The next event.
+    fn poll_event(&mut self) -> Option<Event>;
+    /// A response arrived.
+    fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse);
+    /// The clock moved.
+    fn handle_timeout(&mut self, now: Instant);
+}
+
+macro_rules! machine {
+    ($t:ty) => {
+        impl Machine for $t {
+            fn poll_request(&mut self) -> Option<Outgoing> {
+                <$t>::poll_request(self)
+            }
+            fn poll_event(&mut self) -> Option<Event> {
+                <$t>::poll_event(self)
+            }
+            fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+                <$t>::handle_response(self, now, id, response)
+            }
+            fn handle_timeout(&mut self, now: Instant) {
+                <$t>::handle_timeout(self, now)
+            }
+        }
+    };
+}
+
+machine!(GroupMember);
+machine!(ConsumerGroupMember);
+
+/// A member `m` on a virtual clock `now`.
+#[derive(Debug)]
+pub struct Harness<M> {
+    /// The member.
+    pub m: M,
+    /// The clock.
+    pub now: Instant,
+}
+
+impl<M: Machine> Harness<M> {
+    /// `m`, created at `now`.
+    pub fn at(m: M, now: Instant) -> Self {
+        Harness { m, now }
+    }
+
+    /// The next request, which must exist.
+    #[track_caller]
+    pub fn request(&mut self) -> Outgoing {
+        self.m.poll_request().expect("a request")
+    }
+
+    /// Asserts that no request is waiting.
+    #[track_caller]
+    pub fn no_request(&mut self) {
+        assert_eq!(self.m.poll_request(), None);
+    }
+
+    /// Every request waiting.
+    pub fn requests(&mut self) -> Vec<Outgoing> {
+        std::iter::from_fn(|| self.m.poll_request()).collect()
+    }
+
+    /// Every event waiting.
+    pub fn events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.m.poll_event()).collect()
+    }
+
+    /// Moves the clock by `d` and fires what is due.
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+        self.m.handle_timeout(self.now);
+    }
+
+    /// Answers request `id` now.
+    pub fn respond(&mut self, id: RequestId, r: GroupResponse) {
+        self.m.handle_response(self.now, id, r);
+    }
+
+    /// Answers FindCoordinator `id` with node `node` at `h:1`.
+    pub fn found(&mut self, id: RequestId, node: i32) {
+        self.respond(
+            id,
+            GroupResponse::FindCoordinator {
+                error: 0,
+                node_id: node,
+                host: "h".into(),
+                port: 1,
+            },
+        );
+    }
+
+    /// The next request must be a FindCoordinator to any broker; answers it with
+    /// `node`.
+    #[track_caller]
+    pub fn find_coordinator(&mut self, node: i32) {
+        let out = self.request();
+        assert!(
+            matches!(out.request, GroupRequest::FindCoordinator { .. }),
+            "{out:?}"
+        );
+        assert_eq!(out.target, super::member::Target::AnyBroker);
+        self.found(out.id, node);
+    }
+}
