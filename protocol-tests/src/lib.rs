@@ -13,6 +13,7 @@ pub mod mock;
 pub mod peer;
 pub mod proxy;
 pub mod pyclient;
+pub mod rng;
 pub mod sasl_responder;
 pub mod sim;
 pub mod tansu;

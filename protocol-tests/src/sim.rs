@@ -43,32 +43,7 @@ pub mod codes {
     pub const REQUEST_TIMED_OUT: i16 = 7;
 }
 
-/// A tiny deterministic RNG (splitmix64).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// From a seed.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-    /// True with probability `p` percent.
-    pub fn chance(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
-}
+pub use crate::rng::Rng;
 
 /// A fault or action the schedule can inject.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -784,20 +784,6 @@ fn crash_seeds() -> u64 {
     protocol_tests::env_number("OTTLA_PROCESSOR_SEEDS", 3)
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// Handler outcomes drawn from a seed, processors killed (their task aborted, no
 /// close) at random points and restarted. Every record ends handled or dead-lettered,
 /// and no commit ever passes a record that was not finished (checked at each commit).
@@ -852,7 +838,7 @@ async fn crash_one(seed: u64) {
     let count = 300u64;
     peer.create_topic(topic, partitions).expect("topic");
     peer.create_topic("crashy.dlq", 1).expect("dlq");
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = protocol_tests::rng::Rng::new(seed);
     // Outcome per record: 0 ok, 1 transient healing after 1-3 failures, 2 permanent.
     let plan: Vec<(u64, u32)> = (0..count)
         .map(|_| match rng.below(10) {
