@@ -506,8 +506,7 @@ impl GroupMember {
             )),
             _ => None,
         };
-        self.heartbeat = None;
-        self.generation = None;
+        self.leave_generation();
         self.owned.clear();
         match request {
             Some(r) => {
@@ -644,9 +643,7 @@ impl GroupMember {
             self.member_id.clear();
         }
         self.lose_all(LostReason::ProgressTimeout);
-        self.generation = None;
-        self.heartbeat = None;
-        self.fetch = None;
+        self.leave_generation();
         self.state = State::Suspended;
         let _ = now;
     }
@@ -689,9 +686,7 @@ impl GroupMember {
                 result: Err(CommitError::Closed(closed.clone())),
             });
         }
-        self.generation = None;
-        self.heartbeat = None;
-        self.fetch = None;
+        self.leave_generation();
         self.state = State::Closed(error);
         if clean {
             self.events.push_back(Event::Left);

@@ -269,9 +269,7 @@ impl GroupMember {
         reason: &str,
     ) {
         self.lose_all(why);
-        self.generation = None;
-        self.heartbeat = None;
-        self.fetch = None;
+        self.leave_generation();
         if forget_member {
             self.member_id.clear();
         }
@@ -279,5 +277,13 @@ impl GroupMember {
             self.state = State::Stable;
         }
         self.enter_unjoined(now, false, reason);
+    }
+
+    /// Out of the generation: no generation to commit with, no heartbeats, no
+    /// committed offsets to fetch. What the member owns is the caller's to settle.
+    pub(super) fn leave_generation(&mut self) {
+        self.generation = None;
+        self.heartbeat = None;
+        self.fetch = None;
     }
 }
