@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::consumer_protocol::TopicPartition;
-use super::member::{Event, LostReason, Outgoing, RequestId, Target, Timer};
+use super::member::{
+    CommitError, Event, GroupError, LostReason, Outgoing, RequestId, Target, Timer,
+};
 use super::messages::GroupRequest;
 use crate::proto::backoff::Backoff;
 use crate::proto::metadata::NodeId;
@@ -515,4 +517,112 @@ pub(crate) fn lose_all(
 /// `d` in milliseconds for a request field, saturating.
 pub(crate) fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// A FindCoordinator answer, as both members take it: the lookup moves on, and a
+/// coordinator found is logged and reported ([`Event::CoordinatorFound`]). The caller
+/// decides whether a refusal is fatal and what a new coordinator means to its
+/// heartbeats.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn coordinator_answer(
+    lookup: &mut CoordinatorLookup,
+    backoff: &mut Backoff,
+    events: &mut VecDeque<Event>,
+    group: &str,
+    now: Instant,
+    id: RequestId,
+    error: i16,
+    (node_id, host, port): (i32, String, i32),
+) -> Lookup {
+    let answer = lookup.on_answer(now, id, error, node_id, backoff);
+    if let Lookup::Found(node) = answer {
+        tracing::info!(group, coordinator = node_id, %host, port, "coordinator found");
+        events.push_back(Event::CoordinatorFound {
+            node,
+            address: format!("{host}:{port}"),
+        });
+    }
+    answer
+}
+
+/// A broker's fatal answer: every owned partition is lost, and the error, with the
+/// setting to change where known, is reported and returned for the member to close
+/// with.
+pub(crate) fn fatal(
+    owned: &mut BTreeSet<TopicPartition>,
+    events: &mut VecDeque<Event>,
+    group: &str,
+    api: &'static str,
+    code: i16,
+    hint: Option<&'static str>,
+) -> GroupError {
+    let error = GroupError::Broker {
+        group: group.to_string(),
+        api,
+        code,
+        name: crate::proto::error_name(code),
+        hint,
+    };
+    tracing::warn!(group, %error, "fatal group error");
+    lose_all(owned, events, LostReason::Fatal);
+    events.push_back(Event::Fatal(error.clone()));
+    error
+}
+
+/// The commits still queued when the member closes fail with `closed`.
+pub(crate) fn fail_queued<T>(
+    commits: &mut CommitQueue<T>,
+    events: &mut VecDeque<Event>,
+    closed: &GroupError,
+) {
+    for (id, _) in commits.drain() {
+        events.push_back(Event::CommitCompleted {
+            id,
+            result: Err(CommitError::Closed(closed.clone())),
+        });
+    }
+}
+
+/// An OffsetFetch answer, as both members take it: offsets are reported
+/// ([`Event::CommittedOffsets`]) and the fetch ends when nothing is left; a refusal's
+/// code is returned for the member's own table.
+pub(crate) fn offsets_answer(
+    fetch: &mut Option<PendingFetch>,
+    events: &mut VecDeque<Event>,
+    owned: &BTreeSet<TopicPartition>,
+    id: RequestId,
+    asked: &BTreeSet<TopicPartition>,
+    (error, partitions): (i16, Vec<(TopicPartition, i64, i32, i16)>),
+) -> Option<i16> {
+    let f = fetch.as_mut()?;
+    match f.on_answer(id, asked, error, partitions, owned) {
+        Fetched::Stale => None,
+        Fetched::Refused(code) => Some(code),
+        Fetched::Offsets {
+            generation,
+            offsets,
+            done,
+        } => {
+            if done {
+                *fetch = None;
+            }
+            events.push_back(Event::CommittedOffsets {
+                generation,
+                offsets,
+            });
+            None
+        }
+    }
+}
+
+/// The partitions whose committed offsets are due to be asked for now (forgetting
+/// those no longer owned).
+pub(crate) fn offsets_due(
+    fetch: &mut Option<PendingFetch>,
+    owned: &BTreeSet<TopicPartition>,
+    now: Instant,
+) -> Option<BTreeSet<TopicPartition>> {
+    let f = fetch.as_mut()?;
+    f.retain(owned);
+    f.due(now)
 }

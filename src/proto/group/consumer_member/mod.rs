@@ -49,7 +49,8 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::common::{
-    CommitQueue, CoordinatorLookup, Fetched, Lookup, Outbox, PendingFetch, lose, lose_all, millis,
+    self, CommitQueue, CoordinatorLookup, Lookup, Outbox, PendingFetch, coordinator_answer,
+    fail_queued, lose, lose_all, millis, offsets_answer, offsets_due,
 };
 use super::consumer_protocol::TopicPartition;
 use super::member::{
@@ -692,10 +693,7 @@ impl ConsumerGroupMember {
         if due {
             self.send_heartbeat(now, node);
         }
-        if let Some(f) = &mut self.fetch {
-            f.retain(&self.owned);
-        }
-        if let Some(asked) = self.fetch.as_ref().and_then(|f| f.due(now)) {
+        if let Some(asked) = offsets_due(&mut self.fetch, &self.owned, now) {
             let request = GroupRequest::OffsetFetch {
                 group: self.config.group_id.clone(),
                 partitions: asked.iter().cloned().collect(),
@@ -822,22 +820,23 @@ impl ConsumerGroupMember {
         host: String,
         port: i32,
     ) {
-        let node = match self
-            .coordinator
-            .on_answer(now, id, error, node_id, &mut self.backoff)
-        {
-            Lookup::Stale => return,
+        let answer = coordinator_answer(
+            &mut self.coordinator,
+            &mut self.backoff,
+            &mut self.events,
+            &self.config.group_id,
+            now,
+            id,
+            error,
+            (node_id, host, port),
+        );
+        match answer {
             Lookup::Refused(code) if reaction(code) == Reaction::Fatal => {
                 return self.fatal("FindCoordinator", code);
             }
-            Lookup::Refused(_) => return,
-            Lookup::Found(node) => node,
-        };
-        info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
-        self.events.push_back(Event::CoordinatorFound {
-            node,
-            address: format!("{host}:{port}"),
-        });
+            Lookup::Stale | Lookup::Refused(_) => return,
+            Lookup::Found(_) => {}
+        }
         // The member keeps its id and epoch across a coordinator move (the group's
         // state is the broker's, not the connection's): the next heartbeat goes at
         // once, with every field.
@@ -1079,29 +1078,23 @@ impl ConsumerGroupMember {
         error: i16,
         partitions: Vec<(TopicPartition, i64, i32, i16)>,
     ) {
-        let Some(f) = &mut self.fetch else { return };
-        match f.on_answer(id, &asked, error, partitions, &self.owned) {
-            Fetched::Stale => {}
-            Fetched::Refused(code) => match ResponseError::try_from_code(code) {
-                Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable) => {
+        let (fetch, events) = (&mut self.fetch, &mut self.events);
+        let answer = (error, partitions);
+        let Some(code) = offsets_answer(fetch, events, &self.owned, id, &asked, answer) else {
+            return;
+        };
+        match ResponseError::try_from_code(code) {
+            Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable) => {
+                if let Some(f) = &mut self.fetch {
                     f.retry_at(now, Some(now), &mut self.backoff);
-                    self.mark_coordinator_unknown(now);
                 }
-                Some(ResponseError::GroupAuthorizationFailed) => self.fatal("OffsetFetch", code),
-                _ => f.retry_at(now, None, &mut self.backoff),
-            },
-            Fetched::Offsets {
-                generation,
-                offsets,
-                done,
-            } => {
-                if done {
-                    self.fetch = None;
+                self.mark_coordinator_unknown(now);
+            }
+            Some(ResponseError::GroupAuthorizationFailed) => self.fatal("OffsetFetch", code),
+            _ => {
+                if let Some(f) = &mut self.fetch {
+                    f.retry_at(now, None, &mut self.backoff);
                 }
-                self.events.push_back(Event::CommittedOffsets {
-                    generation,
-                    offsets,
-                });
             }
         }
     }
@@ -1154,16 +1147,8 @@ impl ConsumerGroupMember {
         if matches!(self.state, State::Closed(_)) {
             return;
         }
-        let error = GroupError::Broker {
-            group: self.config.group_id.clone(),
-            api,
-            code,
-            name: error_name(code),
-            hint: hint(code),
-        };
-        warn!(group = %self.config.group_id, %error, "fatal group error");
-        self.lose_all(LostReason::Fatal);
-        self.events.push_back(Event::Fatal(error.clone()));
+        let (owned, events) = (&mut self.owned, &mut self.events);
+        let error = common::fatal(owned, events, &self.config.group_id, api, code, hint(code));
         self.close(Some(error));
     }
 
@@ -1172,12 +1157,7 @@ impl ConsumerGroupMember {
         let closed = error.clone().unwrap_or(GroupError::Closed {
             group: self.config.group_id.clone(),
         });
-        for (id, _) in self.commits.drain() {
-            self.events.push_back(Event::CommitCompleted {
-                id,
-                result: Err(CommitError::Closed(closed.clone())),
-            });
-        }
+        fail_queued(&mut self.commits, &mut self.events, &closed);
         self.owned.clear();
         self.fetch = None;
         self.heartbeat.in_flight = None;

@@ -4,10 +4,10 @@ use std::time::Instant;
 
 use tracing::info;
 
-use super::super::common::Lookup;
+use super::super::common::{Lookup, coordinator_answer};
 use super::GroupMember;
 use super::errors::{Reaction, reaction};
-use super::types::{Event, RequestId};
+use super::types::RequestId;
 
 impl GroupMember {
     pub(super) fn on_find_coordinator(
@@ -19,22 +19,23 @@ impl GroupMember {
         host: String,
         port: i32,
     ) {
-        let node = match self
-            .coordinator
-            .on_answer(now, id, error, node_id, &mut self.backoff)
-        {
-            Lookup::Stale => return,
+        let answer = coordinator_answer(
+            &mut self.coordinator,
+            &mut self.backoff,
+            &mut self.events,
+            &self.config.group_id,
+            now,
+            id,
+            error,
+            (node_id, host, port),
+        );
+        match answer {
             Lookup::Refused(code) if reaction(code) == Reaction::Fatal => {
                 return self.fatal("FindCoordinator", code);
             }
-            Lookup::Refused(_) => return,
-            Lookup::Found(node) => node,
-        };
-        info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
-        self.events.push_back(Event::CoordinatorFound {
-            node,
-            address: format!("{host}:{port}"),
-        });
+            Lookup::Stale | Lookup::Refused(_) => return,
+            Lookup::Found(_) => {}
+        }
         // Heartbeats resume on the new coordinator at once, with a fresh session clock
         // (Java's `heartbeat.resetSessionTimeout()` on a coordinator found).
         if let Some(hb) = &mut self.heartbeat {

@@ -49,7 +49,6 @@ use super::common::{self, CommitQueue, CoordinatorLookup, Outbox, PendingFetch};
 use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::backoff::Backoff;
-use crate::proto::error_name;
 use crate::proto::metadata::NodeId;
 use errors::{hint, refuses_coordination};
 use state::{Generation, Heartbeat, Sent, State};
@@ -590,10 +589,7 @@ impl GroupMember {
         }
         // Committed offsets do not depend on the generation, so a fetch outlives a
         // rebalance: partitions granted just before another round still get theirs.
-        if let Some(f) = &mut self.fetch {
-            f.retain(&self.owned);
-        }
-        if let Some(asked) = self.fetch.as_ref().and_then(|f| f.due(now)) {
+        if let Some(asked) = common::offsets_due(&mut self.fetch, &self.owned, now) {
             let request = GroupRequest::OffsetFetch {
                 group: self.config.group_id.clone(),
                 partitions: asked.iter().cloned().collect(),
@@ -662,16 +658,8 @@ impl GroupMember {
         if matches!(self.state, State::Closed(_)) {
             return;
         }
-        let error = GroupError::Broker {
-            group: self.config.group_id.clone(),
-            api,
-            code,
-            name: error_name(code),
-            hint: hint(code),
-        };
-        warn!(group = %self.config.group_id, %error, "fatal group error");
-        self.lose_all(LostReason::Fatal);
-        self.events.push_back(Event::Fatal(error.clone()));
+        let (owned, events) = (&mut self.owned, &mut self.events);
+        let error = common::fatal(owned, events, &self.config.group_id, api, code, hint(code));
         self.close(Some(error));
     }
 
@@ -680,12 +668,7 @@ impl GroupMember {
         let closed = error.clone().unwrap_or(GroupError::Closed {
             group: self.config.group_id.clone(),
         });
-        for (id, _) in self.commits.drain() {
-            self.events.push_back(Event::CommitCompleted {
-                id,
-                result: Err(CommitError::Closed(closed.clone())),
-            });
-        }
+        common::fail_queued(&mut self.commits, &mut self.events, &closed);
         self.leave_generation();
         self.state = State::Closed(error);
         if clean {

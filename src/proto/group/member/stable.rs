@@ -7,7 +7,7 @@ use std::time::Instant;
 use kafka_protocol::ResponseError;
 
 use super::super::assignor::RebalanceProtocol;
-use super::super::common::{Fetched, PendingFetch};
+use super::super::common::{PendingFetch, offsets_answer};
 use super::super::consumer_protocol::TopicPartition;
 use super::super::messages::CommitOffset;
 use super::GroupMember;
@@ -141,29 +141,23 @@ impl GroupMember {
         error: i16,
         partitions: Vec<(TopicPartition, i64, i32, i16)>,
     ) {
-        let Some(f) = &mut self.fetch else { return };
-        match f.on_answer(id, &asked, error, partitions, &self.owned) {
-            Fetched::Stale => {}
-            Fetched::Refused(code) => match reaction(code) {
-                Reaction::Fatal => self.fatal("OffsetFetch", code),
-                Reaction::Rediscover => {
+        let (fetch, events) = (&mut self.fetch, &mut self.events);
+        let answer = (error, partitions);
+        let Some(code) = offsets_answer(fetch, events, &self.owned, id, &asked, answer) else {
+            return;
+        };
+        match reaction(code) {
+            Reaction::Fatal => self.fatal("OffsetFetch", code),
+            Reaction::Rediscover => {
+                if let Some(f) = &mut self.fetch {
                     f.retry_at(now, Some(now), &mut self.backoff);
-                    self.mark_coordinator_unknown(now);
                 }
-                _ => f.retry_at(now, None, &mut self.backoff),
-            },
-            Fetched::Offsets {
-                generation,
-                offsets,
-                done,
-            } => {
-                if done {
-                    self.fetch = None;
+                self.mark_coordinator_unknown(now);
+            }
+            _ => {
+                if let Some(f) = &mut self.fetch {
+                    f.retry_at(now, None, &mut self.backoff);
                 }
-                self.events.push_back(Event::CommittedOffsets {
-                    generation,
-                    offsets,
-                });
             }
         }
     }

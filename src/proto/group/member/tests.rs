@@ -15,6 +15,7 @@ use super::super::consumer_protocol::{
 use super::super::testing::Harness;
 use super::join::SUBSCRIPTION_VERSION;
 use super::*;
+use crate::proto::error_name;
 
 const GROUP: &str = "g";
 const TOPIC: &str = "t";
