@@ -10,13 +10,21 @@ stdout, one flushed line per event:
     revoked t:0             partitions given up in a rebalance
     lost t:0                partitions lost without a clean revocation
     error <message>         a client error (many are transient and retried)
+    record t:3:17           with --records: a record reached the application
     closed                  the consumer left the group and closed
 
-It consumes (records ignored) until stdin closes or reads a line `quit`, then closes
-the consumer, which leaves the group (unless it is a static member, --instance-id).
+It consumes until stdin closes or reads a line `quit`, then closes the consumer, which
+leaves the group (unless it is a static member, --instance-id). Records are ignored
+unless --records is given; then each is reported, and the member commits the position
+of every partition it gives back, synchronously in the revocation callback, so the next
+owner starts after the last record reported here (confluent-kafka only).
+
+--group-protocol consumer (confluent-kafka only) joins with KIP-848's consumer group
+protocol: the broker assigns, so there is no --strategy, and librdkafka refuses the
+classic protocol's session.timeout.ms and heartbeat.interval.ms (the broker sets both).
 
 Exit status: 0 after a clean close, 2 on a bad argument or a failed start or close,
-3 when the client does not support the strategy (`error unsupported ...`).
+3 when the client does not support the strategy or the group protocol (`error unsupported ...`).
 
 Needs the packages from `bash scripts/install-peers.sh` on PYTHONPATH
 (`<workspace>/.peers/python`).
@@ -94,7 +102,20 @@ def parse_args(argv):
     p.add_argument("--group", required=True)
     p.add_argument("--topic", required=True, action="append", dest="topics")
     p.add_argument(
-        "--strategy", required=True, choices=["range", "roundrobin", "cooperative-sticky"]
+        "--strategy",
+        choices=["range", "roundrobin", "cooperative-sticky"],
+        help="the classic protocol's assignor (required with it, refused with consumer)",
+    )
+    p.add_argument(
+        "--group-protocol",
+        choices=["classic", "consumer"],
+        default="classic",
+        help="group.protocol; consumer (KIP-848) is for confluent-kafka only",
+    )
+    p.add_argument(
+        "--records",
+        action="store_true",
+        help="confluent-kafka only: report every record and commit what is given back",
     )
     p.add_argument("--session-timeout-ms", type=int)
     p.add_argument("--heartbeat-ms", type=int)
@@ -132,14 +153,19 @@ def tp_set(partitions):
 def run_confluent(args, stop):
     from confluent_kafka import Consumer, KafkaError, KafkaException
 
+    consumer_protocol = args.group_protocol == "consumer"
     conf = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
-        "partition.assignment.strategy": args.strategy,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "error_cb": lambda err: emit("error %s" % err),
     }
+    if consumer_protocol:
+        # KIP-848: the broker assigns and sets the session and the heartbeat interval.
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["partition.assignment.strategy"] = args.strategy
     if args.session_timeout_ms is not None:
         conf["session.timeout.ms"] = args.session_timeout_ms
     if args.heartbeat_ms is not None:
@@ -157,7 +183,8 @@ def run_confluent(args, stop):
             return 2
         conf[key] = value
 
-    state = Assignment(incremental=args.strategy == "cooperative-sticky")
+    # KIP-848 hands out increments, as the cooperative protocol does.
+    state = Assignment(incremental=consumer_protocol or args.strategy == "cooperative-sticky")
     try:
         consumer = Consumer(conf)
     except KafkaException as e:
@@ -170,6 +197,8 @@ def run_confluent(args, stop):
         state.assigned(tp_set(parts))
 
     def on_revoke(c, parts):
+        if args.records:
+            commit_positions(c, parts)
         state.revoked(tp_set(parts))
 
     def on_lost(c, parts):
@@ -179,9 +208,13 @@ def run_confluent(args, stop):
     emit("ready")
     while not stop.is_set():
         msg = consumer.poll(0.1)
-        if msg is not None and msg.error() is not None:
+        if msg is None:
+            continue
+        if msg.error() is not None:
             if msg.error().code() != KafkaError._PARTITION_EOF:
                 emit("error %s" % msg.error())
+        elif args.records:
+            emit("record %s:%d:%d" % (msg.topic(), msg.partition(), msg.offset()))
     try:
         consumer.close()
     except KafkaException as e:
@@ -189,6 +222,21 @@ def run_confluent(args, stop):
         return 2
     emit("closed")
     return 0
+
+
+def commit_positions(consumer, parts):
+    """Commits, synchronously, the position (the next record to deliver) of each of
+    `parts` that has one: what was reported is done, and the next owner starts after it."""
+    from confluent_kafka import KafkaException
+
+    if not parts:
+        return
+    try:
+        positions = [tp for tp in consumer.position(parts) if tp.offset >= 0]
+        if positions:
+            consumer.commit(offsets=positions, asynchronous=False)
+    except KafkaException as e:
+        emit("error committing at revocation: %s" % e)
 
 
 def parse_version(text):
@@ -336,6 +384,25 @@ def run_kafka_python(args, stop):
 
 def main(argv):
     args = parse_args(argv)
+    if args.group_protocol == "consumer":
+        if args.client != "confluent":
+            emit("error unsupported: %s has no group.protocol=consumer" % args.client)
+            return 3
+        refused = [
+            ("--strategy", args.strategy),
+            ("--session-timeout-ms", args.session_timeout_ms),
+            ("--heartbeat-ms", args.heartbeat_ms),
+        ]
+        for flag, value in refused:
+            if value is not None:
+                emit("error %s is the classic protocol's; the broker sets it with consumer" % flag)
+                return 2
+    elif args.strategy is None:
+        emit("error --strategy is required with the classic group protocol")
+        return 2
+    if args.records and args.client != "confluent":
+        emit("error --records is for confluent-kafka only")
+        return 2
     if args.client != "kafka-python":
         for flag, value in [("--api-version", args.api_version), ("--assign-delay-ms", args.assign_delay_ms)]:
             if value:

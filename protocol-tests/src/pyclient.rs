@@ -3,7 +3,8 @@
 //! `peers/py_member.py`.
 //!
 //! The script reports on stdout, one line per event (`ready`, `assigned t:0,t:1`,
-//! `revoked ...`, `lost ...`, `error ...`, `closed`); a background thread reads them
+//! `revoked ...`, `lost ...`, `error ...`, `closed`, and with
+//! [`PyMemberBuilder::report_records`] `record t:3:17`); a background thread reads them
 //! into a shared state that [`PyMember`] waits on. The packages come from `bash
 //! scripts/install-peers.sh`, which installs them into `<workspace>/.peers/python`;
 //! that directory is put first on the child's `PYTHONPATH`. `PEERS.md` lists the
@@ -90,7 +91,8 @@ pub struct PyMemberBuilder {
     bootstrap: String,
     group: String,
     topics: Vec<String>,
-    strategy: String,
+    /// The classic protocol's assignor; `None` with the consumer protocol.
+    strategy: Option<String>,
     session_timeout: Option<Duration>,
     heartbeat: Option<Duration>,
     instance_id: Option<String>,
@@ -99,6 +101,7 @@ pub struct PyMemberBuilder {
     assign_delay: Option<Duration>,
     log_level: Option<String>,
     properties: Vec<(String, String)>,
+    records: bool,
 }
 
 impl PyMemberBuilder {
@@ -109,14 +112,25 @@ impl PyMemberBuilder {
         self
     }
 
-    /// `session.timeout.ms` (the client's default otherwise: 45 s).
+    /// confluent-kafka only: report every record the application receives
+    /// ([`PyMember::records`]), and commit the position of every partition given back,
+    /// synchronously in the revocation callback (also when closing), so the next owner
+    /// starts right after the last record reported. Without it records are ignored and
+    /// nothing is committed.
+    pub fn report_records(mut self) -> Self {
+        self.records = true;
+        self
+    }
+
+    /// `session.timeout.ms` (the client's default otherwise: 45 s). Classic protocol
+    /// only: librdkafka refuses it with `group.protocol=consumer`.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = Some(timeout);
         self
     }
 
     /// `heartbeat.interval.ms` (3 s by default). A short one makes the member notice
-    /// a rebalance sooner.
+    /// a rebalance sooner. Classic protocol only, as [`PyMemberBuilder::session_timeout`].
     pub fn heartbeat(mut self, interval: Duration) -> Self {
         self.heartbeat = Some(interval);
         self
@@ -167,9 +181,14 @@ impl PyMemberBuilder {
             self.bootstrap.clone(),
             "--group".to_string(),
             self.group.clone(),
-            "--strategy".to_string(),
-            self.strategy.clone(),
         ];
+        match &self.strategy {
+            Some(strategy) => args.extend(["--strategy".to_string(), strategy.clone()]),
+            None => args.extend(["--group-protocol".to_string(), "consumer".to_string()]),
+        }
+        if self.records {
+            args.push("--records".to_string());
+        }
         for topic in &self.topics {
             args.extend(["--topic".to_string(), topic.clone()]);
         }
@@ -245,6 +264,8 @@ struct State {
     /// stderr lines (at most [`MAX_STDERR_LINES`]).
     stderr: Vec<String>,
     assignment: BTreeSet<(String, i32)>,
+    /// `record` lines, in order (kept out of `lines`: there are many).
+    records: Vec<(String, i32, i64)>,
     /// How many `assigned` lines have been seen.
     assignments: usize,
     ready: bool,
@@ -283,6 +304,21 @@ fn parse_partitions(list: &str) -> Result<BTreeSet<(String, i32)>, String> {
         .collect()
 }
 
+/// `t:3:17` as `(topic, partition, offset)`.
+fn parse_record(item: &str) -> Result<(String, i32, i64), String> {
+    let (rest, offset) = item
+        .trim()
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{item:?} is not topic:partition:offset"))?;
+    let offset = offset
+        .parse()
+        .map_err(|e| format!("{item:?}: bad offset: {e}"))?;
+    let (topic, partition) = parse_partitions(rest)?
+        .pop_first()
+        .ok_or_else(|| format!("{item:?}: no partition"))?;
+    Ok((topic, partition, offset))
+}
+
 fn read_stdout(out: impl Read, shared: &Shared) {
     for line in BufReader::new(out).lines() {
         let Ok(line) = line else { break };
@@ -291,6 +327,13 @@ fn read_stdout(out: impl Read, shared: &Shared) {
         match word {
             "ready" => state.ready = true,
             "closed" => state.closed = true,
+            "record" => {
+                match parse_record(rest) {
+                    Ok(record) => state.records.push(record),
+                    Err(e) => state.stderr.push(format!("pyclient: unparsable line: {e}")),
+                }
+                continue;
+            }
             "assigned" => match parse_partitions(rest) {
                 Ok(set) => {
                     state.assignment = set;
@@ -359,12 +402,28 @@ impl PyMember {
         topics: &[&str],
         strategy: &str,
     ) -> PyMemberBuilder {
+        let mut builder = Self::consumer_protocol_builder(client, bootstrap, group, topics);
+        builder.strategy = Some(strategy.to_string());
+        builder
+    }
+
+    /// A member on KIP-848's consumer group protocol (`group.protocol=consumer`,
+    /// confluent-kafka only): the broker assigns, so there is no strategy, and the
+    /// session timeout and heartbeat interval are the broker's (librdkafka refuses
+    /// [`PyMemberBuilder::session_timeout`] and [`PyMemberBuilder::heartbeat`] here).
+    /// Assignments are reported as increments add up, as under `cooperative-sticky`.
+    pub fn consumer_protocol_builder(
+        client: PyClient,
+        bootstrap: &str,
+        group: &str,
+        topics: &[&str],
+    ) -> PyMemberBuilder {
         PyMemberBuilder {
             client,
             bootstrap: bootstrap.to_string(),
             group: group.to_string(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
-            strategy: strategy.to_string(),
+            strategy: None,
             session_timeout: None,
             heartbeat: None,
             instance_id: None,
@@ -373,6 +432,7 @@ impl PyMember {
             assign_delay: None,
             log_level: std::env::var("PYMEMBER_LOG").ok().filter(|v| !v.is_empty()),
             properties: Vec::new(),
+            records: false,
         }
     }
 
@@ -392,7 +452,13 @@ impl PyMember {
         self.shared.lock().assignments
     }
 
-    /// Everything it printed on stdout so far, then its stderr lines prefixed with
+    /// The records it reported so far, as `(topic, partition, offset)` in the order it
+    /// received them (only with [`PyMemberBuilder::report_records`]).
+    pub fn records(&self) -> Vec<(String, i32, i64)> {
+        self.shared.lock().records.clone()
+    }
+
+    /// Everything it printed on stdout so far (but `record` lines), then its stderr lines prefixed with
     /// `stderr: `, for diagnostics.
     pub fn lines(&self) -> Vec<String> {
         let state = self.shared.lock();
@@ -496,6 +562,12 @@ impl PyMember {
     /// kafka-python notices `quit` within 0.2 s, or, in the middle of a join, once the
     /// join is over (its polls must not time out mid-join, see `py_member.py`).
     pub fn close(mut self) -> anyhow::Result<()> {
+        self.leave_and_exit()
+    }
+
+    /// [`PyMember::close`] without giving the member up, so that what it reported
+    /// ([`PyMember::records`], [`PyMember::lines`]) can be read afterwards.
+    pub fn leave_and_exit(&mut self) -> anyhow::Result<()> {
         self.request_close();
         let status = self.wait_exit(CLOSE_TIMEOUT)?;
         let Some(status) = status else {
@@ -626,7 +698,7 @@ impl Drop for PyMember {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_partitions;
+    use super::{parse_partitions, parse_record};
 
     #[test]
     fn parses_partition_lists() {
@@ -636,5 +708,12 @@ mod tests {
         assert_eq!(set, want.into_iter().collect());
         assert!(parse_partitions("t").is_err());
         assert!(parse_partitions("t:x").is_err());
+    }
+
+    #[test]
+    fn parses_records() {
+        assert_eq!(parse_record("a.b:3:17"), Ok(("a.b".to_string(), 3, 17)));
+        assert!(parse_record("t:3").is_err());
+        assert!(parse_record("t:3:x").is_err());
     }
 }

@@ -1,13 +1,17 @@
 //! Mixed groups: ottla members share a group with members of other clients (the Python
 //! `confluent-kafka` package, i.e. librdkafka, and `kafka-python`), under `range`,
 //! `roundrobin` and `cooperative-sticky`, on the librdkafka mock cluster and on tansu.
-//! Every partition must end up owned exactly once across all the clients.
+//! Every partition must end up owned exactly once across all the clients. On KIP-848's
+//! consumer group protocol (confluent-kafka only), every record must also be read
+//! exactly once.
 //!
 //! Needs `bash scripts/install-peers.sh`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ottla::consumer::{Consumer, GroupProtocol, OffsetReset};
 use protocol_tests::group_app::{MemberOptions, TestMember};
 use protocol_tests::mock::MockCluster;
 use protocol_tests::pyclient::{PyClient, PyMember};
@@ -15,6 +19,12 @@ use protocol_tests::tansu::Tansu;
 
 const TOPIC: &str = "mixed";
 const PARTITIONS: i32 = 12;
+/// The KIP-848 test's topic.
+const TOPIC_848: &str = "mixed-848";
+/// JoinGroup's API key (the classic protocol's join).
+const JOIN_GROUP: i16 = 11;
+/// ConsumerGroupHeartbeat's API key (KIP-848).
+const CONSUMER_GROUP_HEARTBEAT: i16 = 68;
 
 async fn mixed(
     bootstrap: &str,
@@ -155,4 +165,272 @@ async fn tansu_ottla_and_confluent_roundrobin() {
     let t = Tansu::start().unwrap();
     t.create_topic(TOPIC, PARTITIONS).unwrap();
     mixed(&t.bootstrap(), PyClient::Confluent, "roundrobin", None).await;
+}
+
+// ----- KIP-848: the consumer group protocol -----
+
+/// What every member of the KIP-848 mixed group read: `(member, partition, offset)`.
+type Reads = Arc<Mutex<Vec<(String, i32, i64)>>>;
+
+/// An ottla member on the consumer protocol, reading in its own task until told to
+/// stop, then closing (which commits what it read and leaves).
+struct OttlaReader {
+    name: String,
+    owned: Arc<Mutex<BTreeSet<(String, i32)>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl OttlaReader {
+    async fn start(bootstrap: &str, group: &str, name: &str, reads: Reads) -> Self {
+        let mut consumer = Consumer::builder(bootstrap)
+            .client_id(name)
+            .group_id(group)
+            .topics([TOPIC_848])
+            .group_protocol(GroupProtocol::Consumer)
+            .offset_reset(OffsetReset::Earliest)
+            .auto_commit(Some(Duration::from_millis(500)))
+            .fetch_max_wait(Duration::from_millis(100))
+            .build()
+            .await
+            .expect("ottla consumer");
+        let owned = Arc::new(Mutex::new(BTreeSet::new()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let (mine, who) = (owned.clone(), name.to_string());
+        let task = tokio::spawn(async move {
+            // The assignment is sampled between batches, and at least every 50 ms.
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {}
+                    batch = consumer.recv_batch(500) => {
+                        let batch = batch.unwrap_or_else(|e| panic!("{who}: {e}"));
+                        let mut reads = reads.lock().unwrap();
+                        for r in &batch {
+                            reads.push((who.clone(), r.partition, r.offset));
+                        }
+                    }
+                }
+                *mine.lock().unwrap() = consumer
+                    .assignment()
+                    .into_iter()
+                    .map(|tp| (tp.topic, tp.partition))
+                    .collect();
+            }
+            consumer.close().await.expect("close commits and leaves");
+            mine.lock().unwrap().clear();
+        });
+        Self {
+            name: name.to_string(),
+            owned,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn owned(&self) -> BTreeSet<(String, i32)> {
+        self.owned.lock().unwrap().clone()
+    }
+
+    async fn close(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .unwrap_or_else(|_| panic!("{} did not close within 30 s", self.name))
+            .expect("member task");
+    }
+}
+
+/// Writes 120 records (10 per partition) every 100 ms, record `i` to partition
+/// `i % PARTITIONS`, until told to stop; returns how many it wrote.
+fn steady_producer(
+    bootstrap: &str,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<u64>,
+) {
+    let producer =
+        protocol_tests::data::producer(bootstrap, "none", &[("linger.ms", "5")]).expect("producer");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let mut written = 0;
+        while !*stopped.borrow() {
+            protocol_tests::data::produce_with(&producer, TOPIC_848, PARTITIONS, written, 120)
+                .await
+                .expect("produce");
+            written += 120;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        written
+    });
+    (stop, task)
+}
+
+/// Waits until the members own every partition exactly once between them, `sizes`
+/// each (in the order given: ottla's, then the Python members').
+async fn owned_once(
+    what: &str,
+    ottla: &[&OttlaReader],
+    python: &[&PyMember],
+    sizes: &[usize],
+    within: Duration,
+) {
+    let all: BTreeSet<(String, i32)> = (0..PARTITIONS)
+        .map(|p| (TOPIC_848.to_string(), p))
+        .collect();
+    let started = Instant::now();
+    loop {
+        let sets: Vec<BTreeSet<(String, i32)>> = ottla
+            .iter()
+            .map(|m| m.owned())
+            .chain(python.iter().map(|m| m.assignment()))
+            .collect();
+        let total: usize = sets.iter().map(BTreeSet::len).sum();
+        let union: BTreeSet<(String, i32)> = sets.iter().flatten().cloned().collect();
+        let have: Vec<usize> = sets.iter().map(BTreeSet::len).collect();
+        if union == all && total == all.len() && have == sizes {
+            eprintln!(
+                "{what}: every partition owned once, {sizes:?}, after {:?}",
+                started.elapsed()
+            );
+            // Some reading in this split before the next change.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            return;
+        }
+        if started.elapsed() > within {
+            let lines: Vec<String> = python
+                .iter()
+                .map(|p| format!("{p:?}:\n  {}", p.lines().join("\n  ")))
+                .collect();
+            panic!(
+                "{what}: not converged within {within:?}: sizes {have:?} (want {sizes:?}), union {} of {}, total {total}\n{}",
+                union.len(),
+                all.len(),
+                lines.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// KIP-848 on the librdkafka 2.12.1 mock: ottla members and confluent-kafka members
+/// (librdkafka 2.16.0), all with `group.protocol=consumer`, share one group while a
+/// producer writes steadily. Members join one by one (ottla, Python, ottla, Python)
+/// until each owns 3 of the 12 partitions, then one of each client leaves. After
+/// every step every partition is owned exactly once across the clients; at the end,
+/// every record written was read exactly once, by one client or the other: each
+/// member commits what it read when it gives a partition back (ottla's automatic
+/// commit at revocation, the Python member's synchronous commit in its revocation
+/// callback), and the mock hands a partition over only once its owner acknowledged
+/// the revocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_ottla_and_confluent_consumer_protocol_nothing_lost_or_repeated() {
+    protocol_tests::init_tracing();
+    let m = MockCluster::new(3).expect("mock");
+    m.set_group_consumer_heartbeat_interval(Duration::from_millis(500))
+        .expect("interval");
+    m.set_group_consumer_session_timeout(Duration::from_secs(6))
+        .expect("session");
+    m.create_topic(TOPIC_848, PARTITIONS, 1).expect("topic");
+    // To check below that nobody fell back to the classic protocol.
+    m.start_request_tracking();
+    let bootstrap = m.bootstrap();
+    let group = format!("mixed-848-{}", std::process::id());
+    let reads: Reads = Arc::default();
+    let python = |name: &str| {
+        PyMember::consumer_protocol_builder(PyClient::Confluent, &bootstrap, &group, &[TOPIC_848])
+            .client_id(name)
+            .report_records()
+            .spawn()
+            .expect("python member")
+    };
+    let (stop_producing, producer) = steady_producer(&bootstrap);
+    let step = Duration::from_secs(30);
+
+    let o1 = OttlaReader::start(&bootstrap, &group, "ottla-1", reads.clone()).await;
+    owned_once("ottla-1 alone", &[&o1], &[], &[12], step).await;
+    let p1 = python("py-1");
+    owned_once("ottla-1, py-1", &[&o1], &[&p1], &[6, 6], step).await;
+    let o2 = OttlaReader::start(&bootstrap, &group, "ottla-2", reads.clone()).await;
+    owned_once("+ ottla-2", &[&o1, &o2], &[&p1], &[4, 4, 4], step).await;
+    let p2 = python("py-2");
+    owned_once("+ py-2", &[&o1, &o2], &[&p1, &p2], &[3, 3, 3, 3], step).await;
+    // The first of each leaves: their partitions go to the two that stay.
+    let mut p1 = p1;
+    tokio::task::block_in_place(|| p1.leave_and_exit()).expect("py-1 commits, leaves and exits");
+    o1.close().await;
+    owned_once("ottla-1 and py-1 gone", &[&o2], &[&p2], &[6, 6], step).await;
+    // Let the last records be read, then close the rest (each commits and leaves).
+    let _ = stop_producing.send(true);
+    let written = producer.await.expect("producer");
+    let per_partition = written / PARTITIONS as u64;
+    let everything = |p2: &PyMember| {
+        let mut all = reads.lock().unwrap().clone();
+        for (who, p) in [("py-1", &p1), ("py-2", p2)] {
+            let records = p.records().into_iter();
+            all.extend(records.map(|(_, partition, offset)| (who.to_string(), partition, offset)));
+        }
+        all
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let mut next = [0u64; PARTITIONS as usize];
+        for (_, p, o) in everything(&p2) {
+            next[p as usize] = next[p as usize].max(o as u64 + 1);
+        }
+        if next.iter().all(|n| *n >= per_partition) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A little longer: a record read twice would show up now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut p2 = p2;
+    tokio::task::block_in_place(|| p2.leave_and_exit()).expect("py-2 commits, leaves and exits");
+    o2.close().await;
+
+    let requests = m.requests();
+    let count = |key: i16| requests.iter().filter(|r| r.api_key == key).count();
+    let (joins, heartbeats) = (count(JOIN_GROUP), count(CONSUMER_GROUP_HEARTBEAT));
+    assert_eq!(joins, 0, "a member joined with the classic protocol");
+    assert!(heartbeats > 0, "no ConsumerGroupHeartbeat reached the mock");
+
+    let all = everything(&p2);
+    let mut readers: BTreeMap<(i32, i64), Vec<String>> = BTreeMap::new();
+    let mut per_member: BTreeMap<String, usize> = BTreeMap::new();
+    for (who, p, o) in all {
+        *per_member.entry(who.clone()).or_default() += 1;
+        readers.entry((p, o)).or_default().push(who);
+    }
+    eprintln!("{written} records written; read per member {per_member:?}");
+    assert_eq!(
+        per_member.len(),
+        4,
+        "every member read records: {per_member:?}"
+    );
+    let repeated: Vec<_> = readers.iter().filter(|(_, who)| who.len() > 1).collect();
+    assert!(
+        repeated.is_empty(),
+        "{} records read more than once, e.g. {:?}",
+        repeated.len(),
+        &repeated[..repeated.len().min(10)]
+    );
+    let missing: Vec<(i32, i64)> = (0..PARTITIONS)
+        .flat_map(|p| (0..per_partition as i64).map(move |o| (p, o)))
+        .filter(|k| !readers.contains_key(k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {written} records never read, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    assert_eq!(
+        readers.len() as u64,
+        written,
+        "no record beyond those written"
+    );
 }
