@@ -2,9 +2,9 @@
 //!
 //! `cargo run --release -p protocol-tests --bin bench-rebalance [-- --runs 3 --partitions 6
 //! --session-ms 4000 --heartbeat-ms 500 --delay-ms 300 --tick-ms 10 --fetch-wait-ms 20
-//! --scenarios cold,move,eager,coop]`
+//! --move-every-ms 400 --scenarios cold,move,eager,coop,848]`
 //!
-//! Four scenarios, each run `--runs` times per client, the clients interleaved:
+//! Five scenarios, each run `--runs` times per client, the clients interleaved:
 //! - `cold`: 3 members start at once on a topic with records in every partition; the time
 //!   until every partition has delivered a record.
 //! - `move`: 3 members under steady production; the group's coordinator moves to another
@@ -17,6 +17,13 @@
 //!   staying partitions delivered again, counted from the third member's start (the
 //!   gap alone depends on where in its heartbeat interval each member learns of the
 //!   rebalance).
+//! - `848`: both clients on KIP-848's consumer group protocol. 1 member under steady
+//!   production, then a second, while the coordinator moves three times (every
+//!   `--move-every-ms` from the second's start). The longest gap of the partitions that
+//!   stay (against the steady one before), and for the moved ones the time from the
+//!   revocation reaching the old owner's application to the first record at the new
+//!   owner, to compare with two heartbeat intervals (`--heartbeat-ms`, which the mock
+//!   gives the consumer-protocol members).
 //!
 //! Times are taken in the consumer loops as records arrive; only records past every
 //! offset the partition delivered before count. Prints every run, then medians, minima
@@ -48,6 +55,8 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn run() -> anyhow::Result<()> {
+    // RUST_LOG (default warn): ottla's own view of a run, e.g. `ottla::driver::group=debug`.
+    protocol_tests::init_tracing();
     let defaults = Settings::default();
     let millis = |name: &str, d: Duration| Duration::from_millis(arg(name, d.as_millis() as u64));
     let settings = Settings {
@@ -57,6 +66,7 @@ async fn run() -> anyhow::Result<()> {
         initial_delay: millis("--delay-ms", defaults.initial_delay),
         tick: millis("--tick-ms", defaults.tick),
         fetch_max_wait: millis("--fetch-wait-ms", defaults.fetch_max_wait),
+        move_every: millis("--move-every-ms", defaults.move_every),
         ..defaults
     };
     let runs = arg("--runs", 3);
@@ -69,7 +79,7 @@ async fn run() -> anyhow::Result<()> {
                     .into_iter()
                     .find(|s| s.name() == n)
                     .ok_or_else(|| {
-                        anyhow::anyhow!("unknown scenario {n} (cold, move, eager, coop)")
+                        anyhow::anyhow!("unknown scenario {n} (cold, move, eager, coop, 848)")
                     })
             })
             .collect::<anyhow::Result<_>>()?,
