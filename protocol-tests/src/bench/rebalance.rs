@@ -158,7 +158,7 @@ impl Settings {
                 ms(self.tail)
             ),
             format!(
-                "KIP-848 scale-out: both clients with group.protocol=consumer (librdkafka: no session.timeout.ms, heartbeat.interval.ms or partition.assignment.strategy, which it refuses there; ottla: GroupProtocol::Consumer); the mock's consumer-group heartbeat interval {} ms and session timeout {} ms; 1 member, then a second; the coordinator moves {FIRST_COORDINATOR}->{}->{}->{} at {} ms, {} ms and {} ms after the second starts; the run ends {} ms after the second member's first record",
+                "KIP-848 scale-out: both clients with group.protocol=consumer (librdkafka: session.timeout.ms, heartbeat.interval.ms and partition.assignment.strategy not set, as the broker decides them on this protocol; ottla: GroupProtocol::Consumer); the mock's consumer-group heartbeat interval {} ms and session timeout {} ms; 1 member, then a second; the coordinator moves {FIRST_COORDINATOR}->{}->{}->{} at {} ms, {} ms and {} ms after the second starts; the run ends {} ms after the second member's first record",
                 ms(self.heartbeat_interval),
                 ms(self.session_timeout),
                 KIP848_MOVES[0],
@@ -551,7 +551,8 @@ fn rdkafka_member(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
         .set("max.poll.interval.ms", ms(s.max_poll_interval))
         .set("fetch.wait.max.ms", ms(s.fetch_max_wait));
     match ctx.protocol {
-        // librdkafka refuses the classic protocol's settings with the consumer protocol.
+        // The broker decides these on the consumer protocol (librdkafka 2.16 refuses
+        // them there).
         GroupProtocol::Consumer => {
             config.set("group.protocol", "consumer");
         }
