@@ -304,8 +304,27 @@ async fn mock_static_member_returning_within_the_session_gets_its_partitions_bac
 /// keeps are never revoked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_scale_out_hands_partitions_over_only_after_their_owner_released_them() {
+    scale_out(false).await;
+}
+
+/// The same with the coordinator moving while the first member holds on: a move
+/// changes nothing of who owns what. (The member does not close its connection to the
+/// coordinator it gave up on, as Java's consumer-protocol member; the librdkafka mock
+/// takes a closed connection for a release, and handed the partitions to the second
+/// member while the first still read them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_scale_out_with_a_coordinator_move_still_hands_over_only_after_the_release() {
+    scale_out(true).await;
+}
+
+async fn scale_out(move_coordinator: bool) {
     let mock = mock_with(0).await;
-    let group = "scale-out";
+    let group = if move_coordinator {
+        "scale-out-moving"
+    } else {
+        "scale-out"
+    };
+    mock.set_group_coordinator(group, 1).expect("coordinator");
     let mut a = builder(&mock.bootstrap(), group)
         .manual_revocation()
         .build()
@@ -345,6 +364,9 @@ async fn mock_scale_out_hands_partitions_over_only_after_their_owner_released_th
         }
     };
     assert_eq!(revoked.len(), PARTITIONS as usize / 2, "{revoked:?}");
+    if move_coordinator {
+        mock.set_group_coordinator(group, 2).expect("move");
+    }
     // a holds on for two seconds, heartbeating meanwhile: b gets none of them.
     read_for(&mut a, &mut seen_a, Duration::from_secs(1)).await;
     read_for(&mut b, &mut seen_b, Duration::from_secs(1)).await;

@@ -194,11 +194,15 @@ async fn run(
     // The member orders OffsetCommits (one in flight); the task sends what it is given.
     let mut coordinator: Option<NodeId> = None;
     loop {
-        // A coordinator the member gave up on (an error, a timeout, a session without a
-        // successful heartbeat) is disconnected from, as the Java client does: what
-        // waits on a host gone silent fails now, and the next requests reconnect.
+        // A coordinator the classic member gave up on (an error, a timeout, a session
+        // without a successful heartbeat) is disconnected from, as the Java client does:
+        // what waits on a host gone silent fails now, and the next requests reconnect.
+        // Not the consumer protocol's (`Member::disconnects_lost_coordinator`).
         let current = member.coordinator();
-        if let Some(old) = coordinator.filter(|old| current != Some(*old)) {
+        if let Some(old) = coordinator
+            .filter(|old| current != Some(*old))
+            .filter(|_| member.disconnects_lost_coordinator())
+        {
             let address = coordinators
                 .get(&old)
                 .cloned()

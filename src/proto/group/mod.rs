@@ -74,6 +74,16 @@ impl Member {
         both!(self, m => m.coordinator())
     }
 
+    /// Whether the driver closes the connection to a coordinator the member gave up
+    /// on. The classic member's does, as Java's classic `markCoordinatorUnknown`: what
+    /// waits on a host gone silent fails at once. The consumer protocol's does not, as
+    /// Java's `CoordinatorRequestManager`: the group's state is the broker's, the
+    /// heartbeat has its own deadline, and the librdkafka mock takes a closed
+    /// connection for a member that released its partitions.
+    pub fn disconnects_lost_coordinator(&self) -> bool {
+        matches!(self, Member::Classic(_))
+    }
+
     /// The member id.
     pub fn member_id(&self) -> &str {
         both!(self, m => m.member_id())
