@@ -5,8 +5,12 @@
 //! group's invariants held, and prints the figures.
 //!
 //! ```text
-//! cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu]
+//! cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer]
 //! ```
+//!
+//! With `--group-protocol consumer` the members speak KIP-848 (mock only); every fault
+//! kind applies, errors going on ConsumerGroupHeartbeat instead of the classic group
+//! requests ([`schedule::injected_apis`]).
 //!
 //! [`run`] is the whole run; the `chaos` binary parses its command line with
 //! [`Config::from_args`] and prints the [`Report`]; `tests/chaos.rs` runs it briefly.
@@ -43,7 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
+use ottla::consumer::{Consumer, GroupProtocol, OffsetReset, TopicPartition};
 use rdkafka::ClientConfig as RdConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -53,7 +57,7 @@ use crate::mock::MockCluster;
 use crate::peer::Peer;
 use journal::{Analysis, Journal};
 use member::{Fates, Member, MemberContext, Stop};
-use schedule::{Action, FaultKind, INJECTED_APIS, PlanInput};
+use schedule::{Action, FaultKind, PlanInput};
 
 /// The topic the records go to.
 pub const TOPIC: &str = "chaos";
@@ -89,7 +93,12 @@ pub struct Config {
     pub rates: BTreeMap<FaultKind, f64>,
     /// Handler failure probabilities.
     pub fates: Fates,
-    /// The assignor; `None`: drawn from the seed.
+    /// The members' group protocol. Under [`GroupProtocol::Consumer`] (KIP-848, mock
+    /// only) the broker assigns and sets the session timeout and heartbeat interval:
+    /// the runner gives the mock `session_timeout` and a sixth of it.
+    pub group_protocol: GroupProtocol,
+    /// The assignor; `None`: drawn from the seed (classic), the broker's default
+    /// (consumer: the name goes to the broker as `group.remote.assignor`).
     pub assignor: Option<String>,
     /// How often the processors commit.
     pub commit_interval: Duration,
@@ -134,6 +143,7 @@ impl Default for Config {
                 permanent: 0.002,
                 slow: 0.005,
             },
+            group_protocol: GroupProtocol::Classic,
             assignor: None,
             commit_interval: Duration::from_millis(200),
             session_timeout: Duration::from_secs(3),
@@ -149,6 +159,10 @@ impl Default for Config {
 /// The assignors a seed draws from.
 pub const ASSIGNORS: [&str; 4] = ["cooperative-sticky", "range", "roundrobin", "sticky"];
 
+/// The broker-side assignors `--assignor` may name under the consumer protocol
+/// (Kafka's; the librdkafka mock ignores the name and always assigns by range).
+pub const REMOTE_ASSIGNORS: [&str; 2] = ["uniform", "range"];
+
 /// The command line.
 pub const USAGE: &str = "\
 chaos: an ottla consumer group under injected faults; checks that nothing is lost.
@@ -156,6 +170,11 @@ chaos: an ottla consumer group under injected faults; checks that nothing is los
   --duration D          how long to produce and inject faults: 60s, 2m, 10m, 1h (env OTTLA_CHAOS_DURATION; default 60s)
   --seed N              the seed (env OTTLA_CHAOS_SEED; default: from the clock, printed)
   --broker mock|tansu   the broker (env OTTLA_CHAOS_BROKER; default mock)
+  --group-protocol P    classic or consumer (KIP-848; mock only: tansu lacks it) (env
+                        OTTLA_CHAOS_GROUP_PROTOCOL; default classic). Under consumer the mock is
+                        given --session-timeout and a sixth of it as the heartbeat interval,
+                        and errors go on ConsumerGroupHeartbeat instead of JoinGroup, SyncGroup
+                        and Heartbeat
   --members N           members at the start (env OTTLA_CHAOS_MEMBERS; default 3)
   --brokers N           mock brokers (default 3)
   --partitions N        topic partitions (default 6)
@@ -168,7 +187,9 @@ chaos: an ottla consumer group under injected faults; checks that nothing is los
   --transient P         probability that a handler attempt fails transiently (default 0.03)
   --permanent P         probability that a record always fails, so is dead-lettered (default 0.002)
   --slow P              probability that an attempt takes 50-300 ms (default 0.005)
-  --assignor NAME       cooperative-sticky, range, roundrobin or sticky (default: drawn from the seed)
+  --assignor NAME       cooperative-sticky, range, roundrobin or sticky (default: drawn from the seed);
+                        under the consumer protocol uniform or range, sent as group.remote.assignor
+                        (default: none, the broker's)
   --commit-interval D   how often the processors commit (default 200ms)
   --session-timeout D   the members' session timeout, heartbeats at a sixth of it (default 3s)
   --linger D            the producer's linger.ms (default 100ms)
@@ -197,6 +218,9 @@ impl Config {
         }
         if let Some(v) = env("OTTLA_CHAOS_BROKER") {
             c.broker = parse_broker(&v)?;
+        }
+        if let Some(v) = env("OTTLA_CHAOS_GROUP_PROTOCOL") {
+            c.group_protocol = parse_protocol(&v)?;
         }
         if let Some(v) = env("OTTLA_CHAOS_MEMBERS") {
             c.members = v.trim().parse().context("OTTLA_CHAOS_MEMBERS")?;
@@ -231,6 +255,7 @@ impl Config {
                 "--duration" => c.duration = parse_duration(&value).with_context(bad)?,
                 "--seed" => c.seed = value.parse().with_context(bad)?,
                 "--broker" => c.broker = parse_broker(&value)?,
+                "--group-protocol" => c.group_protocol = parse_protocol(&value)?,
                 "--members" => c.members = value.parse().with_context(bad)?,
                 "--brokers" => c.brokers = value.parse().with_context(bad)?,
                 "--partitions" => c.partitions = value.parse().with_context(bad)?,
@@ -290,10 +315,20 @@ impl Config {
         if self.produce_rate <= 0.0 {
             bail!("--produce-rate must be positive");
         }
+        let known: &[&str] = match self.group_protocol {
+            GroupProtocol::Classic => &ASSIGNORS,
+            GroupProtocol::Consumer => &REMOTE_ASSIGNORS,
+        };
         if let Some(a) = &self.assignor
-            && !ASSIGNORS.contains(&a.as_str())
+            && !known.contains(&a.as_str())
         {
-            bail!("unknown assignor {a:?}: one of {ASSIGNORS:?}");
+            bail!(
+                "unknown assignor {a:?} for the {} protocol: one of {known:?}",
+                self.group_protocol.name()
+            );
+        }
+        if self.group_protocol == GroupProtocol::Consumer && self.broker == BrokerKind::Tansu {
+            bail!("--group-protocol consumer needs the mock: tansu has no ConsumerGroupHeartbeat");
         }
         if self.session_timeout < Duration::from_millis(600) {
             bail!("--session-timeout must be at least 600ms");
@@ -306,11 +341,28 @@ impl Config {
         Ok(())
     }
 
-    /// The assignor of this run.
-    pub fn assignor(&self) -> String {
-        self.assignor.clone().unwrap_or_else(|| {
-            ASSIGNORS[(schedule::mix(self.seed, 7) % ASSIGNORS.len() as u64) as usize].into()
-        })
+    /// The assignor of this run: under the classic protocol the members', under the
+    /// consumer protocol the one named to the broker (`None`: its default).
+    pub fn assignor(&self) -> Option<String> {
+        match self.group_protocol {
+            GroupProtocol::Classic => Some(self.assignor.clone().unwrap_or_else(|| {
+                ASSIGNORS[(schedule::mix(self.seed, 7) % ASSIGNORS.len() as u64) as usize].into()
+            })),
+            GroupProtocol::Consumer => self.assignor.clone(),
+        }
+    }
+
+    /// The plan's input for a cluster of `brokers`.
+    pub fn plan_input(&self, brokers: Vec<i32>) -> PlanInput {
+        PlanInput {
+            seed: self.seed,
+            duration: self.duration,
+            rates: self.effective_rates(),
+            brokers,
+            members: self.members,
+            max_members: self.members + 2,
+            group_protocol: self.group_protocol,
+        }
     }
 
     /// The rates in effect: kinds the broker cannot inject are off on tansu.
@@ -336,6 +388,9 @@ impl Config {
             self.seed,
             self.members
         );
+        if self.group_protocol != GroupProtocol::Classic {
+            cmd.push_str(&format!(" --group-protocol {}", self.group_protocol.name()));
+        }
         let defaults = Config::default();
         let changed: Vec<String> = self
             .rates
@@ -395,6 +450,11 @@ impl Config {
     }
 }
 
+fn parse_protocol(v: &str) -> anyhow::Result<GroupProtocol> {
+    v.parse::<GroupProtocol>()
+        .map_err(|e| anyhow::anyhow!("--group-protocol: {e}"))
+}
+
 fn parse_broker(v: &str) -> anyhow::Result<BrokerKind> {
     match v.trim() {
         "mock" => Ok(BrokerKind::Mock),
@@ -450,7 +510,9 @@ fn seed_from_time() -> u64 {
 pub struct Report {
     /// The seed.
     pub seed: u64,
-    /// The assignor used.
+    /// The members' group protocol.
+    pub group_protocol: GroupProtocol,
+    /// The assignor used (under the consumer protocol, the one named to the broker).
     pub assignor: String,
     /// The checks' results.
     pub analysis: Analysis,
@@ -490,7 +552,7 @@ impl Report {
             .map(|(c, n)| format!(" {}={n}", c.name()))
             .collect();
         format!(
-            "lost={} duplicates={} moves={} rebalances={} faults={} produced={} handled={} dead_lettered={} in_flight_bound={} violations={}{} ownership={} drained={} seed={} result={}",
+            "lost={} duplicates={} moves={} rebalances={} faults={} produced={} handled={} dead_lettered={} in_flight_bound={} violations={}{} ownership={} drained={} protocol={} seed={} result={}",
             a.lost,
             a.duplicates,
             self.moves,
@@ -508,6 +570,7 @@ impl Report {
                 "unchecked"
             },
             self.drained,
+            self.group_protocol.name(),
             self.seed,
             if self.passed() { "pass" } else { "FAIL" },
         )
@@ -604,9 +667,10 @@ impl std::fmt::Display for Report {
             .collect();
         writeln!(
             f,
-            "faults:      {} ({}), assignor {}",
+            "faults:      {} ({}), {} protocol, assignor {}",
             self.fault_total(),
             faults.join(" "),
+            self.group_protocol.name(),
             self.assignor
         )?;
         let gaps: Vec<String> = a
@@ -671,6 +735,9 @@ impl std::fmt::Display for Report {
 pub async fn run(config: Config) -> anyhow::Result<Report> {
     let capture = capture::install();
     let assignor = config.assignor();
+    let shown_assignor = assignor
+        .clone()
+        .unwrap_or_else(|| "the broker's default".into());
     let rates = config.effective_rates();
     let peer = match config.broker {
         BrokerKind::Mock => Peer::mock(config.brokers)?,
@@ -679,6 +746,10 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let mock: Option<&MockCluster> = match &peer {
         Peer::Mock(m) => {
             m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+            // Consumer-protocol groups take their session and heartbeat interval from
+            // the broker (KIP-848); the mock's defaults are 30 s and 3 s.
+            m.set_group_consumer_session_timeout(config.session_timeout)?;
+            m.set_group_consumer_heartbeat_interval(config.session_timeout / 6)?;
             Some(m)
         }
         _ => None,
@@ -690,14 +761,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let group = format!("chaos-{}", config.seed);
     let brokers = mock.map(|m| m.broker_ids()).unwrap_or_default();
 
-    let input = PlanInput {
-        seed: config.seed,
-        duration: config.duration,
-        rates: rates.clone(),
-        brokers: brokers.clone(),
-        members: config.members,
-        max_members: config.members + 2,
-    };
+    let input = config.plan_input(brokers.clone());
     let plan = schedule::plan(&input);
     // The plan's model starts from this coordinator; pin it before anyone asks.
     if let (Some(m), Some(c)) = (mock, schedule::initial_coordinator(&input)) {
@@ -705,9 +769,10 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             .context("pinning the first coordinator")?;
     }
     println!(
-        "chaos: seed={} broker={} members={} duration={} assignor={assignor} partitions={} produce_rate={}/s planned_actions={}",
+        "chaos: seed={} broker={} protocol={} members={} duration={} assignor={shown_assignor} partitions={} produce_rate={}/s planned_actions={}",
         config.seed,
         peer.name(),
+        config.group_protocol.name(),
         config.members,
         format_duration(config.duration),
         config.partitions,
@@ -737,7 +802,8 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         bootstrap: bootstrap.clone(),
         group: group.clone(),
         topic: TOPIC.into(),
-        assignor: assignor.clone(),
+        group_protocol: config.group_protocol,
+        assignor,
         seed: config.seed,
         fates: config.fates,
         commit_interval: config.commit_interval,
@@ -828,7 +894,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
             let _ = m.broker_up(*b);
             let _ = m.set_rtt(*b, Duration::ZERO);
         }
-        for api in INJECTED_APIS {
+        for api in schedule::injected_apis(config.group_protocol) {
             m.clear_request_errors(api.key);
         }
     }
@@ -899,7 +965,8 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     drop(peer);
     Ok(Report {
         seed: config.seed,
-        assignor,
+        group_protocol: config.group_protocol,
+        assignor: shown_assignor,
         moves,
         faults,
         analysis,
@@ -1268,5 +1335,24 @@ mod tests {
         assert_eq!(c.effective_rates()[&FaultKind::Move], 0.0);
         assert!(c.replay_command().contains("--seed 5"));
         assert!(Config::from_args(&["--bogus".into(), "1".into()], |_| None).is_err());
+    }
+
+    #[test]
+    fn the_group_protocol_is_a_flag_replayed_and_mock_only() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = Config::from_args(&args(&["--seed", "3"]), |_| None).unwrap();
+        assert_eq!(c.group_protocol, GroupProtocol::Classic);
+        assert!(!c.replay_command().contains("--group-protocol"));
+        let c = Config::from_args(&args(&["--group-protocol", "consumer"]), |_| None).unwrap();
+        assert_eq!(c.group_protocol, GroupProtocol::Consumer);
+        assert!(c.replay_command().contains("--group-protocol consumer"));
+        assert_eq!(c.assignor(), None);
+        let env = |k: &str| (k == "OTTLA_CHAOS_GROUP_PROTOCOL").then(|| "consumer".to_string());
+        let c = Config::from_args(&args(&["--assignor", "uniform"]), env).unwrap();
+        assert_eq!(c.assignor().as_deref(), Some("uniform"));
+        // Classic assignors are the members'; the consumer protocol names the broker's.
+        assert!(Config::from_args(&args(&["--assignor", "sticky"]), env).is_err());
+        assert!(Config::from_args(&args(&["--broker", "tansu"]), env).is_err());
+        assert!(Config::from_args(&args(&["--group-protocol", "eager"]), |_| None).is_err());
     }
 }

@@ -1,19 +1,22 @@
 //! The chaos runner's core, briefly, on the mock cluster with a fixed seed: every fault
-//! kind is injected, nothing is lost, and every invariant holds. The `chaos` binary
-//! runs the same core for longer (`--duration 10m`); `OTTLA_CHAOS_SEED` replays
-//! another seed here.
+//! kind is injected, nothing is lost, and every invariant holds, once with the classic
+//! group protocol and once with the consumer protocol (KIP-848). The `chaos` binary
+//! runs the same core for longer (`--duration 10m`, `--group-protocol consumer`);
+//! `OTTLA_CHAOS_SEED` replays another seed here.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use protocol_tests::chaos::schedule::{self, FaultKind, PlanInput};
-use protocol_tests::chaos::{Config, run};
+use ottla::consumer::GroupProtocol;
+use protocol_tests::chaos::schedule::{self, Action, FaultKind};
+use protocol_tests::chaos::{Config, Report, run};
 
 /// Every fault kind at a rate that makes it happen within a short run.
-fn short_config() -> Config {
+fn short_config(group_protocol: GroupProtocol, seed: u64) -> Config {
     let mut config = Config {
         duration: Duration::from_secs(25),
-        seed: protocol_tests::env_number("OTTLA_CHAOS_SEED", 11),
+        seed: protocol_tests::env_number("OTTLA_CHAOS_SEED", seed),
+        group_protocol,
         progress: None,
         ..Config::default()
     };
@@ -33,31 +36,38 @@ fn short_config() -> Config {
     config
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_chaos_loses_nothing_and_keeps_the_invariants() {
-    let config = short_config();
-    let planned: BTreeSet<FaultKind> = schedule::plan(&PlanInput {
-        seed: config.seed,
-        duration: config.duration,
-        rates: config.effective_rates(),
-        brokers: (1..=config.brokers).collect(),
-        members: config.members,
-        max_members: config.members + 2,
-    })
-    .iter()
-    .filter_map(|(_, a)| a.kind())
-    .collect();
+/// Runs `config` after checking that its plan has every fault kind; asserts nothing
+/// was lost and every invariant held.
+async fn run_briefly(config: Config) -> Report {
+    let brokers: Vec<i32> = (1..=config.brokers).collect();
+    let plan = schedule::plan(&config.plan_input(brokers));
+    let planned: BTreeSet<FaultKind> = plan.iter().filter_map(|(_, a)| a.kind()).collect();
+    assert_eq!(
+        planned.len(),
+        FaultKind::ALL.len(),
+        "the seed's plan lacks a fault kind: {planned:?}"
+    );
+    let apis: BTreeSet<&str> = plan
+        .iter()
+        .filter_map(|(_, a)| match a {
+            Action::InjectErrors { api, .. } => Some(api.name),
+            _ => None,
+        })
+        .collect();
+    let group_api = match config.group_protocol {
+        GroupProtocol::Classic => ["JoinGroup", "SyncGroup", "Heartbeat"].as_slice(),
+        GroupProtocol::Consumer => ["ConsumerGroupHeartbeat"].as_slice(),
+    };
+    assert!(
+        group_api.iter().any(|a| apis.contains(a)),
+        "the seed's plan injects no error on a group request of its protocol: {apis:?}"
+    );
     let replay = config.replay_command();
     let report = run(config)
         .await
         .expect("the chaos run could not be set up");
     println!("{report}\n{}", report.summary());
     let a = &report.analysis;
-    assert_eq!(
-        planned.len(),
-        FaultKind::ALL.len(),
-        "the seed's plan lacks a fault kind: {planned:?}"
-    );
     assert!(a.produced > 1000, "too little was produced: {}", a.produced);
     assert_eq!(
         a.lost, 0,
@@ -72,4 +82,25 @@ async fn mock_chaos_loses_nothing_and_keeps_the_invariants() {
     assert!(report.ownership_checked, "no generation was learnt");
     assert!(report.drained);
     assert!(a.generations >= 2, "no rebalance happened");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_chaos_loses_nothing_and_keeps_the_invariants() {
+    run_briefly(short_config(GroupProtocol::Classic, 11)).await;
+}
+
+/// The same faults with KIP-848 members: coordinator moves and silences, brokers down,
+/// delays, errors on ConsumerGroupHeartbeat (fencing codes among them) and
+/// OffsetCommit, kills, crashes, joins and leaves. The mock is given the run's 3 s
+/// session, which a consumer-protocol group takes from the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_chaos_consumer_protocol_loses_nothing_and_keeps_the_invariants() {
+    let report = run_briefly(short_config(GroupProtocol::Consumer, 11)).await;
+    let log = &report.analysis.member_log;
+    // The members spoke KIP-848: the classic member's SyncGroup never happened.
+    assert!(
+        !log.contains_key("synced"),
+        "a member synced a classic generation: {log:?}"
+    );
 }

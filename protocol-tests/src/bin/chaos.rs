@@ -1,6 +1,6 @@
 //! The chaos runner: an ottla consumer group under injected faults.
 //!
-//! `cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu]`
+//! `cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer]`
 //!
 //! See `protocol_tests::chaos` for what it does and checks, and `--help` for every
 //! flag. The last line printed is a one-line summary; the exit status is non-zero

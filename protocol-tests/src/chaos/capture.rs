@@ -26,6 +26,8 @@ const COUNTED: &[&str] = &[
     "coordinator found",
     "coordinator unknown; rediscovering",
     "rebalance request failed",
+    // The consumer protocol (KIP-848): fenced, or a revocation timed out.
+    "rejoining with epoch 0",
 ];
 
 thread_local! {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ottla::ClientConfig;
 use ottla::ConsumerRecord;
-use ottla::consumer::OffsetReset;
+use ottla::consumer::{GroupProtocol, OffsetReset};
 use ottla::processor::{Backoff, Cancel, Metric, ProcessError, Processor, RetryPolicy};
 use tokio::sync::oneshot;
 
@@ -42,15 +42,19 @@ pub struct MemberContext {
     pub group: String,
     /// The topic.
     pub topic: String,
-    /// The assignor.
-    pub assignor: String,
+    /// The group protocol.
+    pub group_protocol: GroupProtocol,
+    /// The assignor: the members' (classic), or the one named to the broker
+    /// (consumer; `None`: the broker's default).
+    pub assignor: Option<String>,
     /// The run's seed.
     pub seed: u64,
     /// Handler failure probabilities.
     pub fates: Fates,
     /// How often processors commit.
     pub commit_interval: Duration,
-    /// The session timeout; heartbeats every sixth of it.
+    /// The session timeout; heartbeats every sixth of it (classic; under the consumer
+    /// protocol the broker sets both).
     pub session_timeout: Duration,
     /// `fetch.max.wait.ms`.
     pub fetch_max_wait: Duration,
@@ -205,6 +209,7 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
     client.jitter_seed = mix(ctx.seed, 1000 + inc as u64);
     let producer_client = client.clone();
     let assignor = ctx.assignor.clone();
+    let protocol = ctx.group_protocol;
     let fetch_max_wait = ctx.fetch_max_wait;
     let journal = ctx.journal.clone();
     let hook = move |m: Metric| match m {
@@ -220,6 +225,13 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
         // the Processor reports it before any record of the generation's new partitions.
         Metric::Joined { generation, .. } => {
             journal.member_log(inc, "joined".into(), Some(generation))
+        }
+        // Under the consumer protocol the member's epoch moves on without a join: the
+        // epoch of its latest assignment tags what it handles from then on (a partition
+        // goes to a new owner at a later epoch than the one its old owner got it in).
+        // Under the classic protocol it is the generation just joined.
+        Metric::Assigned { generation, .. } => {
+            journal.member_log(inc, "assigned".into(), Some(generation))
         }
         _ => {}
     };
@@ -241,9 +253,19 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
                 // The mock refuses a follower's SyncGroup that arrives after the
                 // leader's (PEERS.md); harmless elsewhere.
                 .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50));
-            match c.clone().assignors([assignor.as_str()]) {
-                Ok(c) => c,
-                Err(_) => c,
+            match (protocol, assignor.clone()) {
+                (GroupProtocol::Classic, Some(a)) => match c.clone().assignors([a.as_str()]) {
+                    Ok(c) => c,
+                    Err(_) => c,
+                },
+                (GroupProtocol::Classic, None) => c,
+                (GroupProtocol::Consumer, a) => {
+                    let c = c.group_protocol(GroupProtocol::Consumer);
+                    match a {
+                        Some(a) => c.group_remote_assignor(a),
+                        None => c,
+                    }
+                }
             }
         })
         .producer(move |p| {

@@ -16,6 +16,8 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
+use ottla::consumer::GroupProtocol;
+
 /// A fault kind, with a rate per minute in [`super::Config::rates`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
@@ -131,8 +133,14 @@ const NOT_AVAILABLE: i16 = 15;
 const NOT_COORDINATOR: i16 = 16;
 /// REBALANCE_IN_PROGRESS.
 const REBALANCING: i16 = 27;
+/// UNKNOWN_MEMBER_ID.
+const UNKNOWN_MEMBER: i16 = 25;
+/// FENCED_MEMBER_EPOCH.
+const FENCED_EPOCH: i16 = 110;
+/// STALE_MEMBER_EPOCH.
+const STALE_EPOCH: i16 = 113;
 
-/// The APIs errors are injected on.
+/// The APIs errors are injected on under the classic protocol.
 pub const INJECTED_APIS: [InjectedApi; 6] = [
     InjectedApi {
         name: "Heartbeat",
@@ -165,6 +173,51 @@ pub const INJECTED_APIS: [InjectedApi; 6] = [
         codes: &[NOT_LEADER, TIMED_OUT],
     },
 ];
+
+/// The APIs errors are injected on under the consumer protocol (KIP-848): its one
+/// group request, ConsumerGroupHeartbeat, in place of JoinGroup, SyncGroup and
+/// Heartbeat. Besides the coordinator codes it gets the two fencing codes: the mock
+/// then also removes the member (`rdkafka_mock_handlers.c`, injected
+/// UNKNOWN_MEMBER_ID/FENCED_MEMBER_EPOCH), which hands its partitions to the others
+/// while it still holds them, as a broker does when it fences a member. OffsetCommit
+/// gets STALE_MEMBER_EPOCH where the classic list has REBALANCE_IN_PROGRESS, which a
+/// KIP-848 broker does not answer a commit with.
+pub const INJECTED_APIS_CONSUMER: [InjectedApi; 4] = [
+    InjectedApi {
+        name: "ConsumerGroupHeartbeat",
+        key: 68,
+        codes: &[
+            NOT_COORDINATOR,
+            LOADING,
+            NOT_AVAILABLE,
+            UNKNOWN_MEMBER,
+            FENCED_EPOCH,
+        ],
+    },
+    InjectedApi {
+        name: "OffsetCommit",
+        key: 8,
+        codes: &[NOT_COORDINATOR, LOADING, TIMED_OUT, STALE_EPOCH],
+    },
+    InjectedApi {
+        name: "Fetch",
+        key: 1,
+        codes: &[NOT_LEADER, TIMED_OUT],
+    },
+    InjectedApi {
+        name: "Produce",
+        key: 0,
+        codes: &[NOT_LEADER, TIMED_OUT],
+    },
+];
+
+/// The APIs errors are injected on for members speaking `protocol`.
+pub fn injected_apis(protocol: GroupProtocol) -> &'static [InjectedApi] {
+    match protocol {
+        GroupProtocol::Classic => &INJECTED_APIS,
+        GroupProtocol::Consumer => &INJECTED_APIS_CONSUMER,
+    }
+}
 
 /// One planned step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,6 +362,8 @@ pub struct PlanInput {
     pub members: usize,
     /// The most members alive at once (joins beyond it are skipped).
     pub max_members: usize,
+    /// The members' group protocol, which decides the APIs errors are injected on.
+    pub group_protocol: GroupProtocol,
 }
 
 /// The broker the runner makes the group's coordinator before the members start
@@ -362,6 +417,7 @@ struct Model {
     coordinator: Option<i32>,
     slots: Vec<Slot>,
     max_members: usize,
+    apis: &'static [InjectedApi],
     /// Follow-ups by time (milliseconds, then insertion order).
     pending: BinaryHeap<Reverse<(u64, u64, FollowUp)>>,
     sequence: u64,
@@ -392,6 +448,7 @@ impl Model {
             coordinator: initial_coordinator(input),
             slots: vec![Slot::Alive; input.members],
             max_members: input.max_members.max(input.members),
+            apis: injected_apis(input.group_protocol),
             pending: BinaryHeap::new(),
             sequence: 0,
         }
@@ -510,7 +567,7 @@ impl Model {
                 if self.brokers.is_empty() {
                     return;
                 }
-                let api = INJECTED_APIS[rng.below(INJECTED_APIS.len() as u64) as usize];
+                let api = self.apis[rng.below(self.apis.len() as u64) as usize];
                 let n = 1 + rng.below(3) as usize;
                 let codes = (0..n)
                     .map(|_| api.codes[rng.below(api.codes.len() as u64) as usize])
@@ -575,6 +632,7 @@ mod tests {
             brokers: vec![1, 2, 3],
             members: 3,
             max_members: 5,
+            group_protocol: GroupProtocol::Classic,
         }
     }
 
@@ -582,6 +640,33 @@ mod tests {
     fn the_same_seed_gives_the_same_plan() {
         assert_eq!(plan(&input(7)), plan(&input(7)));
         assert_ne!(plan(&input(7)), plan(&input(8)));
+    }
+
+    #[test]
+    fn consumer_protocol_plans_inject_errors_on_its_own_group_request_only() {
+        let mut seen = BTreeSet::new();
+        for seed in 0..20 {
+            let classic = plan(&input(seed));
+            let consumer = plan(&PlanInput {
+                group_protocol: GroupProtocol::Consumer,
+                ..input(seed)
+            });
+            // Only the APIs differ: the same faults at the same times.
+            assert_eq!(classic.len(), consumer.len(), "seed {seed}");
+            for (_, a) in consumer {
+                if let Action::InjectErrors { api, codes } = a {
+                    assert!(
+                        INJECTED_APIS_CONSUMER.contains(&api),
+                        "seed {seed}: {}",
+                        api.name
+                    );
+                    assert!(codes.iter().all(|c| api.codes.contains(c)));
+                    seen.insert(api.name);
+                }
+            }
+        }
+        assert!(seen.contains("ConsumerGroupHeartbeat"), "{seen:?}");
+        assert!(!seen.contains("JoinGroup") && !seen.contains("Heartbeat"));
     }
 
     #[test]
