@@ -12,6 +12,13 @@ use super::types::{Event, Failure, LostReason, Timer};
 impl GroupMember {
     /// The earliest armed timer and when it fires.
     pub fn next_timer(&self) -> Option<(Timer, Instant)> {
+        self.armed().into_iter().min_by_key(|(_, at)| *at)
+    }
+
+    /// Every armed timer and when it fires: the one table that [`GroupMember::next_timer`]
+    /// reads, [`GroupMember::handle_timeout`] fires from, and whose sends
+    /// (`Coordinator`, `Join`, `Sync`, `Heartbeat`, `OffsetFetch`) `advance` makes.
+    fn armed(&self) -> Vec<(Timer, Instant)> {
         let mut timers: Vec<(Timer, Instant)> = Vec::new();
         let in_group = !matches!(
             self.state,
@@ -60,13 +67,40 @@ impl GroupMember {
         {
             timers.push((Timer::OffsetFetch, at));
         }
-        timers.into_iter().min_by_key(|(_, at)| *at)
+        timers
     }
 
     // ----- inputs -----
 
-    /// The clock moved; fire whatever is due.
+    /// The clock moved; fire whatever is due, in the order of [`FIRING`], each timer
+    /// looked up again in the table after the one before fired; then send what is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        for timer in FIRING {
+            let due = self.armed().iter().any(|(t, at)| *t == timer && now >= *at);
+            if due {
+                self.fire(now, timer);
+            }
+        }
+        self.advance(now);
+    }
+
+    /// What a due timer does, besides the sends `advance` makes.
+    fn fire(&mut self, now: Instant, timer: Timer) {
+        match timer {
+            Timer::Revocation => self.revocation_timed_out(now),
+            Timer::Session => self.session_lapsed(now),
+            Timer::Request => self.requests_overdue(now),
+            Timer::Metadata => self.metadata_due(now),
+            Timer::Progress => self.progress_timeout(now),
+            Timer::Coordinator
+            | Timer::Join
+            | Timer::Sync
+            | Timer::Heartbeat
+            | Timer::OffsetFetch => {}
+        }
+    }
+
+    fn revocation_timed_out(&mut self, now: Instant) {
         if let State::Revoking {
             deadline,
             partitions,
@@ -80,6 +114,9 @@ impl GroupMember {
                 self.finish_revocation(now);
             }
         }
+    }
+
+    fn session_lapsed(&mut self, now: Instant) {
         // As the Java client's heartbeat thread: a session with no successful heartbeat
         // makes the member doubt its coordinator, not its membership. It rediscovers
         // the coordinator keeping its member id, generation and partitions, and the
@@ -94,6 +131,10 @@ impl GroupMember {
                 self.mark_coordinator_unknown(now);
             }
         }
+    }
+
+    /// JoinGroup, SyncGroup, LeaveGroup and FindCoordinator past their deadlines.
+    fn requests_overdue(&mut self, now: Instant) {
         let overdue = match &self.state {
             State::Joining { request, deadline }
             | State::Syncing {
@@ -112,29 +153,31 @@ impl GroupMember {
         if let Some(id) = self.coordinator.overdue(now) {
             self.handle_failure(now, id, Failure::Timeout);
         }
-        let in_group = !matches!(
-            self.state,
-            State::Closed(_) | State::Suspended | State::Leaving { .. }
-        );
-        if let Some(at) = self.metadata_at
-            && in_group
-            && now >= at
-        {
-            self.metadata_at = Some(now + self.config.metadata_max_age);
-            let topics: BTreeSet<String> = self
-                .config
-                .topics
-                .iter()
-                .chain(self.other_topics.iter())
-                .cloned()
-                .collect();
-            self.events.push_back(Event::MetadataNeeded {
-                topics: topics.into_iter().collect(),
-            });
-        }
-        if in_group && now >= self.last_progress + self.config.max_poll_interval {
-            self.progress_timeout(now);
-        }
-        self.advance(now);
+    }
+
+    /// The leader's periodic metadata check.
+    fn metadata_due(&mut self, now: Instant) {
+        self.metadata_at = Some(now + self.config.metadata_max_age);
+        let topics: BTreeSet<String> = self
+            .config
+            .topics
+            .iter()
+            .chain(self.other_topics.iter())
+            .cloned()
+            .collect();
+        self.events.push_back(Event::MetadataNeeded {
+            topics: topics.into_iter().collect(),
+        });
     }
 }
+
+/// The order in which due timers fire: a revocation's deadline first (its partitions
+/// are lost before anything else looks at them), the session, overdue requests, then
+/// the leader's metadata check and the progress guard.
+const FIRING: [Timer; 5] = [
+    Timer::Revocation,
+    Timer::Session,
+    Timer::Request,
+    Timer::Metadata,
+    Timer::Progress,
+];
