@@ -638,6 +638,19 @@ impl ConsumerGroupMember {
 
     // ----- private -----
 
+    /// How long a heartbeat may wait for its answer before the member gives up on the
+    /// coordinator and looks it up again: two of the broker's intervals (at least 1 s),
+    /// at most `request.timeout.ms`. Better than Java's `request.timeout.ms` alone: the
+    /// member does not know its session (the broker keeps it), and a heartbeat held by a
+    /// silent broker for 30 s outlives any session; found by the chaos runner, whose
+    /// members were expired behind a silent coordinator that had meanwhile moved.
+    /// Looking up again costs a FindCoordinator and a heartbeat with every field.
+    fn heartbeat_timeout(&self) -> Duration {
+        (self.interval * 2)
+            .max(Duration::from_secs(1))
+            .min(self.config.request_timeout)
+    }
+
     /// The owned set changed since the broker last heard it.
     fn ack_due(&self) -> bool {
         matches!(self.state, State::Stable)
@@ -766,7 +779,7 @@ impl ConsumerGroupMember {
             request,
             Sent::Heartbeat { epoch, fields },
         );
-        self.heartbeat.in_flight = Some((id, now + self.config.request_timeout));
+        self.heartbeat.in_flight = Some((id, now + self.heartbeat_timeout()));
         self.heartbeat.next_at = now + self.interval;
     }
 

@@ -355,6 +355,38 @@ fn stable_heartbeat_timeout_rediscovers_the_coordinator() {
 }
 
 #[test]
+fn stable_heartbeat_unanswered_for_two_intervals_looks_the_coordinator_up_again() {
+    // The broker's interval is 3 s and request.timeout.ms 5 s in this config: a
+    // heartbeat held by a silent broker is given up after 5 s. With a 500 ms interval
+    // it is given up after 1 s, well before a session of a few seconds ends, and the
+    // next goes to the coordinator found again, with every field.
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    let mut r = ok(1, None);
+    if let GroupResponse::ConsumerGroupHeartbeat {
+        heartbeat_interval_ms,
+        ..
+    } = &mut r
+    {
+        *heartbeat_interval_ms = 500;
+    }
+    h.respond(id, r);
+    h.advance(Duration::from_millis(500));
+    let (_, _) = h.heartbeat();
+    h.advance(Duration::from_millis(999));
+    assert!(h.m.coordinator().is_some(), "still waiting");
+    h.advance(Duration::from_millis(1));
+    assert_eq!(h.m.coordinator(), None, "given up after two intervals");
+    h.advance(Duration::from_millis(100));
+    h.coordinator_found(3);
+    let (_, again) = h.heartbeat();
+    assert_eq!(again.epoch, 1);
+    assert_eq!(again.names, Some(vec![TOPIC.into()]), "every field");
+    assert_eq!(h.m.assignment(), vec![tp(0)]);
+}
+
+#[test]
 fn stable_commit_with_a_stale_epoch_goes_again_with_the_new_one() {
     let mut h = H::stable(vec![0]);
     let offsets = vec![CommitOffset {
