@@ -396,6 +396,7 @@ fn every_supported_api_has_a_round_trip() {
         ApiKey::LeaveGroup,
         ApiKey::OffsetCommit,
         ApiKey::OffsetFetch,
+        ApiKey::ConsumerGroupHeartbeat,
         ApiKey::SaslHandshake,
         ApiKey::SaslAuthenticate,
     ];
