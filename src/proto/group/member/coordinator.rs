@@ -34,7 +34,9 @@ impl GroupMember {
                 return self.fatal("FindCoordinator", code);
             }
             Lookup::Stale | Lookup::Refused(_) => return,
-            Lookup::Found(_) => {}
+            // A coordinator found starts the rejoin backoff over, as before the lookup
+            // had a failure count of its own.
+            Lookup::Found(_) => self.failures = 0,
         }
         // Heartbeats resume on the new coordinator at once, with a fresh session clock
         // (Java's `heartbeat.resetSessionTimeout()` on a coordinator found).
