@@ -431,20 +431,14 @@ impl PendingFetch {
             return false;
         }
         self.in_flight = None;
-        self.failures += 1;
-        self.retry_at = now + backoff.delay(self.failures);
+        self.back_off(now, backoff);
         true
     }
 
-    /// The next fetch goes at `at`, or after the backoff if `None`.
-    pub(crate) fn retry_at(&mut self, now: Instant, at: Option<Instant>, backoff: &mut Backoff) {
-        match at {
-            Some(at) => self.retry_at = at,
-            None => {
-                self.failures += 1;
-                self.retry_at = now + backoff.delay(self.failures);
-            }
-        }
+    /// One more failure: the next fetch waits for the backoff.
+    fn back_off(&mut self, now: Instant, backoff: &mut Backoff) {
+        self.failures += 1;
+        self.retry_at = now + backoff.delay(self.failures);
     }
 
     /// An OffsetFetch answer for `asked`.
@@ -612,6 +606,23 @@ pub(crate) fn offsets_answer(
             });
             None
         }
+    }
+}
+
+/// An OffsetFetch refused: with `rediscover` (the coordinator moved) the fetch goes
+/// again as soon as the coordinator is found, which the caller looks up; otherwise it
+/// waits for the backoff.
+pub(crate) fn offsets_refused(
+    fetch: &mut Option<PendingFetch>,
+    now: Instant,
+    backoff: &mut Backoff,
+    rediscover: bool,
+) {
+    let Some(f) = fetch else { return };
+    if rediscover {
+        f.retry_at = now;
+    } else {
+        f.back_off(now, backoff);
     }
 }
 

@@ -1097,16 +1097,15 @@ impl ConsumerGroupMember {
             return;
         };
         match ResponseError::try_from_code(code) {
-            Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable) => {
-                if let Some(f) = &mut self.fetch {
-                    f.retry_at(now, Some(now), &mut self.backoff);
-                }
-                self.mark_coordinator_unknown(now);
-            }
             Some(ResponseError::GroupAuthorizationFailed) => self.fatal("OffsetFetch", code),
-            _ => {
-                if let Some(f) = &mut self.fetch {
-                    f.retry_at(now, None, &mut self.backoff);
+            e => {
+                let rediscover = matches!(
+                    e,
+                    Some(ResponseError::NotCoordinator | ResponseError::CoordinatorNotAvailable)
+                );
+                common::offsets_refused(&mut self.fetch, now, &mut self.backoff, rediscover);
+                if rediscover {
+                    self.mark_coordinator_unknown(now);
                 }
             }
         }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use kafka_protocol::ResponseError;
 
 use super::super::assignor::RebalanceProtocol;
-use super::super::common::{PendingFetch, offsets_answer};
+use super::super::common::{PendingFetch, offsets_answer, offsets_refused};
 use super::super::consumer_protocol::TopicPartition;
 use super::super::messages::CommitOffset;
 use super::GroupMember;
@@ -148,15 +148,11 @@ impl GroupMember {
         };
         match reaction(code) {
             Reaction::Fatal => self.fatal("OffsetFetch", code),
-            Reaction::Rediscover => {
-                if let Some(f) = &mut self.fetch {
-                    f.retry_at(now, Some(now), &mut self.backoff);
-                }
-                self.mark_coordinator_unknown(now);
-            }
-            _ => {
-                if let Some(f) = &mut self.fetch {
-                    f.retry_at(now, None, &mut self.backoff);
+            r => {
+                let rediscover = r == Reaction::Rediscover;
+                offsets_refused(&mut self.fetch, now, &mut self.backoff, rediscover);
+                if rediscover {
+                    self.mark_coordinator_unknown(now);
                 }
             }
         }
