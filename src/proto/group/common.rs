@@ -1,7 +1,9 @@
-//! What both group protocols' members need, written once: the outbox that numbers
-//! requests and remembers why each was sent, coordinator discovery and its backoff,
-//! the commit queue, the pending OffsetFetch of newly assigned partitions, and the
-//! owned partitions with the way they are lost.
+//! What both group protocols' members need, written once: [`Core`], the state every
+//! member holds (configuration, member id, the outbox that numbers requests and
+//! remembers why each was sent, coordinator discovery and its backoff, the commit
+//! queue, the pending OffsetFetch of newly assigned partitions, the owned partitions
+//! with the way they are lost, the events, the progress clock) and what both do with
+//! it; and [`member_surface!`], the public getters and outputs both expose alike.
 //!
 //! Each piece is plain state with methods that take `now` (and the member's
 //! [`Backoff`] where a retry waits); none reads a clock or emits anything but what its
@@ -10,13 +12,468 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use tracing::{debug, info, warn};
+
 use super::consumer_protocol::TopicPartition;
 use super::member::{
-    CommitError, Event, GroupError, LostReason, Outgoing, RequestId, Target, Timer,
+    CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Outgoing, RequestId, Target,
+    Timer,
 };
-use super::messages::GroupRequest;
+use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::backoff::Backoff;
 use crate::proto::metadata::NodeId;
+
+/// The state both members hold, and what they do with it alike. `S` is what a request
+/// was sent for (each member's own `Sent`), `C` what a queued commit keeps.
+#[derive(Debug)]
+pub(crate) struct Core<S, C> {
+    pub(crate) config: GroupConfig,
+    /// The member id: the broker's (classic) or the client's own (consumer protocol).
+    pub(crate) member_id: String,
+    pub(crate) coordinator: CoordinatorLookup,
+    pub(crate) outbox: Outbox<S>,
+    pub(crate) commits: CommitQueue<C>,
+    /// The OffsetFetch of newly assigned partitions, while one is owed.
+    pub(crate) fetch: Option<PendingFetch>,
+    /// What the application holds right now.
+    pub(crate) owned: BTreeSet<TopicPartition>,
+    pub(crate) backoff: Backoff,
+    pub(crate) events: VecDeque<Event>,
+    /// When the application last came back for records (`max.poll.interval.ms`).
+    pub(crate) last_progress: Instant,
+}
+
+impl<S, C> Core<S, C> {
+    /// A member's core that will look for the coordinator at once.
+    pub(crate) fn new(config: GroupConfig, member_id: String, now: Instant) -> Self {
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max, config.seed);
+        Core {
+            config,
+            member_id,
+            coordinator: CoordinatorLookup::new(now),
+            outbox: Outbox::new(),
+            commits: CommitQueue::new(),
+            fetch: None,
+            owned: BTreeSet::new(),
+            backoff,
+            events: VecDeque::new(),
+            last_progress: now,
+        }
+    }
+
+    /// Queues `request` for the driver; a request to the coordinator records which one.
+    pub(crate) fn send(&mut self, target: Target, request: GroupRequest, sent: S) -> RequestId {
+        let epoch = self.coordinator.epoch();
+        self.outbox.send(target, request, sent, epoch)
+    }
+
+    /// Sends a FindCoordinator to any broker if one is due: the coordinator unknown, no
+    /// lookup in flight, the backoff over. It waits `session.timeout.ms` (at least 10 s)
+    /// for the answer.
+    pub(crate) fn find_coordinator_if_due(&mut self, now: Instant, sent: impl FnOnce() -> S) {
+        let timeout = self.config.session_timeout.max(Duration::from_secs(10));
+        let (outbox, group) = (&mut self.outbox, &self.config.group_id);
+        self.coordinator.lookup_due(now, timeout, || {
+            let request = GroupRequest::FindCoordinator {
+                group: group.clone(),
+            };
+            // Any broker answers it: no coordinator epoch.
+            outbox.send(Target::AnyBroker, request, sent(), 0)
+        });
+    }
+
+    /// A response to `id` arrived: what it was sent for, or `None` for one the member
+    /// no longer waits for. An answer from the coordinator that does not refuse
+    /// coordination starts the rediscovery pace over (KIP-580).
+    pub(crate) fn answered(&mut self, id: RequestId, response: &GroupResponse) -> Option<S> {
+        self.commits.settled(id);
+        let Some((sent, _)) = self.outbox.answered(id, self.coordinator.epoch()) else {
+            debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
+            return None;
+        };
+        if !matches!(response, GroupResponse::FindCoordinator { .. })
+            && !refuses_coordination(response)
+        {
+            self.coordinator.note_served();
+        }
+        Some(sent)
+    }
+
+    /// Request `id` failed without a response: what it was sent for and whether it
+    /// went to the coordinator known now (not one given up on since), or `None` for
+    /// one the member no longer waits for.
+    pub(crate) fn failed(&mut self, id: RequestId, failure: &Failure) -> Option<(S, bool)>
+    where
+        S: std::fmt::Debug,
+    {
+        self.commits.settled(id);
+        let (sent, same_coordinator) = self.outbox.answered(id, self.coordinator.epoch())?;
+        debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
+        Some((sent, same_coordinator))
+    }
+
+    /// A response that does not answer what `id` was sent for: logged, and taken back
+    /// so that the member treats it as the failure returned.
+    pub(crate) fn wrong_kind(&mut self, id: RequestId, sent: S, response: &GroupResponse) -> Failure
+    where
+        S: std::fmt::Debug,
+    {
+        warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
+        self.outbox.restore(id, sent);
+        Failure::Protocol("response of the wrong kind".into())
+    }
+
+    /// The FindCoordinator `id` failed without an answer; the next waits for the backoff.
+    pub(crate) fn lookup_failed(&mut self, now: Instant, id: RequestId) {
+        self.coordinator.on_failure(now, id, &mut self.backoff);
+    }
+
+    /// The OffsetCommit `id` failed without an answer: reported to the application.
+    pub(crate) fn commit_failed(&mut self, id: RequestId, failure: Failure) {
+        self.events.push_back(Event::CommitCompleted {
+            id,
+            result: Err(CommitError::Request(failure)),
+        });
+    }
+
+    /// The OffsetFetch `id` failed without an answer: it goes again after the backoff.
+    /// `true` if it was the fetch in flight (not one given up on since).
+    pub(crate) fn offsets_failed(&mut self, now: Instant, id: RequestId) -> bool {
+        let backoff = &mut self.backoff;
+        self.fetch
+            .as_mut()
+            .is_some_and(|f| f.on_failure(now, id, backoff))
+    }
+
+    /// Whether `offsets` may be committed now, and with which generation or epoch:
+    /// the member not closed (`closed` holds its close error if it is), in a group at
+    /// `live`, the coordinator known, and every partition owned, so a commit for a
+    /// revoked or lost partition is impossible.
+    pub(crate) fn may_commit(
+        &self,
+        closed: Option<&Option<GroupError>>,
+        live: Option<i32>,
+        offsets: &[CommitOffset],
+    ) -> Result<i32, CommitError> {
+        if let Some(e) = closed {
+            return Err(CommitError::Closed(e.clone().unwrap_or(
+                GroupError::Closed {
+                    group: self.config.group_id.clone(),
+                },
+            )));
+        }
+        let live = live.ok_or(CommitError::NoGeneration)?;
+        if self.coordinator.known().is_none() {
+            return Err(CommitError::CoordinatorUnknown);
+        }
+        if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
+            return Err(CommitError::NotOwned(bad.partition.clone()));
+        }
+        Ok(live)
+    }
+
+    /// Sends the OffsetFetch of the partitions due (if any) to the coordinator `node`:
+    /// `member` is what the request carries of the member (OffsetFetch v9's id and
+    /// epoch), `sent` what the member records of it.
+    pub(crate) fn fetch_offsets_if_due(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        member: Option<(String, i32)>,
+        sent: impl FnOnce(BTreeSet<TopicPartition>) -> S,
+    ) {
+        let Some(asked) = self.offsets_due(now) else {
+            return;
+        };
+        let request = GroupRequest::OffsetFetch {
+            group: self.config.group_id.clone(),
+            partitions: asked.iter().cloned().collect(),
+            // As the Java client: a new owner never resumes before a pending
+            // transactional commit of its partitions settles (dropped below
+            // OffsetFetch v7, which lacks the flag).
+            require_stable: true,
+            member,
+        };
+        let id = self.send(Target::Coordinator(node), request, sent(asked));
+        if let Some(f) = &mut self.fetch {
+            f.sent(id);
+        }
+    }
+
+    /// A FindCoordinator answer: the lookup moves on, and a coordinator found is logged
+    /// and reported ([`Event::CoordinatorFound`]). The caller decides whether a refusal
+    /// is fatal and what a new coordinator means to its heartbeats.
+    pub(crate) fn coordinator_answer(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        error: i16,
+        (node_id, host, port): (i32, String, i32),
+    ) -> Lookup {
+        let answer = self
+            .coordinator
+            .on_answer(now, id, error, node_id, &mut self.backoff);
+        if let Lookup::Found(node) = answer {
+            info!(group = %self.config.group_id, coordinator = node_id, %host, port, "coordinator found");
+            self.events.push_back(Event::CoordinatorFound {
+                node,
+                address: format!("{host}:{port}"),
+            });
+        }
+        answer
+    }
+
+    /// Gives up on the coordinator, if one is known (Java's `markCoordinatorUnknown`).
+    pub(crate) fn mark_coordinator_unknown(&mut self, now: Instant) {
+        let first = self.config.retry_backoff;
+        if let Some((node, rediscoveries, wait)) =
+            self.coordinator.mark_unknown(now, first, &mut self.backoff)
+        {
+            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries, ?wait, "coordinator unknown; rediscovering");
+        }
+    }
+
+    /// Takes `partitions` out of those owned and reports them lost (nothing of them may
+    /// be committed any more).
+    pub(crate) fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
+        for p in &partitions {
+            self.owned.remove(p);
+        }
+        if !partitions.is_empty() {
+            self.events.push_back(Event::Lost { partitions, reason });
+        }
+    }
+
+    /// The application gave `partitions` back after a revocation.
+    pub(crate) fn give_back(&mut self, partitions: &[TopicPartition]) {
+        for p in partitions {
+            self.owned.remove(p);
+        }
+    }
+
+    /// Every owned partition lost.
+    pub(crate) fn lose_all(&mut self, reason: LostReason) {
+        let all: Vec<TopicPartition> = self.owned.iter().cloned().collect();
+        self.lose(all, reason);
+    }
+
+    /// A broker's fatal answer: every owned partition is lost, and the error, with the
+    /// setting to change where known (`hint`), is reported and returned for the member
+    /// to close with.
+    pub(crate) fn fatal(
+        &mut self,
+        api: &'static str,
+        code: i16,
+        hint: Option<&'static str>,
+    ) -> GroupError {
+        let group = &self.config.group_id;
+        let error = GroupError::Broker {
+            group: group.clone(),
+            api,
+            code,
+            name: crate::proto::error_name(code),
+            hint,
+        };
+        warn!(group, %error, "fatal group error");
+        self.lose_all(LostReason::Fatal);
+        self.events.push_back(Event::Fatal(error.clone()));
+        error
+    }
+
+    /// The member closes, with `error` or cleanly: the commits still queued fail.
+    pub(crate) fn fail_queued(&mut self, error: &Option<GroupError>) {
+        let closed = error.clone().unwrap_or(GroupError::Closed {
+            group: self.config.group_id.clone(),
+        });
+        for (id, _) in self.commits.drain() {
+            self.events.push_back(Event::CommitCompleted {
+                id,
+                result: Err(CommitError::Closed(closed.clone())),
+            });
+        }
+    }
+
+    /// An OffsetFetch answer: offsets are reported ([`Event::CommittedOffsets`]) and the
+    /// fetch ends when nothing is left. A refusal that `is_fatal` (the member's own
+    /// table) is returned for the member to close with; NOT_COORDINATOR and
+    /// COORDINATOR_NOT_AVAILABLE make the fetch go again as soon as the coordinator is
+    /// found, which the member looks up; any other refusal waits for the backoff.
+    pub(crate) fn offsets_answer(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        asked: &BTreeSet<TopicPartition>,
+        (error, partitions): (i16, Vec<(TopicPartition, i64, i32, i16)>),
+        is_fatal: fn(i16) -> bool,
+    ) -> Offsets {
+        let Some(f) = self.fetch.as_mut() else {
+            return Offsets::Taken;
+        };
+        let code = match f.on_answer(id, asked, error, partitions, &self.owned) {
+            Fetched::Stale => return Offsets::Taken,
+            Fetched::Refused(code) => code,
+            Fetched::Offsets {
+                generation,
+                offsets,
+                done,
+            } => {
+                if done {
+                    self.fetch = None;
+                }
+                self.events.push_back(Event::CommittedOffsets {
+                    generation,
+                    offsets,
+                });
+                return Offsets::Taken;
+            }
+        };
+        use kafka_protocol::ResponseError as E;
+        if is_fatal(code) {
+            Offsets::Fatal(code)
+        } else if matches!(
+            E::try_from_code(code),
+            Some(E::NotCoordinator | E::CoordinatorNotAvailable)
+        ) {
+            f.retry_at = now;
+            Offsets::Rediscover
+        } else {
+            f.back_off(now, &mut self.backoff);
+            Offsets::Taken
+        }
+    }
+
+    /// The partitions whose committed offsets are due to be asked for now (forgetting
+    /// those no longer owned).
+    pub(crate) fn offsets_due(&mut self, now: Instant) -> Option<BTreeSet<TopicPartition>> {
+        let f = self.fetch.as_mut()?;
+        f.retain(&self.owned);
+        f.due(now)
+    }
+
+    /// When the application must next come back for records.
+    pub(crate) fn progress_deadline(&self) -> Instant {
+        self.last_progress + self.config.max_poll_interval
+    }
+
+    /// The application did not come back in time: logged and reported
+    /// ([`Event::ProgressTimeout`]); the member leaves as its protocol says.
+    pub(crate) fn progress_timed_out(&mut self) {
+        let interval = self.config.max_poll_interval;
+        warn!(group = %self.config.group_id, ?interval, "the application did not come back within max.poll.interval.ms; leaving the group");
+        self.events.push_back(Event::ProgressTimeout {
+            max_poll_interval: interval,
+        });
+    }
+}
+
+/// What an OffsetFetch answer leaves the member to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offsets {
+    /// Nothing: the answer was taken (offsets reported, or a retry scheduled).
+    Taken,
+    /// The coordinator moved: the member gives it up (the fetch goes again once found).
+    Rediscover,
+    /// A fatal refusal, with its code.
+    Fatal(i16),
+}
+
+/// Whether an answer from the coordinator says it is not (or not yet) the coordinator.
+pub(crate) fn refuses_coordination(response: &GroupResponse) -> bool {
+    let refused = |code: i16| {
+        code == kafka_protocol::ResponseError::NotCoordinator.code()
+            || code == kafka_protocol::ResponseError::CoordinatorNotAvailable.code()
+            || code == kafka_protocol::ResponseError::CoordinatorLoadInProgress.code()
+    };
+    match response {
+        GroupResponse::FindCoordinator { .. } => false,
+        GroupResponse::JoinGroup { error, .. }
+        | GroupResponse::SyncGroup { error, .. }
+        | GroupResponse::Heartbeat { error, .. }
+        | GroupResponse::LeaveGroup { error, .. }
+        | GroupResponse::ConsumerGroupHeartbeat { error, .. } => refused(*error),
+        GroupResponse::OffsetCommit { partitions } => partitions.iter().any(|(_, e)| refused(*e)),
+        GroupResponse::OffsetFetch { error, partitions } => {
+            refused(*error) || partitions.iter().any(|(_, _, _, e)| refused(*e))
+        }
+    }
+}
+
+/// The getters and outputs both members expose alike, and the way both close on a
+/// fatal answer: over their [`Core`] (`core`), their `State` (with a `Closed`
+/// variant), and their own `next_timer`, `close` and `hint`.
+macro_rules! member_surface {
+    () => {
+        /// The member id (empty for a classic member before its first JoinGroup).
+        pub fn member_id(&self) -> &str {
+            &self.core.member_id
+        }
+
+        /// The coordinator, if known.
+        pub fn coordinator(&self) -> Option<NodeId> {
+            self.core.coordinator.known()
+        }
+
+        /// The partitions the application owns.
+        pub fn assignment(&self) -> Vec<TopicPartition> {
+            self.core.owned.iter().cloned().collect()
+        }
+
+        /// Whether this member is a static member (`group.instance.id`).
+        pub fn is_static(&self) -> bool {
+            self.core.config.instance_id.is_some()
+        }
+
+        /// The configuration.
+        pub fn config(&self) -> &GroupConfig {
+            &self.core.config
+        }
+
+        /// The fatal error, if closed by one.
+        pub fn error(&self) -> Option<&GroupError> {
+            self.closed().and_then(Option::as_ref)
+        }
+
+        /// `Some` once closed, with the error it closed with, if any.
+        fn closed(&self) -> Option<&Option<GroupError>> {
+            match &self.state {
+                State::Closed(e) => Some(e),
+                _ => None,
+            }
+        }
+
+        /// A broker's fatal answer to `api`: the member closes with it. Closed is
+        /// sticky: a late answer (a FindCoordinator still in flight when the
+        /// application left) must not turn a clean close into an error (found by
+        /// fuzzing).
+        fn fatal(&mut self, api: &'static str, code: i16) {
+            if self.closed().is_some() {
+                return;
+            }
+            let error = self.core.fatal(api, code, hint(code));
+            self.close(Some(error));
+        }
+
+        /// The next request to send.
+        #[must_use]
+        pub fn poll_request(&mut self) -> Option<Outgoing> {
+            self.core.outbox.poll()
+        }
+
+        /// The next event for the application.
+        #[must_use]
+        pub fn poll_event(&mut self) -> Option<Event> {
+            self.core.events.pop_front()
+        }
+
+        /// When `handle_timeout` must next be called. `None` only when closed or
+        /// suspended (then only the application can move the member).
+        #[must_use]
+        pub fn poll_timeout(&self) -> Option<Instant> {
+            self.next_timer().map(|(_, at)| at)
+        }
+    };
+}
+pub(crate) use member_surface;
 
 /// Requests waiting for the driver, each with a [`RequestId`], what it was sent for
 /// (`S`) and, for a request to the coordinator, which coordinator it went to.
@@ -482,158 +939,7 @@ impl PendingFetch {
     }
 }
 
-/// Takes `partitions` out of `owned` and reports them lost (nothing of them may be
-/// committed any more).
-pub(crate) fn lose(
-    owned: &mut BTreeSet<TopicPartition>,
-    events: &mut VecDeque<Event>,
-    partitions: Vec<TopicPartition>,
-    reason: LostReason,
-) {
-    for p in &partitions {
-        owned.remove(p);
-    }
-    if !partitions.is_empty() {
-        events.push_back(Event::Lost { partitions, reason });
-    }
-}
-
-/// Every owned partition lost.
-pub(crate) fn lose_all(
-    owned: &mut BTreeSet<TopicPartition>,
-    events: &mut VecDeque<Event>,
-    reason: LostReason,
-) {
-    let all: Vec<TopicPartition> = owned.iter().cloned().collect();
-    lose(owned, events, all, reason);
-}
-
 /// `d` in milliseconds for a request field, saturating.
 pub(crate) fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
-}
-
-/// A FindCoordinator answer, as both members take it: the lookup moves on, and a
-/// coordinator found is logged and reported ([`Event::CoordinatorFound`]). The caller
-/// decides whether a refusal is fatal and what a new coordinator means to its
-/// heartbeats.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn coordinator_answer(
-    lookup: &mut CoordinatorLookup,
-    backoff: &mut Backoff,
-    events: &mut VecDeque<Event>,
-    group: &str,
-    now: Instant,
-    id: RequestId,
-    error: i16,
-    (node_id, host, port): (i32, String, i32),
-) -> Lookup {
-    let answer = lookup.on_answer(now, id, error, node_id, backoff);
-    if let Lookup::Found(node) = answer {
-        tracing::info!(group, coordinator = node_id, %host, port, "coordinator found");
-        events.push_back(Event::CoordinatorFound {
-            node,
-            address: format!("{host}:{port}"),
-        });
-    }
-    answer
-}
-
-/// A broker's fatal answer: every owned partition is lost, and the error, with the
-/// setting to change where known, is reported and returned for the member to close
-/// with.
-pub(crate) fn fatal(
-    owned: &mut BTreeSet<TopicPartition>,
-    events: &mut VecDeque<Event>,
-    group: &str,
-    api: &'static str,
-    code: i16,
-    hint: Option<&'static str>,
-) -> GroupError {
-    let error = GroupError::Broker {
-        group: group.to_string(),
-        api,
-        code,
-        name: crate::proto::error_name(code),
-        hint,
-    };
-    tracing::warn!(group, %error, "fatal group error");
-    lose_all(owned, events, LostReason::Fatal);
-    events.push_back(Event::Fatal(error.clone()));
-    error
-}
-
-/// The commits still queued when the member closes fail with `closed`.
-pub(crate) fn fail_queued<T>(
-    commits: &mut CommitQueue<T>,
-    events: &mut VecDeque<Event>,
-    closed: &GroupError,
-) {
-    for (id, _) in commits.drain() {
-        events.push_back(Event::CommitCompleted {
-            id,
-            result: Err(CommitError::Closed(closed.clone())),
-        });
-    }
-}
-
-/// An OffsetFetch answer, as both members take it: offsets are reported
-/// ([`Event::CommittedOffsets`]) and the fetch ends when nothing is left; a refusal's
-/// code is returned for the member's own table.
-pub(crate) fn offsets_answer(
-    fetch: &mut Option<PendingFetch>,
-    events: &mut VecDeque<Event>,
-    owned: &BTreeSet<TopicPartition>,
-    id: RequestId,
-    asked: &BTreeSet<TopicPartition>,
-    (error, partitions): (i16, Vec<(TopicPartition, i64, i32, i16)>),
-) -> Option<i16> {
-    let f = fetch.as_mut()?;
-    match f.on_answer(id, asked, error, partitions, owned) {
-        Fetched::Stale => None,
-        Fetched::Refused(code) => Some(code),
-        Fetched::Offsets {
-            generation,
-            offsets,
-            done,
-        } => {
-            if done {
-                *fetch = None;
-            }
-            events.push_back(Event::CommittedOffsets {
-                generation,
-                offsets,
-            });
-            None
-        }
-    }
-}
-
-/// An OffsetFetch refused: with `rediscover` (the coordinator moved) the fetch goes
-/// again as soon as the coordinator is found, which the caller looks up; otherwise it
-/// waits for the backoff.
-pub(crate) fn offsets_refused(
-    fetch: &mut Option<PendingFetch>,
-    now: Instant,
-    backoff: &mut Backoff,
-    rediscover: bool,
-) {
-    let Some(f) = fetch else { return };
-    if rediscover {
-        f.retry_at = now;
-    } else {
-        f.back_off(now, backoff);
-    }
-}
-
-/// The partitions whose committed offsets are due to be asked for now (forgetting
-/// those no longer owned).
-pub(crate) fn offsets_due(
-    fetch: &mut Option<PendingFetch>,
-    owned: &BTreeSet<TopicPartition>,
-    now: Instant,
-) -> Option<BTreeSet<TopicPartition>> {
-    let f = fetch.as_mut()?;
-    f.retain(owned);
-    f.due(now)
 }

@@ -345,6 +345,29 @@ fn stable_not_coordinator_rediscovers_and_resends_every_field_keeping_the_epoch(
 }
 
 #[test]
+fn stable_coordinator_moves_apart_each_rediscover_after_retry_backoff_alone() {
+    // KIP-580's pace backs off only while coordinators keep refusing: one that served
+    // a heartbeat in between starts it over, so the tenth move of a long-lived member
+    // is found as fast as the first.
+    let mut h = H::stable(vec![0]);
+    for node in [3, 4, 5] {
+        h.advance(Duration::from_secs(3));
+        let (id, _) = h.heartbeat();
+        h.respond(id, refused(ResponseError::NotCoordinator.code()));
+        assert_eq!(h.m.coordinator(), None);
+        assert_eq!(
+            h.m.poll_timeout(),
+            Some(h.now + h.m.config().retry_backoff),
+            "move to {node}: the lookup waits retry.backoff.ms"
+        );
+        h.advance(h.m.config().retry_backoff);
+        h.coordinator_found(node);
+        let (id, hb) = h.heartbeat();
+        h.answer(id, hb.epoch, None);
+    }
+}
+
+#[test]
 fn stable_heartbeat_timeout_rediscovers_the_coordinator() {
     let mut h = H::stable(vec![0]);
     h.advance(Duration::from_secs(3));

@@ -1,10 +1,8 @@
-//! Finding the coordinator, and giving up on it.
+//! A coordinator found: what it means to the classic member.
 
 use std::time::Instant;
 
-use tracing::info;
-
-use super::super::common::{Lookup, coordinator_answer};
+use super::super::common::Lookup;
 use super::GroupMember;
 use super::errors::{Reaction, reaction};
 use super::types::RequestId;
@@ -15,21 +13,9 @@ impl GroupMember {
         now: Instant,
         id: RequestId,
         error: i16,
-        node_id: i32,
-        host: String,
-        port: i32,
+        node: (i32, String, i32),
     ) {
-        let answer = coordinator_answer(
-            &mut self.coordinator,
-            &mut self.backoff,
-            &mut self.events,
-            &self.config.group_id,
-            now,
-            id,
-            error,
-            (node_id, host, port),
-        );
-        match answer {
+        match self.core.coordinator_answer(now, id, error, node) {
             Lookup::Refused(code) if reaction(code) == Reaction::Fatal => {
                 return self.fatal("FindCoordinator", code);
             }
@@ -40,21 +26,12 @@ impl GroupMember {
         }
         // Heartbeats resume on the new coordinator at once, with a fresh session clock
         // (Java's `heartbeat.resetSessionTimeout()` on a coordinator found).
-        if let Some(hb) = &mut self.heartbeat {
+        if let Some(hb) = self.state.heartbeat_mut() {
             hb.next_at = now;
             hb.last_ok = now;
             // One still unanswered went to the old coordinator; its answer, if it ever
             // comes, no longer counts.
             hb.in_flight = None;
-        }
-    }
-
-    pub(super) fn mark_coordinator_unknown(&mut self, now: Instant) {
-        let first = self.config.retry_backoff;
-        if let Some((node, rediscoveries, wait)) =
-            self.coordinator.mark_unknown(now, first, &mut self.backoff)
-        {
-            info!(group = %self.config.group_id, coordinator = node.0, rediscoveries, ?wait, "coordinator unknown; rediscovering");
         }
     }
 }

@@ -3,8 +3,6 @@
 
 use kafka_protocol::ResponseError;
 
-use super::super::messages::GroupResponse;
-
 /// How the member reacts to an error code: [`reaction`] for FindCoordinator,
 /// JoinGroup, SyncGroup and OffsetFetch, [`heartbeat_reaction`] and
 /// [`commit_reaction`] for the other two, each after the Java client's handler.
@@ -59,27 +57,6 @@ pub(super) fn reaction(code: i16) -> Reaction {
         // backoff, with a warning naming the code. Only the codes above that say the
         // configuration is wrong close the member.
         Some(_) => Reaction::Retry,
-    }
-}
-
-/// Whether an answer from the coordinator says it is not (or not yet) the coordinator.
-pub(super) fn refuses_coordination(response: &GroupResponse) -> bool {
-    let refused = |code: i16| {
-        code == ResponseError::NotCoordinator.code()
-            || code == ResponseError::CoordinatorNotAvailable.code()
-            || code == ResponseError::CoordinatorLoadInProgress.code()
-    };
-    match response {
-        GroupResponse::FindCoordinator { .. } => false,
-        GroupResponse::JoinGroup { error, .. }
-        | GroupResponse::SyncGroup { error, .. }
-        | GroupResponse::Heartbeat { error, .. }
-        | GroupResponse::LeaveGroup { error, .. }
-        | GroupResponse::ConsumerGroupHeartbeat { error, .. } => refused(*error),
-        GroupResponse::OffsetCommit { partitions } => partitions.iter().any(|(_, e)| refused(*e)),
-        GroupResponse::OffsetFetch { error, partitions } => {
-            refused(*error) || partitions.iter().any(|(_, _, _, e)| refused(*e))
-        }
     }
 }
 

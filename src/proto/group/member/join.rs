@@ -28,38 +28,40 @@ pub(super) const SUBSCRIPTION_VERSION: i16 = 3;
 impl GroupMember {
     pub(super) fn send_join(&mut self, now: Instant, node: NodeId, reason: String) {
         let mut protocols = Vec::new();
-        for assignor in &self.config.assignors {
-            let owned: Vec<TopicPartition> = self.owned.iter().cloned().collect();
+        for assignor in &self.core.config.assignors {
+            let owned: Vec<TopicPartition> = self.core.owned.iter().cloned().collect();
             let subscription = Subscription {
-                topics: self.config.topics.clone(),
+                topics: self.core.config.topics.clone(),
                 user_data: assignor
                     .subscription_user_data(&self.last_assignment, self.last_generation),
                 owned_partitions: owned,
                 generation_id: self.generation().unwrap_or(self.last_generation),
-                rack_id: self.config.rack.clone(),
+                rack_id: self.core.config.rack.clone(),
             };
             match encode_subscription(&subscription, SUBSCRIPTION_VERSION) {
                 Ok(bytes) => protocols.push((assignor.name().to_string(), bytes)),
                 Err(e) => {
-                    warn!(group = %self.config.group_id, assignor = assignor.name(), error = %e, "cannot encode subscription")
+                    warn!(group = %self.core.config.group_id, assignor = assignor.name(), error = %e, "cannot encode subscription")
                 }
             }
         }
         let request = GroupRequest::JoinGroup {
-            group: self.config.group_id.clone(),
-            member_id: self.member_id.clone(),
-            instance_id: self.config.instance_id.clone(),
-            session_timeout_ms: millis(self.config.session_timeout),
-            rebalance_timeout_ms: millis(self.config.max_poll_interval),
+            group: self.core.config.group_id.clone(),
+            member_id: self.core.member_id.clone(),
+            instance_id: self.core.config.instance_id.clone(),
+            session_timeout_ms: millis(self.core.config.session_timeout),
+            rebalance_timeout_ms: millis(self.core.config.max_poll_interval),
             protocol_type: "consumer".into(),
             protocols,
             reason: Some(reason.clone()),
         };
-        debug!(group = %self.config.group_id, member = %self.member_id, %reason, "joining");
-        let id = self.send(Target::Coordinator(node), request, Sent::Join);
+        debug!(group = %self.core.config.group_id, member = %self.core.member_id, %reason, "joining");
+        let id = self
+            .core
+            .send(Target::Coordinator(node), request, Sent::Join);
         self.state = State::Joining {
             request: id,
-            deadline: now + self.config.max_poll_interval + self.config.request_slack,
+            deadline: now + self.core.config.max_poll_interval + self.core.config.request_slack,
         };
     }
 
@@ -81,30 +83,30 @@ impl GroupMember {
         }
         if error == ResponseError::MemberIdRequired.code() {
             // KIP-394: the broker assigned an id; rejoin with it at once.
-            self.member_id = member_id;
+            self.core.member_id = member_id;
             return self.enter_unjoined(now, false, "member id assigned (KIP-394)");
         }
         if error != 0 {
             return self.on_rebalance_error(now, "JoinGroup", error);
         }
         self.failures = 0;
-        self.member_id = member_id;
+        self.core.member_id = member_id;
         let Some(protocol) = protocol_name else {
             return self.fatal("JoinGroup", ResponseError::InconsistentGroupProtocol.code());
         };
-        let is_leader = leader == self.member_id;
+        let is_leader = leader == self.core.member_id;
         let assignments = if is_leader && !skip_assignment {
             match self.assign(&protocol, &members) {
                 Ok(a) => {
-                    self.metadata_at = Some(now + self.config.metadata_max_age);
+                    self.metadata_at = Some(now + self.core.config.metadata_max_age);
                     a
                 }
                 Err(e) => {
                     // Through `close`, like every fatal error: a closed member has no
                     // generation, heartbeat or offset fetch left (found by fuzzing: the
                     // offset fetch's timer stayed armed and `generation()` answered).
-                    self.lose_all(LostReason::Fatal);
-                    self.events.push_back(Event::Fatal(e.clone()));
+                    self.core.lose_all(LostReason::Fatal);
+                    self.core.events.push_back(Event::Fatal(e.clone()));
                     self.close(Some(e));
                     return;
                 }
@@ -118,50 +120,56 @@ impl GroupMember {
         // As the Java client (heartbeats from COMPLETING_REBALANCE on): the broker
         // counts the session from the JoinGroup answer, and a coordinator that goes
         // silent now is noticed by the session clock as in a generation.
-        self.heartbeat = Some(Heartbeat {
+        let heartbeat = Heartbeat {
             generation,
-            next_at: now + self.config.heartbeat_interval,
+            next_at: now + self.core.config.heartbeat_interval,
             in_flight: None,
             last_ok: now,
             failures: 0,
-        });
+        };
         let request = GroupRequest::SyncGroup {
-            group: self.config.group_id.clone(),
+            group: self.core.config.group_id.clone(),
             generation,
-            member_id: self.member_id.clone(),
-            instance_id: self.config.instance_id.clone(),
+            member_id: self.core.member_id.clone(),
+            instance_id: self.core.config.instance_id.clone(),
             protocol_type: "consumer".into(),
             protocol_name: protocol.clone(),
             assignments,
         };
-        if is_leader && !self.config.leader_sync_delay.is_zero() {
+        if is_leader && !self.core.config.leader_sync_delay.is_zero() {
             self.state = State::LeaderDelay {
-                send_at: now + self.config.leader_sync_delay,
+                send_at: now + self.core.config.leader_sync_delay,
                 request,
                 generation,
                 protocol,
+                heartbeat,
             };
             return;
         }
-        self.send_sync(now, node, request, generation, protocol, is_leader);
+        let sync = (generation, protocol, is_leader);
+        self.send_sync(now, node, request, sync, heartbeat);
     }
 
+    /// Sends the SyncGroup `request` of `(generation, protocol, leader)`, heartbeating
+    /// meanwhile with `heartbeat`.
     pub(super) fn send_sync(
         &mut self,
         now: Instant,
         node: NodeId,
         request: GroupRequest,
-        generation: i32,
-        protocol: String,
-        leader: bool,
+        (generation, protocol, leader): (i32, String, bool),
+        heartbeat: Heartbeat,
     ) {
-        let id = self.send(Target::Coordinator(node), request, Sent::Sync);
+        let id = self
+            .core
+            .send(Target::Coordinator(node), request, Sent::Sync);
         self.state = State::Syncing {
             request: id,
-            deadline: now + self.config.request_timeout,
+            deadline: now + self.core.config.request_timeout,
             generation,
             protocol,
             leader,
+            heartbeat,
         };
     }
 
@@ -170,8 +178,9 @@ impl GroupMember {
         protocol: &str,
         members: &[JoinedMember],
     ) -> Result<Vec<(String, Bytes)>, GroupError> {
-        let group = self.config.group_id.clone();
+        let group = self.core.config.group_id.clone();
         let Some(assignor) = self
+            .core
             .config
             .assignors
             .iter()
@@ -229,7 +238,8 @@ impl GroupMember {
         if !missing.is_empty() {
             // Assign what is known; the new counts trigger a rebalance when they arrive.
             self.other_topics.extend(missing.iter().cloned());
-            self.events
+            self.core
+                .events
                 .push_back(Event::MetadataNeeded { topics: missing });
         }
         let counts: BTreeMap<String, i32> = self
@@ -301,7 +311,7 @@ impl GroupMember {
         let assignment = match decode_assignment(assignment) {
             Ok(a) => a,
             Err(e) => {
-                warn!(group = %self.config.group_id, error = %e, "undecodable assignment; rejoining");
+                warn!(group = %self.core.config.group_id, error = %e, "undecodable assignment; rejoining");
                 return self.enter_unjoined(now, true, "undecodable assignment");
             }
         };
@@ -310,6 +320,7 @@ impl GroupMember {
             self.metadata_at = None;
         }
         let rebalance = self
+            .core
             .config
             .assignors
             .iter()
@@ -322,33 +333,28 @@ impl GroupMember {
             rebalance,
         });
         self.last_generation = generation;
-        // Heartbeats started with the JoinGroup answer; they go on at their own pace.
-        if self.heartbeat.as_ref().map(|hb| hb.generation) != Some(generation) {
-            self.heartbeat = Some(Heartbeat {
-                generation,
-                next_at: now + self.config.heartbeat_interval,
-                in_flight: None,
-                last_ok: now,
-                failures: 0,
-            });
-        }
-        debug!(group = %self.config.group_id, member = %self.member_id, generation, leader, "synced");
-        self.events.push_back(Event::Joined {
+        // Heartbeats started with the JoinGroup answer; they go on at their own pace,
+        // into the generation.
+        let Some(heartbeat) = self.state.heartbeat().cloned() else {
+            return;
+        };
+        debug!(group = %self.core.config.group_id, member = %self.core.member_id, generation, leader, "synced");
+        self.core.events.push_back(Event::Joined {
             generation,
-            member_id: self.member_id.clone(),
+            member_id: self.core.member_id.clone(),
             leader,
             protocol,
         });
         let Assignment { partitions, .. } = assignment;
         let target: BTreeSet<TopicPartition> = partitions.into_iter().collect();
         self.last_assignment = target.iter().cloned().collect();
-        let revoked: Vec<TopicPartition> = self.owned.difference(&target).cloned().collect();
-        let added: Vec<TopicPartition> = target.difference(&self.owned).cloned().collect();
+        let revoked: Vec<TopicPartition> = self.core.owned.difference(&target).cloned().collect();
+        let added: Vec<TopicPartition> = target.difference(&self.core.owned).cloned().collect();
         let second_round = leader
             && rebalance == RebalanceProtocol::Cooperative
             && std::mem::take(&mut self.held_back);
         if revoked.is_empty() {
-            self.state = State::Stable;
+            self.state = State::Stable { heartbeat };
             self.grant(now, generation, added);
             if second_round {
                 self.enter_unjoined(now, false, "partitions held back for the second round");
@@ -357,15 +363,16 @@ impl GroupMember {
             // Cooperative (KIP-429): give back only what moves, then take what is new,
             // then rejoin so the moved partitions reach their new owners.
             self.state = State::Revoking {
+                heartbeat,
                 generation,
                 partitions: revoked.clone(),
-                deadline: now + self.config.max_poll_interval,
+                deadline: now + self.core.config.max_poll_interval,
                 then: AfterRevoke::Assign {
                     added,
                     rejoin: true,
                 },
             };
-            self.events.push_back(Event::RevokeRequested {
+            self.core.events.push_back(Event::RevokeRequested {
                 generation,
                 partitions: revoked,
             });
@@ -374,15 +381,15 @@ impl GroupMember {
 
     /// Errors on JoinGroup and SyncGroup.
     pub(super) fn on_rebalance_error(&mut self, now: Instant, api: &'static str, error: i16) {
-        debug!(group = %self.config.group_id, member = %self.member_id, api, error = %error_name(error), "rebalance request failed");
+        debug!(group = %self.core.config.group_id, member = %self.core.member_id, api, error = %error_name(error), "rebalance request failed");
         match reaction(error) {
             Reaction::Rediscover => {
-                self.mark_coordinator_unknown(now);
+                self.core.mark_coordinator_unknown(now);
                 self.enter_unjoined(now, false, "coordinator moved during the rebalance");
             }
             Reaction::Retry => {
                 if ResponseError::try_from_code(error).is_some_and(|e| !e.is_retriable()) {
-                    warn!(group = %self.config.group_id, api, error = %error_name(error), "unexpected error; rejoining after the backoff");
+                    warn!(group = %self.core.config.group_id, api, error = %error_name(error), "unexpected error; rejoining after the backoff");
                 }
                 self.enter_unjoined(now, true, "transient error during the rebalance")
             }

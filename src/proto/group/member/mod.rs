@@ -39,19 +39,18 @@ mod state;
 mod timers;
 mod types;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use super::assignor::PartitionRacks;
-use super::common::{self, CommitQueue, CoordinatorLookup, Outbox, PendingFetch};
+use super::common::{self, Core};
 use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
-use crate::proto::backoff::Backoff;
 use crate::proto::metadata::NodeId;
-use errors::{hint, refuses_coordination};
-use state::{Generation, Heartbeat, Sent, State};
+use errors::hint;
+use state::{Generation, Sent, State};
 pub use types::{
     CommitError, Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership,
     Outgoing, RequestId, StateKind, Target, Timer,
@@ -60,14 +59,11 @@ pub use types::{
 /// One member of a consumer group (the classic protocol).
 #[derive(Debug)]
 pub struct GroupMember {
-    config: GroupConfig,
+    /// What both protocols' members hold: OffsetCommits wait there one on the wire at
+    /// a time in the order made, each built with the generation it was made in.
+    core: Core<Sent, (GroupRequest, Sent)>,
     state: State,
-    coordinator: CoordinatorLookup,
-    member_id: String,
     generation: Option<Generation>,
-    heartbeat: Option<Heartbeat>,
-    /// What the application holds right now.
-    owned: BTreeSet<TopicPartition>,
     /// The last assignment received, kept for sticky assignors' user data.
     last_assignment: Vec<TopicPartition>,
     last_generation: i32,
@@ -83,33 +79,20 @@ pub struct GroupMember {
     assigned_with: Option<BTreeMap<String, i32>>,
     /// When the leader next asks for fresh metadata (while `assigned_with` is set).
     metadata_at: Option<Instant>,
-    last_progress: Instant,
-    fetch: Option<PendingFetch>,
-    outbox: Outbox<Sent>,
     /// JoinGroups and SyncGroups failed in a row, for the rejoin backoff.
     failures: u32,
-    backoff: Backoff,
-    /// OffsetCommits, one on the wire at a time in the order made, each built with
-    /// the generation it was made in.
-    commits: CommitQueue<(GroupRequest, Sent)>,
-    events: VecDeque<Event>,
 }
 
 impl GroupMember {
     /// A member that will look for its coordinator at once.
     pub fn new(config: GroupConfig, now: Instant) -> Self {
-        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max, config.seed);
         let mut member = Self {
-            config,
+            core: Core::new(config, String::new(), now),
             state: State::Unjoined {
                 join_at: now,
                 reason: "first join".into(),
             },
-            coordinator: CoordinatorLookup::new(now),
-            member_id: String::new(),
             generation: None,
-            heartbeat: None,
-            owned: BTreeSet::new(),
             last_assignment: Vec::new(),
             last_generation: -1,
             partitions_per_topic: BTreeMap::new(),
@@ -118,13 +101,7 @@ impl GroupMember {
             held_back: false,
             assigned_with: None,
             metadata_at: None,
-            last_progress: now,
-            fetch: None,
-            outbox: Outbox::new(),
             failures: 0,
-            backoff,
-            commits: CommitQueue::new(),
-            events: VecDeque::new(),
         };
         member.advance(now);
         member
@@ -138,7 +115,7 @@ impl GroupMember {
             State::Unjoined { .. } => StateKind::Unjoined,
             State::Joining { .. } => StateKind::Joining,
             State::Syncing { .. } | State::LeaderDelay { .. } => StateKind::Syncing,
-            State::Stable => StateKind::Stable,
+            State::Stable { .. } => StateKind::Stable,
             State::Revoking { .. } => StateKind::Revoking,
             State::Suspended => StateKind::Suspended,
             State::Leaving { .. } => StateKind::Leaving,
@@ -151,72 +128,13 @@ impl GroupMember {
         self.generation.as_ref().map(|g| g.id)
     }
 
-    /// The member id ("" before the broker assigned one).
-    pub fn member_id(&self) -> &str {
-        &self.member_id
-    }
-
-    /// The coordinator, if known.
-    pub fn coordinator(&self) -> Option<NodeId> {
-        self.coordinator.known()
-    }
-
-    /// The partitions the application owns.
-    pub fn assignment(&self) -> Vec<TopicPartition> {
-        self.owned.iter().cloned().collect()
-    }
-
-    /// Whether this member is the group's configured static member.
-    pub fn is_static(&self) -> bool {
-        self.config.instance_id.is_some()
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &GroupConfig {
-        &self.config
-    }
-
-    /// The fatal error, if closed by one.
-    pub fn error(&self) -> Option<&GroupError> {
-        match &self.state {
-            State::Closed(e) => e.as_ref(),
-            _ => None,
-        }
-    }
-
-    // ----- outputs -----
-
-    /// The next request to send.
-    #[must_use]
-    pub fn poll_request(&mut self) -> Option<Outgoing> {
-        self.outbox.poll()
-    }
-
-    /// The next event for the application.
-    #[must_use]
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    /// When [`GroupMember::handle_timeout`] must next be called. `None` only when closed
-    /// or suspended (then only the application can move the member).
-    #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.next_timer().map(|(_, at)| at)
-    }
+    common::member_surface!();
 
     /// A response to request `id` arrived.
     pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-        self.commits.settled(id);
-        let Some((sent, _)) = self.outbox.answered(id, self.coordinator.epoch()) else {
-            debug!(group = %self.config.group_id, ?id, "response to an unknown request dropped");
+        let Some(sent) = self.core.answered(id, &response) else {
             return;
         };
-        if !matches!(response, GroupResponse::FindCoordinator { .. })
-            && !refuses_coordination(&response)
-        {
-            self.coordinator.note_served();
-        }
         match (sent, response) {
             (
                 Sent::FindCoordinator,
@@ -226,7 +144,7 @@ impl GroupMember {
                     host,
                     port,
                 },
-            ) => self.on_find_coordinator(now, id, error, node_id, host, port),
+            ) => self.on_find_coordinator(now, id, error, (node_id, host, port)),
             (
                 Sent::Join,
                 GroupResponse::JoinGroup {
@@ -273,16 +191,10 @@ impl GroupMember {
             (
                 Sent::OffsetFetch { partitions: asked },
                 GroupResponse::OffsetFetch { error, partitions },
-            ) => self.on_offset_fetch(now, id, asked, error, partitions),
+            ) => self.on_offset_fetch(now, id, asked, (error, partitions)),
             (sent, response) => {
-                warn!(group = %self.config.group_id, ?sent, ?response, "response of the wrong kind; treated as a failure");
-                self.outbox.restore(id, sent);
-                self.handle_failure(
-                    now,
-                    id,
-                    Failure::Protocol("response of the wrong kind".into()),
-                );
-                return;
+                let failure = self.core.wrong_kind(id, sent, &response);
+                return self.handle_failure(now, id, failure);
             }
         }
         self.advance(now);
@@ -290,21 +202,17 @@ impl GroupMember {
 
     /// Request `id` failed without a response.
     pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        self.commits.settled(id);
-        // Sent to the coordinator known now, not to one given up on since.
-        let Some((sent, same_coordinator)) = self.outbox.answered(id, self.coordinator.epoch())
-        else {
+        let Some((sent, same_coordinator)) = self.core.failed(id, &failure) else {
             return;
         };
-        debug!(group = %self.config.group_id, ?id, ?sent, ?failure, "group request failed");
         match sent {
-            Sent::FindCoordinator => self.coordinator.on_failure(now, id, &mut self.backoff),
+            Sent::FindCoordinator => self.core.lookup_failed(now, id),
             // Java marks the coordinator unknown on any failed coordinator request: the
             // connection is gone, and the coordinator may have moved with it.
             Sent::Join => {
                 if matches!(self.state, State::Joining { request, .. } if request == id) {
                     if same_coordinator {
-                        self.mark_coordinator_unknown(now);
+                        self.core.mark_coordinator_unknown(now);
                     }
                     self.enter_unjoined(now, true, "JoinGroup failed");
                 }
@@ -312,23 +220,23 @@ impl GroupMember {
             Sent::Sync => {
                 if matches!(&self.state, State::Syncing { request, .. } if *request == id) {
                     if same_coordinator {
-                        self.mark_coordinator_unknown(now);
+                        self.core.mark_coordinator_unknown(now);
                     }
                     self.enter_unjoined(now, true, "SyncGroup failed");
                 }
             }
             Sent::Heartbeat { generation } => {
                 let mut current = false;
-                if let Some(hb) = &mut self.heartbeat {
+                if let Some(hb) = self.state.heartbeat_mut() {
                     if hb.in_flight == Some(id) {
                         hb.in_flight = None;
                         hb.failures += 1;
-                        hb.next_at = now + self.backoff.delay(hb.failures);
+                        hb.next_at = now + self.core.backoff.delay(hb.failures);
                     }
                     current = hb.generation == generation && same_coordinator;
                 }
                 if current {
-                    self.mark_coordinator_unknown(now);
+                    self.core.mark_coordinator_unknown(now);
                 }
             }
             Sent::Leave => {
@@ -337,21 +245,14 @@ impl GroupMember {
                 }
             }
             Sent::Commit { generation, .. } => {
-                self.events.push_back(Event::CommitCompleted {
-                    id,
-                    result: Err(CommitError::Request(failure)),
-                });
+                self.core.commit_failed(id, failure);
                 if self.generation() == Some(generation) && same_coordinator {
-                    self.mark_coordinator_unknown(now);
+                    self.core.mark_coordinator_unknown(now);
                 }
             }
             Sent::OffsetFetch { .. } => {
-                let current = self
-                    .fetch
-                    .as_mut()
-                    .is_some_and(|f| f.on_failure(now, id, &mut self.backoff));
-                if current && same_coordinator {
-                    self.mark_coordinator_unknown(now);
+                if self.core.offsets_failed(now, id) && same_coordinator {
+                    self.core.mark_coordinator_unknown(now);
                 }
             }
         }
@@ -363,7 +264,7 @@ impl GroupMember {
     /// The application came back for records: resets the progress guard, and rejoins
     /// after a progress timeout.
     pub fn note_progress(&mut self, now: Instant) {
-        self.last_progress = now;
+        self.core.last_progress = now;
         if matches!(self.state, State::Suspended) {
             self.state = State::Unjoined {
                 join_at: now,
@@ -376,20 +277,15 @@ impl GroupMember {
     /// The application finished the revocation of `generation`'s partitions (committed
     /// what it finished, stopped the rest). A stale generation is ignored.
     pub fn complete_revocation(&mut self, now: Instant, generation: i32) {
-        let State::Revoking {
-            generation: g,
-            partitions,
-            ..
-        } = &self.state
-        else {
-            return;
+        let partitions = match &self.state {
+            State::Revoking {
+                generation: g,
+                partitions,
+                ..
+            } if *g == generation => partitions.clone(),
+            _ => return,
         };
-        if *g != generation {
-            return;
-        }
-        for p in partitions.clone() {
-            self.owned.remove(&p);
-        }
+        self.core.give_back(&partitions);
         self.finish_revocation(now);
         self.advance(now);
     }
@@ -401,38 +297,22 @@ impl GroupMember {
         now: Instant,
         offsets: Vec<CommitOffset>,
     ) -> Result<RequestId, CommitError> {
-        if let State::Closed(e) = &self.state {
-            return Err(CommitError::Closed(e.clone().unwrap_or(
-                GroupError::Closed {
-                    group: self.config.group_id.clone(),
-                },
-            )));
-        }
-        let Some(generation) = self.generation.as_ref().map(|g| g.id) else {
-            return Err(CommitError::NoGeneration);
-        };
-        if !matches!(self.state, State::Stable | State::Revoking { .. }) {
-            return Err(CommitError::NoGeneration);
-        }
-        if self.coordinator().is_none() {
-            return Err(CommitError::CoordinatorUnknown);
-        }
-        if let Some(bad) = offsets.iter().find(|o| !self.owned.contains(&o.partition)) {
-            return Err(CommitError::NotOwned(bad.partition.clone()));
-        }
+        let in_group = matches!(self.state, State::Stable { .. } | State::Revoking { .. });
+        let live = self.generation().filter(|_| in_group);
+        let generation = self.core.may_commit(self.closed(), live, &offsets)?;
         let request = GroupRequest::OffsetCommit {
-            group: self.config.group_id.clone(),
+            group: self.core.config.group_id.clone(),
             generation,
-            member_id: self.member_id.clone(),
-            instance_id: self.config.instance_id.clone(),
+            member_id: self.core.member_id.clone(),
+            instance_id: self.core.config.instance_id.clone(),
             offsets: offsets.clone(),
         };
-        let id = self.outbox.reserve();
+        let id = self.core.outbox.reserve();
         let sent = Sent::Commit {
             generation,
             offsets,
         };
-        self.commits.push(id, (request, sent));
+        self.core.commits.push(id, (request, sent));
         self.advance(now);
         Ok(id)
     }
@@ -441,7 +321,7 @@ impl GroupMember {
     /// computed with other counts asks for a rebalance.
     pub fn set_topic_partitions(&mut self, now: Instant, counts: BTreeMap<String, i32>) {
         for (t, n) in counts {
-            if self.config.topics.contains(&t) || self.other_topics.contains(&t) {
+            if self.core.config.topics.contains(&t) || self.other_topics.contains(&t) {
                 self.partitions_per_topic.insert(t, n);
             }
         }
@@ -450,13 +330,14 @@ impl GroupMember {
                 .iter()
                 .any(|(t, n)| self.partitions_per_topic.get(t) != Some(n))
                 || self
+                    .core
                     .config
                     .topics
                     .iter()
                     .chain(self.other_topics.iter())
                     .any(|t| self.partitions_per_topic.contains_key(t) && !with.contains_key(t));
-            if changed && matches!(self.state, State::Stable) {
-                info!(group = %self.config.group_id, "partition counts changed since the leader assigned; rebalancing");
+            if changed && matches!(self.state, State::Stable { .. }) {
+                info!(group = %self.core.config.group_id, "partition counts changed since the leader assigned; rebalancing");
                 self.assigned_with = None;
                 self.metadata_at = None;
                 self.rebalance(now, "metadata changed");
@@ -492,13 +373,13 @@ impl GroupMember {
             Membership::Leave => true,
             Membership::Remain => false,
         };
-        let request = match (self.coordinator(), self.member_id.is_empty(), send) {
-            (Some(node), false, true) => Some(self.send(
+        let request = match (self.coordinator(), self.core.member_id.is_empty(), send) {
+            (Some(node), false, true) => Some(self.core.send(
                 Target::Coordinator(node),
                 GroupRequest::LeaveGroup {
-                    group: self.config.group_id.clone(),
-                    member_id: self.member_id.clone(),
-                    instance_id: self.config.instance_id.clone(),
+                    group: self.core.config.group_id.clone(),
+                    member_id: self.core.member_id.clone(),
+                    instance_id: self.core.config.instance_id.clone(),
                     reason: Some("the consumer is closing".into()),
                 },
                 Sent::Leave,
@@ -506,12 +387,12 @@ impl GroupMember {
             _ => None,
         };
         self.leave_generation();
-        self.owned.clear();
+        self.core.owned.clear();
         match request {
             Some(r) => {
                 self.state = State::Leaving {
                     request: Some(r),
-                    deadline: now + self.config.close_timeout,
+                    deadline: now + self.core.config.close_timeout,
                 }
             }
             None => self.close(None),
@@ -528,24 +409,16 @@ impl GroupMember {
         ) {
             return;
         }
-        let timeout = self.config.session_timeout.max(Duration::from_secs(10));
-        let (outbox, group) = (&mut self.outbox, &self.config.group_id);
-        self.coordinator.lookup_due(now, timeout, || {
-            outbox.send(
-                Target::AnyBroker,
-                GroupRequest::FindCoordinator {
-                    group: group.clone(),
-                },
-                Sent::FindCoordinator,
-                0,
-            )
-        });
+        self.core
+            .find_coordinator_if_due(now, || Sent::FindCoordinator);
+        // The rest goes to the coordinator.
         let Some(node) = self.coordinator() else {
             return;
         };
-        if let Some((id, (request, sent))) = self.commits.next() {
-            let epoch = self.coordinator.epoch();
-            self.outbox
+        if let Some((id, (request, sent))) = self.core.commits.next() {
+            let epoch = self.core.coordinator.epoch();
+            self.core
+                .outbox
                 .send_as(id, Target::Coordinator(node), request, sent, epoch);
         }
         if let State::LeaderDelay { send_at, .. } = &self.state
@@ -554,10 +427,11 @@ impl GroupMember {
                 request,
                 generation,
                 protocol,
+                heartbeat,
                 ..
-            } = std::mem::replace(&mut self.state, State::Stable)
+            } = std::mem::replace(&mut self.state, State::Suspended)
         {
-            self.send_sync(now, node, request, generation, protocol, true);
+            self.send_sync(now, node, request, (generation, protocol, true), heartbeat);
         }
         if let State::Unjoined { join_at, reason } = &self.state {
             if now >= *join_at {
@@ -566,113 +440,67 @@ impl GroupMember {
             }
         }
         let heartbeat_due = self
-            .heartbeat
-            .as_ref()
+            .state
+            .heartbeat()
             .filter(|hb| hb.in_flight.is_none() && now >= hb.next_at)
             .map(|hb| hb.generation);
         if let Some(generation) = heartbeat_due {
             let request = GroupRequest::Heartbeat {
-                group: self.config.group_id.clone(),
+                group: self.core.config.group_id.clone(),
                 generation,
-                member_id: self.member_id.clone(),
-                instance_id: self.config.instance_id.clone(),
+                member_id: self.core.member_id.clone(),
+                instance_id: self.core.config.instance_id.clone(),
             };
-            let id = self.send(
+            let id = self.core.send(
                 Target::Coordinator(node),
                 request,
                 Sent::Heartbeat { generation },
             );
-            if let Some(hb) = &mut self.heartbeat {
+            if let Some(hb) = self.state.heartbeat_mut() {
                 hb.in_flight = Some(id);
-                hb.next_at = now + self.config.heartbeat_interval;
+                hb.next_at = now + self.core.config.heartbeat_interval;
             }
         }
         // Committed offsets do not depend on the generation, so a fetch outlives a
         // rebalance: partitions granted just before another round still get theirs.
-        if let Some(asked) = common::offsets_due(&mut self.fetch, &self.owned, now) {
-            let request = GroupRequest::OffsetFetch {
-                group: self.config.group_id.clone(),
-                partitions: asked.iter().cloned().collect(),
-                // As the Java client: a new owner never resumes before a pending
-                // transactional commit of its partitions settles (dropped below
-                // OffsetFetch v7, which lacks the flag).
-                require_stable: true,
-                member: None,
-            };
-            let id = self.send(
-                Target::Coordinator(node),
-                request,
-                Sent::OffsetFetch { partitions: asked },
-            );
-            if let Some(f) = &mut self.fetch {
-                f.sent(id);
-            }
-        }
-    }
-
-    /// Queues `request` for the driver; a request to the coordinator records which one.
-    fn send(&mut self, target: Target, request: GroupRequest, sent: Sent) -> RequestId {
-        let epoch = self.coordinator.epoch();
-        self.outbox.send(target, request, sent, epoch)
+        self.core
+            .fetch_offsets_if_due(now, node, None, |partitions| Sent::OffsetFetch {
+                partitions,
+            });
     }
 
     fn progress_timeout(&mut self, now: Instant) {
-        warn!(group = %self.config.group_id, interval = ?self.config.max_poll_interval, "the application did not come back within max.poll.interval.ms; leaving the group");
-        self.events.push_back(Event::ProgressTimeout {
-            max_poll_interval: self.config.max_poll_interval,
-        });
+        self.core.progress_timed_out();
         if let (Some(node), false, false) = (
             self.coordinator(),
-            self.member_id.is_empty(),
+            self.core.member_id.is_empty(),
             self.is_static(),
         ) {
-            self.send(
+            self.core.send(
                 Target::Coordinator(node),
                 GroupRequest::LeaveGroup {
-                    group: self.config.group_id.clone(),
-                    member_id: self.member_id.clone(),
+                    group: self.core.config.group_id.clone(),
+                    member_id: self.core.member_id.clone(),
                     instance_id: None,
                     reason: Some("consumer poll timeout has expired".into()),
                 },
                 Sent::Leave,
             );
-            self.member_id.clear();
+            self.core.member_id.clear();
         }
-        self.lose_all(LostReason::ProgressTimeout);
+        self.core.lose_all(LostReason::ProgressTimeout);
         self.leave_generation();
         self.state = State::Suspended;
         let _ = now;
     }
 
-    fn lose(&mut self, partitions: Vec<TopicPartition>, reason: LostReason) {
-        common::lose(&mut self.owned, &mut self.events, partitions, reason);
-    }
-
-    fn lose_all(&mut self, reason: LostReason) {
-        common::lose_all(&mut self.owned, &mut self.events, reason);
-    }
-
-    fn fatal(&mut self, api: &'static str, code: i16) {
-        // Closed is sticky: a late answer (a FindCoordinator still in flight when the
-        // application left) must not turn a clean close into an error. Found by fuzzing.
-        if matches!(self.state, State::Closed(_)) {
-            return;
-        }
-        let (owned, events) = (&mut self.owned, &mut self.events);
-        let error = common::fatal(owned, events, &self.config.group_id, api, code, hint(code));
-        self.close(Some(error));
-    }
-
     fn close(&mut self, error: Option<GroupError>) {
-        let clean = error.is_none();
-        let closed = error.clone().unwrap_or(GroupError::Closed {
-            group: self.config.group_id.clone(),
-        });
-        common::fail_queued(&mut self.commits, &mut self.events, &closed);
+        self.core.fail_queued(&error);
         self.leave_generation();
+        let clean = error.is_none();
         self.state = State::Closed(error);
         if clean {
-            self.events.push_back(Event::Left);
+            self.core.events.push_back(Event::Left);
         }
     }
 }

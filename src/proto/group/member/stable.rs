@@ -7,7 +7,7 @@ use std::time::Instant;
 use kafka_protocol::ResponseError;
 
 use super::super::assignor::RebalanceProtocol;
-use super::super::common::{PendingFetch, offsets_answer, offsets_refused};
+use super::super::common::{Offsets, PendingFetch};
 use super::super::consumer_protocol::TopicPartition;
 use super::super::messages::CommitOffset;
 use super::GroupMember;
@@ -28,7 +28,7 @@ impl GroupMember {
             self.state,
             State::Syncing { .. } | State::LeaderDelay { .. }
         );
-        let Some(hb) = &mut self.heartbeat else {
+        let Some(hb) = self.state.heartbeat_mut() else {
             return;
         };
         if hb.in_flight != Some(id) {
@@ -48,10 +48,10 @@ impl GroupMember {
             return;
         }
         match heartbeat_reaction(error) {
-            Reaction::Rediscover => self.mark_coordinator_unknown(now),
+            Reaction::Rediscover => self.core.mark_coordinator_unknown(now),
             Reaction::Retry => {
                 hb.failures += 1;
-                hb.next_at = now + self.backoff.delay(hb.failures);
+                hb.next_at = now + self.core.backoff.delay(hb.failures);
             }
             // While syncing the rebalance is this one (Java ignores the answer
             // outside STABLE).
@@ -101,7 +101,9 @@ impl GroupMember {
                 name: error_name(code),
             }),
         };
-        self.events.push_back(Event::CommitCompleted { id, result });
+        self.core
+            .events
+            .push_back(Event::CommitCompleted { id, result });
         let Some(code) = first_error else { return };
         if stale {
             return;
@@ -110,10 +112,10 @@ impl GroupMember {
             return;
         };
         match reaction {
-            Reaction::Rediscover => self.mark_coordinator_unknown(now),
+            Reaction::Rediscover => self.core.mark_coordinator_unknown(now),
             Reaction::Retry | Reaction::Rejoin => {}
             Reaction::Rebalance => {
-                if matches!(self.state, State::Stable) {
+                if matches!(self.state, State::Stable { .. }) {
                     self.rebalance(now, "commit found the group rebalancing");
                 }
             }
@@ -138,23 +140,13 @@ impl GroupMember {
         now: Instant,
         id: RequestId,
         asked: BTreeSet<TopicPartition>,
-        error: i16,
-        partitions: Vec<(TopicPartition, i64, i32, i16)>,
+        answer: (i16, Vec<(TopicPartition, i64, i32, i16)>),
     ) {
-        let (fetch, events) = (&mut self.fetch, &mut self.events);
-        let answer = (error, partitions);
-        let Some(code) = offsets_answer(fetch, events, &self.owned, id, &asked, answer) else {
-            return;
-        };
-        match reaction(code) {
-            Reaction::Fatal => self.fatal("OffsetFetch", code),
-            r => {
-                let rediscover = r == Reaction::Rediscover;
-                offsets_refused(&mut self.fetch, now, &mut self.backoff, rediscover);
-                if rediscover {
-                    self.mark_coordinator_unknown(now);
-                }
-            }
+        let fatal = |code| reaction(code) == Reaction::Fatal;
+        match self.core.offsets_answer(now, id, &asked, answer, fatal) {
+            Offsets::Fatal(code) => self.fatal("OffsetFetch", code),
+            Offsets::Rediscover => self.core.mark_coordinator_unknown(now),
+            Offsets::Taken => {}
         }
     }
 
@@ -164,24 +156,25 @@ impl GroupMember {
         let Some(generation) = self.generation.clone() else {
             return self.enter_unjoined(now, false, reason);
         };
-        if !matches!(self.state, State::Stable) {
+        let State::Stable { heartbeat } = &self.state else {
             return;
-        }
-        if generation.rebalance == RebalanceProtocol::Eager && !self.owned.is_empty() {
+        };
+        if generation.rebalance == RebalanceProtocol::Eager && !self.core.owned.is_empty() {
             let partitions = self.assignment();
             // Heartbeats go on while the application gives the partitions back, as in
             // the Java client: until this member sends its JoinGroup, the broker still
             // expects its heartbeats, and removes it after `session_timeout` without
             // them, however long the rebalance timeout is.
             self.state = State::Revoking {
+                heartbeat: heartbeat.clone(),
                 generation: generation.id,
                 partitions: partitions.clone(),
-                deadline: now + self.config.max_poll_interval,
+                deadline: now + self.core.config.max_poll_interval,
                 then: AfterRevoke::Rejoin {
                     reason: reason.to_string(),
                 },
             };
-            self.events.push_back(Event::RevokeRequested {
+            self.core.events.push_back(Event::RevokeRequested {
                 generation: generation.id,
                 partitions,
             });
@@ -192,14 +185,18 @@ impl GroupMember {
 
     pub(super) fn finish_revocation(&mut self, now: Instant) {
         let State::Revoking {
-            generation, then, ..
-        } = std::mem::replace(&mut self.state, State::Stable)
+            heartbeat,
+            generation,
+            then,
+            ..
+        } = std::mem::replace(&mut self.state, State::Suspended)
         else {
             return;
         };
+        self.state = State::Stable { heartbeat };
         match then {
             AfterRevoke::Rejoin { reason } => {
-                self.owned.clear();
+                self.core.owned.clear();
                 self.enter_unjoined(now, false, &reason);
             }
             AfterRevoke::Assign { added, rejoin } => {
@@ -216,13 +213,19 @@ impl GroupMember {
         if added.is_empty() {
             return;
         }
-        self.owned.extend(added.iter().cloned());
-        self.events.push_back(Event::Assigned {
+        self.core.owned.extend(added.iter().cloned());
+        self.core.events.push_back(Event::Assigned {
             generation,
             added: added.clone(),
             assignment: self.assignment(),
         });
-        PendingFetch::grant(&mut self.fetch, now, generation, added, &self.owned);
+        PendingFetch::grant(
+            &mut self.core.fetch,
+            now,
+            generation,
+            added,
+            &self.core.owned,
+        );
     }
 
     /// Leaves the generation: heartbeats stop; the member rejoins after `backoff` (or at
@@ -236,13 +239,13 @@ impl GroupMember {
         }
         let join_at = if with_backoff {
             self.failures += 1;
-            now + self.backoff.delay(self.failures)
+            now + self.core.backoff.delay(self.failures)
         } else {
             now
         };
-        // Heartbeats stop until the next generation forms: from its JoinGroup on, the
-        // broker counts a member as alive until the rebalance completes.
-        self.heartbeat = None;
+        // Heartbeats stop (with the state that holds them) until the next generation
+        // forms: from its JoinGroup on, the broker counts a member as alive until the
+        // rebalance completes.
         self.state = State::Unjoined {
             join_at,
             reason: reason.to_string(),
@@ -258,22 +261,19 @@ impl GroupMember {
         forget_member: bool,
         reason: &str,
     ) {
-        self.lose_all(why);
+        self.core.lose_all(why);
         self.leave_generation();
         if forget_member {
-            self.member_id.clear();
-        }
-        if let State::Revoking { .. } = self.state {
-            self.state = State::Stable;
+            self.core.member_id.clear();
         }
         self.enter_unjoined(now, false, reason);
     }
 
-    /// Out of the generation: no generation to commit with, no heartbeats, no
-    /// committed offsets to fetch. What the member owns is the caller's to settle.
+    /// Out of the generation: no generation to commit with, no committed offsets to
+    /// fetch. What the member owns is the caller's to settle; heartbeats end with the
+    /// state the caller moves to.
     pub(super) fn leave_generation(&mut self) {
         self.generation = None;
-        self.heartbeat = None;
-        self.fetch = None;
+        self.core.fetch = None;
     }
 }

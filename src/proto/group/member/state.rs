@@ -22,7 +22,11 @@ pub(super) enum AfterRevoke {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The lifecycle state. The heartbeat lives in the states that have one: from the
+/// JoinGroup answer (`LeaderDelay`, `Syncing`) through the generation (`Stable`,
+/// `Revoking`), as the Java client heartbeats from COMPLETING_REBALANCE on; leaving
+/// those states ends it.
+#[derive(Debug, Clone)]
 pub(super) enum State {
     Unjoined {
         join_at: Instant,
@@ -38,6 +42,7 @@ pub(super) enum State {
         request: GroupRequest,
         generation: i32,
         protocol: String,
+        heartbeat: Heartbeat,
     },
     Syncing {
         request: RequestId,
@@ -45,9 +50,13 @@ pub(super) enum State {
         generation: i32,
         protocol: String,
         leader: bool,
+        heartbeat: Heartbeat,
     },
-    Stable,
+    Stable {
+        heartbeat: Heartbeat,
+    },
     Revoking {
+        heartbeat: Heartbeat,
         generation: i32,
         partitions: Vec<TopicPartition>,
         deadline: Instant,
@@ -59,6 +68,30 @@ pub(super) enum State {
         deadline: Instant,
     },
     Closed(Option<GroupError>),
+}
+
+impl State {
+    /// The heartbeat, in the states that have one.
+    pub(super) fn heartbeat(&self) -> Option<&Heartbeat> {
+        match self {
+            State::LeaderDelay { heartbeat, .. }
+            | State::Syncing { heartbeat, .. }
+            | State::Stable { heartbeat }
+            | State::Revoking { heartbeat, .. } => Some(heartbeat),
+            _ => None,
+        }
+    }
+
+    /// The heartbeat, in the states that have one.
+    pub(super) fn heartbeat_mut(&mut self) -> Option<&mut Heartbeat> {
+        match self {
+            State::LeaderDelay { heartbeat, .. }
+            | State::Syncing { heartbeat, .. }
+            | State::Stable { heartbeat }
+            | State::Revoking { heartbeat, .. } => Some(heartbeat),
+            _ => None,
+        }
+    }
 }
 
 /// A live generation: what commits and heartbeats are sent with.

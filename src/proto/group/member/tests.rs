@@ -16,6 +16,7 @@ use super::super::testing::Harness;
 use super::join::SUBSCRIPTION_VERSION;
 use super::*;
 use crate::proto::error_name;
+use std::time::Duration;
 
 const GROUP: &str = "g";
 const TOPIC: &str = "t";

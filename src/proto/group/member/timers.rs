@@ -25,7 +25,7 @@ impl GroupMember {
             State::Closed(_) | State::Suspended | State::Leaving { .. }
         );
         if in_group {
-            timers.extend(self.coordinator.timer());
+            timers.extend(self.core.coordinator.timer());
         }
         match &self.state {
             State::Unjoined { join_at, .. } if self.coordinator().is_some() => {
@@ -42,11 +42,14 @@ impl GroupMember {
             }
             _ => {}
         }
-        if let Some(hb) = &self.heartbeat {
+        if let Some(hb) = self.state.heartbeat() {
             if hb.in_flight.is_none() && self.coordinator().is_some() {
                 timers.push((Timer::Heartbeat, hb.next_at));
             }
-            timers.push((Timer::Session, hb.last_ok + self.config.session_timeout));
+            timers.push((
+                Timer::Session,
+                hb.last_ok + self.core.config.session_timeout,
+            ));
         }
         if let Some(at) = self.metadata_at
             && in_group
@@ -54,14 +57,11 @@ impl GroupMember {
             timers.push((Timer::Metadata, at));
         }
         if in_group {
-            timers.push((
-                Timer::Progress,
-                self.last_progress + self.config.max_poll_interval,
-            ));
+            timers.push((Timer::Progress, self.core.progress_deadline()));
         }
         // As `advance` decides to send it: in the group, with partitions left to ask for
         // (a revocation may have taken them all while a retry was pending).
-        if let Some(at) = self.fetch.as_ref().and_then(|f| f.due_at())
+        if let Some(at) = self.core.fetch.as_ref().and_then(|f| f.due_at())
             && in_group
             && self.coordinator().is_some()
         {
@@ -109,8 +109,8 @@ impl GroupMember {
         {
             if now >= *deadline {
                 let partitions = partitions.clone();
-                warn!(group = %self.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
-                self.lose(partitions, LostReason::RevocationTimedOut);
+                warn!(group = %self.core.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
+                self.core.lose(partitions, LostReason::RevocationTimedOut);
                 self.finish_revocation(now);
             }
         }
@@ -124,11 +124,11 @@ impl GroupMember {
         // coordinator can say the member is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION
         // on the next heartbeat); forgetting the id here left a ghost the next join
         // phase waited a whole session for.
-        if let Some(hb) = &mut self.heartbeat {
-            if now >= hb.last_ok + self.config.session_timeout {
+        if let Some(hb) = self.state.heartbeat_mut() {
+            if now >= hb.last_ok + self.core.config.session_timeout {
                 hb.last_ok = now;
-                warn!(group = %self.config.group_id, member = %self.member_id, "no successful heartbeat within the session timeout; rediscovering the coordinator");
-                self.mark_coordinator_unknown(now);
+                warn!(group = %self.core.config.group_id, member = %self.core.member_id, "no successful heartbeat within the session timeout; rediscovering the coordinator");
+                self.core.mark_coordinator_unknown(now);
             }
         }
     }
@@ -150,22 +150,23 @@ impl GroupMember {
                 self.close(None);
             }
         }
-        if let Some(id) = self.coordinator.overdue(now) {
+        if let Some(id) = self.core.coordinator.overdue(now) {
             self.handle_failure(now, id, Failure::Timeout);
         }
     }
 
     /// The leader's periodic metadata check.
     fn metadata_due(&mut self, now: Instant) {
-        self.metadata_at = Some(now + self.config.metadata_max_age);
+        self.metadata_at = Some(now + self.core.config.metadata_max_age);
         let topics: BTreeSet<String> = self
+            .core
             .config
             .topics
             .iter()
             .chain(self.other_topics.iter())
             .cloned()
             .collect();
-        self.events.push_back(Event::MetadataNeeded {
+        self.core.events.push_back(Event::MetadataNeeded {
             topics: topics.into_iter().collect(),
         });
     }
