@@ -400,7 +400,8 @@ pub(crate) fn refuses_coordination(response: &GroupResponse) -> bool {
 
 /// The getters and outputs both members expose alike, and the way both close on a
 /// fatal answer: over their [`Core`] (`core`), their `State` (with a `Closed`
-/// variant), and their own `next_timer`, `close` and `hint`.
+/// variant), and their own `next_timer`, `close`, `coordinator_found`, `hint` and
+/// `reaction`.
 macro_rules! member_surface {
     () => {
         /// The member id (empty for a classic member before its first JoinGroup).
@@ -438,6 +439,67 @@ macro_rules! member_surface {
             match &self.state {
                 State::Closed(e) => Some(e),
                 _ => None,
+            }
+        }
+
+        /// A response to request `id` arrived.
+        pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+            let Some(sent) = self.core.answered(id, &response) else {
+                return;
+            };
+            let given_back = match (sent, response) {
+                (
+                    Sent::FindCoordinator,
+                    GroupResponse::FindCoordinator {
+                        error,
+                        node_id,
+                        host,
+                        port,
+                    },
+                ) => {
+                    self.on_find_coordinator(now, id, error, (node_id, host, port));
+                    None
+                }
+                (sent, response) => self.on_response(now, id, sent, response),
+            };
+            if let Some((sent, response)) = given_back {
+                let failure = self.core.wrong_kind(id, sent, &response);
+                return self.handle_failure(now, id, failure);
+            }
+            self.advance(now);
+        }
+
+        /// Request `id` failed without a response.
+        pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+            let Some((sent, same_coordinator)) = self.core.failed(id, &failure) else {
+                return;
+            };
+            match sent {
+                Sent::FindCoordinator => self.core.lookup_failed(now, id),
+                sent => self.on_failure(now, id, sent, same_coordinator, failure),
+            }
+            self.advance(now);
+        }
+
+        /// A FindCoordinator answer: a refusal the member's `reaction` table calls
+        /// fatal closes it; a coordinator found is the member's own to take up
+        /// (`coordinator_found`).
+        fn on_find_coordinator(
+            &mut self,
+            now: Instant,
+            id: RequestId,
+            error: i16,
+            node: (i32, String, i32),
+        ) {
+            match self.core.coordinator_answer(now, id, error, node) {
+                $crate::proto::group::common::Lookup::Refused(code)
+                    if reaction(code) == Reaction::Fatal =>
+                {
+                    self.fatal("FindCoordinator", code)
+                }
+                $crate::proto::group::common::Lookup::Found(_) => self.coordinator_found(now),
+                $crate::proto::group::common::Lookup::Stale
+                | $crate::proto::group::common::Lookup::Refused(_) => {}
             }
         }
 

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::consumer_member::ConsumerGroupMember;
-use super::member::{Event, GroupMember, Outgoing, RequestId};
+use super::member::{Event, GroupMember, LostReason, Outgoing, RequestId, StateKind};
 use super::messages::{GroupRequest, GroupResponse};
 
 /// What the harness drives: either group member.
@@ -23,6 +23,8 @@ pub trait Machine {
     fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse);
     /// The clock moved.
     fn handle_timeout(&mut self, now: Instant);
+    /// The lifecycle state.
+    fn state(&self) -> StateKind;
 }
 
 macro_rules! machine {
@@ -39,6 +41,9 @@ macro_rules! machine {
             }
             fn handle_timeout(&mut self, now: Instant) {
                 <$t>::handle_timeout(self, now)
+            }
+            fn state(&self) -> StateKind {
+                <$t>::state(self)
             }
         }
     };
@@ -120,4 +125,25 @@ impl<M: Machine> Harness<M> {
         assert_eq!(out.target, super::member::Target::AnyBroker);
         self.found(out.id, node);
     }
+
+    /// The application did not come back in time: the events say so and give up every
+    /// partition, and the member is suspended until the application's next progress.
+    #[track_caller]
+    pub fn progress_timed_out(&mut self) {
+        let ev = self.events();
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::ProgressTimeout { .. })),
+            "{ev:?}"
+        );
+        assert!(lost(&ev, LostReason::ProgressTimeout), "{ev:?}");
+        assert_eq!(self.m.state(), StateKind::Suspended);
+    }
+}
+
+/// Whether `events` report partitions lost for `reason`.
+pub fn lost(events: &[Event], reason: LostReason) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, Event::Lost { reason: r, .. } if *r == reason))
 }

@@ -48,7 +48,7 @@ use kafka_protocol::ResponseError;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use super::common::{self, Core, Lookup, Offsets, PendingFetch, millis};
+use super::common::{self, Core, Offsets, PendingFetch, millis};
 use super::consumer_protocol::TopicPartition;
 use super::member::{
     CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
@@ -327,21 +327,16 @@ impl ConsumerGroupMember {
         self.advance(now);
     }
 
-    /// A response to request `id` arrived.
-    pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-        let Some(sent) = self.core.answered(id, &response) else {
-            return;
-        };
+    /// The answer to request `id`, sent for `sent` (FindCoordinator's aside); a
+    /// response of another kind is given back.
+    fn on_response(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        sent: Sent,
+        response: GroupResponse,
+    ) -> Option<(Sent, GroupResponse)> {
         match (sent, response) {
-            (
-                Sent::FindCoordinator,
-                GroupResponse::FindCoordinator {
-                    error,
-                    node_id,
-                    host,
-                    port,
-                },
-            ) => self.on_find_coordinator(now, id, error, (node_id, host, port)),
             (
                 Sent::Heartbeat { epoch, fields },
                 GroupResponse::ConsumerGroupHeartbeat {
@@ -354,7 +349,7 @@ impl ConsumerGroupMember {
                 },
             ) => {
                 if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
-                    return;
+                    return None;
                 }
                 self.heartbeat.in_flight = None;
                 if error != 0 {
@@ -384,24 +379,26 @@ impl ConsumerGroupMember {
                 Sent::OffsetFetch { partitions: asked },
                 GroupResponse::OffsetFetch { error, partitions },
             ) => self.on_offset_fetch(now, id, asked, (error, partitions)),
-            (sent, response) => {
-                let failure = self.core.wrong_kind(id, sent, &response);
-                return self.handle_failure(now, id, failure);
-            }
+            (sent, response) => return Some((sent, response)),
         }
-        self.advance(now);
+        None
     }
 
-    /// Request `id` failed without a response.
-    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        let Some((sent, same_coordinator)) = self.core.failed(id, &failure) else {
-            return;
-        };
+    /// Request `id`, sent for `sent` (FindCoordinator's aside), failed without a
+    /// response; `same_coordinator`: it went to the coordinator known now.
+    fn on_failure(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        sent: Sent,
+        same_coordinator: bool,
+        failure: Failure,
+    ) {
         match sent {
-            Sent::FindCoordinator => self.core.lookup_failed(now, id),
+            Sent::FindCoordinator => {}
             Sent::Heartbeat { .. } => {
                 if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
-                    return self.advance(now);
+                    return;
                 }
                 self.heartbeat.in_flight = None;
                 if let Failure::Unsupported(detail) = failure {
@@ -438,7 +435,6 @@ impl ConsumerGroupMember {
                 }
             }
         }
-        self.advance(now);
     }
 
     // ----- application commands -----
@@ -703,20 +699,7 @@ impl ConsumerGroupMember {
         out.into_iter().collect()
     }
 
-    fn on_find_coordinator(
-        &mut self,
-        now: Instant,
-        id: RequestId,
-        error: i16,
-        node: (i32, String, i32),
-    ) {
-        match self.core.coordinator_answer(now, id, error, node) {
-            Lookup::Refused(code) if reaction(code) == Reaction::Fatal => {
-                return self.fatal("FindCoordinator", code);
-            }
-            Lookup::Stale | Lookup::Refused(_) => return,
-            Lookup::Found(_) => {}
-        }
+    fn coordinator_found(&mut self, now: Instant) {
         // The member keeps its id and epoch across a coordinator move (the group's
         // state is the broker's, not the connection's): the next heartbeat goes at
         // once, with every field.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::super::testing::Harness;
+use super::super::testing::{Harness, lost};
 use super::*;
 use crate::proto::group::assignor::{Assignor, builtin};
 
@@ -116,6 +116,19 @@ fn ok(epoch: i32, assignment: Option<Vec<i32>>) -> GroupResponse {
     }
 }
 
+/// [`ok`] with no assignment, asking for heartbeats every `interval_ms`.
+fn ok_every(epoch: i32, interval_ms: i32) -> GroupResponse {
+    let mut r = ok(epoch, None);
+    if let GroupResponse::ConsumerGroupHeartbeat {
+        heartbeat_interval_ms,
+        ..
+    } = &mut r
+    {
+        *heartbeat_interval_ms = interval_ms;
+    }
+    r
+}
+
 fn refused(code: i16) -> GroupResponse {
     GroupResponse::ConsumerGroupHeartbeat {
         error: code,
@@ -180,15 +193,7 @@ fn stable_heartbeats_at_the_interval_the_broker_gives() {
     let (id, hb) = h.heartbeat();
     assert_eq!(hb.owned, None, "nothing changed: {hb:?}");
     assert_eq!(hb.names, None);
-    let mut r = ok(1, None);
-    if let GroupResponse::ConsumerGroupHeartbeat {
-        heartbeat_interval_ms,
-        ..
-    } = &mut r
-    {
-        *heartbeat_interval_ms = 500;
-    }
-    h.respond(id, r);
+    h.respond(id, ok_every(1, 500));
     h.advance(Duration::from_millis(500));
     let (_, hb) = h.heartbeat();
     assert_eq!(hb.epoch, 1);
@@ -386,15 +391,7 @@ fn stable_heartbeat_unanswered_for_two_intervals_looks_the_coordinator_up_again(
     let mut h = H::stable(vec![0]);
     h.advance(Duration::from_secs(3));
     let (id, _) = h.heartbeat();
-    let mut r = ok(1, None);
-    if let GroupResponse::ConsumerGroupHeartbeat {
-        heartbeat_interval_ms,
-        ..
-    } = &mut r
-    {
-        *heartbeat_interval_ms = 500;
-    }
-    h.respond(id, r);
+    h.respond(id, ok_every(1, 500));
     h.advance(Duration::from_millis(500));
     let (_, _) = h.heartbeat();
     h.advance(Duration::from_millis(999));
@@ -546,23 +543,7 @@ fn stable_progress_timeout_leaves_loses_and_rejoins_on_progress() {
             h.answer(out.id, 1, None);
         }
     }
-    let ev = h.events();
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::ProgressTimeout { .. })),
-        "{ev:?}"
-    );
-    assert!(
-        ev.iter().any(|e| matches!(
-            e,
-            Event::Lost {
-                reason: LostReason::ProgressTimeout,
-                ..
-            }
-        )),
-        "{ev:?}"
-    );
-    assert_eq!(h.m.state(), StateKind::Suspended);
+    h.progress_timed_out();
     assert_eq!(h.m.poll_timeout(), None);
     h.m.note_progress(h.now);
     let (_, rejoin) = h.heartbeat();
@@ -583,16 +564,7 @@ fn revoking_not_completed_within_the_rebalance_timeout_loses_and_rejoins() {
             if let GroupRequest::ConsumerGroupHeartbeat { member_epoch, .. } = out.request {
                 if member_epoch == 0 {
                     let ev = h.events();
-                    assert!(
-                        ev.iter().any(|e| matches!(
-                            e,
-                            Event::Lost {
-                                reason: LostReason::RevocationTimedOut,
-                                ..
-                            }
-                        )),
-                        "{ev:?}"
-                    );
+                    assert!(lost(&ev, LostReason::RevocationTimedOut), "{ev:?}");
                     return;
                 }
                 h.answer(out.id, 2, None);

@@ -49,7 +49,7 @@ use super::common::{self, Core};
 use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::NodeId;
-use errors::hint;
+use errors::{Reaction, hint, reaction};
 use state::{Generation, Sent, State};
 pub use types::{
     CommitError, Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership,
@@ -130,21 +130,16 @@ impl GroupMember {
 
     common::member_surface!();
 
-    /// A response to request `id` arrived.
-    pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-        let Some(sent) = self.core.answered(id, &response) else {
-            return;
-        };
+    /// The answer to request `id`, sent for `sent` (FindCoordinator's aside); a
+    /// response of another kind is given back.
+    fn on_response(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        sent: Sent,
+        response: GroupResponse,
+    ) -> Option<(Sent, GroupResponse)> {
         match (sent, response) {
-            (
-                Sent::FindCoordinator,
-                GroupResponse::FindCoordinator {
-                    error,
-                    node_id,
-                    host,
-                    port,
-                },
-            ) => self.on_find_coordinator(now, id, error, (node_id, host, port)),
             (
                 Sent::Join,
                 GroupResponse::JoinGroup {
@@ -192,21 +187,23 @@ impl GroupMember {
                 Sent::OffsetFetch { partitions: asked },
                 GroupResponse::OffsetFetch { error, partitions },
             ) => self.on_offset_fetch(now, id, asked, (error, partitions)),
-            (sent, response) => {
-                let failure = self.core.wrong_kind(id, sent, &response);
-                return self.handle_failure(now, id, failure);
-            }
+            (sent, response) => return Some((sent, response)),
         }
-        self.advance(now);
+        None
     }
 
-    /// Request `id` failed without a response.
-    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        let Some((sent, same_coordinator)) = self.core.failed(id, &failure) else {
-            return;
-        };
+    /// Request `id`, sent for `sent` (FindCoordinator's aside), failed without a
+    /// response; `same_coordinator`: it went to the coordinator known now.
+    fn on_failure(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        sent: Sent,
+        same_coordinator: bool,
+        failure: Failure,
+    ) {
         match sent {
-            Sent::FindCoordinator => self.core.lookup_failed(now, id),
+            Sent::FindCoordinator => {}
             // Java marks the coordinator unknown on any failed coordinator request: the
             // connection is gone, and the coordinator may have moved with it.
             Sent::Join => {
@@ -256,7 +253,6 @@ impl GroupMember {
                 }
             }
         }
-        self.advance(now);
     }
 
     // ----- application commands -----

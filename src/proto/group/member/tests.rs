@@ -12,7 +12,7 @@ use super::super::assignor::{Assignor, RebalanceProtocol};
 use super::super::consumer_protocol::{
     Assignment, Subscription, decode_subscription, encode_assignment, encode_subscription,
 };
-use super::super::testing::Harness;
+use super::super::testing::{Harness, lost};
 use super::join::SUBSCRIPTION_VERSION;
 use super::*;
 use crate::proto::error_name;
@@ -1555,23 +1555,7 @@ fn stable_progress_timeout_leaves_and_rejoins_on_progress() {
             }
         }
     }
-    let ev = h.events();
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::ProgressTimeout { .. })),
-        "{ev:?}"
-    );
-    assert!(
-        ev.iter().any(|e| matches!(
-            e,
-            Event::Lost {
-                reason: LostReason::ProgressTimeout,
-                ..
-            }
-        )),
-        "{ev:?}"
-    );
-    assert_eq!(h.m.state(), StateKind::Suspended);
+    h.progress_timed_out();
     h.m.note_progress(h.now);
     assert!(matches!(
         h.request().request,
@@ -1613,16 +1597,7 @@ fn revoking_without_ack_within_the_rebalance_timeout_loses_the_partitions() {
     }
     assert!(heartbeats >= 10, "{heartbeats} heartbeats while revoking");
     let ev = h.events();
-    assert!(
-        ev.iter().any(|e| matches!(
-            e,
-            Event::Lost {
-                reason: LostReason::RevocationTimedOut,
-                ..
-            }
-        )),
-        "{ev:?}"
-    );
+    assert!(lost(&ev, LostReason::RevocationTimedOut), "{ev:?}");
     assert!(
         matches!(&others[..], [o] if matches!(o.request, GroupRequest::JoinGroup { .. })),
         "{others:?}"
