@@ -53,7 +53,9 @@ pub struct ClientConfig {
     pub max_in_flight: usize,
     /// The largest response frame accepted; larger ones poison the connection.
     pub max_frame_size: usize,
-    /// Seed for reconnect jitter, so runs can be replayed.
+    /// Seed for the jitter of every backoff (reconnects, the group member's retries,
+    /// the Processor's retry delays). Drawn from the OS's random source by default, so
+    /// instances that fail together do not retry together; set it to replay a run.
     pub jitter_seed: u64,
     /// `security.protocol`: plain TCP, TLS, SASL, or SASL over TLS.
     pub security_protocol: SecurityProtocol,
@@ -83,7 +85,7 @@ impl ClientConfig {
             reconnect_backoff_max: Duration::from_secs(1),
             max_in_flight: 5,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
-            jitter_seed: 0x006f_7474_6c61,
+            jitter_seed: entropy_seed(),
             security_protocol: SecurityProtocol::Plaintext,
             tls: TlsConfig::default(),
             sasl: None,
@@ -451,6 +453,19 @@ fn parse_jaas(value: &str) -> std::result::Result<Jaas, String> {
     Ok(jaas)
 }
 
+/// A seed from the OS's random source. Without one (no such source on the platform),
+/// the process id and the clock, which still differ between instances.
+pub(crate) fn entropy_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_ok() {
+        return u64::from_le_bytes(bytes);
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -547,5 +562,15 @@ mod tests {
             .set("no.such.key", "1")
             .unwrap_err();
         assert!(err.to_string().contains("no.such.key"), "{err}");
+    }
+
+    #[test]
+    fn each_configuration_draws_its_own_jitter_seed() {
+        // A constant seed made every instance retry on the same schedule: the
+        // thundering herd jitter exists to prevent.
+        let seeds: std::collections::BTreeSet<u64> = (0..4)
+            .map(|_| ClientConfig::new("h:9092").jitter_seed)
+            .collect();
+        assert_eq!(seeds.len(), 4, "{seeds:?}");
     }
 }

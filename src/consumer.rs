@@ -140,6 +140,11 @@ impl ConsumerBuilder {
         }
     }
 
+    /// The client configuration so far.
+    pub(crate) fn client(&self) -> &ClientConfig {
+        &self.client
+    }
+
     /// Replaces the connection settings (bootstrap servers included).
     pub fn client_config(mut self, config: ClientConfig) -> Self {
         self.client = config;

@@ -1,11 +1,14 @@
 //! Dead-letter topic tools: read a DLQ back ([`inspect`]) and send chosen records to
 //! their original topic again ([`replay`]). `examples/dlq.rs` wraps both as a command.
 //!
-//! The diagnostic headers of every format the processor writes are understood (Apache
-//! `__dlq.errors.*`, `ottla.dlq.*`, Spring `kafka_dlt-*`, Connect `__connect.errors.*`).
-//! A replay strips them, keeps the record's own headers, key and value byte for byte,
-//! and counts replays in `ottla.replay.count`, so a record that keeps failing stops
-//! after `max_replays` instead of looping.
+//! Every format the processor writes is understood: the diagnostic headers (Apache
+//! `__dlq.errors.*`, `ottla.dlq.*`, Spring `kafka_dlt-*`, Connect `__connect.errors.*`)
+//! and the JSON envelope, whose value holds the original record. A replay sends the
+//! original key, value and headers byte for byte, without the diagnostic headers and
+//! without the `ottla.retry.*` routing of a retry topic the record died in (a replayed
+//! record would otherwise wait out that hop's delay on its main partition, pausing
+//! it); it counts replays in `ottla.replay.count`, so a record that keeps failing
+//! stops after `max_replays` instead of looping.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,6 +20,7 @@ use crate::consumer::{Consumer, ConsumerRecord, OffsetReset, TopicPartition};
 use crate::driver::{Cluster, TopicScope};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerRecord};
+use crate::proto::process::dlq::{Enveloped, parse_envelope};
 
 /// The header that counts replays.
 pub const REPLAY_COUNT: &str = "ottla.replay.count";
@@ -36,6 +40,9 @@ pub struct DlqEntry {
     pub message: Option<String>,
     /// Replays so far.
     pub replays: u32,
+    /// The original record, when the dead letter is a JSON envelope
+    /// (`DlqFormat::JsonEnvelope`): a replay sends this, not the envelope.
+    pub enveloped: Option<Enveloped>,
 }
 
 fn header<'a>(r: &'a ConsumerRecord, name: &str) -> Option<&'a [u8]> {
@@ -51,6 +58,12 @@ fn text(r: &ConsumerRecord, name: &str) -> Option<String> {
 
 fn parse<T: std::str::FromStr>(r: &ConsumerRecord, name: &str) -> Option<T> {
     text(r, name).and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether a replay leaves header `name` out: a diagnostic header, the replay count
+/// (written anew), or a retry topic's routing (`ottla.retry.*`).
+fn stripped_on_replay(name: &[u8]) -> bool {
+    is_diagnostic(name) || name == REPLAY_COUNT.as_bytes() || name.starts_with(b"ottla.retry.")
 }
 
 /// Whether a header is one of the diagnostic headers (of any format).
@@ -93,13 +106,28 @@ impl DlqEntry {
                 },
             },
         };
-        let class = text(r, "ottla.dlq.class").unwrap_or_else(|| "unknown".into());
+        // No origin in the headers: the JSON envelope's value holds it.
+        let enveloped = match origin {
+            Some(_) => None,
+            None => r.value.as_deref().and_then(parse_envelope),
+        };
+        let origin = origin.or_else(|| {
+            let e = enveloped.as_ref()?;
+            Some((e.topic.clone(), e.partition, e.offset))
+        });
+        let from_envelope =
+            |f: fn(&Enveloped) -> &Option<String>| enveloped.as_ref().and_then(|e| f(e).clone());
+        let class = text(r, "ottla.dlq.class")
+            .or_else(|| from_envelope(|e| &e.classification))
+            .unwrap_or_else(|| "unknown".into());
         let error_type = text(r, "ottla.dlq.error.type")
             .or_else(|| text(r, "kafka_dlt-exception-fqcn"))
-            .or_else(|| text(r, "__connect.errors.exception.class.name"));
+            .or_else(|| text(r, "__connect.errors.exception.class.name"))
+            .or_else(|| from_envelope(|e| &e.error_type));
         let message = text(r, "__dlq.errors.message")
             .or_else(|| text(r, "kafka_dlt-exception-message"))
-            .or_else(|| text(r, "__connect.errors.exception.message"));
+            .or_else(|| text(r, "__connect.errors.exception.message"))
+            .or_else(|| from_envelope(|e| &e.error_message));
         let replays = parse(r, REPLAY_COUNT).unwrap_or(0);
         Self {
             record,
@@ -108,7 +136,33 @@ impl DlqEntry {
             error_type,
             message,
             replays,
+            enveloped,
         }
+    }
+
+    /// The record a replay sends: the original key, value and headers (from the
+    /// envelope, for a JSON-envelope dead letter) to the original topic and partition,
+    /// without what [`replay`] strips, with the replay count incremented. `None` when
+    /// the origin is unknown.
+    pub fn replay_record(&self) -> Option<ProducerRecord> {
+        let (topic, partition, _) = self.origin.as_ref()?;
+        let (key, value, headers) = match &self.enveloped {
+            Some(e) => (&e.key, &e.value, &e.headers),
+            None => (&self.record.key, &self.record.value, &self.record.headers),
+        };
+        let mut r = ProducerRecord::new(topic.clone()).partition(*partition);
+        r.key = key.clone();
+        r.value = value.clone();
+        r.headers = headers
+            .iter()
+            .filter(|(k, _)| !stripped_on_replay(k))
+            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
+            .collect();
+        r.headers.push((
+            REPLAY_COUNT.to_string(),
+            Some(Bytes::from((self.replays + 1).to_string())),
+        ));
+        Some(r)
     }
 
     /// `topic/partition/offset` of the original record: what replays dedup by.
@@ -181,10 +235,9 @@ pub struct ReplayReport {
     pub unknown_origin: usize,
 }
 
-/// Re-sends the chosen entries to their original topic (and partition): key, value and
-/// the record's own headers byte for byte, diagnostic headers removed, `ottla.replay.count`
-/// incremented. The same original record is sent once per run; one replayed
-/// `max_replays` times already is skipped.
+/// Re-sends the chosen entries to their original topic (and partition):
+/// [`DlqEntry::replay_record`] of each. The same original record is sent once per run;
+/// one replayed `max_replays` times already is skipped.
 pub async fn replay(
     config: &ClientConfig,
     entries: &[DlqEntry],
@@ -198,7 +251,7 @@ pub async fn replay(
     let mut seen = BTreeSet::new();
     let mut pending = Vec::new();
     for e in entries {
-        let (Some((topic, partition, _)), Some(id)) = (&e.origin, e.origin_id()) else {
+        let (Some(r), Some(id)) = (e.replay_record(), e.origin_id()) else {
             report.unknown_origin += 1;
             continue;
         };
@@ -210,20 +263,6 @@ pub async fn replay(
             report.looping += 1;
             continue;
         }
-        let mut r = ProducerRecord::new(topic.clone()).partition(*partition);
-        r.key = e.record.key.clone();
-        r.value = e.record.value.clone();
-        r.headers = e
-            .record
-            .headers
-            .iter()
-            .filter(|(k, _)| !is_diagnostic(k) && &k[..] != REPLAY_COUNT.as_bytes())
-            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
-            .collect();
-        r.headers.push((
-            REPLAY_COUNT.to_string(),
-            Some(Bytes::from((e.replays + 1).to_string())),
-        ));
         pending.push(producer.send(r).await?);
         report.replayed += 1;
     }
@@ -232,4 +271,109 @@ pub async fn replay(
     }
     producer.close().await;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::proto::fetch::fetcher::TimestampType;
+    use crate::proto::process::classify::{ErrorClass, ProcessError};
+    use crate::proto::process::dlq::{DeadLetter, DlqFormat};
+
+    fn dead_letter(value: Option<Bytes>, headers: Vec<(&str, &[u8])>) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: Arc::from("orders.dlq"),
+            partition: 0,
+            offset: 7,
+            timestamp: 1_700_000_000_000,
+            timestamp_type: TimestampType::CreateTime,
+            leader_epoch: None,
+            key: Some(Bytes::from_static(b"k")),
+            value,
+            headers: headers
+                .into_iter()
+                .map(|(k, v)| (Bytes::from(k.to_string()), Some(Bytes::copy_from_slice(v))))
+                .collect(),
+        }
+    }
+
+    fn names(r: &ProducerRecord) -> Vec<&str> {
+        r.headers.iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn a_replay_drops_the_routing_of_the_retry_topic_the_record_died_in() {
+        // A record that failed its last hop in `orders.retry.60000` carries that hop's
+        // routing; replayed with it, the main topic's processor would treat it as a
+        // hop and wait a minute on its partition.
+        let record = dead_letter(
+            Some(Bytes::from_static(b"v")),
+            vec![
+                ("trace", b"abc"),
+                ("ottla.retry.hop", b"2"),
+                ("ottla.retry.topic", b"orders"),
+                ("ottla.retry.partition", b"3"),
+                ("ottla.retry.offset", b"41"),
+                ("__dlq.errors.topic", b"orders"),
+                ("__dlq.errors.partition", b"3"),
+                ("__dlq.errors.offset", b"41"),
+                ("ottla.dlq.class", b"retryable"),
+            ],
+        );
+        let entry = DlqEntry::from_record(record);
+        let r = entry.replay_record().expect("origin known");
+        assert_eq!((r.topic.as_str(), r.partition), ("orders", Some(3)));
+        assert_eq!(names(&r), vec!["trace", REPLAY_COUNT]);
+        assert_eq!(r.value.as_deref(), Some(&b"v"[..]));
+    }
+
+    #[test]
+    fn a_json_envelope_replays_the_original_record_it_holds() {
+        let error = ProcessError::permanent("ValueError", "bad");
+        let letter = DeadLetter {
+            topic: "orders",
+            partition: 3,
+            offset: 41,
+            timestamp: 1_700_000_000_000,
+            timestamp_type: TimestampType::CreateTime,
+            group: "billing",
+            error: &error,
+            class: ErrorClass::Permanent,
+            attempts: 1,
+            first_failure_ms: 1,
+            dead_lettered_ms: 2,
+        };
+        let original_headers = vec![
+            (
+                Bytes::from_static(b"trace"),
+                Some(Bytes::from_static(b"abc")),
+            ),
+            (
+                Bytes::from_static(b"ottla.retry.hop"),
+                Some(Bytes::from_static(b"1")),
+            ),
+        ];
+        let value = letter.envelope(Some(b"k"), Some(&[0xff, 0x01]), &original_headers);
+        // As the processor writes it: the original headers, then `ottla.dlq.*`.
+        let mut headers: Vec<(&str, &[u8])> = vec![("trace", b"abc"), ("ottla.retry.hop", b"1")];
+        let ours = letter.headers(DlqFormat::JsonEnvelope);
+        headers.extend(
+            ours.iter()
+                .map(|(k, v)| (k.as_str(), v.as_deref().unwrap_or(b""))),
+        );
+        let entry = DlqEntry::from_record(dead_letter(Some(Bytes::from(value)), headers));
+        assert_eq!(entry.origin, Some(("orders".into(), 3, 41)));
+        assert_eq!(entry.error_type.as_deref(), Some("ValueError"));
+        let r = entry.replay_record().expect("origin known");
+        assert_eq!((r.topic.as_str(), r.partition), ("orders", Some(3)));
+        assert_eq!(
+            r.value.as_deref(),
+            Some(&[0xff, 0x01][..]),
+            "the original value, not the envelope"
+        );
+        assert_eq!(r.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(names(&r), vec!["trace", REPLAY_COUNT]);
+    }
 }

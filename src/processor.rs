@@ -61,7 +61,7 @@ pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, ErrorClass, HttpClassifier, ProcessError,
 };
 use crate::proto::process::dlq::DeadLetter;
-pub use crate::proto::process::dlq::DlqFormat;
+pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
 pub use crate::proto::process::retry::{Backoff, RetryPolicy};
 use crate::proto::process::tracker::OffsetTracker;
 
@@ -219,6 +219,7 @@ pub struct ProcessorBuilder {
     policy: RetryPolicy,
     classifier: Arc<dyn Classifier>,
     dlq_format: DlqFormat,
+    dlq_timestamp: DlqTimestamp,
     dlq_suffix: String,
     dlq_name: Option<DlqName>,
     topics: Vec<String>,
@@ -264,6 +265,7 @@ impl ProcessorBuilder {
             policy: RetryPolicy::default(),
             classifier: Arc::new(AsGiven),
             dlq_format: DlqFormat::Apache,
+            dlq_timestamp: DlqTimestamp::default(),
             dlq_suffix: ".dlq".into(),
             dlq_name: None,
             concurrency: 16,
@@ -329,6 +331,13 @@ impl ProcessorBuilder {
     /// The dead-letter header format (default [`DlqFormat::Apache`]).
     pub fn dlq_format(mut self, f: DlqFormat) -> Self {
         self.dlq_format = f;
+        self
+    }
+
+    /// The timestamp dead-letter records carry (default [`DlqTimestamp::DeadLettered`]:
+    /// when they were written, so the DLQ's retention counts from then).
+    pub fn dlq_timestamp(mut self, t: DlqTimestamp) -> Self {
+        self.dlq_timestamp = t;
         self
     }
 
@@ -459,6 +468,9 @@ impl ProcessorBuilder {
         for t in &self.topics {
             topics.extend(self.retry_delays.iter().map(|d| retry_topic(t, *d)));
         }
+        // The retry delays' jitter follows the client's seed (random unless set), so
+        // processors that fail together do not retry together.
+        let jitter_seed = self.consumer.client().jitter_seed ^ 0x9e37_79b9_7f4a_7c15;
         let consumer = self
             .consumer
             .group_id(self.group.clone())
@@ -478,6 +490,7 @@ impl ProcessorBuilder {
             policy: self.policy,
             classifier: self.classifier,
             dlq_format: self.dlq_format,
+            dlq_timestamp: self.dlq_timestamp,
             dlq_suffix: self.dlq_suffix,
             dlq_name: self.dlq_name,
             retry_delays: self.retry_delays,
@@ -487,6 +500,7 @@ impl ProcessorBuilder {
             commit_interval: self.commit_interval,
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
             metrics: self.metrics,
+            jitter_seed,
         })
     }
 }
@@ -496,6 +510,37 @@ fn dlq_of(name: Option<&DlqName>, suffix: &str, topic: &str) -> String {
         Some(f) => f(topic),
         None => format!("{topic}{suffix}"),
     }
+}
+
+/// The dead-letter record of `record` for `topic`: its key and headers, its value (or
+/// the JSON envelope holding it), the diagnostic headers of `format`, and the
+/// timestamp `stamp` chooses.
+fn dead_letter_record(
+    topic: String,
+    record: &ConsumerRecord,
+    letter: &DeadLetter<'_>,
+    format: DlqFormat,
+    stamp: DlqTimestamp,
+) -> ProducerRecord {
+    let mut out = ProducerRecord::new(topic);
+    out.key = record.key.clone();
+    out.timestamp = Some(match stamp {
+        DlqTimestamp::DeadLettered => letter.dead_lettered_ms,
+        DlqTimestamp::Original => record.timestamp,
+    });
+    out.headers = record
+        .headers
+        .iter()
+        .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
+        .collect();
+    out.value = if format == DlqFormat::JsonEnvelope {
+        let (key, value) = (record.key.as_deref(), record.value.as_deref());
+        Some(Bytes::from(letter.envelope(key, value, &record.headers)))
+    } else {
+        record.value.clone()
+    };
+    out.headers.extend(letter.headers(format));
+    out
 }
 
 fn config(e: crate::proto::process::retry::ConfigError) -> Error {
@@ -513,6 +558,7 @@ pub struct Processor {
     policy: RetryPolicy,
     classifier: Arc<dyn Classifier>,
     dlq_format: DlqFormat,
+    dlq_timestamp: DlqTimestamp,
     dlq_suffix: String,
     dlq_name: Option<DlqName>,
     retry_delays: Vec<Duration>,
@@ -523,6 +569,8 @@ pub struct Processor {
     commit_interval: Option<Duration>,
     acquiesce: Duration,
     metrics: Option<MetricsHook>,
+    /// The seed of the retry delays' jitter (from the client's `jitter_seed`).
+    jitter_seed: u64,
 }
 
 impl std::fmt::Debug for Processor {
@@ -867,7 +915,8 @@ impl Processor {
         let mut lanes: BTreeMap<TopicPartition, Lane> = BTreeMap::new();
         let mut tasks: JoinSet<Done> = JoinSet::new();
         let mut stats = Stats::default();
-        let mut jitter = 0x9e37_79b9_7f4a_7c15u64;
+        // xorshift's state must not be zero.
+        let mut jitter = self.jitter_seed.max(1);
         let mut next_commit = self.commit_interval.map(|i| Instant::now() + i);
         let mut epochs: HashMap<TopicPartition, u64> = HashMap::new();
         let mut epoch_counter = 0u64;
@@ -1399,6 +1448,7 @@ impl Processor {
             partition: origin_partition,
             offset: origin_offset,
             timestamp: record.timestamp,
+            timestamp_type: record.timestamp_type,
             group: &self.group,
             error: &error,
             class,
@@ -1406,28 +1456,8 @@ impl Processor {
             first_failure_ms: attempt.first_failure_ms.unwrap_or_else(now_ms),
             dead_lettered_ms: now_ms(),
         };
-        let mut out = ProducerRecord::new(dlq_of(
-            self.dlq_name.as_ref(),
-            &self.dlq_suffix,
-            &origin_topic,
-        ));
-        out.key = record.key.clone();
-        out.timestamp = Some(record.timestamp);
-        out.headers = record
-            .headers
-            .iter()
-            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
-            .collect();
-        if self.dlq_format == DlqFormat::JsonEnvelope {
-            out.value = Some(Bytes::from(letter.envelope(
-                record.key.as_deref(),
-                record.value.as_deref(),
-                &record.headers,
-            )));
-        } else {
-            out.value = record.value.clone();
-        }
-        out.headers.extend(letter.headers(self.dlq_format));
+        let topic = dlq_of(self.dlq_name.as_ref(), &self.dlq_suffix, &origin_topic);
+        let out = dead_letter_record(topic, record, &letter, self.dlq_format, self.dlq_timestamp);
         self.send_on(tp, lane, attempt, class, None, out, tasks);
     }
 
@@ -1573,5 +1603,75 @@ impl MetricsLog {
     /// Everything observed so far.
     pub fn snapshot(&self) -> Vec<Metric> {
         self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::proto::fetch::fetcher::TimestampType;
+
+    fn record() -> ConsumerRecord {
+        ConsumerRecord {
+            topic: Arc::from("orders"),
+            partition: 3,
+            offset: 41,
+            timestamp: 1_000,
+            timestamp_type: TimestampType::CreateTime,
+            leader_epoch: None,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from_static(b"v")),
+            headers: vec![(Bytes::from_static(b"trace"), None)],
+        }
+    }
+
+    #[test]
+    fn a_dead_letter_is_stamped_when_written_unless_asked_for_the_original_time() {
+        let r = record();
+        let error = ProcessError::permanent("Rejected", "bad");
+        let letter = DeadLetter {
+            topic: "orders",
+            partition: 3,
+            offset: 41,
+            timestamp: r.timestamp,
+            timestamp_type: r.timestamp_type,
+            group: "g",
+            error: &error,
+            class: ErrorClass::Permanent,
+            attempts: 1,
+            first_failure_ms: 90_000_000,
+            dead_lettered_ms: 90_000_500,
+        };
+        let original = |out: &ProducerRecord| {
+            out.headers
+                .iter()
+                .find(|(k, _)| k == "ottla.dlq.original.timestamp")
+                .and_then(|(_, v)| v.clone())
+        };
+        let format = DlqFormat::Apache;
+        let out = dead_letter_record(
+            "orders.dlq".into(),
+            &r,
+            &letter,
+            format,
+            DlqTimestamp::default(),
+        );
+        assert_eq!(
+            out.timestamp,
+            Some(90_000_500),
+            "written now, not 89,999 s ago"
+        );
+        assert_eq!(original(&out).as_deref(), Some(&b"1000"[..]));
+        let out = dead_letter_record(
+            "orders.dlq".into(),
+            &r,
+            &letter,
+            format,
+            DlqTimestamp::Original,
+        );
+        assert_eq!(out.timestamp, Some(1_000));
+        assert_eq!((out.key, out.value), (r.key.clone(), r.value.clone()));
     }
 }

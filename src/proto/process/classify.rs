@@ -22,7 +22,8 @@ impl ErrorClass {
     }
 }
 
-/// A handler's error: its class (if known), a type name and a message.
+/// A handler's error: its class (if known), a type name and a message, and what
+/// caused it ([`ProcessError::caused_by`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessError {
     /// The class; `None`: unclassified (retried like a transient error).
@@ -31,6 +32,19 @@ pub struct ProcessError {
     pub kind: String,
     /// What went wrong.
     pub message: String,
+    /// The error underneath, if one was given.
+    pub cause: Option<ErrorCause>,
+}
+
+/// The error underneath a [`ProcessError`]: its type name and the messages of its
+/// `source()` chain, outermost first. Spring's dead-letter headers carry them
+/// (`kafka_dlt-exception-cause-fqcn`, `kafka_dlt-exception-stacktrace`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorCause {
+    /// The cause's Rust type name.
+    pub kind: String,
+    /// The cause's message, then each `source()`'s.
+    pub chain: Vec<String>,
 }
 
 impl fmt::Display for ProcessError {
@@ -42,12 +56,32 @@ impl fmt::Display for ProcessError {
 impl std::error::Error for ProcessError {}
 
 impl ProcessError {
+    /// This error, caused by `cause`: its type name and `source()` chain are kept for
+    /// the dead-letter headers.
+    pub fn caused_by<E: std::error::Error + 'static>(mut self, cause: &E) -> Self {
+        let mut chain = vec![cause.to_string()];
+        let mut next = cause.source();
+        // Bounded: a cyclic or absurdly deep chain must not stall the handler.
+        while let Some(e) = next
+            && chain.len() < 32
+        {
+            chain.push(e.to_string());
+            next = e.source();
+        }
+        self.cause = Some(ErrorCause {
+            kind: std::any::type_name::<E>().to_string(),
+            chain,
+        });
+        self
+    }
+
     /// A transient error.
     pub fn transient(kind: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             class: Some(ErrorClass::Transient),
             kind: kind.into(),
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -57,6 +91,7 @@ impl ProcessError {
             class: Some(ErrorClass::Permanent),
             kind: kind.into(),
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -66,6 +101,7 @@ impl ProcessError {
             class: None,
             kind: kind.into(),
             message: message.into(),
+            cause: None,
         }
     }
 
@@ -85,7 +121,9 @@ impl ProcessError {
             class: Some(class),
             kind: format!("io::{:?}", e.kind()),
             message: e.to_string(),
+            cause: None,
         }
+        .caused_by(e)
     }
 
     /// An HTTP status from a downstream call, classified by [`HttpClassifier`]'s
@@ -96,6 +134,7 @@ impl ProcessError {
             class,
             kind: format!("Http{status}"),
             message: message.into(),
+            cause: None,
         }
     }
 }
