@@ -37,6 +37,10 @@
 //! `acquiesce_share` of the rebalance timeout, the finished prefix is committed, and
 //! only then is the revocation acknowledged. Lost partitions are dropped without a
 //! commit.
+//!
+//! **Shutdown.** When `shutdown` resolves, fetching stops, running handlers are
+//! signalled and awaited, the finished prefix is committed and the member leaves the
+//! group, all within [`ProcessorBuilder::shutdown_timeout`] (default 25 s).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -228,6 +232,7 @@ pub struct ProcessorBuilder {
     lane_buffer: usize,
     commit_interval: Option<Duration>,
     acquiesce_share: f64,
+    shutdown_timeout: Duration,
     max_poll_interval: Duration,
     session_timeout: Duration,
     heartbeat_interval: Duration,
@@ -272,6 +277,7 @@ impl ProcessorBuilder {
             lane_buffer: 1000,
             commit_interval: Some(Duration::from_secs(1)),
             acquiesce_share: 0.5,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_poll_interval: Duration::from_secs(300),
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
@@ -390,6 +396,16 @@ impl ProcessorBuilder {
         self
     }
 
+    /// How long a shutdown may take, from the `shutdown` future resolving to `run`
+    /// returning (default 25 s, inside the 30 s that Kubernetes and systemd grant a
+    /// process before killing it). Running handlers get four fifths of it (at most the
+    /// acquiesce window); the commit of the finished prefix and leaving the group get
+    /// the rest.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
     /// `session.timeout.ms`, `heartbeat.interval.ms` and `max.poll.interval.ms` (the
     /// rebalance timeout).
     pub fn timeouts(mut self, session: Duration, heartbeat: Duration, max_poll: Duration) -> Self {
@@ -499,6 +515,7 @@ impl ProcessorBuilder {
             max_batch: 1,
             commit_interval: self.commit_interval,
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
+            shutdown_timeout: self.shutdown_timeout,
             metrics: self.metrics,
             jitter_seed,
         })
@@ -571,6 +588,7 @@ pub struct Processor {
     metrics: Option<MetricsHook>,
     /// The seed of the retry delays' jitter (from the client's `jitter_seed`).
     jitter_seed: u64,
+    shutdown_timeout: Duration,
 }
 
 impl std::fmt::Debug for Processor {
@@ -701,6 +719,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         None => "the handler panicked".into(),
     }
 }
+
+/// [`ProcessorBuilder::shutdown_timeout`]'s default.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// `<topic>.retry.<delay>`, the delay as `500ms`, `30s`, `5m` or `1h`.
 pub fn retry_topic(topic: &str, delay: Duration) -> String {
@@ -959,7 +980,7 @@ impl Processor {
                                 self.metric(Metric::Assigned { generation, partitions: added });
                             }
                             Event::RevokeRequested { generation, partitions } => {
-                                self.acquiesce(&mut lanes, &mut tasks, &mut stats, &partitions, &mut jitter).await;
+                                self.acquiesce(&mut lanes, &mut tasks, &mut stats, &partitions, &mut jitter, self.acquiesce).await;
                                 for tp in &partitions {
                                     lanes.remove(tp);
                                     epochs.remove(tp);
@@ -1026,11 +1047,21 @@ impl Processor {
                 }
             }
         };
-        // Shut down: acquiesce on everything, commit, leave.
+        // Shut down within `shutdown_timeout`: handlers get four fifths of it (at most
+        // the acquiesce window), then the finished prefix is committed and the member
+        // leaves in what remains.
         let all: Vec<TopicPartition> = lanes.keys().cloned().collect();
-        self.acquiesce(&mut lanes, &mut tasks, &mut stats, &all, &mut jitter)
+        let until = Instant::now() + self.shutdown_timeout;
+        let wait = self.shutdown_timeout.mul_f64(0.8).min(self.acquiesce);
+        self.acquiesce(&mut lanes, &mut tasks, &mut stats, &all, &mut jitter, wait)
             .await;
-        let close = self.consumer.close().await;
+        let close = match tokio::time::timeout_at(until, self.consumer.close()).await {
+            Ok(close) => close,
+            Err(_) => {
+                warn!(timeout = ?self.shutdown_timeout, "leaving the group did not finish within the shutdown timeout");
+                Ok(())
+            }
+        };
         result.and(close).map(|()| stats)
     }
 
@@ -1529,6 +1560,7 @@ impl Processor {
         stats: &mut Stats,
         partitions: &[TopicPartition],
         jitter: &mut u64,
+        wait: Duration,
     ) {
         self.consumer.pause(partitions);
         for tp in partitions {
@@ -1540,7 +1572,7 @@ impl Processor {
                 }
             }
         }
-        let deadline = Instant::now() + self.acquiesce;
+        let deadline = Instant::now() + wait;
         let busy = |lanes: &BTreeMap<TopicPartition, Lane>| {
             partitions.iter().any(|tp| {
                 lanes

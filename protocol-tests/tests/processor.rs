@@ -1466,3 +1466,108 @@ async fn group_events(peer: &Peer, assignor: &'static str) {
         "both own some: {finals:?}"
     );
 }
+
+/// A handler that never finishes (it ignores its `Cancel`) does not hold a shutdown
+/// past `shutdown_timeout`: `run` returns within it, with the records finished before
+/// the stuck one committed and the stuck one not. The default used to wait for half
+/// the rebalance timeout (150 s), past the 30 s an orchestrator grants before killing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "stuck";
+    peer.create_topic(topic, 1).expect("topic");
+    // Two records first; the stuck one and two more once both are handled, so that
+    // the stuck record starts a task of its own (`run` hands a task the records
+    // queued at that moment, and reports them when the task ends).
+    produce_values(&peer, topic, &[(0, "r0".into()), (0, "r1".into())]).await;
+    let processor = test_builder(&peer, "stuck", topic, policy())
+        // A rebalance timeout long enough that the acquiesce window (half of it)
+        // would hold the shutdown for 60 s.
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(120),
+        )
+        .commit_interval(Some(Duration::from_millis(100)))
+        .shutdown_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .expect("processor");
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stuck_tx, stuck_rx) = tokio::sync::oneshot::channel::<()>();
+    let signals = Arc::new(Mutex::new((Some(first_tx), Some(stuck_tx))));
+    let handler = move |r: ottla::ConsumerRecord, _cancel| {
+        let signals = signals.clone();
+        async move {
+            let signal = {
+                let mut s = signals.lock().expect("lock");
+                match r.offset {
+                    1 => s.0.take(),
+                    2 => s.1.take(),
+                    _ => None,
+                }
+            };
+            if let Some(tx) = signal {
+                let _ = tx.send(());
+            }
+            if r.offset == 2 {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            Ok(())
+        }
+    };
+    let bootstrap = peer.bootstrap();
+    let shutdown = async move {
+        let _ = first_rx.await;
+        let producer = Producer::builder(&bootstrap)
+            .build()
+            .await
+            .expect("producer");
+        for i in 2..5 {
+            let r = ProducerRecord::new(topic)
+                .partition(0)
+                .value(format!("r{i}"));
+            producer
+                .send(r)
+                .await
+                .expect("send")
+                .await
+                .expect("written");
+        }
+        producer.close().await;
+        let _ = stuck_rx.await;
+        // Records 0 and 1 are finished; let a commit interval pass.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let run = tokio::time::timeout(Duration::from_secs(20), processor.run(handler, shutdown));
+    run.await
+        .expect("run returned within 20 s (its shutdown timeout is 3 s)")
+        .expect("run");
+    let mut check = Consumer::builder(&peer.bootstrap())
+        .group_id("stuck")
+        .topics([topic])
+        .auto_commit(None)
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("checker");
+    let started = Instant::now();
+    let committed = loop {
+        if let Some(o) = check.committed(&TopicPartition::new(topic, 0)) {
+            break o;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no committed offset"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), check.recv()).await;
+    };
+    assert_eq!(
+        committed, 2,
+        "the finished prefix, and not the stuck record"
+    );
+}
