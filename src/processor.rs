@@ -415,8 +415,11 @@ impl ProcessorBuilder {
         self
     }
 
-    /// The longest one handler call is expected to take (default 30 s), for the
-    /// progress-window check.
+    /// The longest one handler call may take (default 30 s): an attempt still running
+    /// after it is cancelled (its future dropped) and counts as a transient failure of
+    /// type `Timeout`, so it is retried, and dead-lettered once retries run out. With
+    /// [`Processor::run_batch`] the budget is the whole batch's; a batch that exceeds it
+    /// is replayed one record at a time. Also used for the progress-window check.
     pub fn processing_budget(mut self, t: Duration) -> Self {
         self.processing_budget = t;
         self
@@ -516,6 +519,7 @@ impl ProcessorBuilder {
             commit_interval: self.commit_interval,
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
             shutdown_timeout: self.shutdown_timeout,
+            processing_budget: self.processing_budget,
             metrics: self.metrics,
             jitter_seed,
         })
@@ -589,6 +593,7 @@ pub struct Processor {
     /// The seed of the retry delays' jitter (from the client's `jitter_seed`).
     jitter_seed: u64,
     shutdown_timeout: Duration,
+    processing_budget: Duration,
 }
 
 impl std::fmt::Debug for Processor {
@@ -692,6 +697,15 @@ const RUN_CHUNK: usize = 256;
 /// How long one [`Processor::run`] task keeps calling the handler before it reports
 /// back (finished offsets become committable only then).
 const RUN_SLICE: Duration = Duration::from_millis(10);
+
+/// The error of an attempt cancelled for running past `processing_budget`: transient,
+/// so it is retried, then dead-lettered once retries run out.
+fn over_budget(budget: Duration) -> ProcessError {
+    ProcessError::transient(
+        "Timeout",
+        format!("the handler ran past processing_budget ({budget:?}) and was cancelled"),
+    )
+}
 
 /// Calls `f` and awaits its future, catching a panic in either: `Err` carries the
 /// panic's message. Instead of a task per call, which costs far more than a handler
@@ -807,6 +821,7 @@ impl Processor {
         // by the records of a fast handler, and a slow one still gets a task per record.
         let handler = Arc::new(handler);
         let timed = self.metrics.is_some();
+        let budget = self.processing_budget;
         let call = move |records: Vec<ConsumerRecord>, cancel: Cancel| {
             let handler = handler.clone();
             async move {
@@ -825,7 +840,11 @@ impl Processor {
                         };
                     }
                     let started = timed.then(std::time::Instant::now);
-                    let result = catch_call(|| handler(record, cancel.clone())).await;
+                    let call = catch_call(|| handler(record, cancel.clone()));
+                    let result = match tokio::time::timeout(budget, call).await {
+                        Ok(result) => result,
+                        Err(_) => Ok(Err(over_budget(budget))),
+                    };
                     if let Some(started) = started {
                         durations.push(started.elapsed());
                     }
@@ -908,12 +927,20 @@ impl Processor {
         }
         self.lane_buffer = self.lane_buffer.max(max_records);
         let handler = Arc::new(handler);
+        let budget = self.processing_budget;
         let call = move |records: Vec<ConsumerRecord>, cancel: Cancel| {
             let handler = handler.clone();
             async move {
-                match catch_call(|| handler(records, cancel)).await {
-                    Ok(result) => Outcome::of(result),
-                    Err(message) => Outcome::panic(message, None),
+                let call = catch_call(|| handler(records, cancel));
+                match tokio::time::timeout(budget, call).await {
+                    Ok(Ok(result)) => Outcome::of(result),
+                    Ok(Err(message)) => Outcome::panic(message, None),
+                    // Which record held it up is unknown: the batch goes again one
+                    // record at a time, each with the budget.
+                    Err(_) => Outcome::of(Err(BatchError {
+                        index: None,
+                        error: over_budget(budget),
+                    })),
                 }
             }
         };

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
-    Backoff, BatchError, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder, RetryPolicy,
+    Backoff, BatchError, ErrorClass, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder,
+    RetryPolicy,
 };
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
@@ -1569,5 +1570,84 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
     assert_eq!(
         committed, 2,
         "the finished prefix, and not the stuck record"
+    );
+}
+
+/// An attempt that runs past `processing_budget` is cancelled and counts as a
+/// transient `Timeout`: retried per the policy, then dead-lettered, while the records
+/// around it are handled and the loop goes on. The budget used to be checked against
+/// the configuration only, and such a handler held its partition for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "slow";
+    peer.create_topic(topic, 1).expect("topic");
+    peer.create_topic("slow.dlq", 1).expect("dlq");
+    let values: Vec<(i32, String)> = ["ok", "hangs", "ok"]
+        .iter()
+        .map(|v| (0, v.to_string()))
+        .collect();
+    produce_values(&peer, topic, &values).await;
+    let log = MetricsLog::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let processor = test_builder(&peer, "slow", topic, policy())
+        .processing_budget(Duration::from_millis(300))
+        .commit_interval(Some(Duration::from_millis(100)))
+        .metrics(log.hook())
+        .build()
+        .await
+        .expect("processor");
+    let counted = calls.clone();
+    let handler = move |r: ottla::ConsumerRecord, _cancel| {
+        let counted = counted.clone();
+        async move {
+            if r.value.as_deref() == Some(&b"hangs"[..]) {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            Ok(())
+        }
+    };
+    let l = log.clone();
+    let done = async move {
+        let started = Instant::now();
+        while !l
+            .snapshot()
+            .iter()
+            .any(|m| matches!(m, Metric::DeadLettered { .. }))
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), processor.run(handler, done))
+        .await
+        .expect("run ends")
+        .expect("run");
+    let lettered: Vec<(i64, String, ErrorClass)> = log
+        .snapshot()
+        .into_iter()
+        .filter_map(|m| match m {
+            Metric::DeadLettered {
+                offset,
+                error_type,
+                class,
+                ..
+            } => Some((offset, error_type, class)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lettered,
+        vec![(1, "Timeout".to_string(), ErrorClass::Transient)],
+        "the hanging record, as a transient timeout"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        4,
+        "the first attempt and policy().max_retries (3) retries"
     );
 }
