@@ -69,8 +69,11 @@ pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
 pub use crate::proto::process::retry::{Backoff, RetryPolicy};
 use crate::proto::process::tracker::OffsetTracker;
 
-/// Tells a running handler that its partition is being taken away: finish quickly or
-/// stop (the record will be handled again by the next owner).
+/// Tells a running handler that its partition is being taken away (or the processor
+/// shuts down): finish quickly and return `Ok(())` (the record is done and committed),
+/// or stop and return `Err(ProcessError::cancelled())` (the record is not committed,
+/// and the partition's next owner handles it again). Returning `Ok(())` without
+/// finishing commits a record nobody processed.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel {
     flag: Arc<AtomicBool>,
@@ -117,6 +120,9 @@ pub struct Stats {
     pub forwarded: u64,
     /// Successful commits.
     pub commits: u64,
+    /// Records a handler stopped on cancellation ([`ProcessError::cancelled`]), left
+    /// for the partition's next owner.
+    pub cancelled: u64,
 }
 
 /// One metric observation, for [`ProcessorBuilder::metrics`].
@@ -1239,7 +1245,7 @@ impl Processor {
                 let Some(lane) = lanes.get_mut(&tp).filter(|l| l.epoch == epoch) else {
                     return; // revoked or lost meanwhile
                 };
-                lane.running = None;
+                let was_cancelled = lane.running.take().is_some_and(|c| c.is_cancelled());
                 let Outcome {
                     result,
                     stopped_after,
@@ -1281,6 +1287,22 @@ impl Processor {
                         return;
                     }
                 };
+                // Stopped on cancellation: the record is neither done nor failed, and
+                // comes again (for the next owner, as the lane is being given up).
+                let (error, stopped) = match error {
+                    Some(e) if e.cancelled && was_cancelled => (None, true),
+                    Some(e) if e.cancelled => {
+                        let e = ProcessError::transient(
+                            "Cancelled",
+                            "the handler reported a cancellation nobody asked for",
+                        );
+                        (Some(e), false)
+                    }
+                    e => (e, false),
+                };
+                if stopped {
+                    stats.cancelled += 1;
+                }
                 let rest = attempts.split_off(handled);
                 let took_of = |i: usize| durations.get(i).copied().unwrap_or(took);
                 for (i, a) in attempts.into_iter().enumerate() {

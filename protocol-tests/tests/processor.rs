@@ -1651,3 +1651,85 @@ async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
         "the first attempt and policy().max_retries (3) retries"
     );
 }
+
+/// A handler cancelled by a shutdown (or a revocation) that stops without finishing
+/// says so with `ProcessError::cancelled()`: its record is neither committed nor
+/// retried nor dead-lettered, and the records before it are committed. Returning
+/// `Ok(())` was the only way to stop, and committed the unprocessed record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "cancelled";
+    peer.create_topic(topic, 1).expect("topic");
+    peer.create_topic("cancelled.dlq", 1).expect("dlq");
+    let values: Vec<(i32, String)> = (0..3).map(|i| (0, format!("r{i}"))).collect();
+    produce_values(&peer, topic, &values).await;
+    let log = MetricsLog::default();
+    let processor = test_builder(&peer, "cancelled", topic, policy())
+        .commit_interval(Some(Duration::from_millis(100)))
+        .metrics(log.hook())
+        .build()
+        .await
+        .expect("processor");
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = Arc::new(Mutex::new(Some(started_tx)));
+    let handler = move |r: ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+        let started_tx = started_tx.clone();
+        async move {
+            if r.offset == 1 {
+                let tx = started_tx.lock().expect("lock").take();
+                if let Some(tx) = tx {
+                    let _ = tx.send(());
+                }
+                cancel.cancelled().await;
+                return Err(ProcessError::cancelled());
+            }
+            Ok(())
+        }
+    };
+    let shutdown = async move {
+        let _ = started_rx.await;
+    };
+    let stats = tokio::time::timeout(Duration::from_secs(60), processor.run(handler, shutdown))
+        .await
+        .expect("run ends")
+        .expect("run");
+    assert_eq!(stats.cancelled, 1, "{stats:?}");
+    assert_eq!((stats.retries, stats.dead_lettered), (0, 0), "{stats:?}");
+    let errors: Vec<Metric> = log
+        .snapshot()
+        .into_iter()
+        .filter(|m| matches!(m, Metric::Error { .. } | Metric::DeadLettered { .. }))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "a cancellation is not an error: {errors:?}"
+    );
+    let mut check = Consumer::builder(&peer.bootstrap())
+        .group_id("cancelled")
+        .topics([topic])
+        .auto_commit(None)
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(500))
+        .build()
+        .await
+        .expect("checker");
+    let started = Instant::now();
+    let committed = loop {
+        if let Some(o) = check.committed(&TopicPartition::new(topic, 0)) {
+            break o;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no committed offset"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(200), check.recv()).await;
+    };
+    assert_eq!(
+        committed, 1,
+        "record 0 committed; the cancelled record 1 not"
+    );
+}

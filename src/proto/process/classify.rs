@@ -34,6 +34,9 @@ pub struct ProcessError {
     pub message: String,
     /// The error underneath, if one was given.
     pub cause: Option<ErrorCause>,
+    /// The handler stopped because it was cancelled ([`ProcessError::cancelled`]):
+    /// neither done nor failed.
+    pub cancelled: bool,
 }
 
 /// The error underneath a [`ProcessError`]: its type name and the messages of its
@@ -56,6 +59,21 @@ impl fmt::Display for ProcessError {
 impl std::error::Error for ProcessError {}
 
 impl ProcessError {
+    /// The handler stopped because its `Cancel` said so (the partition is being
+    /// revoked, or the processor shuts down), without finishing the record: it is
+    /// neither committed nor retried nor dead-lettered, and the partition's next owner
+    /// handles it. Returning `Ok(())` instead says the record is done, and commits it.
+    /// Returned when no cancellation was asked for, it counts as a transient error.
+    pub fn cancelled() -> Self {
+        Self {
+            class: None,
+            kind: "Cancelled".into(),
+            message: "the handler stopped when cancelled".into(),
+            cause: None,
+            cancelled: true,
+        }
+    }
+
     /// This error, caused by `cause`: its type name and `source()` chain are kept for
     /// the dead-letter headers.
     pub fn caused_by<E: std::error::Error + 'static>(mut self, cause: &E) -> Self {
@@ -82,6 +100,7 @@ impl ProcessError {
             kind: kind.into(),
             message: message.into(),
             cause: None,
+            cancelled: false,
         }
     }
 
@@ -92,6 +111,7 @@ impl ProcessError {
             kind: kind.into(),
             message: message.into(),
             cause: None,
+            cancelled: false,
         }
     }
 
@@ -102,6 +122,7 @@ impl ProcessError {
             kind: kind.into(),
             message: message.into(),
             cause: None,
+            cancelled: false,
         }
     }
 
@@ -122,6 +143,7 @@ impl ProcessError {
             kind: format!("io::{:?}", e.kind()),
             message: e.to_string(),
             cause: None,
+            cancelled: false,
         }
         .caused_by(e)
     }
@@ -135,6 +157,7 @@ impl ProcessError {
             kind: format!("Http{status}"),
             message: message.into(),
             cause: None,
+            cancelled: false,
         }
     }
 }
