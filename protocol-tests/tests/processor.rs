@@ -1048,17 +1048,7 @@ async fn mock_dlq_tools_inspect_and_replay() {
         processor_for(&peer, "tools", topic, policy(), &log, "cooperative-sticky").await;
     let l = log.clone();
     let done = async move {
-        let started = Instant::now();
-        while l
-            .snapshot()
-            .iter()
-            .filter(|m| matches!(m, Metric::DeadLettered { .. }))
-            .count()
-            < 3
-            && started.elapsed() < Duration::from_secs(30)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        dead_lettered(&l, 3).await;
     };
     processor
         .run(
@@ -1223,15 +1213,7 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
         .expect("processor");
     let l = log.clone();
     let done = async move {
-        let started = Instant::now();
-        while !l
-            .snapshot()
-            .iter()
-            .any(|m| matches!(m, Metric::DeadLettered { .. }))
-            && started.elapsed() < Duration::from_secs(30)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        dead_lettered(&l, 1).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     let stats = processor.run(handler, done).await.expect("run");
@@ -1474,12 +1456,8 @@ async fn group_events(peer: &Peer, assignor: &'static str) {
 /// the rebalance timeout (150 s), past the 30 s an orchestrator grants before killing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() {
-    protocol_tests::init_tracing();
-    let peer = Peer::mock(1).expect("mock");
-    let Peer::Mock(m) = &peer else { unreachable!() };
-    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
     let topic = "stuck";
-    peer.create_topic(topic, 1).expect("topic");
+    let peer = one_partition(topic, false);
     // Two records first; the stuck one and two more once both are handled, so that
     // the stuck record starts a task of its own (`run` hands a task the records
     // queued at that moment, and reports them when the task ends).
@@ -1547,26 +1525,7 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
     run.await
         .expect("run returned within 20 s (its shutdown timeout is 3 s)")
         .expect("run");
-    let mut check = Consumer::builder(&peer.bootstrap())
-        .group_id("stuck")
-        .topics([topic])
-        .auto_commit(None)
-        .session_timeout(Duration::from_secs(6))
-        .heartbeat_interval(Duration::from_millis(500))
-        .build()
-        .await
-        .expect("checker");
-    let started = Instant::now();
-    let committed = loop {
-        if let Some(o) = check.committed(&TopicPartition::new(topic, 0)) {
-            break o;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no committed offset"
-        );
-        let _ = tokio::time::timeout(Duration::from_millis(200), check.recv()).await;
-    };
+    let committed = committed_offset(&peer, "stuck", topic).await;
     assert_eq!(
         committed, 2,
         "the finished prefix, and not the stuck record"
@@ -1579,13 +1538,8 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
 /// the configuration only, and such a handler held its partition for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
-    protocol_tests::init_tracing();
-    let peer = Peer::mock(1).expect("mock");
-    let Peer::Mock(m) = &peer else { unreachable!() };
-    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
     let topic = "slow";
-    peer.create_topic(topic, 1).expect("topic");
-    peer.create_topic("slow.dlq", 1).expect("dlq");
+    let peer = one_partition(topic, true);
     let values: Vec<(i32, String)> = ["ok", "hangs", "ok"]
         .iter()
         .map(|v| (0, v.to_string()))
@@ -1613,15 +1567,7 @@ async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
     };
     let l = log.clone();
     let done = async move {
-        let started = Instant::now();
-        while !l
-            .snapshot()
-            .iter()
-            .any(|m| matches!(m, Metric::DeadLettered { .. }))
-            && started.elapsed() < Duration::from_secs(30)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        dead_lettered(&l, 1).await;
     };
     tokio::time::timeout(Duration::from_secs(60), processor.run(handler, done))
         .await
@@ -1658,13 +1604,8 @@ async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
 /// `Ok(())` was the only way to stop, and committed the unprocessed record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() {
-    protocol_tests::init_tracing();
-    let peer = Peer::mock(1).expect("mock");
-    let Peer::Mock(m) = &peer else { unreachable!() };
-    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
     let topic = "cancelled";
-    peer.create_topic(topic, 1).expect("topic");
-    peer.create_topic("cancelled.dlq", 1).expect("dlq");
+    let peer = one_partition(topic, true);
     let values: Vec<(i32, String)> = (0..3).map(|i| (0, format!("r{i}"))).collect();
     produce_values(&peer, topic, &values).await;
     let log = MetricsLog::default();
@@ -1708,8 +1649,32 @@ async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() 
         errors.is_empty(),
         "a cancellation is not an error: {errors:?}"
     );
+    let committed = committed_offset(&peer, "cancelled", topic).await;
+    assert_eq!(
+        committed, 1,
+        "record 0 committed; the cancelled record 1 not"
+    );
+}
+
+/// A mock cluster of one broker with `topic` of one partition (and its dead-letter
+/// topic if `dlq`), for the single-partition Processor tests.
+fn one_partition(topic: &str, dlq: bool) -> Peer {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    peer.create_topic(topic, 1).expect("topic");
+    if dlq {
+        peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
+    }
+    peer
+}
+
+/// `group`'s committed offset of partition 0 of `topic`, read by a consumer of its own
+/// that joins the group (and commits nothing).
+async fn committed_offset(peer: &Peer, group: &str, topic: &str) -> i64 {
     let mut check = Consumer::builder(&peer.bootstrap())
-        .group_id("cancelled")
+        .group_id(group)
         .topics([topic])
         .auto_commit(None)
         .session_timeout(Duration::from_secs(6))
@@ -1718,18 +1683,29 @@ async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() 
         .await
         .expect("checker");
     let started = Instant::now();
-    let committed = loop {
+    loop {
         if let Some(o) = check.committed(&TopicPartition::new(topic, 0)) {
-            break o;
+            return o;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "no committed offset"
         );
         let _ = tokio::time::timeout(Duration::from_millis(200), check.recv()).await;
+    }
+}
+
+/// Resolves once `log` holds `n` dead letters, or after 30 s (the test's own
+/// assertions then say what is missing).
+async fn dead_lettered(log: &MetricsLog, n: usize) {
+    let started = Instant::now();
+    let count = || {
+        log.snapshot()
+            .iter()
+            .filter(|m| matches!(m, Metric::DeadLettered { .. }))
+            .count()
     };
-    assert_eq!(
-        committed, 1,
-        "record 0 committed; the cancelled record 1 not"
-    );
+    while count() < n && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
