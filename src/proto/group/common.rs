@@ -400,8 +400,8 @@ pub(crate) fn refuses_coordination(response: &GroupResponse) -> bool {
 
 /// The getters and outputs both members expose alike, and the way both close on a
 /// fatal answer: over their [`Core`] (`core`), their `State` (with a `Closed`
-/// variant), and their own `next_timer`, `close`, `coordinator_found`, `hint` and
-/// `reaction`.
+/// variant), and their own `next_timer`, `close`, `coordinator_found`,
+/// `on_offset_fetch`, `mark_coordinator_unknown`, `hint` and `reaction`.
 macro_rules! member_surface {
     () => {
         /// The member id (empty for a classic member before its first JoinGroup).
@@ -460,6 +460,13 @@ macro_rules! member_surface {
                     self.on_find_coordinator(now, id, error, (node_id, host, port));
                     None
                 }
+                (
+                    Sent::OffsetFetch { partitions: asked },
+                    GroupResponse::OffsetFetch { error, partitions },
+                ) => {
+                    self.on_offset_fetch(now, id, asked, (error, partitions));
+                    None
+                }
                 (sent, response) => self.on_response(now, id, sent, response),
             };
             if let Some((sent, response)) = given_back {
@@ -476,6 +483,12 @@ macro_rules! member_surface {
             };
             match sent {
                 Sent::FindCoordinator => self.core.lookup_failed(now, id),
+                // A fetch given up on since (not the one in flight) says nothing.
+                Sent::OffsetFetch { .. } => {
+                    if self.core.offsets_failed(now, id) && same_coordinator {
+                        self.mark_coordinator_unknown(now);
+                    }
+                }
                 sent => self.on_failure(now, id, sent, same_coordinator, failure),
             }
             self.advance(now);

@@ -327,7 +327,7 @@ impl ConsumerGroupMember {
         self.advance(now);
     }
 
-    /// The answer to request `id`, sent for `sent` (FindCoordinator's aside); a
+    /// The answer to request `id`, sent for `sent` (FindCoordinator and OffsetFetch aside); a
     /// response of another kind is given back.
     fn on_response(
         &mut self,
@@ -375,16 +375,12 @@ impl ConsumerGroupMember {
             (Sent::Commit { epoch, offsets }, GroupResponse::OffsetCommit { partitions }) => {
                 self.on_commit(now, id, epoch, offsets, partitions)
             }
-            (
-                Sent::OffsetFetch { partitions: asked },
-                GroupResponse::OffsetFetch { error, partitions },
-            ) => self.on_offset_fetch(now, id, asked, (error, partitions)),
             (sent, response) => return Some((sent, response)),
         }
         None
     }
 
-    /// Request `id`, sent for `sent` (FindCoordinator's aside), failed without a
+    /// Request `id`, sent for `sent` (FindCoordinator and OffsetFetch aside), failed without a
     /// response; `same_coordinator`: it went to the coordinator known now.
     fn on_failure(
         &mut self,
@@ -395,7 +391,8 @@ impl ConsumerGroupMember {
         failure: Failure,
     ) {
         match sent {
-            Sent::FindCoordinator => {}
+            // Taken by `handle_failure` (`member_surface!`).
+            Sent::FindCoordinator | Sent::OffsetFetch { .. } => {}
             Sent::Heartbeat { .. } => {
                 if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
                     return;
@@ -426,11 +423,6 @@ impl ConsumerGroupMember {
             Sent::Commit { epoch, .. } => {
                 self.core.commit_failed(id, failure);
                 if self.epoch == epoch && same_coordinator {
-                    self.mark_coordinator_unknown(now);
-                }
-            }
-            Sent::OffsetFetch { .. } => {
-                if self.core.offsets_failed(now, id) && same_coordinator {
                     self.mark_coordinator_unknown(now);
                 }
             }

@@ -130,7 +130,7 @@ impl GroupMember {
 
     common::member_surface!();
 
-    /// The answer to request `id`, sent for `sent` (FindCoordinator's aside); a
+    /// The answer to request `id`, sent for `sent` (FindCoordinator and OffsetFetch aside); a
     /// response of another kind is given back.
     fn on_response(
         &mut self,
@@ -183,16 +183,12 @@ impl GroupMember {
                 },
                 GroupResponse::OffsetCommit { partitions },
             ) => self.on_commit(now, id, generation, offsets, partitions),
-            (
-                Sent::OffsetFetch { partitions: asked },
-                GroupResponse::OffsetFetch { error, partitions },
-            ) => self.on_offset_fetch(now, id, asked, (error, partitions)),
             (sent, response) => return Some((sent, response)),
         }
         None
     }
 
-    /// Request `id`, sent for `sent` (FindCoordinator's aside), failed without a
+    /// Request `id`, sent for `sent` (FindCoordinator and OffsetFetch aside), failed without a
     /// response; `same_coordinator`: it went to the coordinator known now.
     fn on_failure(
         &mut self,
@@ -203,7 +199,8 @@ impl GroupMember {
         failure: Failure,
     ) {
         match sent {
-            Sent::FindCoordinator => {}
+            // Taken by `handle_failure` (`member_surface!`).
+            Sent::FindCoordinator | Sent::OffsetFetch { .. } => {}
             // Java marks the coordinator unknown on any failed coordinator request: the
             // connection is gone, and the coordinator may have moved with it.
             Sent::Join => {
@@ -244,11 +241,6 @@ impl GroupMember {
             Sent::Commit { generation, .. } => {
                 self.core.commit_failed(id, failure);
                 if self.generation() == Some(generation) && same_coordinator {
-                    self.core.mark_coordinator_unknown(now);
-                }
-            }
-            Sent::OffsetFetch { .. } => {
-                if self.core.offsets_failed(now, id) && same_coordinator {
                     self.core.mark_coordinator_unknown(now);
                 }
             }
@@ -463,6 +455,12 @@ impl GroupMember {
             .fetch_offsets_if_due(now, node, None, |partitions| Sent::OffsetFetch {
                 partitions,
             });
+    }
+
+    /// Gives up on the coordinator (the classic member's heartbeat state stays: the
+    /// session clock decides).
+    fn mark_coordinator_unknown(&mut self, now: Instant) {
+        self.core.mark_coordinator_unknown(now);
     }
 
     fn progress_timeout(&mut self, now: Instant) {
