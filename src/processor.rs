@@ -62,7 +62,7 @@ use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder, ProducerRecord};
 use crate::proto::group::member::Event;
 pub use crate::proto::process::classify::{
-    AsGiven, BatchError, Classifier, ErrorClass, HttpClassifier, ProcessError,
+    AsGiven, BatchError, Classifier, Disposition, ErrorClass, HttpClassifier, ProcessError,
 };
 use crate::proto::process::dlq::DeadLetter;
 pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
@@ -123,6 +123,8 @@ pub struct Stats {
     /// Records a handler stopped on cancellation ([`ProcessError::cancelled`]), left
     /// for the partition's next owner.
     pub cancelled: u64,
+    /// Records skipped ([`ProcessError::skip`]): committed without being processed.
+    pub skipped: u64,
 }
 
 /// One metric observation, for [`ProcessorBuilder::metrics`].
@@ -142,6 +144,11 @@ pub enum Metric {
         attempt: u32,
         /// The delay.
         delay: Duration,
+    },
+    /// A record was skipped ([`ProcessError::skip`]): committed, not processed.
+    Skipped {
+        /// The error type the handler gave.
+        error_type: String,
     },
     /// A handler failed.
     Error {
@@ -1290,8 +1297,10 @@ impl Processor {
                 // Stopped on cancellation: the record is neither done nor failed, and
                 // comes again (for the next owner, as the lane is being given up).
                 let (error, stopped) = match error {
-                    Some(e) if e.cancelled && was_cancelled => (None, true),
-                    Some(e) if e.cancelled => {
+                    Some(e) if e.disposition == Disposition::Cancelled && was_cancelled => {
+                        (None, true)
+                    }
+                    Some(e) if e.disposition == Disposition::Cancelled => {
                         let e = ProcessError::transient(
                             "Cancelled",
                             "the handler reported a cancellation nobody asked for",
@@ -1303,6 +1312,31 @@ impl Processor {
                 if stopped {
                     stats.cancelled += 1;
                 }
+                // Skipped: done, as far as commits go; counted apart.
+                let (error, handled) = match error {
+                    Some(e) if e.disposition == Disposition::Skipped && handled < n => {
+                        if let Some(a) = attempts.get(handled) {
+                            lane.tracker.finish(a.record.offset);
+                            info!(
+                                consumer_group = %self.group, topic = %tp.topic, partition = tp.partition,
+                                offset = a.record.offset, error_type = %e.kind, error = %e.message,
+                                "record skipped"
+                            );
+                        }
+                        stats.skipped += 1;
+                        self.metric(Metric::Skipped {
+                            error_type: e.kind.clone(),
+                        });
+                        // The record is finished: only those after it come again.
+                        let mut after = attempts.split_off(handled + 1);
+                        attempts.truncate(handled);
+                        for a in after.drain(..).rev() {
+                            lane.queue.push_front(a.record);
+                        }
+                        (None, handled)
+                    }
+                    e => (e, handled),
+                };
                 let rest = attempts.split_off(handled);
                 let took_of = |i: usize| durations.get(i).copied().unwrap_or(took);
                 for (i, a) in attempts.into_iter().enumerate() {

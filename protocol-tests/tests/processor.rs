@@ -1709,3 +1709,66 @@ async fn dead_lettered(log: &MetricsLog, n: usize) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Seed 003's "skip": a handler that gives up on a record whose loss is acceptable
+/// returns `ProcessError::skip`: the record is committed without a retry or a dead
+/// letter, counted by type, and the records after it are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_skipped_record_is_committed_counted_and_not_dead_lettered() {
+    let topic = "clicks";
+    let peer = one_partition(topic, true);
+    let values: Vec<(i32, String)> = ["a", "garbled", "c"]
+        .iter()
+        .map(|v| (0, v.to_string()))
+        .collect();
+    produce_values(&peer, topic, &values).await;
+    let log = MetricsLog::default();
+    let processor = test_builder(&peer, "clicks", topic, policy())
+        .commit_interval(Some(Duration::from_millis(100)))
+        .metrics(log.hook())
+        .build()
+        .await
+        .expect("processor");
+    let handler = |r: ottla::ConsumerRecord, _cancel| async move {
+        if r.value.as_deref() == Some(&b"garbled"[..]) {
+            return Err(ProcessError::skip("ClickParse", "not a click event"));
+        }
+        Ok(())
+    };
+    let l = log.clone();
+    let done = async move {
+        let started = Instant::now();
+        let finished = |m: &Metric| matches!(m, Metric::Processed { .. } | Metric::Skipped { .. });
+        while l.snapshot().iter().filter(|m| finished(m)).count() < 3
+            && started.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // A commit interval.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let stats = tokio::time::timeout(Duration::from_secs(60), processor.run(handler, done))
+        .await
+        .expect("run ends")
+        .expect("run");
+    assert_eq!(
+        (
+            stats.succeeded,
+            stats.skipped,
+            stats.retries,
+            stats.dead_lettered
+        ),
+        (2, 1, 0, 0),
+        "{stats:?}"
+    );
+    let skipped: Vec<Metric> = log
+        .snapshot()
+        .into_iter()
+        .filter(|m| matches!(m, Metric::Skipped { .. } | Metric::Error { .. }))
+        .collect();
+    assert!(
+        matches!(&skipped[..], [Metric::Skipped { error_type }] if error_type == "ClickParse"),
+        "{skipped:?}"
+    );
+    assert_eq!(committed_offset(&peer, "clicks", topic).await, 3);
+}

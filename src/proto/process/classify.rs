@@ -34,9 +34,24 @@ pub struct ProcessError {
     pub message: String,
     /// The error underneath, if one was given.
     pub cause: Option<ErrorCause>,
-    /// The handler stopped because it was cancelled ([`ProcessError::cancelled`]):
-    /// neither done nor failed.
-    pub cancelled: bool,
+    /// What the processor does with the record: retry and dead-letter it by its
+    /// class (the default), skip it, or leave it to the next owner.
+    pub disposition: Disposition,
+}
+
+/// What the processor does with a record whose handler returned a [`ProcessError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Disposition {
+    /// Retried by its class, then dead-lettered (or sent to a retry topic).
+    #[default]
+    Failed,
+    /// Skipped: committed without being processed, neither retried nor dead-lettered,
+    /// and counted (`Metric::Skipped`). Seed 003's first strategy, for records whose
+    /// loss the business accepts ([`ProcessError::skip`]).
+    Skipped,
+    /// The handler stopped on cancellation: neither committed nor retried nor
+    /// dead-lettered ([`ProcessError::cancelled`]).
+    Cancelled,
 }
 
 /// The error underneath a [`ProcessError`]: its type name and the messages of its
@@ -70,7 +85,21 @@ impl ProcessError {
             kind: "Cancelled".into(),
             message: "the handler stopped when cancelled".into(),
             cause: None,
-            cancelled: true,
+            disposition: Disposition::Cancelled,
+        }
+    }
+
+    /// Skip the record, of error type `kind`, because `message`: it is committed
+    /// without being processed, neither retried nor dead-lettered, and counted by type
+    /// (`Metric::Skipped`, `Stats::skipped`). For records whose loss is acceptable
+    /// (seed 003's "skip": click tracking, low-priority analytics).
+    pub fn skip(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            class: Some(ErrorClass::Permanent),
+            kind: kind.into(),
+            message: message.into(),
+            cause: None,
+            disposition: Disposition::Skipped,
         }
     }
 
@@ -100,7 +129,7 @@ impl ProcessError {
             kind: kind.into(),
             message: message.into(),
             cause: None,
-            cancelled: false,
+            disposition: Disposition::Failed,
         }
     }
 
@@ -111,7 +140,7 @@ impl ProcessError {
             kind: kind.into(),
             message: message.into(),
             cause: None,
-            cancelled: false,
+            disposition: Disposition::Failed,
         }
     }
 
@@ -122,7 +151,7 @@ impl ProcessError {
             kind: kind.into(),
             message: message.into(),
             cause: None,
-            cancelled: false,
+            disposition: Disposition::Failed,
         }
     }
 
@@ -143,7 +172,7 @@ impl ProcessError {
             kind: format!("io::{:?}", e.kind()),
             message: e.to_string(),
             cause: None,
-            cancelled: false,
+            disposition: Disposition::Failed,
         }
         .caused_by(e)
     }
@@ -157,7 +186,7 @@ impl ProcessError {
             kind: format!("Http{status}"),
             message: message.into(),
             cause: None,
-            cancelled: false,
+            disposition: Disposition::Failed,
         }
     }
 }
