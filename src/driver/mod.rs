@@ -1,5 +1,7 @@
-//! The tokio driver: it owns every socket, timer and task, and is the only part of
-//! ottla that reads the clock.
+//! The tokio driver: it owns the sockets, timers and tasks of the connections, the
+//! group members, the consumer and the producer, and reads the clock for the sans-IO
+//! machines under them. (The Processor, `src/processor.rs`, still reads the clock
+//! itself.)
 
 mod auth;
 mod cluster;
