@@ -1,8 +1,10 @@
 //! A consumer whose application only calls `recv()` never reads the event stream. With
 //! automatic commits every few milliseconds, each commit's `CommitCompleted` used to
 //! pile up in an unbounded channel: 7.7 MB to 50.5 MB RSS in 60 s on tansu (issue 16).
-//! Here 100,000 automatic commits (`OTTLA_AUTO_COMMITS`) go through the librdkafka mock
-//! with nobody reading events, and live memory must stay flat.
+//! Here 40,000 automatic commits (`OTTLA_AUTO_COMMITS`) go through the librdkafka mock
+//! with nobody reading events, and live memory must stay flat. (Unbounded, the events
+//! of the 36,000 commits measured would take about 8 MB, four times the limit; 100,000
+//! took 160 to 220 s of a 2-core CI run's debug build, near nextest's 300 s cut-off.)
 
 use std::time::{Duration, Instant};
 
@@ -22,9 +24,9 @@ const OFFSET_COMMIT: i16 = 8;
 const GROWTH_LIMIT: i64 = 2 << 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_thousand_automatic_commits_nobody_reads_keep_memory_flat() {
+async fn tens_of_thousands_of_automatic_commits_nobody_reads_keep_memory_flat() {
     protocol_tests::init_tracing();
-    let target = protocol_tests::env_number("OTTLA_AUTO_COMMITS", 100_000) as usize;
+    let target = protocol_tests::env_number("OTTLA_AUTO_COMMITS", 40_000) as usize;
     let mock = MockCluster::new(1).expect("mock");
     mock.cap_group_apis().expect("caps");
     mock.set_group_initial_rebalance_delay(Duration::from_millis(100));
