@@ -1540,11 +1540,7 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
 async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
     let topic = "slow";
     let peer = one_partition(topic, true);
-    let values: Vec<(i32, String)> = ["ok", "hangs", "ok"]
-        .iter()
-        .map(|v| (0, v.to_string()))
-        .collect();
-    produce_values(&peer, topic, &values).await;
+    produce_to_0(&peer, topic, &["ok", "hangs", "ok"]).await;
     let log = MetricsLog::default();
     let calls = Arc::new(AtomicUsize::new(0));
     let processor = test_builder(&peer, "slow", topic, policy())
@@ -1606,8 +1602,7 @@ async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
 async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() {
     let topic = "cancelled";
     let peer = one_partition(topic, true);
-    let values: Vec<(i32, String)> = (0..3).map(|i| (0, format!("r{i}"))).collect();
-    produce_values(&peer, topic, &values).await;
+    produce_to_0(&peer, topic, &["r0", "r1", "r2"]).await;
     let log = MetricsLog::default();
     let processor = test_builder(&peer, "cancelled", topic, policy())
         .commit_interval(Some(Duration::from_millis(100)))
@@ -1698,16 +1693,23 @@ async fn committed_offset(peer: &Peer, group: &str, topic: &str) -> i64 {
 /// Resolves once `log` holds `n` dead letters, or after 30 s (the test's own
 /// assertions then say what is missing).
 async fn dead_lettered(log: &MetricsLog, n: usize) {
+    logged(log, n, |m| matches!(m, Metric::DeadLettered { .. })).await;
+}
+
+/// Resolves once `log` holds `n` metrics that `which` picks, or after 30 s.
+async fn logged(log: &MetricsLog, n: usize, which: impl Fn(&Metric) -> bool) {
     let started = Instant::now();
-    let count = || {
-        log.snapshot()
-            .iter()
-            .filter(|m| matches!(m, Metric::DeadLettered { .. }))
-            .count()
-    };
-    while count() < n && started.elapsed() < Duration::from_secs(30) {
+    while log.snapshot().iter().filter(|m| which(m)).count() < n
+        && started.elapsed() < Duration::from_secs(30)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Produces `values` to partition 0 of `topic`, in order.
+async fn produce_to_0(peer: &Peer, topic: &str, values: &[&str]) {
+    let values: Vec<(i32, String)> = values.iter().map(|v| (0, v.to_string())).collect();
+    produce_values(peer, topic, &values).await;
 }
 
 /// Seed 003's "skip": a handler that gives up on a record whose loss is acceptable
@@ -1717,11 +1719,7 @@ async fn dead_lettered(log: &MetricsLog, n: usize) {
 async fn mock_a_skipped_record_is_committed_counted_and_not_dead_lettered() {
     let topic = "clicks";
     let peer = one_partition(topic, true);
-    let values: Vec<(i32, String)> = ["a", "garbled", "c"]
-        .iter()
-        .map(|v| (0, v.to_string()))
-        .collect();
-    produce_values(&peer, topic, &values).await;
+    produce_to_0(&peer, topic, &["a", "garbled", "c"]).await;
     let log = MetricsLog::default();
     let processor = test_builder(&peer, "clicks", topic, policy())
         .commit_interval(Some(Duration::from_millis(100)))
@@ -1737,13 +1735,8 @@ async fn mock_a_skipped_record_is_committed_counted_and_not_dead_lettered() {
     };
     let l = log.clone();
     let done = async move {
-        let started = Instant::now();
         let finished = |m: &Metric| matches!(m, Metric::Processed { .. } | Metric::Skipped { .. });
-        while l.snapshot().iter().filter(|m| finished(m)).count() < 3
-            && started.elapsed() < Duration::from_secs(30)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        logged(&l, 3, finished).await;
         // A commit interval.
         tokio::time::sleep(Duration::from_millis(300)).await;
     };

@@ -140,6 +140,18 @@ const FENCED_EPOCH: i16 = 110;
 /// STALE_MEMBER_EPOCH.
 const STALE_EPOCH: i16 = 113;
 
+/// Fetch and Produce errors, injected under either group protocol.
+const FETCH_ERRORS: InjectedApi = InjectedApi {
+    name: "Fetch",
+    key: 1,
+    codes: &[NOT_LEADER, TIMED_OUT],
+};
+const PRODUCE_ERRORS: InjectedApi = InjectedApi {
+    name: "Produce",
+    key: 0,
+    codes: &[NOT_LEADER, TIMED_OUT],
+};
+
 /// The APIs errors are injected on under the classic protocol.
 pub const INJECTED_APIS: [InjectedApi; 6] = [
     InjectedApi {
@@ -162,16 +174,8 @@ pub const INJECTED_APIS: [InjectedApi; 6] = [
         key: 8,
         codes: &[NOT_COORDINATOR, LOADING, REBALANCING, TIMED_OUT],
     },
-    InjectedApi {
-        name: "Fetch",
-        key: 1,
-        codes: &[NOT_LEADER, TIMED_OUT],
-    },
-    InjectedApi {
-        name: "Produce",
-        key: 0,
-        codes: &[NOT_LEADER, TIMED_OUT],
-    },
+    FETCH_ERRORS,
+    PRODUCE_ERRORS,
 ];
 
 /// The APIs errors are injected on under the consumer protocol (KIP-848): its one
@@ -199,16 +203,8 @@ pub const INJECTED_APIS_CONSUMER: [InjectedApi; 4] = [
         key: 8,
         codes: &[NOT_COORDINATOR, LOADING, TIMED_OUT, STALE_EPOCH],
     },
-    InjectedApi {
-        name: "Fetch",
-        key: 1,
-        codes: &[NOT_LEADER, TIMED_OUT],
-    },
-    InjectedApi {
-        name: "Produce",
-        key: 0,
-        codes: &[NOT_LEADER, TIMED_OUT],
-    },
+    FETCH_ERRORS,
+    PRODUCE_ERRORS,
 ];
 
 /// The APIs errors are injected on for members speaking `protocol`.
