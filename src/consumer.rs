@@ -860,7 +860,11 @@ impl Consumer {
 
     /// Commits what was delivered (with automatic commits on), leaves the group and
     /// stops. A rebalance in progress is waited out, for up to 30 s, so the commit
-    /// lands; a revocation pending at that moment completes at once.
+    /// lands; a revocation pending at that moment completes at once. A commit refused
+    /// because the member's generation ended meanwhile (ILLEGAL_GENERATION,
+    /// UNKNOWN_MEMBER_ID) is logged as a warning and the close still succeeds, as in
+    /// the Java client: those records are read again by the partitions' next owner.
+    /// Any other refusal (authorization, a fatal group error) is returned.
     pub async fn close(self) -> Result<()> {
         self.close_with(Membership::Default).await
     }
@@ -894,6 +898,15 @@ impl Consumer {
                         // with what is still owned.
                         debug!(error = %e, "commit on close: retrying");
                         tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(Error::Commit(e)) if e.membership_lost() => {
+                        // The generation ended under the commit (a rebalance this
+                        // member had not yet heard of): the partitions are no longer
+                        // its own, and their next owner reads again from the last
+                        // commit. As in the Java client, a refused commit on close is
+                        // a warning, not a failed close; nothing is lost.
+                        warn!(error = %e, "commit on close refused: this member's generation ended; the next owner starts at the last committed offset");
+                        break;
                     }
                     Err(e) => {
                         result = Err(e);

@@ -793,6 +793,79 @@ async fn mock_members_come_and_go_eager_nothing_lost() {
     .await;
 }
 
+/// Reads `n` records from `consumer`, returning their offsets.
+async fn offsets_read(consumer: &mut Consumer, n: usize) -> Vec<i64> {
+    let mut offsets = Vec::new();
+    while offsets.len() < n {
+        let r = tokio::time::timeout(Duration::from_secs(10), consumer.recv())
+            .await
+            .expect("records")
+            .expect("open")
+            .expect("ok");
+        offsets.push(r.offset);
+    }
+    offsets
+}
+
+/// A close whose commit is refused ILLEGAL_GENERATION: the generation ended under it,
+/// as it did on CI when the eager churn test above stopped two members at once and
+/// the second one's close commit met the rebalance the first one's leaving started.
+/// The close used to return that refusal as its error. Now it succeeds, as the Java
+/// client's does (the refused auto-commit is a warning), and nothing is lost: the
+/// next member reads from the last commit. A refusal that is not about membership
+/// (GROUP_AUTHORIZATION_FAILED) is still the close's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_close_whose_commit_finds_the_generation_ended_still_closes() {
+    use kafka_protocol::ResponseError as E;
+    use kafka_protocol::messages::ApiKey;
+    protocol_tests::init_tracing();
+    let peer = mock();
+    let Peer::Mock(m) = &peer else {
+        unreachable!("mock() is the mock")
+    };
+    let topic = "close-refused";
+    peer.create_topic(topic, 1).expect("topic");
+    produce(&peer.bootstrap(), topic, 1, 0, 20, "none")
+        .await
+        .expect("produce");
+    // Only the close commits: the periodic commit is far away.
+    let member = || {
+        builder(&peer)
+            .group_id("close-refused")
+            .topics([topic])
+            .auto_commit(Some(Duration::from_secs(600)))
+            .build()
+    };
+    let mut first = member().await.expect("first");
+    assert_eq!(
+        offsets_read(&mut first, 20).await,
+        (0..20).collect::<Vec<_>>()
+    );
+    m.push_request_errors(ApiKey::OffsetCommit as i16, &[E::IllegalGeneration.code()]);
+    first
+        .close()
+        .await
+        .expect("a commit refused for an ended generation does not fail the close");
+
+    let mut second = member().await.expect("second");
+    assert_eq!(
+        offsets_read(&mut second, 20).await,
+        (0..20).collect::<Vec<_>>(),
+        "the refused commit committed nothing, so the next member reads all 20 again"
+    );
+    m.push_request_errors(
+        ApiKey::OffsetCommit as i16,
+        &[E::GroupAuthorizationFailed.code()],
+    );
+    match second.close().await {
+        Err(Error::Commit(e)) => assert!(
+            e.to_string().contains("GroupAuthorizationFailed"),
+            "the refusal is named: {e}"
+        ),
+        other => panic!("an authorization refusal must fail the close, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_members_come_and_go_cooperative_nothing_lost_or_repeated() {
     // tansu holds each JoinGroup for half the session timeout (3 s here).

@@ -290,6 +290,15 @@ impl CommitError {
             CommitError::NotOwned(_) | CommitError::Closed(_) => false,
         }
     }
+
+    /// Whether the coordinator said this member's generation or member id is no longer
+    /// valid (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID): its partitions are lost, this
+    /// commit can never succeed, and the next owner starts at the last committed offset.
+    pub fn membership_lost(&self) -> bool {
+        use kafka_protocol::ResponseError as E;
+        matches!(self, CommitError::Broker { code, .. }
+            if *code == E::IllegalGeneration.code() || *code == E::UnknownMemberId.code())
+    }
 }
 
 /// What the member tells the application.
