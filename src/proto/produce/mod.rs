@@ -4,3 +4,4 @@
 pub mod accumulator;
 pub mod encode;
 pub mod partitioner;
+pub mod record;

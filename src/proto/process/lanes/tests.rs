@@ -1,0 +1,985 @@
+//! The lanes on a virtual clock, without a broker: each test feeds inputs and reads the
+//! actions, as `crate::processor`'s driver does. [`Lanes::check`] runs after every
+//! step.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::*;
+use crate::proto::fetch::fetcher::TimestampType;
+use crate::proto::process::retry::Backoff;
+
+const T0_MS: i64 = 1_800_000_000_000;
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new("orders", p)
+}
+
+fn record(p: i32, offset: i64) -> ConsumerRecord {
+    ConsumerRecord {
+        topic: Arc::from("orders"),
+        partition: p,
+        offset,
+        timestamp: T0_MS,
+        timestamp_type: TimestampType::CreateTime,
+        leader_epoch: None,
+        key: Some(Bytes::from_static(b"k")),
+        value: Some(Bytes::from_static(b"v")),
+        headers: vec![(Bytes::from_static(b"trace"), None)],
+    }
+}
+
+/// Two retries, 100 ms then 200 ms, no jitter; commits after every step.
+fn config() -> LanesConfig {
+    LanesConfig {
+        group: "g".into(),
+        policy: RetryPolicy {
+            default: Backoff {
+                max_retries: 2,
+                initial: Duration::from_millis(100),
+                max: Duration::from_secs(1),
+                multiplier: 2.0,
+                jitter: false,
+                min_delay: Duration::ZERO,
+            },
+            ..RetryPolicy::default()
+        },
+        commit_interval: None,
+        metrics: true,
+        ..LanesConfig::default()
+    }
+}
+
+struct Harness {
+    lanes: Lanes,
+    now: Now,
+    /// Every metric so far.
+    metrics: Vec<Metric>,
+}
+
+impl Harness {
+    fn new(config: LanesConfig) -> Self {
+        let now = Now {
+            at: Instant::now(),
+            unix_ms: T0_MS,
+        };
+        Self {
+            lanes: Lanes::new(config, now),
+            now,
+            metrics: Vec::new(),
+        }
+    }
+
+    /// The actions since the last call; the invariants hold.
+    fn actions(&mut self) -> Vec<Action> {
+        if let Err(e) = self.lanes.check() {
+            panic!("invariant broken: {e}");
+        }
+        let mut out = Vec::new();
+        while let Some(a) = self.lanes.poll_action() {
+            out.push(a);
+        }
+        while let Some(m) = self.lanes.poll_metric() {
+            self.metrics.push(m);
+        }
+        out
+    }
+
+    fn deliver(&mut self, p: i32, offsets: std::ops::Range<i64>) -> Vec<Action> {
+        let records = offsets.map(|o| record(p, o)).collect();
+        self.lanes.deliver(records, self.now);
+        self.actions()
+    }
+
+    fn advance(&mut self, d: Duration) -> Vec<Action> {
+        self.now.at += d;
+        self.now.unix_ms += i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        self.lanes.handle_timeout(self.now);
+        self.actions()
+    }
+
+    fn handled(&mut self, ticket: Ticket, result: Result<(), BatchError>) -> Vec<Action> {
+        self.lanes.handled(
+            ticket,
+            Outcome::of(result),
+            Duration::from_millis(1),
+            self.now,
+        );
+        self.actions()
+    }
+
+    fn produced(&mut self, ticket: Ticket, result: Result<(), &str>) -> Vec<Action> {
+        self.lanes
+            .produced(ticket, result.map_err(str::to_string), self.now);
+        self.actions()
+    }
+
+    /// Answers a commit as the broker would (accepted).
+    fn commit_ok(&mut self, offsets: &[(TopicPartition, i64)]) -> Vec<Action> {
+        self.lanes.committed(offsets, true, self.now);
+        self.actions()
+    }
+}
+
+/// The one dispatch among `actions`: its ticket and offsets.
+fn dispatched(actions: &[Action]) -> (Ticket, Vec<i64>) {
+    let found: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispatch {
+                ticket, records, ..
+            } => Some((*ticket, records.iter().map(|r| r.offset).collect())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one dispatch in {actions:?}");
+    found.into_iter().next().unwrap_or_else(|| unreachable!())
+}
+
+fn produce_of(actions: &[Action]) -> (Ticket, ProducerRecord) {
+    let found: Vec<_> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Produce { ticket, record, .. } => Some((*ticket, record.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one write in {actions:?}");
+    found.into_iter().next().unwrap_or_else(|| unreachable!())
+}
+
+fn commits(actions: &[Action]) -> Vec<Vec<(TopicPartition, i64)>> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Commit(o) => Some(o.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn header<'a>(r: &'a ProducerRecord, name: &str) -> Option<&'a [u8]> {
+    r.headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| v.as_deref())
+}
+
+#[test]
+fn a_transient_failure_waits_its_backoff_and_nothing_is_committed_until_it_succeeds() {
+    let mut h = Harness::new(config());
+    let a = h.deliver(0, 0..2);
+    let (t1, offsets) = dispatched(&a);
+    assert_eq!(offsets, [0]);
+    let a = h.handled(
+        t1,
+        Err(BatchError::at(
+            0,
+            ProcessError::transient("Http503", "down"),
+        )),
+    );
+    assert!(
+        a.contains(&Action::Pause(tp(0))),
+        "the waiting lane is paused: {a:?}"
+    );
+    assert!(commits(&a).is_empty(), "nothing finished: {a:?}");
+    assert!(
+        h.advance(Duration::from_millis(99)).is_empty(),
+        "the backoff is 100 ms"
+    );
+    let a = h.advance(Duration::from_millis(1));
+    let (t2, offsets) = dispatched(&a);
+    assert_eq!(offsets, [0], "the same record again, before record 1");
+    assert!(a.contains(&Action::Resume(tp(0))));
+    let a = h.handled(t2, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    assert_eq!(dispatched(&a).1, [1]);
+    assert_eq!((h.lanes.stats().retries, h.lanes.stats().succeeded), (1, 1));
+    assert!(h.metrics.contains(&Metric::Retry {
+        attempt: 1,
+        delay: Duration::from_millis(100)
+    }));
+}
+
+#[test]
+fn retries_run_out_into_the_dead_letter_topic_and_the_record_finishes_when_it_is_written() {
+    let mut h = Harness::new(config());
+    let (mut t, _) = dispatched(&h.deliver(0, 0..1));
+    for delay in [100, 200] {
+        h.handled(
+            t,
+            Err(BatchError::at(
+                0,
+                ProcessError::transient("Http503", "down"),
+            )),
+        );
+        t = dispatched(&h.advance(Duration::from_millis(delay))).0;
+    }
+    let a = h.handled(
+        t,
+        Err(BatchError::at(
+            0,
+            ProcessError::transient("Http503", "down"),
+        )),
+    );
+    let (w, letter) = produce_of(&a);
+    assert_eq!(letter.topic, "orders.dlq");
+    assert_eq!(header(&letter, "__dlq.errors.offset"), Some(&b"0"[..]));
+    assert!(
+        commits(&a).is_empty(),
+        "not finished until the write is acknowledged"
+    );
+    let a = h.produced(w, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    assert_eq!(h.lanes.stats().dead_lettered, 1);
+}
+
+#[test]
+fn a_failing_dead_letter_write_halts_its_lane_until_the_write_succeeds() {
+    let mut h = Harness::new(config());
+    let (t, _) = dispatched(&h.deliver(0, 0..2));
+    let (w, _) = produce_of(&h.handled(t, Err(BatchError::at(0, ProcessError::malformed("bad")))));
+    let a = h.produced(w, Err("topic not found"));
+    assert!(a.contains(&Action::Pause(tp(0))), "halted: {a:?}");
+    assert!(commits(&a).is_empty());
+    assert_eq!(
+        h.lanes.poll_timeout(),
+        Some(h.now.at + Duration::from_millis(200))
+    );
+    assert!(
+        h.advance(Duration::from_millis(199)).is_empty(),
+        "record 1 waits behind the halted record"
+    );
+    let (w, _) = produce_of(&h.advance(Duration::from_millis(1)));
+    let a = h.produced(w, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    assert_eq!(dispatched(&a).1, [1]);
+    assert!(a.contains(&Action::Resume(tp(0))));
+    let s = h.lanes.stats();
+    assert_eq!((s.dlq_failures, s.dead_lettered), (1, 1));
+    let halted: Vec<_> = h
+        .metrics
+        .iter()
+        .filter_map(|m| match m {
+            Metric::Halted { partitions } => Some(*partitions),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        halted,
+        [1, 0],
+        "reported when it halts and when it recovers"
+    );
+}
+
+#[test]
+fn a_batch_failing_without_naming_a_record_is_replayed_one_record_at_a_time() {
+    let mut h = Harness::new(LanesConfig {
+        max_batch: 3,
+        ..config()
+    });
+    let (t, offsets) = dispatched(&h.deliver(0, 0..3));
+    assert_eq!(offsets, [0, 1, 2]);
+    let a = h.handled(
+        t,
+        Err(BatchError::whole(ProcessError::transient("Db", "lost"))),
+    );
+    let (t, offsets) = dispatched(&a);
+    assert_eq!(offsets, [0], "alone");
+    h.deliver(0, 3..5);
+    let (t, offsets) = dispatched(&h.handled(t, Ok(())));
+    assert_eq!(offsets, [1]);
+    let (t, offsets) = dispatched(&h.handled(t, Ok(())));
+    assert_eq!(
+        offsets,
+        [2],
+        "the last record of the failed batch, still alone"
+    );
+    let (_, offsets) = dispatched(&h.handled(t, Ok(())));
+    assert_eq!(offsets, [3, 4], "batches again after it");
+    assert_eq!(h.lanes.stats().retries, 0, "nothing failed on its own");
+}
+
+#[test]
+fn a_record_named_by_a_batch_error_fails_alone_and_the_records_after_it_come_again() {
+    let mut h = Harness::new(LanesConfig {
+        max_batch: 3,
+        ..config()
+    });
+    let (t, _) = dispatched(&h.deliver(0, 0..3));
+    let a = h.handled(
+        t,
+        Err(BatchError::at(1, ProcessError::transient("Db", "lost"))),
+    );
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]], "record 0 is done");
+    let (_, offsets) = dispatched(&h.advance(Duration::from_millis(100)));
+    assert_eq!(offsets, [1], "the failed record retries alone");
+}
+
+#[test]
+fn a_skipped_record_is_committed_counted_and_the_records_after_it_come_again() {
+    let mut h = Harness::new(LanesConfig {
+        max_batch: 3,
+        ..config()
+    });
+    let (t, _) = dispatched(&h.deliver(0, 0..3));
+    let a = h.handled(
+        t,
+        Err(BatchError::at(1, ProcessError::skip("Old", "schema v1"))),
+    );
+    assert_eq!(commits(&a), [vec![(tp(0), 2)]]);
+    assert_eq!(dispatched(&a).1, [2]);
+    let s = h.lanes.stats();
+    assert_eq!((s.succeeded, s.skipped, s.retries), (1, 1, 0));
+}
+
+#[test]
+fn a_cancellation_nobody_asked_for_is_a_transient_failure() {
+    let mut h = Harness::new(config());
+    let (t, _) = dispatched(&h.deliver(0, 0..1));
+    let a = h.handled(t, Err(BatchError::at(0, ProcessError::cancelled())));
+    assert!(commits(&a).is_empty());
+    assert_eq!(h.lanes.stats().retries, 1, "retried, not taken as done");
+}
+
+#[test]
+fn a_retry_topic_record_waits_for_its_time_pausing_only_its_partition() {
+    let mut h = Harness::new(LanesConfig {
+        retry_delays: vec![Duration::from_secs(30)],
+        ..config()
+    });
+    // Written to the retry topic 10 s ago: 20 s to wait.
+    let mut waiting = record(0, 7);
+    waiting.topic = Arc::from("orders.retry.30s");
+    waiting.timestamp = T0_MS - 10_000;
+    waiting.headers.extend([
+        (
+            Bytes::from_static(b"ottla.retry.hop"),
+            Some(Bytes::from_static(b"1")),
+        ),
+        (
+            Bytes::from_static(b"ottla.retry.topic"),
+            Some(Bytes::from_static(b"orders")),
+        ),
+        (
+            Bytes::from_static(b"ottla.retry.partition"),
+            Some(Bytes::from_static(b"2")),
+        ),
+        (
+            Bytes::from_static(b"ottla.retry.offset"),
+            Some(Bytes::from_static(b"41")),
+        ),
+    ]);
+    let retry_tp = waiting.topic_partition();
+    h.lanes.deliver(vec![waiting, record(1, 0)], h.now);
+    let a = h.actions();
+    assert_eq!(dispatched(&a).1, [0], "the other partition goes on");
+    assert!(a.contains(&Action::Pause(retry_tp.clone())));
+    assert!(h.advance(Duration::from_millis(19_999)).is_empty());
+    let a = h.advance(Duration::from_millis(1));
+    let (t, offsets) = dispatched(&a);
+    assert_eq!(offsets, [7]);
+    // It fails for good: the last hop is followed by the dead-letter topic, which names
+    // where the record first came from.
+    let (w, letter) =
+        produce_of(&h.handled(t, Err(BatchError::at(0, ProcessError::malformed("x")))));
+    assert_eq!(letter.topic, "orders.dlq");
+    assert_eq!(header(&letter, "__dlq.errors.offset"), Some(&b"41"[..]));
+    let a = h.produced(w, Ok(()));
+    assert_eq!(commits(&a), [vec![(retry_tp, 8)]]);
+}
+
+#[test]
+fn retries_run_out_into_the_first_retry_topic_with_the_origin_in_its_headers() {
+    let mut h = Harness::new(LanesConfig {
+        retry_delays: vec![Duration::from_secs(30), Duration::from_secs(300)],
+        policy: RetryPolicy {
+            default: Backoff {
+                max_retries: 0,
+                ..config().policy.default
+            },
+            ..RetryPolicy::default()
+        },
+        ..config()
+    });
+    let (t, _) = dispatched(&h.deliver(0, 0..1));
+    let (w, out) = produce_of(&h.handled(
+        t,
+        Err(BatchError::at(
+            0,
+            ProcessError::transient("Http503", "down"),
+        )),
+    ));
+    assert_eq!(out.topic, "orders.retry.30s");
+    assert_eq!(header(&out, "ottla.retry.hop"), Some(&b"1"[..]));
+    assert_eq!(header(&out, "ottla.retry.offset"), Some(&b"0"[..]));
+    let a = h.produced(w, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    assert_eq!(h.lanes.stats().forwarded, 1);
+}
+
+#[test]
+fn a_revocation_stops_running_work_then_releases_the_finished_prefix() {
+    let mut h = Harness::new(config());
+    let (t0, _) = dispatched(&h.deliver(0, 0..3));
+    let (t1, _) = dispatched(&h.deliver(1, 0..3));
+    let a = h.handled(t0, Ok(()));
+    let (t0, _) = dispatched(&a);
+    h.commit_ok(&commits(&a)[0]);
+    let revoked = Handover::Revoked { generation: 5 };
+    h.lanes
+        .release(vec![tp(0)], revoked, Duration::from_secs(10), h.now);
+    let a = h.actions();
+    assert!(
+        a.contains(&Action::Cancel(t0)),
+        "the running handler is told: {a:?}"
+    );
+    assert!(a.contains(&Action::Pause(tp(0))));
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Release { .. })),
+        "not before the handler stops"
+    );
+    // It stops on the cancellation: record 1 is left for the next owner.
+    let a = h.handled(t0, Err(BatchError::at(0, ProcessError::cancelled())));
+    assert_eq!(
+        a,
+        [Action::Release {
+            handover: revoked,
+            partitions: vec![tp(0)],
+            offsets: vec![],
+        }],
+        "record 0 was committed already, record 1 is not done"
+    );
+    assert_eq!(h.lanes.stats().cancelled, 1);
+    assert_eq!(h.lanes.partitions(), [tp(1)], "the lane is gone");
+    // The other partition was never held up.
+    let a = h.handled(t1, Ok(()));
+    assert_eq!(dispatched(&a).1, [1]);
+}
+
+#[test]
+fn a_handler_past_the_acquiesce_window_is_left_and_what_it_finished_is_released() {
+    let mut h = Harness::new(LanesConfig {
+        max_batch: 3,
+        commit_interval: Some(Duration::from_secs(5)),
+        ..config()
+    });
+    let (t, _) = dispatched(&h.deliver(0, 0..3));
+    // The call finished records 0 and 1 and hangs on 2.
+    h.lanes.progress(t, 2, h.now);
+    assert!(h.actions().is_empty(), "committed on the interval");
+    h.lanes.release(
+        vec![tp(0)],
+        Handover::Shutdown,
+        Duration::from_secs(1),
+        h.now,
+    );
+    h.actions();
+    let a = h.advance(Duration::from_secs(1));
+    assert_eq!(
+        a,
+        [Action::Release {
+            handover: Handover::Shutdown,
+            partitions: vec![tp(0)],
+            offsets: vec![(tp(0), 2)],
+        }],
+        "the finished prefix is committed even though the call never returned"
+    );
+    assert!(
+        h.handled(t, Ok(())).is_empty(),
+        "its late answer changes nothing"
+    );
+    assert_eq!(h.lanes.stats().succeeded, 2);
+}
+
+#[test]
+fn lost_partitions_drop_their_work_and_commit_nothing() {
+    let mut h = Harness::new(config());
+    let (t, _) = dispatched(&h.deliver(0, 0..2));
+    h.lanes.lose(&[tp(0)], h.now);
+    let a = h.actions();
+    assert_eq!(a, [Action::Cancel(t)]);
+    assert!(h.lanes.partitions().is_empty());
+    assert!(
+        h.handled(t, Ok(())).is_empty(),
+        "no commit for a lost partition"
+    );
+    assert!(h.metrics.contains(&Metric::Lost {
+        partitions: vec![tp(0)]
+    }));
+    // Assigned again later: a new lane, from the records delivered then.
+    let (_, offsets) = dispatched(&h.deliver(0, 1..2));
+    assert_eq!(offsets, [1]);
+}
+
+#[test]
+fn a_task_that_ends_without_a_result_is_a_failed_attempt_not_a_busy_lane_for_ever() {
+    let mut h = Harness::new(config());
+    let (t, _) = dispatched(&h.deliver(0, 0..2));
+    h.lanes.crashed(t, "a Drop panicked".into(), h.now);
+    let a = h.actions();
+    let (w, letter) = produce_of(&a);
+    assert_eq!(header(&letter, "ottla.dlq.error.type"), Some(&b"Panic"[..]));
+    assert_eq!(h.lanes.stats().panics, 1);
+    let (_, offsets) = dispatched(&h.produced(w, Ok(())));
+    assert_eq!(offsets, [1], "the lane goes on");
+    // A write's task that ends so is a failed write: the lane halts and tries again.
+    let mut h = Harness::new(config());
+    let (t, _) = dispatched(&h.deliver(0, 0..1));
+    let (w, _) = produce_of(&h.handled(t, Err(BatchError::at(0, ProcessError::malformed("x")))));
+    h.lanes
+        .crashed(w, "the producer task panicked".into(), h.now);
+    h.actions();
+    assert_eq!(h.lanes.stats().dlq_failures, 1);
+    assert!(produce_of(&h.advance(Duration::from_millis(200))).1.topic == "orders.dlq");
+}
+
+#[test]
+fn a_failed_commit_is_tried_again_on_the_next_interval() {
+    let mut h = Harness::new(LanesConfig {
+        commit_interval: Some(Duration::from_secs(1)),
+        ..config()
+    });
+    let (t, _) = dispatched(&h.deliver(0, 0..1));
+    h.handled(t, Ok(()));
+    let a = h.advance(Duration::from_secs(1));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    h.lanes.committed(&[(tp(0), 1)], false, h.now);
+    assert!(h.actions().is_empty());
+    let a = h.advance(Duration::from_secs(1));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]], "still pending");
+    h.commit_ok(&[(tp(0), 1)]);
+    assert!(commits(&h.advance(Duration::from_secs(1))).is_empty());
+}
+
+#[test]
+fn no_more_lanes_run_than_the_concurrency_and_a_due_retry_waits_for_a_slot() {
+    let mut h = Harness::new(LanesConfig {
+        concurrency: 1,
+        ..config()
+    });
+    h.lanes.deliver(vec![record(0, 0), record(1, 0)], h.now);
+    let (t, _) = dispatched(&h.actions());
+    let a = h.handled(t, Err(BatchError::at(0, ProcessError::transient("x", "y"))));
+    let (t1, _) = dispatched(&a);
+    // Partition 0's retry is due while partition 1 runs: no timer spins meanwhile.
+    h.now.at += Duration::from_millis(500);
+    assert_eq!(
+        h.lanes.poll_timeout(),
+        None,
+        "nothing to wake for until a slot frees"
+    );
+    let (_, offsets) = dispatched(&h.handled(t1, Ok(())));
+    assert_eq!(offsets, [0]);
+}
+
+#[test]
+fn a_dead_letter_is_stamped_when_written_unless_asked_for_the_original_time() {
+    let r = record(3, 41);
+    let error = ProcessError::permanent("Rejected", "bad");
+    let letter = DeadLetter {
+        topic: "orders",
+        partition: 3,
+        offset: 41,
+        timestamp: 1_000,
+        timestamp_type: r.timestamp_type,
+        group: "g",
+        error: &error,
+        class: ErrorClass::Permanent,
+        attempts: 1,
+        first_failure_ms: 90_000_000,
+        dead_lettered_ms: 90_000_500,
+    };
+    let r = ConsumerRecord {
+        timestamp: 1_000,
+        ..r
+    };
+    let format = DlqFormat::Apache;
+    let out = dead_letter_record(
+        "orders.dlq".into(),
+        &r,
+        &letter,
+        format,
+        DlqTimestamp::default(),
+    );
+    assert_eq!(
+        out.timestamp,
+        Some(90_000_500),
+        "written now, not 89,999 s ago"
+    );
+    assert_eq!(
+        header(&out, "ottla.dlq.original.timestamp"),
+        Some(&b"1000"[..])
+    );
+    let out = dead_letter_record(
+        "orders.dlq".into(),
+        &r,
+        &letter,
+        format,
+        DlqTimestamp::Original,
+    );
+    assert_eq!(out.timestamp, Some(1_000));
+}
+
+// ----- random schedules against a model -----
+
+/// One step of a schedule.
+#[derive(Debug, Clone)]
+enum Op {
+    Deliver {
+        p: i32,
+        n: u8,
+    },
+    /// Answer the `i`-th call in flight.
+    Answer {
+        i: u8,
+        how: How,
+    },
+    /// Report progress on the `i`-th call in flight.
+    Progress {
+        i: u8,
+        done: u8,
+    },
+    /// Answer the `i`-th write in flight.
+    Write {
+        i: u8,
+        ok: bool,
+    },
+    Advance {
+        ms: u16,
+    },
+    Revoke {
+        p: i32,
+        wait_ms: u16,
+    },
+    Lose {
+        p: i32,
+    },
+    CommitFails,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum How {
+    Ok,
+    Transient(u8),
+    Permanent(u8),
+    Skip(u8),
+    Cancelled(u8),
+    Whole,
+    Stopped(u8),
+    Crash,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let how = prop_oneof![
+        4 => Just(How::Ok),
+        2 => any::<u8>().prop_map(How::Transient),
+        1 => any::<u8>().prop_map(How::Permanent),
+        1 => any::<u8>().prop_map(How::Skip),
+        1 => any::<u8>().prop_map(How::Cancelled),
+        1 => Just(How::Whole),
+        1 => any::<u8>().prop_map(How::Stopped),
+        1 => Just(How::Crash),
+    ];
+    prop_oneof![
+        3 => (0..3i32, 1..6u8).prop_map(|(p, n)| Op::Deliver { p, n }),
+        5 => (any::<u8>(), how).prop_map(|(i, how)| Op::Answer { i, how }),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(i, done)| Op::Progress { i, done }),
+        3 => (any::<u8>(), any::<bool>()).prop_map(|(i, ok)| Op::Write { i, ok }),
+        2 => (0..3000u16).prop_map(|ms| Op::Advance { ms }),
+        1 => (0..3i32, 0..2000u16).prop_map(|(p, wait_ms)| Op::Revoke { p, wait_ms }),
+        1 => (0..3i32).prop_map(|p| Op::Lose { p }),
+        1 => Just(Op::CommitFails),
+    ]
+}
+
+/// What the driver knows, kept apart from the lanes: the records it delivered and has
+/// not seen finish, per partition. A commit past one of them is the bug the lanes must
+/// never have.
+#[derive(Default)]
+struct Model {
+    next: BTreeMap<i32, i64>,
+    unfinished: BTreeMap<i32, BTreeSet<i64>>,
+    calls: Vec<Call>,
+    /// Writes in flight: ticket, partition, the record's offset.
+    writes: Vec<(Ticket, i32, i64)>,
+    /// The last record each partition's handler failed on: the next write is its.
+    failed: BTreeMap<i32, i64>,
+    fail_next_commit: bool,
+}
+
+/// A handler call in flight, as the model sees it.
+struct Call {
+    ticket: Ticket,
+    p: i32,
+    offsets: Vec<i64>,
+    /// Records reported finished on the way.
+    reported: usize,
+}
+
+impl Model {
+    fn bound(&self, tp: &TopicPartition, offset: i64) -> Result<(), String> {
+        let first = self
+            .unfinished
+            .get(&tp.partition)
+            .and_then(|s| s.first().copied());
+        match first {
+            Some(f) if offset > f => {
+                Err(format!("commit {offset} of {tp:?} passes unfinished {f}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn forget(&mut self, p: i32) {
+        self.unfinished.remove(&p);
+        self.calls.retain(|c| c.p != p);
+        self.writes.retain(|w| w.1 != p);
+    }
+}
+
+/// Runs the actions, checking each against the model, until none is left.
+fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
+    lanes.check()?;
+    while let Some(action) = lanes.poll_action() {
+        match action {
+            Action::Dispatch {
+                ticket,
+                partition,
+                records,
+            } => {
+                if model.calls.iter().any(|c| c.p == partition.partition)
+                    || model.writes.iter().any(|w| w.1 == partition.partition)
+                {
+                    return Err(format!("two things in flight on {partition:?}"));
+                }
+                model.calls.push(Call {
+                    ticket,
+                    p: partition.partition,
+                    offsets: records.iter().map(|r| r.offset).collect(),
+                    reported: 0,
+                });
+            }
+            Action::Produce {
+                ticket, partition, ..
+            } => {
+                let offset = model
+                    .failed
+                    .get(&partition.partition)
+                    .copied()
+                    .ok_or("a write for a record that never failed")?;
+                model.writes.push((ticket, partition.partition, offset));
+            }
+            Action::Commit(offsets) => {
+                for (tp, o) in &offsets {
+                    model.bound(tp, *o)?;
+                }
+                let ok = !std::mem::take(&mut model.fail_next_commit);
+                lanes.committed(&offsets, ok, now);
+            }
+            Action::Release {
+                partitions,
+                offsets,
+                ..
+            } => {
+                for (tp, o) in &offsets {
+                    model.bound(tp, *o)?;
+                }
+                lanes.committed(&offsets, true, now);
+                for tp in &partitions {
+                    if lanes.partitions().contains(tp) {
+                        return Err(format!("{tp:?} released but its lane lives on"));
+                    }
+                    model.forget(tp.partition);
+                }
+            }
+            Action::Cancel(_) | Action::Pause(_) | Action::Resume(_) => {}
+        }
+        lanes.check()?;
+    }
+    Ok(())
+}
+
+fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<(), String> {
+    match op {
+        Op::Deliver { p, n } => {
+            let next = model.next.entry(p).or_insert(0);
+            let records: Vec<_> = (0..i64::from(n)).map(|i| record(p, *next + i)).collect();
+            *next += i64::from(n);
+            let releasing = lanes.lanes.get(&tp(p)).is_some_and(|l| l.releasing);
+            if !releasing {
+                model
+                    .unfinished
+                    .entry(p)
+                    .or_default()
+                    .extend(records.iter().map(|r| r.offset));
+            }
+            lanes.deliver(records, *now);
+        }
+        Op::Answer { i, how } => {
+            if model.calls.is_empty() {
+                return Ok(());
+            }
+            let call = model.calls.remove(usize::from(i) % model.calls.len());
+            let Call {
+                ticket,
+                p,
+                offsets,
+                reported,
+            } = call;
+            let n = offsets.len();
+            // Indexes name records of the whole batch, past those reported finished.
+            let pending = n - reported;
+            let at = |k: u8| reported + usize::from(k) % pending.max(1);
+            let set = model.unfinished.entry(p).or_default();
+            let mut finish = |upto: usize| {
+                for o in offsets.iter().take(upto) {
+                    set.remove(o);
+                }
+            };
+            let outcome = match how {
+                _ if pending == 0 => {
+                    finish(n);
+                    Outcome::of(Ok(()))
+                }
+                How::Ok => {
+                    finish(n);
+                    Outcome::of(Ok(()))
+                }
+                How::Transient(k) | How::Permanent(k) | How::Cancelled(k) => {
+                    finish(at(k));
+                    let error = match how {
+                        How::Transient(_) => ProcessError::transient("T", "t"),
+                        How::Permanent(_) => ProcessError::permanent("P", "p"),
+                        _ => ProcessError::cancelled(),
+                    };
+                    if let Some(o) = offsets.get(at(k)) {
+                        model.failed.insert(p, *o);
+                    }
+                    Outcome::of(Err(BatchError::at(at(k), error)))
+                }
+                How::Skip(k) => {
+                    finish(at(k) + 1);
+                    Outcome::of(Err(BatchError::at(at(k), ProcessError::skip("S", "s"))))
+                }
+                How::Whole | How::Crash => {
+                    finish(reported);
+                    if pending == 1 {
+                        if let Some(o) = offsets.last() {
+                            model.failed.insert(p, *o);
+                        }
+                    }
+                    if matches!(how, How::Crash) {
+                        lanes.crashed(ticket, "crash".into(), *now);
+                        return drain(lanes, model, *now);
+                    }
+                    Outcome::of(Err(BatchError::whole(ProcessError::transient("W", "w"))))
+                }
+                How::Stopped(k) => {
+                    finish(at(k));
+                    Outcome {
+                        stopped_after: Some(at(k)),
+                        ..Outcome::of(Ok(()))
+                    }
+                }
+            };
+            lanes.handled(ticket, outcome, Duration::ZERO, *now);
+        }
+        Op::Progress { i, done } => {
+            if model.calls.is_empty() {
+                return Ok(());
+            }
+            let k = usize::from(i) % model.calls.len();
+            let Some(call) = model.calls.get_mut(k) else {
+                return Ok(());
+            };
+            let n = call.offsets.len();
+            let done = call.reported + usize::from(done) % (n - call.reported + 1);
+            let set = model.unfinished.entry(call.p).or_default();
+            for o in call.offsets.iter().take(done) {
+                set.remove(o);
+            }
+            call.reported = done;
+            lanes.progress(call.ticket, done, *now);
+        }
+        Op::Write { i, ok } => {
+            if model.writes.is_empty() {
+                return Ok(());
+            }
+            let (ticket, p, offset) = model.writes.remove(usize::from(i) % model.writes.len());
+            if ok {
+                if let Some(s) = model.unfinished.get_mut(&p) {
+                    s.remove(&offset);
+                }
+            }
+            lanes.produced(ticket, if ok { Ok(()) } else { Err("down".into()) }, *now);
+        }
+        Op::Advance { ms } => {
+            now.at += Duration::from_millis(u64::from(ms));
+            now.unix_ms += i64::from(ms);
+            lanes.handle_timeout(*now);
+        }
+        Op::Revoke { p, wait_ms } => {
+            lanes.release(
+                vec![tp(p)],
+                Handover::Revoked { generation: 1 },
+                Duration::from_millis(u64::from(wait_ms)),
+                *now,
+            );
+        }
+        Op::Lose { p } => {
+            model.forget(p);
+            lanes.lose(&[tp(p)], *now);
+        }
+        Op::CommitFails => model.fail_next_commit = true,
+    }
+    drain(lanes, model, *now)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Any schedule of deliveries, outcomes, writes, commits, revocations, losses and
+    /// time: no commit passes a record the model has not seen finish, one thing at a
+    /// time runs per partition, and a released partition keeps no lane.
+    #[test]
+    fn random_schedules_keep_the_invariants(
+        ops in proptest::collection::vec(op(), 1..120),
+        max_batch in 1usize..4,
+        interval in prop_oneof![Just(None), Just(Some(Duration::from_millis(700)))],
+    ) {
+        let config = LanesConfig { max_batch, commit_interval: interval, concurrency: 2, ..config() };
+        let mut now = Now { at: Instant::now(), unix_ms: T0_MS };
+        let mut lanes = Lanes::new(config, now);
+        let mut model = Model::default();
+        for op in ops {
+            let step = format!("{op:?}");
+            if let Err(e) = apply(&mut lanes, &mut model, &mut now, op) {
+                prop_assert!(false, "after {step}: {e}");
+            }
+        }
+        // Then every call and write succeeds and time passes: every record of a
+        // partition still held finishes (none is stranded behind work that never
+        // ends).
+        for _ in 0..40 {
+            while !model.calls.is_empty() {
+                let r = apply(&mut lanes, &mut model, &mut now, Op::Answer { i: 0, how: How::Ok });
+                prop_assert!(r.is_ok(), "{r:?}");
+            }
+            while !model.writes.is_empty() {
+                let r = apply(&mut lanes, &mut model, &mut now, Op::Write { i: 0, ok: true });
+                prop_assert!(r.is_ok(), "{r:?}");
+            }
+            let r = apply(&mut lanes, &mut model, &mut now, Op::Advance { ms: 3000 });
+            prop_assert!(r.is_ok(), "{r:?}");
+        }
+        let stranded: Vec<_> = model
+            .unfinished
+            .iter()
+            .filter(|(p, left)| !left.is_empty() && lanes.lanes.contains_key(&tp(**p)))
+            .collect();
+        prop_assert!(stranded.is_empty(), "never finished: {stranded:?}");
+    }
+}
