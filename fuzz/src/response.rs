@@ -16,7 +16,9 @@ use kafka_protocol::messages::{
 };
 use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig, FetcherEvent, OffsetReset};
 use ottla::proto::fetch::request::IsolationLevel;
-use ottla::proto::group::codec::{CONSUMER_GROUP_APIS, GROUP_APIS, decode_response as decode_group};
+use ottla::proto::group::codec::{
+    CONSUMER_GROUP_APIS, GROUP_APIS, decode_response as decode_group,
+};
 use ottla::proto::group::consumer_protocol::TopicPartition;
 use ottla::proto::metadata::{
     ClusterMetadata, LeaderEpoch, NodeId, PartitionMetadata, TopicMetadata,

@@ -68,6 +68,7 @@ pub const TARGETS: &[&str] = &[
     "consumer_protocol",
     "record_batch",
     "group_ops",
+    "lanes_ops",
 ];
 
 /// Every seed, in a stable order.
@@ -115,6 +116,9 @@ pub fn all() -> Vec<Seed> {
     for (name, script, _) in group_scripts() {
         add("group_ops", name.to_string(), script);
     }
+    for (name, script) in lanes_scripts() {
+        add("lanes_ops", name.to_string(), script);
+    }
     out
 }
 
@@ -149,6 +153,11 @@ pub fn validate() {
             assert_eq!(read, 0, "{name}: an unknown codec is an error");
         } else {
             assert!(read > 0, "{name}: no record reads back");
+        }
+    }
+    for (name, script) in lanes_scripts() {
+        if let Err(broken) = ottla::proto::process::lanes::script::run(&script) {
+            panic!("{name}: {broken}");
         }
     }
     for (name, script, milestones) in group_scripts() {
@@ -725,6 +734,61 @@ fn record_batches() -> Vec<(String, Vec<u8>)> {
         out.push((format!("ottla-{name}"), input));
     }
     out
+}
+
+/// `(name, script)` for `lanes_ops`, in the format of
+/// `ottla::proto::process::lanes::script`: a configuration byte, then operations.
+fn lanes_scripts() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (
+            // One record at a time: a retry, a dead-letter write that fails, is tried
+            // again and lands, then the next record succeeds.
+            "retry-then-dead-letter",
+            vec![
+                0b0_0000, // max_batch 1, commit after every step, concurrency 1
+                0, 0, 4, // 5 records on partition 0
+                1, 0, 0, 4, // a transient error
+                5, 100, 0, // 100 ms: the retry
+                1, 0, 0, 6, // a permanent error: the dead-letter write
+                4, 0, 0, // it fails: halted
+                5, 200, 0, // 200 ms: written again
+                4, 0, 1, // acknowledged
+                1, 0, 0, 0, // the next record succeeds
+            ],
+        ),
+        (
+            // Batches of three on an interval: progress on the way, then a revocation
+            // the handler answers by stopping, and the handover.
+            "batches-progress-revoke",
+            vec![
+                0b0_0110, // max_batch 3, 700 ms commits, concurrency 1
+                0, 1, 4, // 5 records on partition 1
+                3, 0, 2, // the call finished two
+                6, 1, 0xe8, 0x03, // partition 1 revoked, 1 s to stop
+                1, 0, 0, 8, // the call stops on the cancellation
+                5, 0xe8, 0x03, // 1 s
+            ],
+        ),
+        (
+            // Two partitions at once: one lost mid-call, a crashed task on the other,
+            // a stray answer, a failed commit, and the lost partition assigned again.
+            "lose-crash-stray",
+            vec![
+                0b0_1000, // max_batch 1, commit after every step, concurrency 2
+                0, 0, 1, // 2 records on partition 0
+                0, 2, 1, // 2 records on partition 2
+                7, 0, // partition 0 lost
+                1, 0, 0, 11, // the other call's task crashes
+                4, 0, 1, // its dead-letter write lands
+                9, 3, 0, // an answer for a call never made
+                8, // the next commit fails
+                0, 0, 0, // partition 0 again: 1 record
+                1, 0, 0, 0, // done
+                1, 0, 0, 0, // done
+                5, 0xb8, 0x0b, // 3 s
+            ],
+        ),
+    ]
 }
 
 /// `(name, script, events the trace must show)`.

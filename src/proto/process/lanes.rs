@@ -1520,5 +1520,7 @@ fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Vec<Attempt> {
     batch
 }
 
+#[cfg(any(test, feature = "testing"))]
+pub mod script;
 #[cfg(test)]
 mod tests;
