@@ -8,6 +8,8 @@ use crate::proto::sasl::Mechanism;
 use crate::proto::wire::DEFAULT_MAX_FRAME_SIZE;
 use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, TrustRoots};
 
+pub use crate::proto::backoff::{DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX};
+
 /// Connection-level configuration.
 ///
 /// | setting | Java name | default |
@@ -20,6 +22,8 @@ use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, Trus
 /// | `connect_timeout` | `socket.connection.setup.timeout.ms` | 10 s |
 /// | `reconnect_backoff` | `reconnect.backoff.ms` | 50 ms |
 /// | `reconnect_backoff_max` | `reconnect.backoff.max.ms` | 1 s |
+/// | `retry_backoff` | `retry.backoff.ms` | 100 ms |
+/// | `retry_backoff_max` | `retry.backoff.max.ms` | 1 s |
 /// | `max_in_flight` | `max.in.flight.requests.per.connection` | 5 |
 /// | `max_frame_size` | (none; the broker's `socket.request.max.bytes`) | 100 MiB |
 /// | `security_protocol` | `security.protocol` | `PLAINTEXT` |
@@ -49,6 +53,13 @@ pub struct ClientConfig {
     pub reconnect_backoff: Duration,
     /// The cap of the exponential reconnect backoff.
     pub reconnect_backoff_max: Duration,
+    /// The first delay before a failed request is tried again (the group member's
+    /// requests, the fetcher's, the producer's, the commit at a revocation or close),
+    /// doubled per consecutive failure. The one home of this setting: every component
+    /// takes it from here.
+    pub retry_backoff: Duration,
+    /// The cap of that backoff.
+    pub retry_backoff_max: Duration,
     /// Requests pipelined on one connection before further ones wait.
     pub max_in_flight: usize,
     /// The largest response frame accepted; larger ones poison the connection.
@@ -83,6 +94,8 @@ impl ClientConfig {
             client_rack: None,
             reconnect_backoff: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(1),
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+            retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
             max_in_flight: 5,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             jitter_seed: entropy_seed(),
@@ -115,7 +128,7 @@ impl ClientConfig {
     ///
     /// | property | meaning |
     /// |---|---|
-    /// | `bootstrap.servers`, `client.id`, `request.timeout.ms`, `socket.connection.setup.timeout.ms`, `reconnect.backoff.ms`, `reconnect.backoff.max.ms`, `max.in.flight.requests.per.connection` | as in the table above |
+    /// | `bootstrap.servers`, `client.id`, `request.timeout.ms`, `socket.connection.setup.timeout.ms`, `reconnect.backoff.ms`, `reconnect.backoff.max.ms`, `retry.backoff.ms`, `retry.backoff.max.ms`, `max.in.flight.requests.per.connection` | as in the table above |
     /// | `security.protocol` | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL` |
     /// | `ssl.ca.location` | a PEM file of trusted CAs (`probe`: the platform's roots) |
     /// | `ssl.ca.pem`, `ssl.truststore.certificates` | trusted CAs as PEM text |
@@ -171,6 +184,14 @@ impl ClientConfig {
             },
             "reconnect.backoff.max.ms" => match ms(value) {
                 Ok(d) => self.reconnect_backoff_max = d,
+                Err(m) => return bad(m),
+            },
+            "retry.backoff.ms" => match ms(value) {
+                Ok(d) => self.retry_backoff = d,
+                Err(m) => return bad(m),
+            },
+            "retry.backoff.max.ms" => match ms(value) {
+                Ok(d) => self.retry_backoff_max = d,
                 Err(m) => return bad(m),
             },
             "max.in.flight.requests.per.connection" | "max.in.flight" => match value.parse() {
@@ -349,6 +370,9 @@ impl ClientConfig {
                 "must be at least reconnect.backoff.ms",
             );
         }
+        if self.retry_backoff_max < self.retry_backoff {
+            return bad("retry.backoff.max.ms", "must be at least retry.backoff.ms");
+        }
         if self.max_frame_size < 1024 {
             return bad("max_frame_size", "must be at least 1024 bytes");
         }
@@ -386,6 +410,8 @@ fn static_name(key: &str) -> &'static str {
         "socket.connection.setup.timeout.ms",
         "reconnect.backoff.ms",
         "reconnect.backoff.max.ms",
+        "retry.backoff.ms",
+        "retry.backoff.max.ms",
         "max.in.flight.requests.per.connection",
         "security.protocol",
         "ssl.truststore.type",
@@ -482,6 +508,35 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("max.in.flight"), "{err}");
         ClientConfig::new("a:1, b:2").validate().unwrap();
+    }
+
+    #[test]
+    fn retry_backoff_has_one_home_with_the_java_names_and_defaults() {
+        let c = ClientConfig::new("h:1");
+        assert_eq!(
+            (c.retry_backoff, c.retry_backoff_max),
+            (Duration::from_millis(100), Duration::from_secs(1))
+        );
+        let c = c
+            .set("retry.backoff.ms", "250")
+            .unwrap()
+            .set("retry.backoff.max.ms", "4000")
+            .unwrap();
+        assert_eq!(
+            (c.retry_backoff, c.retry_backoff_max),
+            (Duration::from_millis(250), Duration::from_secs(4))
+        );
+        c.validate().unwrap();
+        let err = c
+            .set("retry.backoff.max.ms", "10")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("retry.backoff.max.ms"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .set("retry.backoff.ms", "soon")
+            .unwrap_err();
+        assert!(err.to_string().contains("retry.backoff.ms"), "{err}");
     }
 
     #[test]

@@ -59,7 +59,10 @@ pub use crate::proto::fetch::request::IsolationLevel;
 use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
-use crate::proto::group::member::{CommitError, Event};
+use crate::proto::group::member::{
+    CommitError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT,
+    Event, check_heartbeat,
+};
 pub use crate::proto::group::member::{GroupConfig, GroupProtocol, Membership};
 use crate::proto::group::messages::CommitOffset;
 use crate::proto::metadata::NodeId;
@@ -126,9 +129,9 @@ impl ConsumerBuilder {
             topics: Vec::new(),
             assign: Vec::new(),
             fetcher: FetcherConfig::default(),
-            session_timeout: Duration::from_secs(45),
-            heartbeat_interval: Duration::from_secs(3),
-            max_poll_interval: Duration::from_secs(300),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             assignors,
             instance_id: None,
             group_protocol: GroupProtocol::Classic,
@@ -426,11 +429,11 @@ impl ConsumerBuilder {
         if self.group_id.is_none() && self.auto_commit.is_some() {
             return bad("enable.auto.commit", "needs a group id");
         }
-        if self.heartbeat_interval >= self.session_timeout {
-            return bad(
-                "heartbeat.interval.ms",
-                "must be lower than session.timeout.ms",
-            );
+        if let Err(message) = check_heartbeat(self.session_timeout, self.heartbeat_interval) {
+            return Err(Error::Config {
+                setting: "heartbeat.interval.ms",
+                message,
+            });
         }
         if self.assignors.is_empty() {
             return bad(
@@ -463,7 +466,10 @@ impl ConsumerBuilder {
             None => TopicScope::Topics(topics),
         };
         let cluster = Cluster::connect(&self.client, scope, &required).await?;
-        let mut fetcher = Fetcher::new(self.fetcher.clone());
+        let mut fetcher = Fetcher::new(FetcherConfig {
+            retry_backoff: self.client.retry_backoff,
+            ..self.fetcher.clone()
+        });
         let mut revocation_retry = None;
         let group = match &self.group_id {
             Some(id) => {
@@ -477,6 +483,8 @@ impl ConsumerBuilder {
                 config.rack = self.client.client_rack.clone();
                 config.instance_id = self.instance_id.clone();
                 config.seed = self.client.jitter_seed;
+                config.retry_backoff = self.client.retry_backoff;
+                config.retry_backoff_max = self.client.retry_backoff_max;
                 config.protocol = self.group_protocol;
                 config.remote_assignor = self.remote_assignor.clone();
                 config.topic_regex = self.topic_regex.clone();
@@ -521,6 +529,11 @@ impl ConsumerBuilder {
             auto_commit: self.auto_commit.is_some(),
             manual_revocation: self.manual_revocation,
             last_progress: Instant::now(),
+            retry: (
+                self.client.retry_backoff,
+                self.client.retry_backoff_max,
+                self.client.jitter_seed,
+            ),
             task: Some(task),
         })
     }
@@ -585,6 +598,9 @@ pub struct Consumer {
     auto_commit: bool,
     manual_revocation: bool,
     last_progress: Instant,
+    /// `retry.backoff.ms`, `retry.backoff.max.ms` and the jitter seed: the pace of the
+    /// commit at close.
+    retry: (Duration, Duration, u64),
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -878,7 +894,11 @@ impl Consumer {
         let mut result = Ok(());
         if self.auto_commit {
             let deadline = Instant::now() + Duration::from_secs(30);
+            let (initial, max, seed) = self.retry;
+            let mut backoff = crate::proto::backoff::Backoff::new(initial, max, seed);
+            let mut attempts = 0;
             loop {
+                attempts += 1;
                 // The application is done: everything delivered counts as consumed,
                 // and a pending revocation may complete (committing its partitions).
                 self.on_poll_entry();
@@ -896,8 +916,8 @@ impl Consumer {
                     {
                         // Rebalancing, or a revocation raced the commit: try again
                         // with what is still owned.
-                        debug!(error = %e, "commit on close: retrying");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        debug!(error = %e, attempts, "commit on close: retrying");
+                        tokio::time::sleep(backoff.delay(attempts)).await;
                     }
                     Err(Error::Commit(e)) if e.membership_lost() => {
                         // The generation ended under the commit (a rebalance this
@@ -1059,14 +1079,6 @@ async fn drive(mut d: Driver) {
         let now = Instant::now();
         let wakeup = {
             let mut f = lock(&d.shared.fetcher);
-            while let Some(event) = f.poll_event() {
-                match event {
-                    FetcherEvent::MetadataNeeded => metadata_wanted = true,
-                    other => {
-                        d.events.send(ConsumerEvent::Fetch(other));
-                    }
-                }
-            }
             let std_now = now.into_std();
             for node in f.claim_fetches(std_now) {
                 tasks.spawn(fetch_round(d.cluster.clone(), d.shared.clone(), node));
@@ -1074,9 +1086,15 @@ async fn drive(mut d: Driver) {
             for node in f.resets_due(std_now) {
                 tasks.spawn(reset_round(d.cluster.clone(), d.shared.clone(), node));
             }
+            // One pass, after everything this turn did: the claims above can raise
+            // events too (a partition without a leader asks for metadata), and each
+            // one is either acted on or reported, none dropped.
             while let Some(event) = f.poll_event() {
-                if event == FetcherEvent::MetadataNeeded {
-                    metadata_wanted = true;
+                match event {
+                    FetcherEvent::MetadataNeeded => metadata_wanted = true,
+                    other => {
+                        d.events.send(ConsumerEvent::Fetch(other));
+                    }
                 }
             }
             f.next_wakeup().map(Instant::from_std)

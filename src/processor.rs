@@ -59,7 +59,10 @@ use crate::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, 
 use crate::driver::sleep_until;
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder};
-use crate::proto::group::member::Event;
+use crate::proto::group::member::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
+    check_heartbeat,
+};
 pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, Disposition, ErrorClass, HttpClassifier, ProcessError,
 };
@@ -67,7 +70,12 @@ pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
 use crate::proto::process::lanes::{
     Action, DlqName, Handover, Lanes, LanesConfig, Now, Outcome, Ticket,
 };
-pub use crate::proto::process::retry::{Backoff, RetryPolicy};
+pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
+
+/// The old name of [`RetryBackoff`], the processor's retry settings (renamed apart
+/// from the client's own request backoff, `retry.backoff.ms`).
+#[deprecated(since = "0.1.0", note = "renamed RetryBackoff")]
+pub type Backoff = RetryBackoff;
 
 /// Tells a running handler that its partition is being taken away (or the processor
 /// shuts down): finish quickly and return `Ok(())` (the record is done and committed),
@@ -170,9 +178,9 @@ impl ProcessorBuilder {
             commit_interval: Some(Duration::from_secs(1)),
             acquiesce_share: 0.5,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            max_poll_interval: Duration::from_secs(300),
-            session_timeout: Duration::from_secs(45),
-            heartbeat_interval: Duration::from_secs(3),
+            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             processing_budget: Duration::from_secs(30),
             metrics: None,
         }
@@ -330,14 +338,8 @@ impl ProcessorBuilder {
     pub fn validate(&self) -> Result<()> {
         self.policy.validate().map_err(config)?;
         let bad = |setting: &'static str, message: String| Err(Error::Config { setting, message });
-        if self.heartbeat_interval * 3 > self.session_timeout {
-            return bad(
-                "heartbeat.interval.ms",
-                format!(
-                    "{:?} is more than a third of session.timeout.ms ({:?}); lower it",
-                    self.heartbeat_interval, self.session_timeout
-                ),
-            );
+        if let Err(message) = check_heartbeat(self.session_timeout, self.heartbeat_interval) {
+            return bad("heartbeat.interval.ms", message);
         }
         let window = self.policy.worst_case_total() + self.processing_budget;
         if self.max_poll_interval < window {

@@ -170,9 +170,10 @@ impl ProducerBuilder {
         self
     }
 
-    /// `retry.backoff.ms` (default 100 ms).
+    /// `retry.backoff.ms` (default 100 ms): [`ClientConfig::retry_backoff`], which
+    /// [`ProducerBuilder::client_config`] and `set("retry.backoff.ms", ..)` set too.
     pub fn retry_backoff(mut self, t: Duration) -> Self {
-        self.config.retry_backoff = t;
+        self.client.retry_backoff = t;
         self
     }
 
@@ -192,6 +193,7 @@ impl ProducerBuilder {
         }
         let mut config = self.config;
         config.request_timeout = self.client.request_timeout;
+        config.retry_backoff = self.client.retry_backoff;
         let required = vec![ApiKey::Produce, ApiKey::Metadata];
         let cluster =
             Cluster::connect(&self.client, TopicScope::Topics(BTreeSet::new()), &required).await?;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
-    Backoff, BatchError, ErrorClass, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder,
-    RetryPolicy,
+    BatchError, ErrorClass, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder,
+    RetryBackoff, RetryPolicy,
 };
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
@@ -38,7 +38,7 @@ fn payload(i: u32) -> String {
 
 fn policy() -> RetryPolicy {
     RetryPolicy {
-        default: Backoff {
+        default: RetryBackoff {
             max_retries: 3,
             initial: Duration::from_millis(50),
             max: Duration::from_millis(200),
@@ -356,12 +356,22 @@ async fn invalid_configuration_is_refused_with_the_setting_named() {
     let e = b
         .timeouts(
             Duration::from_secs(10),
-            Duration::from_secs(5),
+            Duration::from_secs(10),
             Duration::from_secs(300),
         )
         .validate()
         .unwrap_err();
     assert!(e.to_string().contains("heartbeat.interval.ms"), "{e}");
+    // Half the session is allowed (with a warning), as by the Java client and by
+    // `Consumer`'s builder: one check serves both. The processor refused it before.
+    Processor::builder("127.0.0.1:1", "g", ["t"])
+        .timeouts(
+            Duration::from_secs(10),
+            Duration::from_secs(5),
+            Duration::from_secs(300),
+        )
+        .validate()
+        .expect("a heartbeat of half the session");
     let e = Processor::builder("127.0.0.1:1", "g", ["t"])
         // 3 retries of up to 1.1 + 2.2 + 4.4 s, plus a 30 s budget, do not fit in 20 s.
         .timeouts(
@@ -686,7 +696,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
     // The first attempt at p0-2 fails; the retry waits 10 s, longer than the second
     // member takes to join (tansu holds a JoinGroup for 3 s).
     let slow = RetryPolicy {
-        default: Backoff {
+        default: RetryBackoff {
             max_retries: 1,
             initial: Duration::from_secs(10),
             max: Duration::from_secs(10),
@@ -864,7 +874,7 @@ async fn crash_one(seed: u64) {
     let attempts: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
     let violations: Arc<Mutex<Vec<String>>> = Arc::default();
     let quick = RetryPolicy {
-        default: Backoff {
+        default: RetryBackoff {
             max_retries: 2,
             initial: Duration::from_millis(10),
             max: Duration::from_millis(40),
@@ -1194,7 +1204,7 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
     };
     let log = MetricsLog::default();
     let quick = RetryPolicy {
-        default: Backoff {
+        default: RetryBackoff {
             max_retries: 1,
             initial: Duration::from_millis(20),
             max: Duration::from_millis(20),

@@ -2,6 +2,12 @@
 
 use std::time::Duration;
 
+/// `retry.backoff.ms`'s default (the Java client's): set in `ClientConfig`, copied into
+/// each machine's configuration.
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// `retry.backoff.max.ms`'s default (the Java client's).
+pub const DEFAULT_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// A seeded jittered exponential backoff: `initial * 2^(failures-1)`, capped at `max`,
 /// times a factor in `[0.8, 1.2)` (the Java client's ±20%), and never above `max`.
 ///

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ottla::consumer::OffsetReset;
-use ottla::processor::{Backoff, ProcessError, Processor, RetryPolicy};
+use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy};
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
 
@@ -62,7 +62,7 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
             let processor =
                 Processor::builder(&peer.bootstrap(), &format!("g-{topic}"), [topic.clone()])
                     .retry_policy(RetryPolicy {
-                        default: Backoff {
+                        default: RetryBackoff {
                             max_retries: 1000,
                             initial: Duration::from_secs(1),
                             max: Duration::from_secs(1),

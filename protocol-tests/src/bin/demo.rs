@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ottla::ClientConfig;
-use ottla::processor::{Backoff, Metric, ProcessError, Processor, RetryPolicy, Stats};
+use ottla::processor::{Metric, ProcessError, Processor, RetryBackoff, RetryPolicy, Stats};
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::mock::MockCluster;
 use tokio::sync::watch;
@@ -346,7 +346,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     // 4. The processors.
     let policy = RetryPolicy {
-        default: Backoff {
+        default: RetryBackoff {
             max_retries: args.max_retries,
             initial: Duration::from_millis(args.base_backoff_ms),
             max: Duration::from_millis(args.base_backoff_ms.max(1) * 8),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use ottla::ClientConfig;
 use ottla::ConsumerRecord;
 use ottla::consumer::{GroupProtocol, OffsetReset};
-use ottla::processor::{Backoff, Cancel, Metric, ProcessError, Processor, RetryPolicy};
+use ottla::processor::{Cancel, Metric, ProcessError, Processor, RetryBackoff, RetryPolicy};
 use tokio::sync::oneshot;
 
 use super::capture;
@@ -279,7 +279,7 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
 /// Short retries, so that a failing record does not hold its partition for long.
 fn policy() -> RetryPolicy {
     RetryPolicy {
-        default: Backoff {
+        default: RetryBackoff {
             max_retries: 4,
             initial: Duration::from_millis(5),
             max: Duration::from_millis(50),

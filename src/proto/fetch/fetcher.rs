@@ -81,7 +81,7 @@ impl Default for FetcherConfig {
             buffer_max_bytes: 64 * 1024 * 1024,
             reset: OffsetReset::Latest,
             batch: BatchOptions::default(),
-            retry_backoff: Duration::from_millis(100),
+            retry_backoff: crate::proto::backoff::DEFAULT_RETRY_BACKOFF,
             sessions: true,
         }
     }

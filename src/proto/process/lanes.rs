@@ -28,6 +28,7 @@ use super::classify::{AsGiven, BatchError, Classifier, Disposition, ErrorClass, 
 use super::dlq::{DeadLetter, DlqFormat, DlqTimestamp};
 use super::retry::RetryPolicy;
 use super::tracker::OffsetTracker;
+use crate::proto::backoff::Backoff;
 use crate::proto::fetch::fetcher::ConsumerRecord;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::produce::record::ProducerRecord;
@@ -41,6 +42,12 @@ pub struct Now {
     /// Milliseconds since the Unix epoch.
     pub unix_ms: i64,
 }
+
+/// How a halted lane tries its dead-letter or retry-topic write again: from 200 ms,
+/// doubling to 6.4 s (the producer has already retried that write for its delivery
+/// timeout; this is the pace of trying a topic that is missing or refused).
+pub const HALT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(200), Duration::from_millis(6400));
 
 /// Names the dead-letter topic of an original topic.
 pub type DlqName = Arc<dyn Fn(&str) -> String + Send + Sync>;
@@ -528,6 +535,8 @@ pub struct Lanes {
     next_ticket: u64,
     /// xorshift state (never zero).
     jitter: u64,
+    /// The pace of a halted lane's write: [`HALT_BACKOFF`], jittered.
+    halt_backoff: Backoff,
     next_commit: Option<Instant>,
     commit_in_flight: bool,
     releases: Vec<Releasing>,
@@ -543,6 +552,7 @@ impl Lanes {
         Self {
             next_commit: config.commit_interval.map(|i| now.at + i),
             jitter: config.jitter_seed.max(1),
+            halt_backoff: Backoff::new(HALT_BACKOFF.0, HALT_BACKOFF.1, config.jitter_seed),
             config,
             lanes: BTreeMap::new(),
             tickets: HashMap::new(),
@@ -1127,7 +1137,7 @@ impl Lanes {
                     );
                 } else {
                     let failures = failures + 1;
-                    let delay = Duration::from_millis(100 * 2u64.pow(failures.min(6)));
+                    let delay = self.halt_backoff.delay(failures);
                     error!(
                         topic = %tp.topic, partition = tp.partition, offset, error = %e,
                         retry_in_ms = delay.as_millis() as u64,

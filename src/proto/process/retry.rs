@@ -9,7 +9,7 @@ use super::classify::{ErrorClass, ProcessError};
 
 /// Retry settings for one class of errors.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Backoff {
+pub struct RetryBackoff {
     /// `max_retries`: attempts after the first.
     pub max_retries: u32,
     /// `initial_retry_delay_ms`.
@@ -24,7 +24,7 @@ pub struct Backoff {
     pub min_delay: Duration,
 }
 
-impl Default for Backoff {
+impl Default for RetryBackoff {
     fn default() -> Self {
         Self {
             max_retries: 3,
@@ -37,7 +37,7 @@ impl Default for Backoff {
     }
 }
 
-impl Backoff {
+impl RetryBackoff {
     /// The delay before retry number `retry` (0 for the first retry), given a jitter
     /// sample in `[0, 1)`: `max(min(initial x multiplier^retry, max) + jitter, floor)`.
     pub fn delay(&self, retry: u32, jitter_sample: f64) -> Duration {
@@ -70,13 +70,13 @@ impl Backoff {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RetryPolicy {
     /// Used for transient and unclassified errors.
-    pub default: Backoff,
+    pub default: RetryBackoff,
     /// Overrides for a class (permanent errors are never retried whatever this says).
-    pub transient: Option<Backoff>,
+    pub transient: Option<RetryBackoff>,
     /// Overrides for retryable errors of one type ([`ProcessError::kind`], for example
     /// `Http429` with a long rate floor, or `Timeout` with more retries). They win over
     /// the class overrides; permanent errors are still never retried.
-    pub by_type: Vec<(String, Backoff)>,
+    pub by_type: Vec<(String, RetryBackoff)>,
 }
 
 /// A setting that failed validation; the message says what to change.
@@ -91,7 +91,7 @@ pub struct ConfigError {
 
 impl RetryPolicy {
     /// The backoff for an error of `class`; `None` when it must not be retried.
-    pub fn backoff_for(&self, class: Option<ErrorClass>) -> Option<&Backoff> {
+    pub fn backoff_for(&self, class: Option<ErrorClass>) -> Option<&RetryBackoff> {
         match class {
             Some(ErrorClass::Permanent) => None,
             Some(ErrorClass::Transient) => Some(self.transient.as_ref().unwrap_or(&self.default)),
@@ -105,7 +105,7 @@ impl RetryPolicy {
         &self,
         error: &ProcessError,
         class: Option<ErrorClass>,
-    ) -> Option<&Backoff> {
+    ) -> Option<&RetryBackoff> {
         if class == Some(ErrorClass::Permanent) {
             return None;
         }
@@ -117,12 +117,12 @@ impl RetryPolicy {
     }
 
     /// Adds an override for errors of type `kind`.
-    pub fn with_type_override(mut self, kind: impl Into<String>, backoff: Backoff) -> Self {
+    pub fn with_type_override(mut self, kind: impl Into<String>, backoff: RetryBackoff) -> Self {
         self.by_type.push((kind.into(), backoff));
         self
     }
 
-    fn all(&self) -> impl Iterator<Item = &Backoff> {
+    fn all(&self) -> impl Iterator<Item = &RetryBackoff> {
         std::iter::once(&self.default)
             .chain(self.transient.as_ref())
             .chain(self.by_type.iter().map(|(_, b)| b))
@@ -132,7 +132,7 @@ impl RetryPolicy {
     /// `retry_backoff_multiplier`, `retry_jitter` and `retry_min_delay_ms` through
     /// `get` (for example `std::env::var`), over the defaults.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut b = Backoff::default();
+        let mut b = RetryBackoff::default();
         let bad = |setting: &'static str, value: &str, want: &str| ConfigError {
             setting,
             message: format!("{value:?} is not {want}"),
@@ -203,7 +203,7 @@ impl RetryPolicy {
     /// The longest any record's retries can wait in all.
     pub fn worst_case_total(&self) -> Duration {
         self.all()
-            .map(Backoff::worst_case_total)
+            .map(RetryBackoff::worst_case_total)
             .max()
             .unwrap_or_default()
     }
@@ -215,13 +215,13 @@ mod tests {
 
     #[test]
     fn delays_follow_the_seed_formula() {
-        let b = Backoff {
+        let b = RetryBackoff {
             jitter: false,
-            ..Backoff::default()
+            ..RetryBackoff::default()
         };
         let ms: Vec<u128> = (0..7).map(|r| b.delay(r, 0.0).as_millis()).collect();
         assert_eq!(ms, [1000, 2000, 4000, 8000, 16000, 30000, 30000]);
-        let j = Backoff::default();
+        let j = RetryBackoff::default();
         assert_eq!(j.delay(0, 0.0), Duration::from_millis(1000));
         assert_eq!(
             j.delay(0, 0.999_999).as_millis(),
@@ -233,10 +233,10 @@ mod tests {
             Duration::from_millis(33_000),
             "cap, then jitter"
         );
-        let floor = Backoff {
+        let floor = RetryBackoff {
             min_delay: Duration::from_secs(12),
             jitter: false,
-            ..Backoff::default()
+            ..RetryBackoff::default()
         };
         assert_eq!(floor.delay(0, 0.0), Duration::from_secs(12), "rate floor");
         assert_eq!(floor.delay(4, 0.0), Duration::from_secs(16));
@@ -252,14 +252,14 @@ mod tests {
 
     #[test]
     fn type_overrides_win_over_class_overrides_but_never_retry_permanent_errors() {
-        let slow = Backoff {
+        let slow = RetryBackoff {
             min_delay: Duration::from_secs(60),
             max: Duration::from_secs(120),
-            ..Backoff::default()
+            ..RetryBackoff::default()
         };
-        let transient = Backoff {
+        let transient = RetryBackoff {
             max_retries: 9,
-            ..Backoff::default()
+            ..RetryBackoff::default()
         };
         let p = RetryPolicy {
             transient: Some(transient.clone()),
@@ -284,9 +284,9 @@ mod tests {
         assert!(p.worst_case_total() >= slow.worst_case_total());
         let bad = RetryPolicy::default().with_type_override(
             "X",
-            Backoff {
+            RetryBackoff {
                 multiplier: 0.1,
-                ..Backoff::default()
+                ..RetryBackoff::default()
             },
         );
         assert_eq!(

@@ -96,7 +96,7 @@ impl Default for ProducerConfig {
             buffer_memory: 32 * 1024 * 1024,
             delivery_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
-            retry_backoff: Duration::from_millis(100),
+            retry_backoff: crate::proto::backoff::DEFAULT_RETRY_BACKOFF,
             max_request_size: 1024 * 1024,
             seed: 0x5eed_0771a,
         }

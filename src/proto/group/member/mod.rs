@@ -52,8 +52,9 @@ use crate::proto::metadata::NodeId;
 use errors::{Reaction, hint, reaction};
 use state::{Generation, Sent, State};
 pub use types::{
-    CommitError, Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership,
-    Outgoing, RequestId, StateKind, Target, Timer,
+    CommitError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT,
+    Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership, Outgoing,
+    RequestId, StateKind, Target, Timer, check_heartbeat,
 };
 
 /// One member of a consumer group (the classic protocol).

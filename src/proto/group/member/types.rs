@@ -107,6 +107,33 @@ impl std::str::FromStr for GroupProtocol {
     }
 }
 
+/// `session.timeout.ms`'s default (the Java client's since Kafka 3.0).
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
+/// `heartbeat.interval.ms`'s default (the Java client's).
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// `max.poll.interval.ms`'s default (the Java client's).
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The one check of `heartbeat.interval.ms` against `session.timeout.ms`, for every
+/// builder: below it, or the error message (the Java client refuses the same). Above a
+/// third of it, two lost heartbeats in a row end the session; that is allowed, as in
+/// the Java client, with a warning.
+pub fn check_heartbeat(session: Duration, heartbeat: Duration) -> Result<(), String> {
+    if heartbeat >= session {
+        return Err(format!(
+            "{heartbeat:?} must be lower than session.timeout.ms ({session:?}), and at most a third of it"
+        ));
+    }
+    if heartbeat.saturating_mul(3) > session {
+        tracing::warn!(
+            ?heartbeat,
+            ?session,
+            "heartbeat.interval.ms is more than a third of session.timeout.ms: two lost heartbeats end the session"
+        );
+    }
+    Ok(())
+}
+
 impl GroupConfig {
     /// Defaults for `group_id` subscribing to `topics` with the given assignors.
     pub fn new(
@@ -117,13 +144,13 @@ impl GroupConfig {
         Self {
             group_id: group_id.into(),
             topics,
-            session_timeout: Duration::from_secs(45),
-            heartbeat_interval: Duration::from_secs(3),
-            max_poll_interval: Duration::from_secs(300),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             instance_id: None,
             assignors,
-            retry_backoff: Duration::from_millis(100),
-            retry_backoff_max: Duration::from_secs(1),
+            retry_backoff: crate::proto::backoff::DEFAULT_RETRY_BACKOFF,
+            retry_backoff_max: crate::proto::backoff::DEFAULT_RETRY_BACKOFF_MAX,
             request_slack: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             leader_sync_delay: Duration::ZERO,

@@ -42,7 +42,7 @@ use super::{Action, BatchError, Handover, Lanes, LanesConfig, Now, Outcome, Tick
 use crate::proto::fetch::fetcher::{ConsumerRecord, TimestampType};
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::process::classify::ProcessError;
-use crate::proto::process::retry::{Backoff, RetryPolicy};
+use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 
 const T0_MS: i64 = 1_800_000_000_000;
 
@@ -209,7 +209,7 @@ pub fn run(script: &[u8]) -> Result<(), String> {
     let config = LanesConfig {
         group: "g".into(),
         policy: RetryPolicy {
-            default: Backoff {
+            default: RetryBackoff {
                 max_retries: 2,
                 initial: Duration::from_millis(100),
                 max: Duration::from_secs(1),

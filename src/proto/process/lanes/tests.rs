@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::proto::fetch::fetcher::TimestampType;
-use crate::proto::process::retry::Backoff;
+use crate::proto::process::retry::RetryBackoff;
 
 const T0_MS: i64 = 1_800_000_000_000;
 
@@ -34,7 +34,7 @@ fn config() -> LanesConfig {
     LanesConfig {
         group: "g".into(),
         policy: RetryPolicy {
-            default: Backoff {
+            default: RetryBackoff {
                 max_retries: 2,
                 initial: Duration::from_millis(100),
                 max: Duration::from_secs(1),
@@ -242,12 +242,18 @@ fn a_failing_dead_letter_write_halts_its_lane_until_the_write_succeeds() {
     let a = h.produced(w, Err("topic not found"));
     assert!(a.contains(&Action::Pause(tp(0))), "halted: {a:?}");
     assert!(commits(&a).is_empty());
-    assert_eq!(
-        h.lanes.poll_timeout(),
-        Some(h.now.at + Duration::from_millis(200))
+    // 200 ms, jittered by ±20%.
+    let wait = h
+        .lanes
+        .poll_timeout()
+        .map(|t| t - h.now.at)
+        .unwrap_or_default();
+    assert!(
+        wait >= Duration::from_millis(160) && wait < Duration::from_millis(240),
+        "{wait:?}"
     );
     assert!(
-        h.advance(Duration::from_millis(199)).is_empty(),
+        h.advance(wait - Duration::from_millis(1)).is_empty(),
         "record 1 waits behind the halted record"
     );
     let (w, _) = produce_of(&h.advance(Duration::from_millis(1)));
@@ -394,7 +400,7 @@ fn retries_run_out_into_the_first_retry_topic_with_the_origin_in_its_headers() {
     let mut h = Harness::new(LanesConfig {
         retry_delays: vec![Duration::from_secs(30), Duration::from_secs(300)],
         policy: RetryPolicy {
-            default: Backoff {
+            default: RetryBackoff {
                 max_retries: 0,
                 ..config().policy.default
             },
@@ -531,7 +537,8 @@ fn a_task_that_ends_without_a_result_is_a_failed_attempt_not_a_busy_lane_for_eve
         .crashed(w, "the producer task panicked".into(), h.now);
     h.actions();
     assert_eq!(h.lanes.stats().dlq_failures, 1);
-    assert!(produce_of(&h.advance(Duration::from_millis(200))).1.topic == "orders.dlq");
+    let (_, again) = produce_of(&h.advance(Duration::from_millis(240)));
+    assert_eq!(again.topic, "orders.dlq");
 }
 
 #[test]
