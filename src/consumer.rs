@@ -1097,7 +1097,7 @@ async fn drive(mut d: Driver) {
                     }
                 }
             }
-            f.next_wakeup().map(Instant::from_std)
+            f.poll_timeout().map(Instant::from_std)
         };
         if metadata_wanted && !metadata_running && metadata_retry_at.is_none_or(|t| now >= t) {
             metadata_wanted = false;

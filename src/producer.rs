@@ -37,7 +37,7 @@ use crate::config::ClientConfig;
 use crate::driver::{Cluster, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::proto::fetch::batch::Compression;
-use crate::proto::produce::accumulator::{Accumulator, AppendError, RecordId};
+use crate::proto::produce::accumulator::{Accumulator, AccumulatorEvent, AppendError, RecordId};
 pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
 use crate::proto::produce::encode::OutRecord;
 pub use crate::proto::produce::record::ProducerRecord;
@@ -403,6 +403,7 @@ impl Drop for Producer {
 async fn drive(cluster: Cluster, shared: Arc<Shared>) {
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut metadata_running = false;
+    let mut metadata_wanted = false;
     // Refreshes are spaced by `retry.backoff.ms`: a record for a topic the cluster does
     // not have keeps asking for metadata until `max.block.ms`, and must not spin.
     let mut next_refresh = Instant::now();
@@ -410,13 +411,18 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
         let now = Instant::now();
         let (nodes, metadata, pid, mut wakeup, done, backoff) = {
             let mut s = lock(&shared.state);
-            s.acc.expire(now.into_std());
+            s.acc.handle_timeout(now.into_std());
             let pid = s.acc.claim_producer_id();
             let nodes = s.acc.claim_ready(now.into_std());
-            let metadata = s.acc.metadata_needed() && !metadata_running;
+            while let Some(event) = s.acc.poll_event() {
+                match event {
+                    AccumulatorEvent::MetadataNeeded => metadata_wanted = true,
+                }
+            }
+            let metadata = metadata_wanted && !metadata_running;
             let done = s.closed && s.acc.is_idle();
             let backoff = s.acc.config().retry_backoff;
-            (nodes, metadata, pid, s.acc.next_wakeup(), done, backoff)
+            (nodes, metadata, pid, s.acc.poll_timeout(), done, backoff)
         };
         let metadata = if metadata && now < next_refresh {
             let at = next_refresh.into_std();
@@ -451,13 +457,18 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
             });
         }
         if metadata {
+            metadata_wanted = false;
             metadata_running = true;
             next_refresh = now + backoff;
             let (cluster, shared) = (cluster.clone(), shared.clone());
             tasks.spawn(async move {
-                if let Ok(m) = cluster.refresh_metadata().await {
-                    lock(&shared.state).acc.update_metadata(&m);
-                    shared.room.notify_waiters();
+                match cluster.refresh_metadata().await {
+                    Ok(m) => {
+                        lock(&shared.state).acc.update_metadata(&m);
+                        shared.room.notify_waiters();
+                    }
+                    // Asked again, after `retry.backoff.ms`.
+                    Err(_) => lock(&shared.state).acc.metadata_failed(),
                 }
             });
         }

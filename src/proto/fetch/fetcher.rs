@@ -675,7 +675,7 @@ impl Fetcher {
     }
 
     /// The earliest time a backoff or a deferred fetch ends, for the driver's timer.
-    pub fn next_wakeup(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         let partitions = self.partitions.values().filter_map(|s| s.retry_at);
         let nodes = self.node_retry_at.values().copied();
         partitions.chain(nodes).chain(self.deferred_until).min()
@@ -1934,14 +1934,14 @@ mod tests {
         );
         let wait = Duration::from_millis(500);
         assert_eq!(
-            f.next_wakeup(),
+            f.poll_timeout(),
             Some(now + wait),
             "the driver wakes when the deferral ends"
         );
         assert_eq!(drain(&mut f), vec![(0, 0), (0, 1), (0, 2)]);
         let later = now + Duration::from_millis(3);
         assert_eq!(f.claim_fetches(later), vec![NodeId(1)]);
-        assert_eq!(f.next_wakeup(), None);
+        assert_eq!(f.poll_timeout(), None);
         let (req, _) = f.build_fetch(later, NodeId(1), 16).expect("a fetch");
         assert_eq!(
             sent(&req),

@@ -173,6 +173,14 @@ pub enum AppendError {
     },
 }
 
+/// What the accumulator asks of its driver, as the fetcher and the group member do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AccumulatorEvent {
+    /// Leaders are unknown or moved: refresh metadata.
+    MetadataNeeded,
+}
+
 /// The outcome of one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -251,6 +259,7 @@ pub struct Accumulator {
     next_id: u64,
     deliveries: VecDeque<Delivery>,
     metadata_needed: bool,
+    events: VecDeque<AccumulatorEvent>,
     flush_requested: bool,
 }
 
@@ -275,6 +284,7 @@ impl Accumulator {
             next_id: 0,
             deliveries: VecDeque::new(),
             metadata_needed: false,
+            events: VecDeque::new(),
             flush_requested: false,
         }
     }
@@ -301,10 +311,24 @@ impl Accumulator {
         self.deliveries.pop_front()
     }
 
-    /// Whether leaders are unknown or moved (refresh, then
-    /// [`Accumulator::update_metadata`]).
-    pub fn metadata_needed(&self) -> bool {
-        self.metadata_needed
+    /// What the driver must act on: [`AccumulatorEvent::MetadataNeeded`] (refresh, then
+    /// [`Accumulator::update_metadata`], or [`Accumulator::metadata_failed`]).
+    pub fn poll_event(&mut self) -> Option<AccumulatorEvent> {
+        self.events.pop_front()
+    }
+
+    /// Leaders are unknown or moved: asked once until metadata comes.
+    fn need_metadata(&mut self) {
+        if !self.metadata_needed {
+            self.metadata_needed = true;
+            self.events.push_back(AccumulatorEvent::MetadataNeeded);
+        }
+    }
+
+    /// The refresh asked for failed: it is asked for again.
+    pub fn metadata_failed(&mut self) {
+        self.metadata_needed = false;
+        self.need_metadata();
     }
 
     /// Partition counts and leaders from fresh metadata.
@@ -351,7 +375,7 @@ impl Accumulator {
             return Err((AppendError::RecordTooLarge { size, max }, record));
         }
         let Some(&count) = self.counts.get(topic) else {
-            self.metadata_needed = true;
+            self.need_metadata();
             return Err((AppendError::UnknownTopic(topic.to_string()), record));
         };
         let partition = match (partition, &record.key) {
@@ -456,8 +480,9 @@ impl Accumulator {
                     .is_some_and(|b| self.flush_requested || now >= b.created + self.config.linger))
     }
 
-    /// When the next batch becomes due (linger, backoff, delivery timeout).
-    pub fn next_wakeup(&self) -> Option<Instant> {
+    /// When the next batch becomes due (linger, backoff, delivery timeout): the
+    /// driver calls [`Accumulator::handle_timeout`] and claims ready batches then.
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.partitions
             .values()
             .flat_map(|p| {
@@ -473,9 +498,9 @@ impl Accumulator {
             .min()
     }
 
-    /// Fails batches waiting longer than `delivery.timeout.ms` (not those in flight:
-    /// their fate is still coming).
-    pub fn expire(&mut self, now: Instant) {
+    /// The time passed: fails batches waiting longer than `delivery.timeout.ms` (not
+    /// those in flight: their fate is still coming).
+    pub fn handle_timeout(&mut self, now: Instant) {
         let timeout = self.config.delivery_timeout;
         self.fail_waiting(
             |_, b| now >= b.created + timeout,
@@ -569,7 +594,7 @@ impl Accumulator {
             }
         }
         if unknown {
-            self.metadata_needed = true;
+            self.need_metadata();
         }
         for n in &nodes {
             self.in_flight.insert(*n, (0, Vec::new()));
@@ -693,7 +718,7 @@ impl Accumulator {
             .is_some_and(|(serial, _)| *serial == 0)
         {
             self.in_flight.remove(&node);
-            self.metadata_needed = true;
+            self.need_metadata();
         }
     }
 
@@ -739,7 +764,7 @@ impl Accumulator {
                 p.retry_at = Some(retry_at);
             }
         }
-        self.metadata_needed = true;
+        self.need_metadata();
     }
 
     /// Takes a Produce response.
@@ -792,7 +817,7 @@ impl Accumulator {
                 Some(e) if e.is_retriable() || needs_metadata_refresh(code) => {
                     debug!(%tp, error = %error_name(code), "produce: retrying");
                     if needs_metadata_refresh(code) {
-                        self.metadata_needed = true;
+                        self.need_metadata();
                     }
                     if let Some(p) = self.partitions.get_mut(&tp) {
                         p.retry_at = Some(retry_at);
@@ -946,6 +971,30 @@ mod tests {
     }
 
     #[test]
+    fn metadata_is_asked_for_once_by_event_until_it_comes_or_the_refresh_fails() {
+        let mut a = Accumulator::new(ProducerConfig::default());
+        let now = Instant::now();
+        assert!(
+            a.append(now, "t", None, record("a")).is_err(),
+            "unknown topic"
+        );
+        assert!(a.append(now, "t", None, record("b")).is_err());
+        assert_eq!(a.poll_event(), Some(AccumulatorEvent::MetadataNeeded));
+        assert_eq!(a.poll_event(), None, "asked once, not per record");
+        a.metadata_failed();
+        assert_eq!(
+            a.poll_event(),
+            Some(AccumulatorEvent::MetadataNeeded),
+            "a failed refresh is asked for again"
+        );
+        a.update_metadata(&metadata(2));
+        assert!(a.append(now, "t", None, record("c")).is_ok());
+        assert_eq!(a.poll_event(), None);
+        assert!(a.append(now, "u", None, record("d")).is_err());
+        assert_eq!(a.poll_event(), Some(AccumulatorEvent::MetadataNeeded));
+    }
+
+    #[test]
     fn a_retried_batch_is_sent_again_with_the_same_sequence_numbers() {
         let (mut a, now) = ready(ProducerConfig::default());
         for i in 0..3 {
@@ -1094,7 +1143,7 @@ mod tests {
             ..Default::default()
         });
         a.append(now, "t", Some(0), record("a")).unwrap();
-        a.expire(now + Duration::from_secs(2));
+        a.handle_timeout(now + Duration::from_secs(2));
         assert!(matches!(
             a.poll_delivery().map(|d| d.result),
             Some(Err(ProduceError::Timeout { .. }))
