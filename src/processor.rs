@@ -138,6 +138,7 @@ pub struct ProcessorBuilder {
     heartbeat_interval: Duration,
     processing_budget: Duration,
     metrics: Option<MetricsHook>,
+    check_topics: bool,
 }
 
 impl std::fmt::Debug for ProcessorBuilder {
@@ -183,6 +184,7 @@ impl ProcessorBuilder {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             processing_budget: Duration::from_secs(30),
             metrics: None,
+            check_topics: true,
         }
     }
 
@@ -328,6 +330,15 @@ impl ProcessorBuilder {
         self
     }
 
+    /// Whether [`ProcessorBuilder::build`] checks that the dead-letter and retry topics
+    /// exist (default on): a missing one is an error naming it, at startup, not a
+    /// halted partition at the first failure. Off, for a dead-letter topic created
+    /// later (until it exists, its writes fail and the lanes that need it halt).
+    pub fn check_topics(mut self, on: bool) -> Self {
+        self.check_topics = on;
+        self
+    }
+
     /// A hook that receives every metric observation.
     pub fn metrics(mut self, hook: impl Fn(Metric) + Send + Sync + 'static) -> Self {
         self.metrics = Some(Arc::new(hook));
@@ -387,6 +398,13 @@ impl ProcessorBuilder {
         // The retry delays' jitter follows the client's seed (random unless set), so
         // processors that fail together do not retry together.
         let jitter_seed = self.consumer.client().jitter_seed ^ 0x9e37_79b9_7f4a_7c15;
+        // The topics it writes are checked before the member joins the group: a
+        // missing one fails here, without a rebalance.
+        let written = self.check_topics.then(|| self.written_topics());
+        let producer = self.producer.build().await?;
+        if let Some(written) = written {
+            check_topics_exist(&producer, &written).await?;
+        }
         let consumer = self
             .consumer
             .group_id(self.group.clone())
@@ -398,7 +416,6 @@ impl ProcessorBuilder {
             .manual_revocation()
             .build()
             .await?;
-        let producer = self.producer.build().await?;
         Ok(Processor {
             consumer,
             producer: Arc::new(producer),
@@ -424,6 +441,47 @@ impl ProcessorBuilder {
             metrics: self.metrics,
         })
     }
+}
+
+impl ProcessorBuilder {
+    /// The dead-letter and retry topics this processor writes, with the setting that
+    /// names each.
+    fn written_topics(&self) -> Vec<(String, &'static str)> {
+        let mut wanted: Vec<(String, &'static str)> = Vec::new();
+        for t in &self.topics {
+            wanted.push((self.dlq_of(t), "dlq_topic"));
+            for d in &self.retry_delays {
+                wanted.push((retry_topic(t, *d), "retry_topics"));
+            }
+        }
+        wanted.sort();
+        wanted.dedup();
+        wanted
+    }
+}
+
+/// Each of `wanted` the cluster does not have is named in an error (nothing is
+/// created).
+async fn check_topics_exist(producer: &Producer, wanted: &[(String, &'static str)]) -> Result<()> {
+    let names: Vec<String> = wanted.iter().map(|(t, _)| t.clone()).collect();
+    let absent = producer.absent_topics(&names).await?;
+    let Some((topic, code)) = absent.first() else {
+        return Ok(());
+    };
+    let setting = wanted
+        .iter()
+        .find(|(t, _)| t == topic)
+        .map_or("dlq_topic", |(_, s)| s);
+    let all: Vec<&str> = absent.iter().map(|(t, _)| t.as_str()).collect();
+    let why = if *code == kafka_protocol::ResponseError::TopicAuthorizationFailed.code() {
+        "this principal may not describe it (TOPIC_AUTHORIZATION_FAILED); grant DESCRIBE and WRITE on it"
+    } else {
+        "it does not exist; create it (one partition is enough for a dead-letter topic), name another, or turn this check off with check_topics(false)"
+    };
+    Err(Error::Config {
+        setting,
+        message: format!("{topic}: {why} (missing: {})", all.join(", ")),
+    })
 }
 
 fn config(e: crate::proto::process::retry::ConfigError) -> Error {

@@ -270,6 +270,24 @@ pub struct Producer {
 }
 
 impl Producer {
+    /// Of `topics`, those the cluster does not describe to this client, each with the
+    /// error code it gave (UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED,
+    /// ...). Asks without creating anything: Metadata v4 and later carry
+    /// `allow_auto_topic_creation = false`.
+    pub(crate) async fn absent_topics(&self, topics: &[String]) -> Result<Vec<(String, i16)>> {
+        self.cluster.add_topics(topics.iter().cloned());
+        let m = self.cluster.refresh_metadata().await?;
+        let unknown = kafka_protocol::ResponseError::UnknownTopicOrPartition.code();
+        Ok(topics
+            .iter()
+            .filter_map(|t| match m.topics.get(t) {
+                Some(tm) if tm.error == 0 && !tm.partitions.is_empty() => None,
+                Some(tm) if tm.error != 0 => Some((t.clone(), tm.error)),
+                _ => Some((t.clone(), unknown)),
+            })
+            .collect())
+    }
+
     /// A builder for the given bootstrap servers.
     pub fn builder(bootstrap_servers: &str) -> ProducerBuilder {
         ProducerBuilder::new(bootstrap_servers)

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use ottla::Error;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
     BatchError, ErrorClass, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder,
@@ -689,6 +690,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
     let peer = Peer::tansu().expect("tansu");
     let topic = "backoff";
     peer.create_topic(topic, 2).expect("topic");
+    peer.create_topic("backoff.dlq", 1).expect("dlq");
     let values: Vec<(i32, String)> = (0..20)
         .map(|i| (i % 2, format!("p{}-{}", i % 2, i / 2)))
         .collect();
@@ -1467,7 +1469,7 @@ async fn group_events(peer: &Peer, assignor: &'static str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() {
     let topic = "stuck";
-    let peer = one_partition(topic, false);
+    let peer = one_partition(topic);
     // Two records first; the stuck one and two more once both are handled, so that
     // the stuck record starts a task of its own (`run` hands a task the records
     // queued at that moment, and reports them when the task ends).
@@ -1549,7 +1551,7 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
     let topic = "slow";
-    let peer = one_partition(topic, true);
+    let peer = one_partition(topic);
     produce_to_0(&peer, topic, &["ok", "hangs", "ok"]).await;
     let log = MetricsLog::default();
     let calls = Arc::new(AtomicUsize::new(0));
@@ -1611,7 +1613,7 @@ async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() {
     let topic = "cancelled";
-    let peer = one_partition(topic, true);
+    let peer = one_partition(topic);
     produce_to_0(&peer, topic, &["r0", "r1", "r2"]).await;
     let log = MetricsLog::default();
     let processor = test_builder(&peer, "cancelled", topic, policy())
@@ -1661,17 +1663,15 @@ async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() 
     );
 }
 
-/// A mock cluster of one broker with `topic` of one partition (and its dead-letter
-/// topic if `dlq`), for the single-partition Processor tests.
-fn one_partition(topic: &str, dlq: bool) -> Peer {
+/// A mock cluster of one broker with `topic` of one partition and its dead-letter
+/// topic, for the single-partition Processor tests.
+fn one_partition(topic: &str) -> Peer {
     protocol_tests::init_tracing();
     let peer = Peer::mock(1).expect("mock");
     let Peer::Mock(m) = &peer else { unreachable!() };
     m.set_group_initial_rebalance_delay(Duration::from_millis(200));
     peer.create_topic(topic, 1).expect("topic");
-    if dlq {
-        peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
-    }
+    peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
     peer
 }
 
@@ -1728,7 +1728,7 @@ async fn produce_to_0(peer: &Peer, topic: &str, values: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_a_skipped_record_is_committed_counted_and_not_dead_lettered() {
     let topic = "clicks";
-    let peer = one_partition(topic, true);
+    let peer = one_partition(topic);
     produce_to_0(&peer, topic, &["a", "garbled", "c"]).await;
     let log = MetricsLog::default();
     let processor = test_builder(&peer, "clicks", topic, policy())
@@ -1774,4 +1774,54 @@ async fn mock_a_skipped_record_is_committed_counted_and_not_dead_lettered() {
         "{skipped:?}"
     );
     assert_eq!(committed_offset(&peer, "clicks", topic).await, 3);
+}
+
+/// The topics a processor writes are checked when it is built, before it joins the
+/// group: a missing dead-letter or retry topic is an error naming it and its setting,
+/// where it used to surface as a halted partition at the first failure. Nothing is
+/// created. `check_topics(false)` builds anyway.
+async fn missing_written_topics_are_named_at_startup(peer: Peer) {
+    protocol_tests::init_tracing();
+    let topic = format!("unchecked-{}", peer.name()).to_lowercase();
+    peer.create_topic(&topic, 1).expect("topic");
+    let builder = || test_builder(&peer, "unchecked", &topic, policy());
+    let dlq = format!("{topic}.dlq");
+    match builder().build().await {
+        Err(Error::Config { setting, message }) => {
+            assert_eq!(setting, "dlq_topic");
+            assert!(
+                message.starts_with(&format!("{dlq}: it does not exist")),
+                "{message}"
+            );
+        }
+        other => panic!("a missing dead-letter topic must fail the build: {other:?}"),
+    }
+    let retry = ottla::processor::retry_topic(&topic, Duration::from_secs(30));
+    peer.create_topic(&dlq, 1).expect("dlq");
+    let with_retries = || builder().retry_topics(vec![Duration::from_secs(30)]);
+    match with_retries().build().await {
+        Err(Error::Config { setting, message }) => {
+            assert_eq!(setting, "retry_topics");
+            assert!(message.contains(&retry), "{message}");
+        }
+        other => panic!("a missing retry topic must fail the build: {other:?}"),
+    }
+    let unchecked = with_retries()
+        .check_topics(false)
+        .build()
+        .await
+        .expect("unchecked");
+    drop(unchecked);
+    peer.create_topic(&retry, 1).expect("retry topic");
+    with_retries().build().await.expect("every topic exists");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_missing_written_topics_are_named_at_startup() {
+    missing_written_topics_are_named_at_startup(Peer::mock(1).expect("mock")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_missing_written_topics_are_named_at_startup() {
+    missing_written_topics_are_named_at_startup(Peer::tansu().expect("tansu")).await;
 }

@@ -46,6 +46,9 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
         for failing in [false, true] {
             let topic = format!("iso-{run}-{failing}");
             peer.create_topic(&topic, 4)?;
+            // Never written (the failing record heals within its retries), but the
+            // processor checks at startup that it exists.
+            peer.create_topic(&format!("{topic}.dlq"), 1)?;
             let producer = Producer::builder(&peer.bootstrap()).build().await?;
             let mut pending = Vec::new();
             for i in 0..per_partition * 4 {
