@@ -874,6 +874,14 @@ impl Consumer {
         lock(&self.shared.fetcher).buffered_bytes()
     }
 
+    /// A view of this consumer's positions that another task can keep (the
+    /// Processor's handle reads lag through it).
+    pub(crate) fn view(&self) -> ConsumerView {
+        ConsumerView {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Commits what was delivered (with automatic commits on), leaves the group and
     /// stops. A rebalance in progress is waited out, for up to 30 s, so the commit
     /// lands; a revocation pending at that moment completes at once. A commit refused
@@ -979,6 +987,44 @@ fn commit_ticket(shared: &Shared) -> u64 {
     let mut app = lock(&shared.app);
     app.commit_ticket += 1;
     app.commit_ticket
+}
+
+/// What another task may read of a consumer ([`Consumer::view`]).
+#[derive(Clone)]
+pub(crate) struct ConsumerView {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for ConsumerView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerView").finish_non_exhaustive()
+    }
+}
+
+impl ConsumerView {
+    /// Per assigned partition: the log end (the last stable offset under
+    /// `read_committed`) minus the last committed offset, what `kafka-consumer-groups`
+    /// reports; before any commit is known, the end minus the fetch position.
+    /// Partitions whose end is not known yet (no fetch answered) are left out.
+    pub(crate) fn lag(&self) -> BTreeMap<TopicPartition, i64> {
+        let f = lock(&self.shared.fetcher);
+        let app = lock(&self.shared.app);
+        let mut out = BTreeMap::new();
+        for tp in f.assignment() {
+            let Some(fetched) = f.lag(&tp) else {
+                continue;
+            };
+            let lag = match (app.committed.get(&tp), f.position(&tp)) {
+                // The end is the position plus what it has not fetched.
+                (Some((committed, _)), Some((position, _))) if *committed >= 0 => {
+                    (position + fetched - committed).max(0)
+                }
+                _ => fetched,
+            };
+            out.insert(tp, lag);
+        }
+        out
+    }
 }
 
 fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {

@@ -42,20 +42,22 @@
 //! signalled and awaited, the finished prefix is committed and the member leaves the
 //! group, all within [`ProcessorBuilder::shutdown_timeout`] (default 25 s).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{error, warn};
 
 use crate::config::ClientConfig;
-use crate::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, TopicPartition};
+use crate::consumer::{
+    Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, ConsumerView, TopicPartition,
+};
 use crate::driver::sleep_until;
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder};
@@ -416,6 +418,7 @@ impl ProcessorBuilder {
             .manual_revocation()
             .build()
             .await?;
+        let (control, controls) = mpsc::unbounded_channel();
         Ok(Processor {
             consumer,
             producer: Arc::new(producer),
@@ -439,6 +442,9 @@ impl ProcessorBuilder {
             shutdown_timeout: self.shutdown_timeout,
             processing_budget: self.processing_budget,
             metrics: self.metrics,
+            control,
+            controls,
+            holds: Arc::default(),
         })
     }
 }
@@ -501,6 +507,148 @@ pub struct Processor {
     metrics: Option<MetricsHook>,
     shutdown_timeout: Duration,
     processing_budget: Duration,
+    /// What [`ProcessorHandle`]s send; `run` takes the receiving end.
+    control: mpsc::UnboundedSender<Control>,
+    controls: mpsc::UnboundedReceiver<Control>,
+    holds: Arc<Holds>,
+}
+
+/// Controls a [`Processor`] from another task, or from inside a handler (clone it into
+/// the closure): pause and resume partitions, for a circuit breaker in front of a
+/// downstream that is failing, and read the lag.
+///
+/// ```no_run
+/// # async fn demo() -> ottla::Result<()> {
+/// use ottla::processor::{ProcessError, Processor};
+///
+/// let processor = Processor::builder("127.0.0.1:9092", "billing", ["orders"]).build().await?;
+/// let breaker = processor.handle();
+/// let watch = processor.handle();
+/// tokio::spawn(async move {
+///     loop {
+///         tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+///         println!("lag: {:?}", watch.lag());
+///     }
+/// });
+/// processor
+///     .run(
+///         move |_record, _cancel| {
+///             let breaker = breaker.clone();
+///             async move {
+///                 let downstream_is_down = false; // ... your call here ...
+///                 if downstream_is_down {
+///                     // Stop calling it; something else resumes later.
+///                     breaker.pause_all();
+///                     return Err(ProcessError::transient("Unavailable", "downstream is down"));
+///                 }
+///                 Ok(())
+///             }
+///         },
+///         tokio::time::sleep(std::time::Duration::from_secs(3600)),
+///     )
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ProcessorHandle {
+    control: mpsc::UnboundedSender<Control>,
+    holds: Arc<Holds>,
+    view: ConsumerView,
+}
+
+/// The pauses asked through handles, read by [`Processor::run`]'s tasks between
+/// records, so a handler that trips a breaker is the last call of its task: the
+/// lanes learn of the pause through the control channel, a moment later.
+#[derive(Debug, Default)]
+struct Holds {
+    all: AtomicBool,
+    /// How many partitions are in `partitions`: the tasks' check costs one load while
+    /// nothing is paused.
+    some: AtomicUsize,
+    partitions: Mutex<std::collections::BTreeSet<TopicPartition>>,
+}
+
+impl Holds {
+    fn holds(&self, topic: &str, partition: i32) -> bool {
+        if self.all.load(Ordering::Acquire) {
+            return true;
+        }
+        self.some.load(Ordering::Acquire) > 0
+            && self.partitions.lock().is_ok_and(|p| {
+                p.iter()
+                    .any(|tp| tp.partition == partition && tp.topic == topic)
+            })
+    }
+
+    fn set(&self, partitions: Option<&[TopicPartition]>, on: bool) {
+        match partitions {
+            None if on => self.all.store(true, Ordering::Release),
+            None => {
+                self.all.store(false, Ordering::Release);
+                if let Ok(mut p) = self.partitions.lock() {
+                    p.clear();
+                    self.some.store(0, Ordering::Release);
+                }
+            }
+            Some(ps) => {
+                if let Ok(mut p) = self.partitions.lock() {
+                    for tp in ps {
+                        if on {
+                            p.insert(tp.clone());
+                        } else {
+                            p.remove(tp);
+                        }
+                    }
+                    self.some.store(p.len(), Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Control {
+    Pause(Option<Vec<TopicPartition>>),
+    Resume(Option<Vec<TopicPartition>>),
+}
+
+impl ProcessorHandle {
+    /// Pauses `partitions`: no handler call starts on them (a retry whose time comes
+    /// waits too) and they are not fetched, until [`ProcessorHandle::resume`]. Calls
+    /// running finish; the group membership and the commits of finished records go
+    /// on. Does nothing once the processor has stopped.
+    pub fn pause(&self, partitions: &[TopicPartition]) {
+        self.holds.set(Some(partitions), true);
+        let _ = self.control.send(Control::Pause(Some(partitions.to_vec())));
+    }
+
+    /// Pauses every partition, those assigned later included.
+    pub fn pause_all(&self) {
+        self.holds.set(None, true);
+        let _ = self.control.send(Control::Pause(None));
+    }
+
+    /// Resumes `partitions`.
+    pub fn resume(&self, partitions: &[TopicPartition]) {
+        self.holds.set(Some(partitions), false);
+        let _ = self
+            .control
+            .send(Control::Resume(Some(partitions.to_vec())));
+    }
+
+    /// Lifts every pause: [`ProcessorHandle::pause_all`]'s and each partition's.
+    pub fn resume_all(&self) {
+        self.holds.set(None, false);
+        let _ = self.control.send(Control::Resume(None));
+    }
+
+    /// Per assigned partition, the records not yet committed: the log end (the last
+    /// stable offset under `read_committed`) minus the committed offset, as
+    /// `kafka-consumer-groups` reports it; before the first commit is known, the end
+    /// minus the fetch position. A partition whose end is not known yet is left out.
+    pub fn lag(&self) -> BTreeMap<TopicPartition, i64> {
+        self.view.lag()
+    }
 }
 
 impl std::fmt::Debug for Processor {
@@ -587,6 +735,16 @@ impl Processor {
         ProcessorBuilder::new(bootstrap, group, topics)
     }
 
+    /// A handle to pause and resume partitions and read the lag, from another task or
+    /// a handler, while [`Processor::run`] runs.
+    pub fn handle(&self) -> ProcessorHandle {
+        ProcessorHandle {
+            control: self.control.clone(),
+            holds: self.holds.clone(),
+            view: self.consumer.view(),
+        }
+    }
+
     fn metric(&self, m: Metric) {
         if let Some(h) = &self.metrics {
             h(m);
@@ -608,8 +766,10 @@ impl Processor {
         let handler = Arc::new(handler);
         let timed = self.metrics.is_some();
         let budget = self.processing_budget;
+        let holds = self.holds.clone();
         let call = move |records: Vec<ConsumerRecord>, cancel: Cancel, progress: Progress| {
             let handler = handler.clone();
+            let holds = holds.clone();
             async move {
                 let slice = std::time::Instant::now();
                 let mut durations = Vec::new();
@@ -618,7 +778,12 @@ impl Processor {
                     // 8th: reading it costs more than a handler that only counts, and a
                     // slow handler still stops after its first record.
                     let check = i < 8 || i % 8 == 0;
-                    if i > 0 && (cancel.is_cancelled() || (check && slice.elapsed() >= RUN_SLICE)) {
+                    if i > 0
+                        && (cancel.is_cancelled()
+                            || progress.stopping()
+                            || holds.holds(&record.topic, record.partition)
+                            || (check && slice.elapsed() >= RUN_SLICE))
+                    {
                         return Outcome {
                             stopped_after: Some(i),
                             durations,
@@ -785,6 +950,11 @@ impl Processor {
                             call.cancel.cancel();
                         }
                     }
+                    Action::Yield(ticket) => {
+                        if let Some(call) = calls.get(&ticket) {
+                            call.progress.stop();
+                        }
+                    }
                     Action::Produce { ticket, record, .. } => {
                         let producer = self.producer.clone();
                         let task = tasks.spawn(async move {
@@ -865,6 +1035,13 @@ impl Processor {
                     ConsumerEvent::Group(Event::Fatal(e)) => Some(Err(Error::Group(e))),
                     _ => None,
                 },
+                Some(control) = self.controls.recv() => {
+                    match control {
+                        Control::Pause(partitions) => lanes.pause(partitions.as_deref(), now()),
+                        Control::Resume(partitions) => lanes.resume(partitions.as_deref(), now()),
+                    }
+                    None
+                }
                 Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                     match done {
                         Ok((id, Finished::Handled(ticket, outcome, took))) => {
@@ -948,17 +1125,26 @@ struct Call {
     seen: usize,
 }
 
-/// How many records of its batch a [`Processor::run`] call has finished so far.
+/// How many records of its batch a [`Processor::run`] call has finished so far, and
+/// whether it should stop between records (its partition was paused).
 #[derive(Debug, Clone, Default)]
-struct Progress(Arc<AtomicUsize>);
+struct Progress(Arc<(AtomicUsize, AtomicBool)>);
 
 impl Progress {
     fn done(&self) -> usize {
-        self.0.load(Ordering::Acquire)
+        self.0.0.load(Ordering::Acquire)
     }
 
     fn set(&self, done: usize) {
-        self.0.store(done, Ordering::Release);
+        self.0.0.store(done, Ordering::Release);
+    }
+
+    fn stop(&self) {
+        self.0.1.store(true, Ordering::Release);
+    }
+
+    fn stopping(&self) -> bool {
+        self.0.1.load(Ordering::Acquire)
     }
 }
 

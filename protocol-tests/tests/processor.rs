@@ -1825,3 +1825,64 @@ async fn mock_missing_written_topics_are_named_at_startup() {
 async fn tansu_missing_written_topics_are_named_at_startup() {
     missing_written_topics_are_named_at_startup(Peer::tansu().expect("tansu")).await;
 }
+
+/// Seed 003's circuit breaker: a handler that finds its downstream failing pauses the
+/// processor through its handle. No further call starts (not even the rest of its own
+/// task's records), while the group membership and the commits go on; the lag, read
+/// from outside through another handle, stays at what was left. Resumed, the
+/// processor drains the partition and the lag reaches 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_handler_trips_a_breaker_through_the_handle_and_the_lag_is_read_from_outside() {
+    let topic = "breaker";
+    let peer = one_partition(topic);
+    let values = ["a", "b", "trip", "c", "d", "e"];
+    produce_to_0(&peer, topic, &values).await;
+    let processor = test_builder(&peer, "breaker", topic, policy())
+        .commit_interval(Some(Duration::from_millis(100)))
+        .build()
+        .await
+        .expect("processor");
+    let (breaker, watch) = (processor.handle(), processor.handle());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    let handler = move |r: ottla::ConsumerRecord, _cancel| {
+        let (s, breaker) = (s.clone(), breaker.clone());
+        async move {
+            let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
+            if value == "trip" {
+                breaker.pause_all();
+            }
+            s.lock().unwrap().push(value);
+            Ok(())
+        }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(processor.run(handler, stopped));
+    let tp = TopicPartition::new(topic, 0);
+    until("the breaker trips", || seen.lock().unwrap().len() >= 3).await;
+    // Paused: the three records before it are committed and the other three wait.
+    until("lag 3", || watch.lag().get(&tp) == Some(&3)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["a", "b", "trip"],
+        "nothing after the trip"
+    );
+    assert_eq!(watch.lag().get(&tp), Some(&3));
+    watch.resume_all();
+    until("all six", || seen.lock().unwrap().len() == 6).await;
+    until("lag 0", || watch.lag().get(&tp) == Some(&0)).await;
+    let _ = stop.send(());
+    let stats = run.await.expect("task").expect("run");
+    assert_eq!(stats.succeeded, 6);
+    assert_eq!(*seen.lock().unwrap(), values, "each once, in order");
+}
+
+/// Waits for `ok`, for up to 30 s.
+async fn until(what: &str, ok: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !ok() {
+        assert!(started.elapsed() < Duration::from_secs(30), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -17,7 +17,7 @@
 //! 3. Retry state dies with the assignment that made it: a revoked or lost partition
 //!    keeps no lane, and an answer for work of an older assignment changes nothing.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -199,6 +199,9 @@ pub enum Action {
     },
     /// Tell the handler call under this ticket to stop (its partition is going).
     Cancel(Ticket),
+    /// Ask the call under this ticket to stop between records, without telling the
+    /// handler (its partition was paused): the records it does not reach come again.
+    Yield(Ticket),
     /// Write this record (to a dead-letter or retry topic) and answer with
     /// [`Lanes::produced`] once it is acknowledged or has failed.
     Produce {
@@ -541,6 +544,9 @@ pub struct Lanes {
     commit_in_flight: bool,
     releases: Vec<Releasing>,
     halted: usize,
+    /// Partitions the application paused ([`Lanes::pause`]); `held_all`: every one.
+    held: BTreeSet<TopicPartition>,
+    held_all: bool,
     actions: VecDeque<Action>,
     metrics: VecDeque<Metric>,
     stats: Stats,
@@ -560,6 +566,8 @@ impl Lanes {
             commit_in_flight: false,
             releases: Vec::new(),
             halted: 0,
+            held: BTreeSet::new(),
+            held_all: false,
             actions: VecDeque::new(),
             metrics: VecDeque::new(),
             stats: Stats::default(),
@@ -579,10 +587,10 @@ impl Lanes {
     /// When [`Lanes::handle_timeout`] is next due: a retry's wait, a halted write's
     /// next try, the commit interval, a handover's deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let lanes = self.lanes.values().filter_map(|l| match &l.work {
+        let lanes = self.lanes.iter().filter_map(|(tp, l)| match &l.work {
             // A retry whose time has come waits for a free slot, which only a
-            // handler's answer frees: no timer.
-            Work::Waiting { until, .. } if !self.saturated() => Some(*until),
+            // handler's answer frees, or for the application's resume: no timer.
+            Work::Waiting { until, .. } if !self.saturated() && !self.is_held(tp) => Some(*until),
             Work::Halted { retry_at, .. } => Some(*retry_at),
             _ => None,
         });
@@ -607,6 +615,61 @@ impl Lanes {
     pub fn wants_records(&self) -> bool {
         let queued: usize = self.lanes.values().map(|l| l.queue.len()).sum();
         queued < self.config.lane_buffer.saturating_mul(4)
+    }
+
+    /// The application pauses `partitions` (`None`: every partition, those assigned
+    /// later included), for a circuit breaker: no handler call starts on them, a due
+    /// retry waits too, and they are not fetched, until [`Lanes::resume`]. Calls
+    /// running finish; dead-letter writes go on.
+    pub fn pause(&mut self, partitions: Option<&[TopicPartition]>, now: Now) {
+        match partitions {
+            Some(ps) => {
+                for tp in ps {
+                    // A partition without a lane is paused here; a lane's pause
+                    // follows from its state (`update_pauses`).
+                    if !self.lanes.contains_key(tp) && self.held.insert(tp.clone()) {
+                        self.actions.push_back(Action::Pause(tp.clone()));
+                    }
+                    self.held.insert(tp.clone());
+                }
+            }
+            None => self.held_all = true,
+        }
+        // Calls running on many records stop after the one in hand.
+        for (tp, lane) in &self.lanes {
+            if let Work::Running { ticket, .. } = lane.work {
+                if self.held_all || self.held.contains(tp) {
+                    self.actions.push_back(Action::Yield(ticket));
+                }
+            }
+        }
+        self.step(now);
+    }
+
+    /// Lifts [`Lanes::pause`] of `partitions` (`None`: every pause, the one of every
+    /// partition and each partition's own).
+    pub fn resume(&mut self, partitions: Option<&[TopicPartition]>, now: Now) {
+        let lifted: Vec<TopicPartition> = match partitions {
+            Some(ps) => ps
+                .iter()
+                .filter(|tp| self.held.remove(*tp))
+                .cloned()
+                .collect(),
+            None => {
+                self.held_all = false;
+                std::mem::take(&mut self.held).into_iter().collect()
+            }
+        };
+        for tp in lifted {
+            if !self.lanes.contains_key(&tp) {
+                self.actions.push_back(Action::Resume(tp));
+            }
+        }
+        self.step(now);
+    }
+
+    fn is_held(&self, tp: &TopicPartition) -> bool {
+        self.held_all || self.held.contains(tp)
     }
 
     /// Whether a handover is under way.
@@ -1273,11 +1336,12 @@ impl Lanes {
     fn dispatch(&mut self, now: Now) {
         let mut running = self.running();
         let mut starts = Vec::new();
+        let (held, held_all) = (&self.held, self.held_all);
         for (tp, lane) in self.lanes.iter_mut() {
             if running >= self.config.concurrency {
                 break;
             }
-            if lane.releasing {
+            if lane.releasing || held_all || held.contains(tp) {
                 continue;
             }
             let attempts = match std::mem::take(&mut lane.work) {
@@ -1315,13 +1379,18 @@ impl Lanes {
 
     fn update_pauses(&mut self) {
         let mut halted = 0;
+        let (held, held_all) = (&self.held, self.held_all);
         for (tp, lane) in self.lanes.iter_mut() {
             // A write tried again after it failed still halts its lane.
             let halt = matches!(lane.work, Work::Halted { .. })
                 || matches!(lane.work, Work::Forwarding { failures, .. } if failures > 0);
             let waiting = halt || matches!(lane.work, Work::Waiting { .. });
             halted += usize::from(halt);
-            let should = lane.releasing || waiting || lane.queue.len() >= self.config.lane_buffer;
+            let should = lane.releasing
+                || waiting
+                || held_all
+                || held.contains(tp)
+                || lane.queue.len() >= self.config.lane_buffer;
             if should && !lane.paused {
                 self.actions.push_back(Action::Pause(tp.clone()));
                 lane.paused = true;

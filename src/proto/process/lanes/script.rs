@@ -6,7 +6,7 @@
 //!
 //! One configuration byte (`max_batch` 1-3 from bits 0-1, a 700 ms commit interval
 //! from bit 2, `concurrency` 1-3 from bits 3-4), then operations until the input ends:
-//! one byte, `op % 10`, and the bytes its arguments need (a missing byte reads 0).
+//! one byte, `op % 11`, and the bytes its arguments need (a missing byte reads 0).
 //!
 //! | op | what happens |
 //! |---|---|
@@ -19,8 +19,10 @@
 //! | 7 | a partition is lost |
 //! | 8 | the next commit fails |
 //! | 9 | an answer for a call or write that is not in flight |
+//! | 10 | the application pauses or resumes one partition or all of them |
 //!
-//! Then every call and write succeeds and time passes, 40 rounds.
+//! Then every pause is lifted, and every call and write succeeds and time passes,
+//! 40 rounds.
 //!
 //! # Promises checked
 //!
@@ -98,19 +100,46 @@ enum How {
 /// One step of a script.
 #[derive(Debug, Clone)]
 enum Op {
-    Deliver { p: i32, n: u8 },
-    Answer { i: u8, how: How },
-    Progress { i: u8, done: u8 },
-    Write { i: u8, ok: bool },
-    Advance { ms: u16 },
-    Revoke { p: i32, wait_ms: u16 },
-    Lose { p: i32 },
+    Deliver {
+        p: i32,
+        n: u8,
+    },
+    Answer {
+        i: u8,
+        how: How,
+    },
+    Progress {
+        i: u8,
+        done: u8,
+    },
+    Write {
+        i: u8,
+        ok: bool,
+    },
+    Advance {
+        ms: u16,
+    },
+    Revoke {
+        p: i32,
+        wait_ms: u16,
+    },
+    Lose {
+        p: i32,
+    },
     CommitFails,
-    Stray { ticket: u8, write: bool },
+    Stray {
+        ticket: u8,
+        write: bool,
+    },
+    /// `p` 3: every partition.
+    Hold {
+        p: i32,
+        on: bool,
+    },
 }
 
 fn op(b: &mut Bytes8<'_>) -> Op {
-    match b.u8() % 10 {
+    match b.u8() % 11 {
         0 => Op::Deliver {
             p: i32::from(b.u8() % 3),
             n: 1 + b.u8() % 5,
@@ -147,6 +176,10 @@ fn op(b: &mut Bytes8<'_>) -> Op {
             p: i32::from(b.u8() % 3),
         },
         8 => Op::CommitFails,
+        10 => Op::Hold {
+            p: i32::from(b.u8() % 4),
+            on: b.u8() % 2 == 0,
+        },
         _ => Op::Stray {
             ticket: b.u8(),
             write: b.u8() % 2 == 0,
@@ -236,7 +269,13 @@ pub fn run(script: &[u8]) -> Result<(), String> {
         let step = format!("{op:?}");
         apply(&mut lanes, &mut model, &mut now, op).map_err(|e| format!("after {step}: {e}"))?;
     }
-    // Then every call and write succeeds and time passes.
+    // Then every pause is lifted, and every call and write succeeds and time passes.
+    apply(
+        &mut lanes,
+        &mut model,
+        &mut now,
+        Op::Hold { p: 3, on: false },
+    )?;
     for _ in 0..40 {
         while !model.calls.is_empty() {
             let how = How::Ok;
@@ -320,7 +359,7 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                     model.forget(tp.partition);
                 }
             }
-            Action::Cancel(_) | Action::Pause(_) | Action::Resume(_) => {}
+            Action::Cancel(_) | Action::Yield(_) | Action::Pause(_) | Action::Resume(_) => {}
         }
         lanes.check()?;
     }
@@ -459,6 +498,15 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
             lanes.lose(&[tp(p)], *now);
         }
         Op::CommitFails => model.fail_next_commit = true,
+        Op::Hold { p, on } => {
+            let one = [tp(p)];
+            let which = (p < 3).then_some(&one[..]);
+            if on {
+                lanes.pause(which, *now);
+            } else {
+                lanes.resume(which, *now);
+            }
+        }
         Op::Stray { ticket, write } => {
             // A ticket far from any in flight: the lanes must ignore it.
             let ticket = Ticket(1_000_000 + u64::from(ticket));

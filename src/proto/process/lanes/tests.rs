@@ -581,6 +581,60 @@ fn no_more_lanes_run_than_the_concurrency_and_a_due_retry_waits_for_a_slot() {
 }
 
 #[test]
+fn a_paused_partition_starts_nothing_until_resumed_and_the_others_go_on() {
+    let mut h = Harness::new(config());
+    let (t0, _) = dispatched(&h.deliver(0, 0..3));
+    let (t1, _) = dispatched(&h.deliver(1, 0..3));
+    h.lanes.pause(Some(&[tp(0)]), h.now);
+    let a = h.actions();
+    assert_eq!(
+        a,
+        [Action::Yield(t0), Action::Pause(tp(0))],
+        "the call stops after the record in hand, and the lane stops fetching"
+    );
+    // The running call finishes and is committed; nothing new starts on partition 0.
+    let a = h.handled(t0, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Dispatch { .. })),
+        "{a:?}"
+    );
+    let a = h.handled(
+        t1,
+        Err(BatchError::at(0, ProcessError::transient("x", "y"))),
+    );
+    assert_eq!(a, [Action::Pause(tp(1))], "partition 1 waits for its retry");
+    // Paused as a whole (a circuit breaker): partition 1's due retry waits, and no
+    // timer spins for it meanwhile.
+    h.lanes.pause(None, h.now);
+    h.actions();
+    h.now.at += Duration::from_millis(100);
+    assert_eq!(h.lanes.poll_timeout(), None);
+    assert!(
+        h.advance(Duration::from_secs(5))
+            .iter()
+            .all(|a| !matches!(a, Action::Dispatch { .. }))
+    );
+    h.lanes.resume(None, h.now);
+    let a = h.actions();
+    let started: Vec<_> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Dispatch {
+                partition, records, ..
+            } => Some((partition.partition, records[0].offset)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        started,
+        [(0, 1), (1, 0)],
+        "both lanes go on where they stopped"
+    );
+    assert!(a.contains(&Action::Resume(tp(0))));
+}
+
+#[test]
 fn a_dead_letter_is_stamped_when_written_unless_asked_for_the_original_time() {
     let r = record(3, 41);
     let error = ProcessError::permanent("Rejected", "bad");
