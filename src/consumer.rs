@@ -623,7 +623,11 @@ impl Consumer {
         Ok(out)
     }
 
-    fn on_poll_entry(&mut self) {
+    /// Tells the group member the application is alive (at most every 500 ms), as a
+    /// poll does: the Processor calls it while the application holds its partitions
+    /// paused and asks for no records, so the progress guard does not end its
+    /// membership (the Java client's paused consumer keeps polling).
+    pub(crate) fn note_alive(&mut self) {
         let now = Instant::now();
         if now.duration_since(self.last_progress) >= Duration::from_millis(500) {
             self.last_progress = now;
@@ -631,6 +635,10 @@ impl Consumer {
                 g.try_progress();
             }
         }
+    }
+
+    fn on_poll_entry(&mut self) {
+        self.note_alive();
         lock(&self.shared.fetcher).mark_consumed();
         if self.manual_revocation {
             return;

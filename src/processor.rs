@@ -1006,7 +1006,14 @@ impl Processor {
             while let Some(m) = lanes.poll_metric() {
                 self.metric(m);
             }
-            let deadline = lanes.poll_timeout().map(Instant::from_std);
+            let mut deadline = lanes.poll_timeout().map(Instant::from_std);
+            if lanes.holding() {
+                // Paused by the application: no records are asked for, so the member
+                // hears that the processor is alive from here, every second.
+                self.consumer.note_alive();
+                let tick = Instant::now() + Duration::from_secs(1);
+                deadline = Some(deadline.map_or(tick, |d| d.min(tick)));
+            }
             let want_records = stopped.is_none() && lanes.wants_records();
             // Biased: group events before records, so that a generation's events are
             // seen (and reported) before any record of its new partitions; finished

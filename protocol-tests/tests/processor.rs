@@ -1886,3 +1886,65 @@ async fn until(what: &str, ok: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A processor paused by its application asks for no records, yet stays in its group
+/// past `max.poll.interval.ms`: the Java client's paused consumer keeps polling, and
+/// ottla's processor tells the member it is alive while it holds partitions. Before,
+/// with nothing else to wake its loop (commits after each record, no interval), the
+/// progress guard ended the membership after 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_paused_processor_stays_in_its_group_past_max_poll_interval() {
+    let topic = "held";
+    let peer = one_partition(topic);
+    produce_to_0(&peer, topic, &["a", "b"]).await;
+    let log = MetricsLog::default();
+    let processor = test_builder(&peer, "held", topic, policy())
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(3),
+        )
+        .processing_budget(Duration::from_secs(1))
+        .commit_interval(None)
+        .metrics(log.hook())
+        .build()
+        .await
+        .expect("processor");
+    let (breaker, outside) = (processor.handle(), processor.handle());
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    let handler = move |r: ottla::ConsumerRecord, _cancel| {
+        let (s, breaker) = (s.clone(), breaker.clone());
+        async move {
+            let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
+            if value == "a" {
+                breaker.pause_all();
+            }
+            s.lock().unwrap().push(value);
+            Ok(())
+        }
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(processor.run(handler, stopped));
+    until("a", || seen.lock().unwrap().len() == 1).await;
+    // Twice max.poll.interval.ms, paused.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    outside.resume_all();
+    until("b", || seen.lock().unwrap().len() == 2).await;
+    let _ = stop.send(());
+    run.await.expect("task").expect("run");
+    let group: Vec<Metric> = log
+        .snapshot()
+        .into_iter()
+        .filter(|m| {
+            matches!(
+                m,
+                Metric::Joined { .. } | Metric::Lost { .. } | Metric::Revoked { .. }
+            )
+        })
+        .collect();
+    assert!(
+        matches!(&group[..], [Metric::Joined { .. }]),
+        "one generation, never left: {group:?}"
+    );
+}

@@ -668,6 +668,11 @@ impl Lanes {
         self.step(now);
     }
 
+    /// Whether the application holds any partition paused.
+    pub fn holding(&self) -> bool {
+        self.held_all || !self.held.is_empty()
+    }
+
     fn is_held(&self, tp: &TopicPartition) -> bool {
         self.held_all || self.held.contains(tp)
     }
