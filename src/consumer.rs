@@ -520,6 +520,11 @@ impl ConsumerBuilder {
             events: events_tx,
             auto_commit: self.auto_commit,
             revocation_retry,
+            metadata_backoff: crate::proto::backoff::Backoff::new(
+                self.client.retry_backoff,
+                self.client.retry_backoff_max,
+                self.client.jitter_seed,
+            ),
         }));
         Ok(Consumer {
             shared,
@@ -1061,6 +1066,9 @@ struct Driver {
     auto_commit: Option<Duration>,
     /// With a group: how the commit at a revocation is retried.
     revocation_retry: Option<RevocationRetry>,
+    /// The pace of metadata refreshes that fail (`retry.backoff.ms` doubling to
+    /// `retry.backoff.max.ms`, as the Java client's, KIP-580).
+    metadata_backoff: crate::proto::backoff::Backoff,
 }
 
 /// How the commit made at a revocation is retried ([`commit_before_revocation`]).
@@ -1125,6 +1133,7 @@ async fn drive(mut d: Driver) {
     let mut metadata_wanted = false;
     let mut metadata_running = false;
     let mut metadata_retry_at: Option<Instant> = None;
+    let mut metadata_failures = 0u32;
     let mut next_auto_commit = d.auto_commit.map(|i| Instant::now() + i);
     // One automatic commit at a time: an interval shorter than a commit's round trip
     // would otherwise queue commits without end (the next one carries newer offsets).
@@ -1199,7 +1208,10 @@ async fn drive(mut d: Driver) {
                 match done {
                     Ok(Done::Metadata(ok)) => {
                         metadata_running = false;
-                        metadata_retry_at = (!ok).then(|| Instant::now() + Duration::from_millis(250));
+                        metadata_failures = if ok { 0 } else { metadata_failures + 1 };
+                        metadata_retry_at = (!ok).then(|| {
+                            Instant::now() + d.metadata_backoff.delay(metadata_failures)
+                        });
                         if !ok {
                             metadata_wanted = true;
                         }

@@ -1091,12 +1091,10 @@ impl Processor {
                 },
             };
             if let (Some(result), None) = (stop, &stopped) {
-                // Shut down within `shutdown_timeout`: handlers get four fifths of it
-                // (at most the acquiesce window), then the finished prefix is committed
-                // and the member leaves in what remains.
-                let wait = self.shutdown_timeout.mul_f64(0.8).min(self.acquiesce);
+                // Shut down within `shutdown_timeout`: the lanes hand everything over,
+                // then the member leaves by `until`.
                 stopped = Some((result, Instant::now() + self.shutdown_timeout));
-                lanes.release(lanes.partitions(), Handover::Shutdown, wait, now());
+                lanes.shutdown(self.shutdown_timeout, self.acquiesce, now());
             }
         }
         let (result, until) =

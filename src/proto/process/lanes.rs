@@ -1280,6 +1280,14 @@ impl Lanes {
         self.step(now);
     }
 
+    /// The processor shuts down within `timeout`: every lane is handed over, its
+    /// handlers getting four fifths of the timeout (at most the acquiesce window), so
+    /// the commit of the finished prefix and leaving the group have the rest.
+    pub fn shutdown(&mut self, timeout: Duration, acquiesce: Duration, now: Now) {
+        let wait = timeout.mul_f64(0.8).min(acquiesce);
+        self.release(self.partitions(), Handover::Shutdown, wait, now);
+    }
+
     /// `partitions` were taken away without a chance to commit: their lanes go, and
     /// their running handlers are told to stop (what they report is dropped).
     pub fn lose(&mut self, partitions: &[TopicPartition], now: Now) {

@@ -499,6 +499,33 @@ fn a_handler_past_the_acquiesce_window_is_left_and_what_it_finished_is_released(
 }
 
 #[test]
+fn a_shutdown_gives_handlers_four_fifths_of_its_timeout_at_most_the_acquiesce_window() {
+    for (timeout, acquiesce, wait) in [(10, 150, 8), (25, 5, 5)] {
+        let mut h = Harness::new(config());
+        let (t, _) = dispatched(&h.deliver(0, 0..2));
+        h.lanes.shutdown(
+            Duration::from_secs(timeout),
+            Duration::from_secs(acquiesce),
+            h.now,
+        );
+        let a = h.actions();
+        assert!(a.contains(&Action::Cancel(t)), "{a:?}");
+        let early = h.advance(Duration::from_secs(wait) - Duration::from_millis(1));
+        assert!(early.is_empty(), "{timeout} s: still waiting: {early:?}");
+        let a = h.advance(Duration::from_millis(1));
+        assert_eq!(
+            a,
+            [Action::Release {
+                handover: Handover::Shutdown,
+                partitions: vec![tp(0)],
+                offsets: vec![],
+            }],
+            "{timeout} s, acquiesce {acquiesce} s: handed over after {wait} s"
+        );
+    }
+}
+
+#[test]
 fn lost_partitions_drop_their_work_and_commit_nothing() {
     let mut h = Harness::new(config());
     let (t, _) = dispatched(&h.deliver(0, 0..2));
