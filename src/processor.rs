@@ -35,8 +35,17 @@
 //! **Rebalances.** When partitions are revoked, their backoff waits are cancelled, their
 //! running handlers are signalled through [`Cancel`] and awaited for up to
 //! `acquiesce_share` of the rebalance timeout, the finished prefix is committed, and
-//! only then is the revocation acknowledged. Lost partitions are dropped without a
-//! commit.
+//! only then is the revocation acknowledged. The other partitions go on meanwhile.
+//! Lost partitions are dropped without a commit.
+//!
+//! **Pauses and lag.** [`Processor::handle`] gives a [`ProcessorHandle`]: pause and
+//! resume partitions (a circuit breaker, from a handler or another task) and read each
+//! partition's lag.
+//!
+//! **Where the rules are.** Every rule above lives in the sans-IO
+//! [`crate::proto::process::lanes::Lanes`] machine, tested on a virtual clock;
+//! this module drives it: it runs handlers and writes as tasks, commits, and passes
+//! the results, the group's events and the time back.
 //!
 //! **Shutdown.** When `shutdown` resolves, fetching stops, running handlers are
 //! signalled and awaited, the finished prefix is committed and the member leaves the

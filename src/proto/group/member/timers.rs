@@ -72,7 +72,7 @@ impl GroupMember {
 
     // ----- inputs -----
 
-    /// The clock moved; fire whatever is due, in the order of [`FIRING`], each timer
+    /// The clock moved; fire whatever is due, in the order of `FIRING`, each timer
     /// looked up again in the table after the one before fired; then send what is due.
     pub fn handle_timeout(&mut self, now: Instant) {
         for timer in FIRING {

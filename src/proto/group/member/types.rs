@@ -359,7 +359,7 @@ pub enum Event {
         assignment: Vec<TopicPartition>,
     },
     /// The application must stop work on these partitions, commit what it finished and
-    /// call [`GroupMember::complete_revocation`] within the rebalance timeout.
+    /// call [`GroupMember::complete_revocation`](super::GroupMember::complete_revocation) within the rebalance timeout.
     RevokeRequested {
         /// The generation the partitions belong to.
         generation: i32,
@@ -382,20 +382,20 @@ pub enum Event {
     },
     /// A commit finished.
     CommitCompleted {
-        /// The id [`GroupMember::commit`] returned.
+        /// The id [`GroupMember::commit`](super::GroupMember::commit) returned.
         id: RequestId,
         /// What was committed, or why not.
         result: Result<Vec<CommitOffset>, CommitError>,
     },
     /// The application did not come back within `max.poll.interval.ms`; the member left
     /// the group (dynamic members send LeaveGroup) and rejoins on the next
-    /// [`GroupMember::note_progress`].
+    /// [`GroupMember::note_progress`](super::GroupMember::note_progress).
     ProgressTimeout {
         /// The configured interval.
         max_poll_interval: Duration,
     },
     /// The leader needs partition counts for these topics
-    /// ([`GroupMember::set_topic_partitions`]).
+    /// ([`GroupMember::set_topic_partitions`](super::GroupMember::set_topic_partitions)).
     MetadataNeeded {
         /// The topics.
         topics: Vec<String>,
@@ -431,7 +431,7 @@ pub enum Timer {
     Metadata,
 }
 
-/// The member's lifecycle state, as reported by [`GroupMember::state`].
+/// The member's lifecycle state, as reported by [`GroupMember::state`](super::GroupMember::state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StateKind {
     /// Not in a generation; JoinGroup is due once the coordinator is known.
