@@ -49,6 +49,10 @@ pub struct Now {
 pub const HALT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(200), Duration::from_millis(6400));
 
+/// The target of the lanes' log lines: the processor's, as before the rules moved here,
+/// so `RUST_LOG=ottla::processor=...` filters them as it always did.
+const LOG_TARGET: &str = "ottla::processor";
+
 /// Names the dead-letter topic of an original topic.
 pub type DlqName = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
@@ -892,6 +896,7 @@ impl Lanes {
             Some(e) if e.disposition == Disposition::Skipped => {
                 if let Some(a) = pending.get(handled) {
                     info!(
+                        target: LOG_TARGET,
                         consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition,
                         offset = a.record.offset, error_type = %e.kind, error = %e.message,
                         "record skipped"
@@ -959,6 +964,7 @@ impl Lanes {
             attempts.last().map(|a| a.record.offset),
         );
         warn!(
+            target: LOG_TARGET,
             consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition,
             first_offset = first, last_offset = last, error_type = %error.kind,
             error = %error.message, "batch failed without naming a record; replaying it one record at a time"
@@ -996,6 +1002,7 @@ impl Lanes {
                 }
                 let delay = b.delay(retry, self.next_jitter());
                 warn!(
+                    target: LOG_TARGET,
                     consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition, offset,
                     retry_count = retry + 1, error_type = %error.kind, error_classification = shown.label(),
                     backoff_delay_ms = delay.as_millis() as u64, error = %error.message,
@@ -1015,6 +1022,7 @@ impl Lanes {
             }
             Some(_) => {
                 error!(
+                    target: LOG_TARGET,
                     consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition, offset,
                     retry_count = retry, error_type = %error.kind, error_classification = shown.label(),
                     "retries exhausted; forwarding"
@@ -1029,6 +1037,7 @@ impl Lanes {
             }
             None => {
                 warn!(
+                    target: LOG_TARGET,
                     consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition, offset,
                     error_type = %error.kind, error_classification = "non-retryable", error = %error.message,
                     "permanent error; dead-lettering at once"
@@ -1161,6 +1170,7 @@ impl Lanes {
         match (result, to) {
             (Ok(()), Destination::Hop(hop)) => {
                 info!(
+                    target: LOG_TARGET,
                     consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition,
                     offset, hop, "record sent to a retry topic"
                 );
@@ -1179,6 +1189,7 @@ impl Lanes {
                     .map(|e| e.kind.clone())
                     .unwrap_or_default();
                 info!(
+                    target: LOG_TARGET,
                     consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition,
                     offset, error_type = %error_type, error_classification = class.label(),
                     "record dead-lettered"
@@ -1200,6 +1211,7 @@ impl Lanes {
                 self.stats.dlq_failures += 1;
                 if lane.releasing {
                     warn!(
+                        target: LOG_TARGET,
                         topic = %tp.topic, partition = tp.partition, offset, error = %e,
                         "dead-letter write failed while the partition is handed over; its next owner handles the record again"
                     );
@@ -1207,6 +1219,7 @@ impl Lanes {
                     let failures = failures + 1;
                     let delay = self.halt_backoff.delay(failures);
                     error!(
+                        target: LOG_TARGET,
                         topic = %tp.topic, partition = tp.partition, offset, error = %e,
                         retry_in_ms = delay.as_millis() as u64,
                         "dead-letter write failed; the partition is halted and nothing is committed past this record"
@@ -1302,6 +1315,7 @@ impl Lanes {
             r.partitions.retain(|tp| !partitions.contains(tp));
         }
         warn!(
+            target: LOG_TARGET,
             ?partitions,
             "partitions lost: in-flight results are dropped, nothing is committed for them"
         );
@@ -1464,6 +1478,7 @@ impl Lanes {
             let r = self.releases.remove(i);
             if busy {
                 warn!(
+                    target: LOG_TARGET,
                     partitions = ?r.partitions,
                     "handlers did not finish within the acquiesce window; their records are not committed"
                 );
