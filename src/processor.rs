@@ -78,9 +78,7 @@ pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, Disposition, ErrorClass, HttpClassifier, ProcessError,
 };
 pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
-use crate::proto::process::lanes::{
-    Action, DlqName, Handover, Lanes, LanesConfig, Now, Outcome, Ticket,
-};
+use crate::proto::process::lanes::{Action, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
 pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 
 /// The old name of [`RetryBackoff`], the processor's retry settings (renamed apart
@@ -130,18 +128,11 @@ type MetricsHook = Arc<dyn Fn(Metric) + Send + Sync>;
 pub struct ProcessorBuilder {
     consumer: ConsumerBuilder,
     producer: ProducerBuilder,
-    group: String,
-    policy: RetryPolicy,
-    classifier: Arc<dyn Classifier>,
-    dlq_format: DlqFormat,
-    dlq_timestamp: DlqTimestamp,
-    dlq_suffix: String,
-    dlq_name: Option<DlqName>,
+    /// The group, the retry policy, dead letters, retry topics, concurrency and
+    /// commits: what the lanes take as they are (their defaults are
+    /// [`LanesConfig::default`]'s).
+    lanes: LanesConfig,
     topics: Vec<String>,
-    retry_delays: Vec<Duration>,
-    concurrency: usize,
-    lane_buffer: usize,
-    commit_interval: Option<Duration>,
     acquiesce_share: f64,
     shutdown_timeout: Duration,
     max_poll_interval: Duration,
@@ -155,9 +146,7 @@ pub struct ProcessorBuilder {
 impl std::fmt::Debug for ProcessorBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessorBuilder")
-            .field("group", &self.group)
-            .field("policy", &self.policy)
-            .field("concurrency", &self.concurrency)
+            .field("lanes", &self.lanes)
             .finish_non_exhaustive()
     }
 }
@@ -176,18 +165,11 @@ impl ProcessorBuilder {
         Self {
             consumer: Consumer::builder(bootstrap).group_id(group),
             topics,
-            retry_delays: Vec::new(),
             producer: Producer::builder(bootstrap),
-            group: group.to_string(),
-            policy: RetryPolicy::default(),
-            classifier: Arc::new(AsGiven),
-            dlq_format: DlqFormat::Apache,
-            dlq_timestamp: DlqTimestamp::default(),
-            dlq_suffix: ".dlq".into(),
-            dlq_name: None,
-            concurrency: 16,
-            lane_buffer: 1000,
-            commit_interval: Some(Duration::from_secs(1)),
+            lanes: LanesConfig {
+                group: group.to_string(),
+                ..LanesConfig::default()
+            },
             acquiesce_share: 0.5,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
@@ -230,39 +212,39 @@ impl ProcessorBuilder {
 
     /// The retry policy.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
-        self.policy = policy;
+        self.lanes.policy = policy;
         self
     }
 
     /// Reads the retry policy from the environment variables named in
     /// [`ProcessorBuilder::new`].
     pub fn retry_policy_from_env(mut self) -> Result<Self> {
-        self.policy = RetryPolicy::from_vars(|k| std::env::var(k).ok()).map_err(config)?;
+        self.lanes.policy = RetryPolicy::from_vars(|k| std::env::var(k).ok()).map_err(config)?;
         Ok(self)
     }
 
     /// A classifier applied to every handler error.
     pub fn classifier(mut self, c: Arc<dyn Classifier>) -> Self {
-        self.classifier = c;
+        self.lanes.classifier = c;
         self
     }
 
     /// The dead-letter header format (default [`DlqFormat::Apache`]).
     pub fn dlq_format(mut self, f: DlqFormat) -> Self {
-        self.dlq_format = f;
+        self.lanes.dlq_format = f;
         self
     }
 
     /// The timestamp dead-letter records carry (default [`DlqTimestamp::DeadLettered`]:
     /// when they were written, so the DLQ's retention counts from then).
     pub fn dlq_timestamp(mut self, t: DlqTimestamp) -> Self {
-        self.dlq_timestamp = t;
+        self.lanes.dlq_timestamp = t;
         self
     }
 
     /// The dead-letter topic is the original topic plus this suffix (default `.dlq`).
     pub fn dlq_suffix(mut self, s: impl Into<String>) -> Self {
-        self.dlq_suffix = s.into();
+        self.lanes.dlq_suffix = s.into();
         self
     }
 
@@ -271,15 +253,8 @@ impl ProcessorBuilder {
     /// The topics must exist: until they do, dead-letter writes fail and their lanes
     /// halt.
     pub fn dlq_topic(mut self, name: impl Fn(&str) -> String + Send + Sync + 'static) -> Self {
-        self.dlq_name = Some(Arc::new(name));
+        self.lanes.dlq_name = Some(Arc::new(name));
         self
-    }
-
-    fn dlq_of(&self, topic: &str) -> String {
-        match &self.dlq_name {
-            Some(name) => name(topic),
-            None => format!("{topic}{}", self.dlq_suffix),
-        }
     }
 
     /// Non-blocking retry topics, after the in-place retries: a record whose retries
@@ -289,19 +264,19 @@ impl ProcessorBuilder {
     /// pausing only that partition. The hop and the original coordinates travel in the
     /// `ottla.retry.*` headers. The topics must exist.
     pub fn retry_topics(mut self, delays: Vec<Duration>) -> Self {
-        self.retry_delays = delays;
+        self.lanes.retry_delays = delays;
         self
     }
 
     /// Lanes running at once (default 16).
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n;
+        self.lanes.concurrency = n;
         self
     }
 
     /// Commit after every finished record (`None`) or on an interval (default 1 s).
     pub fn commit_interval(mut self, every: Option<Duration>) -> Self {
-        self.commit_interval = every;
+        self.lanes.commit_interval = every;
         self
     }
 
@@ -358,12 +333,12 @@ impl ProcessorBuilder {
 
     /// Checks the whole configuration; the error names the setting to change.
     pub fn validate(&self) -> Result<()> {
-        self.policy.validate().map_err(config)?;
+        self.lanes.policy.validate().map_err(config)?;
         let bad = |setting: &'static str, message: String| Err(Error::Config { setting, message });
         if let Err(message) = check_heartbeat(self.session_timeout, self.heartbeat_interval) {
             return bad("heartbeat.interval.ms", message);
         }
-        let window = self.policy.worst_case_total() + self.processing_budget;
+        let window = self.lanes.policy.worst_case_total() + self.processing_budget;
         if self.max_poll_interval < window {
             return bad(
                 "max.poll.interval.ms",
@@ -373,14 +348,14 @@ impl ProcessorBuilder {
                 ),
             );
         }
-        if self.concurrency == 0 {
+        if self.lanes.concurrency == 0 {
             return bad("concurrency", "must be at least 1".into());
         }
         if !(0.0..=1.0).contains(&self.acquiesce_share) || self.acquiesce_share == 0.0 {
             return bad("acquiesce_share", "must be in (0, 1]".into());
         }
         for t in &self.topics {
-            let dlq = self.dlq_of(t);
+            let dlq = self.lanes.dlq_of(t);
             if dlq == *t || self.topics.contains(&dlq) {
                 return bad(
                     "dlq_topic",
@@ -390,7 +365,7 @@ impl ProcessorBuilder {
                 );
             }
         }
-        if self.dlq_suffix.is_empty() {
+        if self.lanes.dlq_suffix.is_empty() {
             return bad(
                 "dlq_suffix",
                 "must not be empty: the DLQ would be the topic itself".into(),
@@ -404,7 +379,7 @@ impl ProcessorBuilder {
         self.validate()?;
         let mut topics = self.topics.clone();
         for t in &self.topics {
-            topics.extend(self.retry_delays.iter().map(|d| retry_topic(t, *d)));
+            topics.extend(self.lanes.retry_delays.iter().map(|d| retry_topic(t, *d)));
         }
         // The retry delays' jitter follows the client's seed (random unless set), so
         // processors that fail together do not retry together.
@@ -418,7 +393,7 @@ impl ProcessorBuilder {
         }
         let consumer = self
             .consumer
-            .group_id(self.group.clone())
+            .group_id(self.lanes.group.clone())
             .topics(topics)
             .session_timeout(self.session_timeout)
             .heartbeat_interval(self.heartbeat_interval)
@@ -432,20 +407,8 @@ impl ProcessorBuilder {
             consumer,
             producer: Arc::new(producer),
             lanes: LanesConfig {
-                group: self.group,
-                policy: self.policy,
-                classifier: self.classifier,
-                dlq_format: self.dlq_format,
-                dlq_timestamp: self.dlq_timestamp,
-                dlq_suffix: self.dlq_suffix,
-                dlq_name: self.dlq_name,
-                retry_delays: self.retry_delays,
-                concurrency: self.concurrency,
-                lane_buffer: self.lane_buffer,
-                max_batch: 1,
-                commit_interval: self.commit_interval,
                 jitter_seed,
-                metrics: false,
+                ..self.lanes
             },
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
             shutdown_timeout: self.shutdown_timeout,
@@ -464,8 +427,8 @@ impl ProcessorBuilder {
     fn written_topics(&self) -> Vec<(String, &'static str)> {
         let mut wanted: Vec<(String, &'static str)> = Vec::new();
         for t in &self.topics {
-            wanted.push((self.dlq_of(t), "dlq_topic"));
-            for d in &self.retry_delays {
+            wanted.push((self.lanes.dlq_of(t), "dlq_topic"));
+            for d in &self.lanes.retry_delays {
                 wanted.push((retry_topic(t, *d), "retry_topics"));
             }
         }
