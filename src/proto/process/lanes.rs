@@ -591,10 +591,11 @@ impl Lanes {
     /// When [`Lanes::handle_timeout`] is next due: a retry's wait, a halted write's
     /// next try, the commit interval, a handover's deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let saturated = self.saturated();
         let lanes = self.lanes.iter().filter_map(|(tp, l)| match &l.work {
             // A retry whose time has come waits for a free slot, which only a
             // handler's answer frees, or for the application's resume: no timer.
-            Work::Waiting { until, .. } if !self.saturated() && !self.is_held(tp) => Some(*until),
+            Work::Waiting { until, .. } if !saturated && !self.is_held(tp) => Some(*until),
             Work::Halted { retry_at, .. } => Some(*retry_at),
             _ => None,
         });
@@ -782,6 +783,16 @@ impl Lanes {
         self.step(now);
     }
 
+    /// The work `ticket` names, taken out of its lane (which is `Idle` then), and the
+    /// ticket retired; `None` when the lane no longer holds that work (it was revoked,
+    /// lost or handed over). A ticket names one kind of work: a handler call's is only
+    /// answered by [`Lanes::handled`], a write's by [`Lanes::produced`].
+    fn take_work(&mut self, ticket: Ticket) -> Option<(TopicPartition, Work)> {
+        let tp = self.tickets.remove(&ticket)?;
+        let lane = self.lanes.get_mut(&tp)?;
+        (lane.work.ticket() == Some(ticket)).then(|| (tp, std::mem::take(&mut lane.work)))
+    }
+
     fn lane_of(&mut self, ticket: Ticket) -> Option<&mut Lane> {
         let tp = self.tickets.get(&ticket)?;
         self.lanes
@@ -805,23 +816,18 @@ impl Lanes {
 
     /// The handler call under `ticket` returned `outcome` after `took`.
     pub fn handled(&mut self, ticket: Ticket, outcome: Outcome, took: Duration, now: Now) {
-        let Some(tp) = self.tickets.remove(&ticket) else {
-            return; // revoked, lost or handed over meanwhile
-        };
-        let Some(lane) = self.lanes.get_mut(&tp) else {
-            return;
-        };
-        let (attempts, reported, cancelled) = match std::mem::take(&mut lane.work) {
+        // `None`: revoked, lost or handed over meanwhile.
+        let Some((
+            tp,
             Work::Running {
-                ticket: t,
                 attempts,
                 reported,
                 cancelled,
-            } if t == ticket => (attempts, reported, cancelled),
-            other => {
-                lane.work = other;
-                return;
-            }
+                ..
+            },
+        )) = self.take_work(ticket)
+        else {
+            return;
         };
         self.on_handled(&tp, attempts, reported, cancelled, outcome, took, now);
         self.step(now);
@@ -1147,24 +1153,21 @@ impl Lanes {
 
     /// The write under `ticket` was acknowledged (`Ok`) or failed for good.
     pub fn produced(&mut self, ticket: Ticket, result: Result<(), String>, now: Now) {
-        let Some(tp) = self.tickets.remove(&ticket) else {
-            return;
-        };
-        let Some(lane) = self.lanes.get_mut(&tp) else {
-            return;
-        };
-        let (attempt, class, to, failures) = match std::mem::take(&mut lane.work) {
+        let Some((
+            tp,
             Work::Forwarding {
-                ticket: t,
                 attempt,
                 class,
                 to,
                 failures,
-            } if t == ticket => (attempt, class, to, failures),
-            other => {
-                lane.work = other;
-                return;
-            }
+                ..
+            },
+        )) = self.take_work(ticket)
+        else {
+            return;
+        };
+        let Some(lane) = self.lanes.get_mut(&tp) else {
+            return;
         };
         let offset = attempt.record.offset;
         match (result, to) {
