@@ -597,16 +597,10 @@ async fn mock_reset_latest_starts_at_the_end() {
     produce(&peer.bootstrap(), topic, 1, 100, 10, "none")
         .await
         .expect("produce");
-    let mut offsets = Vec::new();
-    while offsets.len() < 10 {
-        let r = tokio::time::timeout(Duration::from_secs(10), consumer.recv())
-            .await
-            .expect("records")
-            .expect("open")
-            .expect("ok");
-        offsets.push(r.offset);
-    }
-    assert_eq!(offsets, (100..110).collect::<Vec<_>>());
+    assert_eq!(
+        offsets_read(&mut consumer, 10).await,
+        (100..110).collect::<Vec<_>>()
+    );
 }
 
 // ----- rebalances during consumption -----

@@ -12,7 +12,7 @@ use ottla::Error;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
     BatchError, ErrorClass, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder,
-    RetryBackoff, RetryPolicy,
+    ProcessorHandle, RetryBackoff, RetryPolicy,
 };
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
@@ -1842,20 +1842,9 @@ async fn mock_a_handler_trips_a_breaker_through_the_handle_and_the_lag_is_read_f
         .build()
         .await
         .expect("processor");
-    let (breaker, watch) = (processor.handle(), processor.handle());
+    let watch = processor.handle();
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    let handler = move |r: ottla::ConsumerRecord, _cancel| {
-        let (s, breaker) = (s.clone(), breaker.clone());
-        async move {
-            let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
-            if value == "trip" {
-                breaker.pause_all();
-            }
-            s.lock().unwrap().push(value);
-            Ok(())
-        }
-    };
+    let handler = tripping("trip", processor.handle(), seen.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(processor.run(handler, stopped));
     let tp = TopicPartition::new(topic, 0);
@@ -1876,6 +1865,29 @@ async fn mock_a_handler_trips_a_breaker_through_the_handle_and_the_lag_is_read_f
     let stats = run.await.expect("task").expect("run");
     assert_eq!(stats.succeeded, 6);
     assert_eq!(*seen.lock().unwrap(), values, "each once, in order");
+}
+
+/// A handler that keeps each record's value in `seen`, and on the value `trip` pauses
+/// every partition through `breaker` (a circuit breaker tripping) before it returns.
+fn tripping(
+    trip: &'static str,
+    breaker: ProcessorHandle,
+    seen: Arc<Mutex<Vec<String>>>,
+) -> impl Fn(
+    ottla::ConsumerRecord,
+    ottla::processor::Cancel,
+) -> std::future::Ready<Result<(), ProcessError>>
++ Send
++ Sync
++ 'static {
+    move |r, _cancel| {
+        let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
+        if value == trip {
+            breaker.pause_all();
+        }
+        seen.lock().unwrap().push(value);
+        std::future::ready(Ok(()))
+    }
 }
 
 /// Waits for `ok`, for up to 30 s.
@@ -1910,20 +1922,9 @@ async fn mock_a_paused_processor_stays_in_its_group_past_max_poll_interval() {
         .build()
         .await
         .expect("processor");
-    let (breaker, outside) = (processor.handle(), processor.handle());
+    let outside = processor.handle();
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    let handler = move |r: ottla::ConsumerRecord, _cancel| {
-        let (s, breaker) = (s.clone(), breaker.clone());
-        async move {
-            let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
-            if value == "a" {
-                breaker.pause_all();
-            }
-            s.lock().unwrap().push(value);
-            Ok(())
-        }
-    };
+    let handler = tripping("a", processor.handle(), seen.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn(processor.run(handler, stopped));
     until("a", || seen.lock().unwrap().len() == 1).await;

@@ -46,13 +46,16 @@ use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::process::classify::ProcessError;
 use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 
-const T0_MS: i64 = 1_800_000_000_000;
+/// The wall clock at a script's start (ms); the scenario tests start there too.
+pub(super) const T0_MS: i64 = 1_800_000_000_000;
 
-fn tp(p: i32) -> TopicPartition {
+/// Partition `p` of the topic every script and scenario test uses.
+pub(super) fn tp(p: i32) -> TopicPartition {
     TopicPartition::new("orders", p)
 }
 
-fn record(p: i32, offset: i64) -> ConsumerRecord {
+/// A record of partition `p` at `offset`, written at [`T0_MS`].
+pub(super) fn record(p: i32, offset: i64) -> ConsumerRecord {
     ConsumerRecord {
         topic: Arc::from("orders"),
         partition: p,
@@ -235,23 +238,29 @@ impl Model {
     }
 }
 
+/// Two retries, 100 ms then 200 ms (each plus up to 10% with `jitter`), the policy
+/// of every script and scenario test.
+pub(super) fn two_retries(jitter: bool) -> RetryPolicy {
+    RetryPolicy {
+        default: RetryBackoff {
+            max_retries: 2,
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            multiplier: 2.0,
+            jitter,
+            min_delay: Duration::ZERO,
+        },
+        ..RetryPolicy::default()
+    }
+}
+
 /// Runs `script`; the first broken promise, with the operation that broke it.
 pub fn run(script: &[u8]) -> Result<(), String> {
     let mut b = Bytes8(script);
     let header = b.u8();
     let config = LanesConfig {
         group: "g".into(),
-        policy: RetryPolicy {
-            default: RetryBackoff {
-                max_retries: 2,
-                initial: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-                multiplier: 2.0,
-                jitter: true,
-                min_delay: Duration::ZERO,
-            },
-            ..RetryPolicy::default()
-        },
+        policy: two_retries(true),
         max_batch: 1 + usize::from(header % 4).min(2),
         commit_interval: (header & 4 != 0).then_some(Duration::from_millis(700)),
         concurrency: 1 + usize::from((header >> 3) % 3),

@@ -5,45 +5,15 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 
+use super::script::{T0_MS, record, tp, two_retries};
 use super::*;
-use crate::proto::fetch::fetcher::TimestampType;
 use crate::proto::process::retry::RetryBackoff;
-
-const T0_MS: i64 = 1_800_000_000_000;
-
-fn tp(p: i32) -> TopicPartition {
-    TopicPartition::new("orders", p)
-}
-
-fn record(p: i32, offset: i64) -> ConsumerRecord {
-    ConsumerRecord {
-        topic: Arc::from("orders"),
-        partition: p,
-        offset,
-        timestamp: T0_MS,
-        timestamp_type: TimestampType::CreateTime,
-        leader_epoch: None,
-        key: Some(Bytes::from_static(b"k")),
-        value: Some(Bytes::from_static(b"v")),
-        headers: vec![(Bytes::from_static(b"trace"), None)],
-    }
-}
 
 /// Two retries, 100 ms then 200 ms, no jitter; commits after every step.
 fn config() -> LanesConfig {
     LanesConfig {
         group: "g".into(),
-        policy: RetryPolicy {
-            default: RetryBackoff {
-                max_retries: 2,
-                initial: Duration::from_millis(100),
-                max: Duration::from_secs(1),
-                multiplier: 2.0,
-                jitter: false,
-                min_delay: Duration::ZERO,
-            },
-            ..RetryPolicy::default()
-        },
+        policy: two_retries(false),
         commit_interval: None,
         metrics: true,
         ..LanesConfig::default()
