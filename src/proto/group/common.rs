@@ -705,17 +705,19 @@ impl CoordinatorLookup {
         timeout: Duration,
         send: impl FnOnce() -> RequestId,
     ) {
-        if let Coordinator::Unknown {
-            lookup: None,
-            retry_at,
-        } = self.state
-            && now >= retry_at
-        {
-            let id = send();
-            self.state = Coordinator::Unknown {
-                lookup: Some((id, now + timeout)),
+        // Matched, not a let chain: the crate's MSRV (1.85) predates let chains.
+        match self.state {
+            Coordinator::Unknown {
+                lookup: None,
                 retry_at,
-            };
+            } if now >= retry_at => {
+                let id = send();
+                self.state = Coordinator::Unknown {
+                    lookup: Some((id, now + timeout)),
+                    retry_at,
+                };
+            }
+            _ => {}
         }
     }
 
@@ -777,12 +779,13 @@ impl CoordinatorLookup {
 
     /// The lookup `id` failed without an answer; the next waits for the backoff.
     pub(crate) fn on_failure(&mut self, now: Instant, id: RequestId, backoff: &mut Backoff) {
-        if let Coordinator::Unknown { lookup, retry_at } = &mut self.state
-            && lookup.map(|(l, _)| l) == Some(id)
-        {
-            *lookup = None;
-            self.failures += 1;
-            *retry_at = now + backoff.delay(self.failures);
+        match &mut self.state {
+            Coordinator::Unknown { lookup, retry_at } if lookup.map(|(l, _)| l) == Some(id) => {
+                *lookup = None;
+                self.failures += 1;
+                *retry_at = now + backoff.delay(self.failures);
+            }
+            _ => {}
         }
     }
 

@@ -109,9 +109,7 @@ impl ProcessError {
         let mut chain = vec![cause.to_string()];
         let mut next = cause.source();
         // Bounded: a cyclic or absurdly deep chain must not stall the handler.
-        while let Some(e) = next
-            && chain.len() < 32
-        {
+        while let Some(e) = next.filter(|_| chain.len() < 32) {
             chain.push(e.to_string());
             next = e.source();
         }

@@ -278,11 +278,10 @@ impl ConsumerGroupMember {
         if in_group {
             timers.push((Timer::Progress, self.core.progress_deadline()));
         }
-        if let Some(at) = self.core.fetch.as_ref().and_then(PendingFetch::due_at)
-            && in_group
-            && self.coordinator().is_some()
-        {
-            timers.push((Timer::OffsetFetch, at));
+        if in_group && self.coordinator().is_some() {
+            if let Some(at) = self.core.fetch.as_ref().and_then(PendingFetch::due_at) {
+                timers.push((Timer::OffsetFetch, at));
+            }
         }
         timers.into_iter().min_by_key(|(_, at)| *at)
     }
@@ -291,28 +290,27 @@ impl ConsumerGroupMember {
 
     /// The clock moved; fire whatever is due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let State::Revoking {
-            deadline,
-            partitions,
-            ..
-        } = &self.state
-            && now >= *deadline
-        {
-            let partitions = partitions.clone();
+        let revocation_overdue = match &self.state {
+            State::Revoking {
+                deadline,
+                partitions,
+                ..
+            } if now >= *deadline => Some(partitions.clone()),
+            _ => None,
+        };
+        if let Some(partitions) = revocation_overdue {
             warn!(group = %self.core.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
             self.core.lose(partitions, LostReason::RevocationTimedOut);
             self.state = State::Stable;
             self.fence(now, "revocation timed out");
         }
-        if let State::Leaving { deadline } = self.state
-            && now >= deadline
-        {
+        if matches!(self.state, State::Leaving { deadline } if now >= deadline) {
             self.close(None);
         }
-        if let Some((id, deadline)) = self.heartbeat.in_flight
-            && now >= deadline
-        {
-            self.handle_failure(now, id, Failure::Timeout);
+        if let Some((id, deadline)) = self.heartbeat.in_flight {
+            if now >= deadline {
+                self.handle_failure(now, id, Failure::Timeout);
+            }
         }
         if let Some(id) = self.core.coordinator.overdue(now) {
             self.handle_failure(now, id, Failure::Timeout);
@@ -719,8 +717,9 @@ impl ConsumerGroupMember {
             self.core.member_id = id;
         }
         // librdkafka ignores an interval of 0 or less, as does this.
-        if let Ok(ms) = u64::try_from(heartbeat_interval_ms)
-            && ms > 0
+        if let Some(ms) = u64::try_from(heartbeat_interval_ms)
+            .ok()
+            .filter(|ms| *ms > 0)
         {
             let interval = Duration::from_millis(ms);
             if interval != self.interval {

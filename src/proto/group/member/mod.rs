@@ -410,17 +410,17 @@ impl GroupMember {
                 .outbox
                 .send_as(id, Target::Coordinator(node), request, sent, epoch);
         }
-        if let State::LeaderDelay { send_at, .. } = &self.state
-            && now >= *send_at
-            && let State::LeaderDelay {
+        if matches!(&self.state, State::LeaderDelay { send_at, .. } if now >= *send_at) {
+            if let State::LeaderDelay {
                 request,
                 generation,
                 protocol,
                 heartbeat,
                 ..
             } = std::mem::replace(&mut self.state, State::Suspended)
-        {
-            self.send_sync(now, node, request, (generation, protocol, true), heartbeat);
+            {
+                self.send_sync(now, node, request, (generation, protocol, true), heartbeat);
+            }
         }
         if let State::Unjoined { join_at, reason } = &self.state {
             if now >= *join_at {

@@ -51,9 +51,7 @@ impl GroupMember {
                 hb.last_ok + self.core.config.session_timeout,
             ));
         }
-        if let Some(at) = self.metadata_at
-            && in_group
-        {
+        if let Some(at) = self.metadata_at.filter(|_| in_group) {
             timers.push((Timer::Metadata, at));
         }
         if in_group {
@@ -61,11 +59,10 @@ impl GroupMember {
         }
         // As `advance` decides to send it: in the group, with partitions left to ask for
         // (a revocation may have taken them all while a retry was pending).
-        if let Some(at) = self.core.fetch.as_ref().and_then(|f| f.due_at())
-            && in_group
-            && self.coordinator().is_some()
-        {
-            timers.push((Timer::OffsetFetch, at));
+        if in_group && self.coordinator().is_some() {
+            if let Some(at) = self.core.fetch.as_ref().and_then(|f| f.due_at()) {
+                timers.push((Timer::OffsetFetch, at));
+            }
         }
         timers
     }
