@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::ApiKey;
+/// The Kafka API keys that errors name (re-exported from the codec, so that `api: ApiKey::Metadata`
+/// can be matched without depending on it).
+pub use kafka_protocol::messages::ApiKey;
 
 use crate::proto::wire::VersionRangeDisplay;
 
@@ -355,13 +357,15 @@ pub enum Error {
         /// What the error applies to (a topic, a partition, a group), if known.
         context: Option<String>,
     },
-    /// No bootstrap server could be reached.
-    #[error("no bootstrap server reachable (tried {tried:?}): {last}")]
+    /// No bootstrap server could be reached, or none answered Metadata.
+    #[error("no bootstrap server reachable (tried {tried:?}): {}", last.as_ref().map_or_else(|| "no broker supports Metadata".to_string(), |e| e.to_string()))]
     Bootstrap {
         /// The addresses tried.
         tried: Vec<String>,
-        /// The last failure.
-        last: String,
+        /// The last failure, typed (a refused connection, a decode error, ...); `None`
+        /// when every broker answered but none supports Metadata.
+        #[source]
+        last: Option<RequestError>,
     },
     /// The configuration is invalid; the message names the setting.
     #[error("invalid configuration: {setting}: {message}")]

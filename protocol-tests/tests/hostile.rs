@@ -704,6 +704,7 @@ async fn hostile_api_versions_answers_fail_the_connect_precisely_and_the_next_co
         match &err {
             ottla::Error::Bootstrap { tried, last } => {
                 assert_eq!(tried, &vec![f.address()]);
+                let last = last.as_ref().map(|e| e.to_string()).unwrap_or_default();
                 assert!(
                     last.starts_with("cannot connect to") && last.contains(expected),
                     "{misbehaviour:?}: {last}"

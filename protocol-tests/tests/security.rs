@@ -290,7 +290,9 @@ async fn build_error(config: ClientConfig) -> RequestError {
     assert!(took <= PROMPT, "the error took {took:?}: {err}");
     match err {
         Error::Request(e) => e,
-        Error::Bootstrap { ref last, .. } => panic!("untyped bootstrap error: {last}"),
+        Error::Bootstrap { ref last, .. } => {
+            panic!("a bootstrap error, not the security failure: {last:?}")
+        }
         other => panic!("unexpected error: {other:?}"),
     }
 }

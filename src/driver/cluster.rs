@@ -277,7 +277,7 @@ impl Cluster {
             .map(|s| s.clone())
             .unwrap_or(TopicScope::All);
         let candidates = self.candidates();
-        let mut last: Option<Error> = None;
+        let mut last: Option<RequestError> = None;
         // A TLS or SASL failure is kept typed: it says what to change, where "no
         // bootstrap server reachable" would not.
         let mut refused: Option<RequestError> = None;
@@ -293,7 +293,7 @@ impl Cluster {
                     if e.is_security() {
                         refused = Some(e.clone());
                     }
-                    last = Some(e.into());
+                    last = Some(e);
                     continue;
                 }
             };
@@ -310,7 +310,7 @@ impl Cluster {
                 }
                 Err(e) => {
                     warn!(broker = %address, error = %e, "metadata request failed");
-                    last = Some(e.into());
+                    last = Some(e);
                 }
             }
         }
@@ -319,9 +319,7 @@ impl Cluster {
         }
         Err(Error::Bootstrap {
             tried: candidates,
-            last: last
-                .map(|e| e.to_string())
-                .unwrap_or_else(|| "no broker supports Metadata".into()),
+            last,
         })
     }
 }

@@ -67,8 +67,9 @@
 //! The [`messages`] module provides the enums [`messages::RequestKind`], [`messages::ResponseKind`],
 //! and [`messages::ApiKey`] for matching on unknown requests and responses.
 //!
-//! A simple example for decoding an unknown message encoded in `buf`:
-//! ```rust
+//! A simple example for decoding an unknown message encoded in `buf` (with the
+//! `messages_enums` feature):
+//! ```rust,ignore
 //! use kafka_protocol::messages::{RequestHeader, ApiVersionsRequest, ApiKey, RequestKind};
 //! use kafka_protocol::protocol::{Encodable, Decodable, StrBytes, HeaderVersion, decode_request_header_from_buffer, encode_request_header_into_buffer};
 //! use bytes::{BytesMut, Buf};
@@ -101,7 +102,8 @@
 //! }
 //! ```
 #![deny(missing_docs)]
-#![allow(dead_code)] // ottla patch: the unused byte-order helpers warn in a path build
+#![allow(dead_code)]
+// ottla patch: the unused byte-order helpers warn in a path build
 // Display required features for items when rendering for docs.rs
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
