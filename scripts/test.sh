@@ -48,6 +48,9 @@ else
 fi
 cargo test --workspace --doc
 
+echo "== a dependent crate (downstream/, outside the workspace, no [patch]): a hostile broker's absurd array counts are typed errors, not an abort"
+cargo test --manifest-path downstream/Cargo.toml --target-dir "$root/target"
+
 echo "== the README's commands (the demo with its flags, the mock cluster read by ottla, the DLQ tools, OTTLA_BOOTSTRAP), each checked for its exit code and output"
 bash scripts/readme-smoke.sh
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `cargo publish --dry-run` for every crate of the workspace meant for the registry (those
+# without `publish = false`), together, so that crates depending on each other
+# (ottla on ottla-kafka-protocol) are verified against each other's packaged form.
+# Extra arguments go to cargo (e.g. --allow-dirty on a work tree with local changes).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+crates="$(cargo metadata --format-version 1 --no-deps --locked | python3 -c '
+import json, sys
+meta = json.load(sys.stdin)
+members = set(meta["workspace_members"])
+for p in meta["packages"]:
+    if p["id"] in members and p.get("publish") != []:
+        print(p["name"])
+')"
+[ -n "$crates" ] || { echo "publish-check: no publishable crate found" >&2; exit 1; }
+args=()
+for c in $crates; do args+=(-p "$c"); done
+echo "publish-check: cargo publish --dry-run ${args[*]}"
+cargo publish --dry-run --locked "${args[@]}" "$@"
+for c in $crates; do
+    echo "ok: $c packages and builds from its package ($(cargo package --locked -p "$c" --list "$@" 2>/dev/null | wc -l) files)"
+done
