@@ -59,13 +59,26 @@ pub use crate::proto::fetch::request::IsolationLevel;
 use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
-use crate::proto::group::member::{
-    CommitError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT,
-    Event, check_heartbeat,
+pub use crate::proto::group::member::{
+    CommitError, Event as GroupEvent, Failure, GroupConfig, GroupError, GroupProtocol, LostReason,
+    Membership, RequestId, StateKind,
 };
-pub use crate::proto::group::member::{GroupConfig, GroupProtocol, Membership};
-use crate::proto::group::messages::CommitOffset;
-use crate::proto::metadata::NodeId;
+use crate::proto::group::member::{
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
+    check_heartbeat,
+};
+pub use crate::proto::group::messages::CommitOffset;
+pub use crate::proto::metadata::NodeId;
+
+/// The partition assignors, and the trait to write one's own
+/// ([`ConsumerBuilder::custom_assignors`]).
+pub mod assignor {
+    pub use crate::proto::group::assignor::{
+        AssignError, Assignor, CooperativeStickyAssignor, MemberSubscription, PartitionRacks,
+        RangeAssignor, RebalanceProtocol, RoundRobinAssignor, StickyAssignor,
+    };
+    pub use crate::proto::group::consumer_protocol::{Assignment, Subscription};
+}
 
 /// What the consumer tells the application besides records.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,8 @@ use crate::consumer::{Consumer, ConsumerRecord, OffsetReset, TopicPartition};
 use crate::driver::{Cluster, TopicScope};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerRecord};
-use crate::proto::process::dlq::{Enveloped, parse_envelope};
+pub use crate::proto::process::dlq::Enveloped;
+use crate::proto::process::dlq::parse_envelope;
 
 /// The header that counts replays.
 pub const REPLAY_COUNT: &str = "ottla.replay.count";

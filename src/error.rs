@@ -10,7 +10,13 @@ use std::time::Duration;
 /// can be matched without depending on it).
 pub use kafka_protocol::messages::ApiKey;
 
-use crate::proto::wire::VersionRangeDisplay;
+pub use crate::proto::fetch::batch::{
+    BatchError as RecordBatchError, BatchErrorKind as RecordBatchErrorKind,
+};
+pub use crate::proto::group::member::{CommitError, GroupError};
+pub use crate::proto::produce::encode::EncodeError;
+pub use crate::proto::sasl::SaslError;
+pub use crate::proto::wire::VersionRangeDisplay;
 
 /// A violation of the framing or encoding rules on one connection.
 ///

@@ -13,14 +13,39 @@
 //! - [`Producer`]: an idempotent producer with the Java client's partitioner;
 //! - [`dlq`]: reading and replaying a dead-letter topic.
 //!
-//! They are layered as in `quinn`/`quinn-proto`:
+//! ## Stability
 //!
-//! - [`proto`] is the sans-IO core: framing, version negotiation, metadata, the group
-//!   member, the assignors, the fetcher, record batches, the producer's accumulator and
-//!   the processing loop's pure parts, as state machines and pure functions. No
-//!   sockets, tasks or clocks.
-//! - [`driver`] runs that core on tokio: one task per broker connection, the cluster's
-//!   metadata, the group task, reconnects and timeouts.
+//! The documented items are the stable surface: the modules [`config`], [`consumer`],
+//! [`producer`], [`processor`], [`dlq`], [`error`] and [`security`], and the re-exports at
+//! the crate root. Inside, ottla is layered as in `quinn`/`quinn-proto`: `proto` is the
+//! sans-IO core (framing, version negotiation, the group member, the fetcher, the
+//! producer's accumulator and the processing loop's rules, as state machines with no
+//! sockets, tasks or clocks) and `driver` runs it on tokio. Both are public only so that
+//! ottla's own suites, fuzz targets and benchmarks can drive the core directly; they are
+//! hidden from these docs and outside semver: any release may change them. A type that a
+//! stable signature names is re-exported where that signature lives (CI checks this
+//! with `scripts/public-surface.py`).
+//!
+//! ## Features
+//!
+//! No feature is on by default, and the default build compiles no C (compression
+//! codecs included; CI checks `cargo tree`).
+//!
+//! - `tls`: TLS with rustls and its `ring` provider (`security.protocol=SSL` or
+//!   `SASL_SSL`). `ring` compiles its own C and assembly; no system library is linked.
+//! - `tls-core`: TLS without a built-in crypto provider: install a
+//!   `rustls::crypto::CryptoProvider` yourself (aws-lc-rs for FIPS, or a pure-Rust one)
+//!   or pass one to [`security::TlsConfig`].
+//! - `tls-webpki-roots`: Mozilla's root certificates compiled in
+//!   ([`security::TrustRoots::WebpkiRoots`]), for hosts without a system trust store.
+//! - `testing`: the group members' test harness, for suites that drive a member on a
+//!   virtual clock. For ottla's own tests; not part of the stable surface.
+//!
+//! ## Minimum supported Rust version
+//!
+//! Rust 1.85 (`rust-version` in Cargo.toml, built in CI with that release). On 1.85 and
+//! 1.86, keep the `ruzstd` codec at 0.8.1 (`cargo update -p ruzstd --precise 0.8.1`):
+//! ruzstd 0.8.2 needs Rust 1.87 without saying so in its manifest.
 //!
 //! ```no_run
 //! # async fn demo() -> ottla::Result<()> {
@@ -43,11 +68,13 @@
 pub mod config;
 pub mod consumer;
 pub mod dlq;
+#[doc(hidden)]
 pub mod driver;
 pub mod error;
 mod event_queue;
 pub mod processor;
 pub mod producer;
+#[doc(hidden)]
 pub mod proto;
 pub mod security;
 

@@ -75,10 +75,12 @@ use crate::proto::group::member::{
     check_heartbeat,
 };
 pub use crate::proto::process::classify::{
-    AsGiven, BatchError, Classifier, Disposition, ErrorClass, HttpClassifier, ProcessError,
+    AsGiven, BatchError, Classifier, Disposition, ErrorCause, ErrorClass, HttpClassifier,
+    ProcessError,
 };
 pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
 use crate::proto::process::lanes::{Action, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
+pub use crate::proto::process::retry::ConfigError;
 pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 
 /// The old name of [`RetryBackoff`], the processor's retry settings (renamed apart

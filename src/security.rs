@@ -36,7 +36,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::proto::sasl::{Mechanism, UnsecuredJwtConfig};
+pub use crate::proto::sasl::Mechanism;
+use crate::proto::sasl::UnsecuredJwtConfig;
 
 /// A password, token or private key. `Debug` and `Display` print `[redacted]`; the value
 /// is reachable only through [`Secret::expose`].
