@@ -48,6 +48,7 @@ pub mod error;
 mod event_queue;
 pub mod processor;
 pub mod producer;
+pub mod properties;
 pub mod proto;
 pub mod security;
 
