@@ -92,6 +92,7 @@ impl ProducerBuilder {
     }
 
     /// The client configuration so far.
+    #[cfg(test)]
     pub(crate) fn client(&self) -> &ClientConfig {
         &self.client
     }
