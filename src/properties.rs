@@ -23,9 +23,11 @@
 //!   records the key with the reason; each builder's `ignored_properties()` returns
 //!   them (an [`IgnoredProperty`] per key, in the order first given), so a caller that
 //!   wants strictness checks that it is empty. Nothing is silently accepted.
-//! - **Known but not supported** (`transactional.id`, ...): refused with
+//! - **Known but not supported** (`transactional.id`, the OIDC settings
+//!   `sasl.oauthbearer.method`, `sasl.oauthbearer.token.endpoint.url`,
+//!   `sasl.oauthbearer.client.id`, `sasl.oauthbearer.client.secret`): refused with
 //!   [`PropertyError::Unsupported`], because ignoring it would change what the
-//!   application relies on (transactions).
+//!   application relies on (transactions, how it authenticates).
 //! - **Unknown**: refused with [`PropertyError::Unknown`], which suggests the closest
 //!   known name by edit distance (`sesion.timeout.ms`: "did you mean
 //!   session.timeout.ms?").
@@ -133,7 +135,7 @@
 
 use std::time::Duration;
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// Which component understands a property.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -561,6 +563,18 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "sasl.oauthbearer.method",
         "give an OAUTHBEARER TokenProvider instead (SaslConfig::oauth_bearer)",
     ),
+    (
+        "sasl.oauthbearer.token.endpoint.url",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.client.id",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.client.secret",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
 ];
 
 /// A property that was given but ignored, with the reason.
@@ -728,7 +742,16 @@ pub(crate) enum Route {
 pub(crate) fn route(key: &str, scopes: &[Scope]) -> Result<Route, PropertyError> {
     match lookup(key)? {
         Lookup::Ignored(reason) => Ok(Route::Ignore(reason)),
-        Lookup::Known(p) if scopes.contains(&p.scope) => Ok(Route::Apply(p)),
+        Lookup::Known(p) if scopes.contains(&p.scope) => {
+            if let Some(what) = p.partly {
+                debug!(
+                    property = key.trim(),
+                    understood = what,
+                    "configuration property understood in part"
+                );
+            }
+            Ok(Route::Apply(p))
+        }
         Lookup::Known(p) => Ok(Route::Ignore(match p.scope {
             Client => "a connection setting: give it to ClientConfig or a builder",
             Consumer => "a consumer setting: give it to a ConsumerBuilder or ProcessorBuilder",
