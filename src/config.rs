@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::properties::{self, IgnoredProperty, Property, PropertyError, Route, Scope};
 use crate::proto::sasl::Mechanism;
 use crate::proto::wire::DEFAULT_MAX_FRAME_SIZE;
 use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, TrustRoots};
@@ -31,7 +32,8 @@ pub use crate::proto::backoff::{DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
 /// | `sasl` | `sasl.*` ([`SaslConfig`]) | none |
 ///
 /// Every setting can also be given by its Java or librdkafka property name with
-/// [`ClientConfig::set`].
+/// [`ClientConfig::set`], [`ClientConfig::from_properties`] or
+/// [`ClientConfig::from_env`] ([`crate::properties`] lists the names).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
@@ -74,6 +76,8 @@ pub struct ClientConfig {
     pub tls: TlsConfig,
     /// SASL settings, required with `SASL_PLAINTEXT` and `SASL_SSL`.
     pub sasl: Option<SaslConfig>,
+    /// Properties given to `set` and ignored.
+    ignored: Vec<IgnoredProperty>,
 }
 
 impl ClientConfig {
@@ -102,6 +106,7 @@ impl ClientConfig {
             security_protocol: SecurityProtocol::Plaintext,
             tls: TlsConfig::default(),
             sasl: None,
+            ignored: Vec::new(),
         }
     }
 
@@ -124,88 +129,112 @@ impl ClientConfig {
     }
 
     /// Sets one setting by its Java or librdkafka property name, for configurations
-    /// people already have:
-    ///
-    /// | property | meaning |
-    /// |---|---|
-    /// | `bootstrap.servers`, `client.id`, `request.timeout.ms`, `socket.connection.setup.timeout.ms`, `reconnect.backoff.ms`, `reconnect.backoff.max.ms`, `retry.backoff.ms`, `retry.backoff.max.ms`, `max.in.flight.requests.per.connection` | as in the table above |
-    /// | `security.protocol` | `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL` |
-    /// | `ssl.ca.location` | a PEM file of trusted CAs (`probe`: the platform's roots) |
-    /// | `ssl.ca.pem`, `ssl.truststore.certificates` | trusted CAs as PEM text |
-    /// | `ssl.truststore.location` with `ssl.truststore.type=PEM` | a PEM file of trusted CAs |
-    /// | `ssl.certificate.location`, `ssl.key.location` | the client certificate and key files (mutual TLS) |
-    /// | `ssl.certificate.pem`, `ssl.key.pem`, `ssl.keystore.certificate.chain`, `ssl.keystore.key` | the same as PEM text |
-    /// | `ssl.keystore.location` with `ssl.keystore.type=PEM` | one PEM file holding the key and the chain |
-    /// | `ssl.endpoint.identification.algorithm` | `https` (default) or `none`/empty: see [`TlsConfig::danger_disable_hostname_verification`] |
-    /// | `sasl.mechanism` (`sasl.mechanisms`) | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`, `OAUTHBEARER` |
-    /// | `sasl.username`, `sasl.password` | PLAIN and SCRAM credentials |
-    /// | `sasl.jaas.config` | the Java form of them: `...PlainLoginModule required username="u" password="p";` (and `ScramLoginModule`) |
-    /// | `sasl.oauthbearer.config` with `enable.sasl.oauthbearer.unsecure.jwt=true` | unsigned test tokens (librdkafka) |
-    ///
-    /// An unknown key, or a value that does not parse, is an error naming the key.
+    /// people already have ([`crate::properties`] lists every name). A consumer,
+    /// producer or Processor setting is recorded as ignored here (a `ClientConfig`
+    /// holds only the connection settings), as is a Java or librdkafka property that
+    /// means nothing to ottla: see [`ClientConfig::ignored_properties`]. An unknown key
+    /// is [`PropertyError::Unknown`] with the closest known name; a value that does not
+    /// parse is [`PropertyError::InvalidValue`] naming the key and the value.
     pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
+        match properties::route(key, &[Scope::Client])? {
+            Route::Apply(p) => self.apply(p, key, value)?,
+            Route::Ignore(reason) => self.ignore(key, reason),
+        }
+        Ok(self)
+    }
+
+    /// A configuration from `(property, value)` pairs, applied in order with
+    /// [`ClientConfig::set`] (a later pair wins); `bootstrap.servers` must be among
+    /// them for [`ClientConfig::validate`] to pass.
+    pub fn from_properties<I, K, V>(properties: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        ClientConfig::new("").properties(properties)
+    }
+
+    /// Applies `(property, value)` pairs in order with [`ClientConfig::set`].
+    pub fn properties<I, K, V>(mut self, properties: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        for (k, v) in properties {
+            self = self.set(k.as_ref(), v.as_ref())?;
+        }
+        Ok(self)
+    }
+
+    /// A configuration from the environment variables that start with `prefix`,
+    /// mapped to property names by [`properties::env_key`]
+    /// (`OTTLA_CLIENT_ID` with prefix `OTTLA_` is `client.id`).
+    pub fn from_env(prefix: &str) -> Result<Self> {
+        Self::from_env_vars(prefix, properties::process_env(prefix)?)
+    }
+
+    /// [`ClientConfig::from_env`] over the given variables instead of the process's.
+    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        Self::from_properties(properties::env_properties(prefix, vars))
+    }
+
+    /// The properties given to `set` that were ignored, with the reason, in the order
+    /// first given. Empty when every property was applied.
+    pub fn ignored_properties(&self) -> &[IgnoredProperty] {
+        &self.ignored
+    }
+
+    /// Records `key` as ignored (and logs a warning).
+    pub(crate) fn ignore(&mut self, key: &str, reason: &'static str) {
+        properties::record_ignored(&mut self.ignored, key, reason);
+    }
+
+    /// Applies a connection property; `key` is the name as given (for errors).
+    pub(crate) fn apply(
+        &mut self,
+        property: &Property,
+        key: &str,
+        value: &str,
+    ) -> std::result::Result<(), PropertyError> {
         let key = key.trim();
         let value = value.trim();
-        let bad = |message: String| -> Result<Self> {
-            Err(Error::Config {
-                setting: static_name(key),
-                message,
-            })
-        };
-        let ms = |v: &str| -> std::result::Result<Duration, String> {
-            v.parse::<u64>()
-                .map(Duration::from_millis)
-                .map_err(|_| format!("{v:?} is not a number of milliseconds"))
-        };
-        match key {
+        match property.name {
             "bootstrap.servers" => {
-                let fresh = ClientConfig::new(value);
-                self.bootstrap_servers = fresh.bootstrap_servers;
+                self.bootstrap_servers = ClientConfig::new(value).bootstrap_servers;
             }
             "client.id" => self.client_id = value.to_string(),
             "client.rack" => {
                 self.client_rack = (!value.is_empty()).then(|| value.to_string());
             }
-            "request.timeout.ms" => match ms(value) {
-                Ok(d) => self.request_timeout = d,
-                Err(m) => return bad(m),
-            },
-            "metadata.max.age.ms" => match ms(value) {
-                Ok(d) => self.metadata_max_age = d,
-                Err(m) => return bad(m),
-            },
-            "socket.connection.setup.timeout.ms" => match ms(value) {
-                Ok(d) => self.connect_timeout = d,
-                Err(m) => return bad(m),
-            },
-            "reconnect.backoff.ms" => match ms(value) {
-                Ok(d) => self.reconnect_backoff = d,
-                Err(m) => return bad(m),
-            },
-            "reconnect.backoff.max.ms" => match ms(value) {
-                Ok(d) => self.reconnect_backoff_max = d,
-                Err(m) => return bad(m),
-            },
-            "retry.backoff.ms" => match ms(value) {
-                Ok(d) => self.retry_backoff = d,
-                Err(m) => return bad(m),
-            },
-            "retry.backoff.max.ms" => match ms(value) {
-                Ok(d) => self.retry_backoff_max = d,
-                Err(m) => return bad(m),
-            },
-            "max.in.flight.requests.per.connection" | "max.in.flight" => match value.parse() {
-                Ok(n) => self.max_in_flight = n,
-                Err(_) => return bad(format!("{value:?} is not a count")),
-            },
-            "security.protocol" => match SecurityProtocol::parse(value) {
-                Some(p) => self.security_protocol = p,
-                None => {
-                    return bad(format!(
-                        "{value:?}: use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
-                    ));
-                }
-            },
+            "request.timeout.ms" => self.request_timeout = properties::millis(key, value)?,
+            "metadata.max.age.ms" => self.metadata_max_age = properties::millis(key, value)?,
+            "socket.connection.setup.timeout.ms" => {
+                self.connect_timeout = properties::millis(key, value)?;
+            }
+            "reconnect.backoff.ms" => self.reconnect_backoff = properties::millis(key, value)?,
+            "reconnect.backoff.max.ms" => {
+                self.reconnect_backoff_max = properties::millis(key, value)?;
+            }
+            "retry.backoff.ms" => self.retry_backoff = properties::millis(key, value)?,
+            "retry.backoff.max.ms" => self.retry_backoff_max = properties::millis(key, value)?,
+            "max.in.flight.requests.per.connection" => {
+                self.max_in_flight = properties::number(key, value, "a count of requests")?;
+            }
+            "receive.message.max.bytes" => {
+                self.max_frame_size = properties::number(key, value, "a number of bytes")?;
+            }
+            "security.protocol" => {
+                self.security_protocol = SecurityProtocol::parse(value).ok_or_else(|| {
+                    properties::invalid(key, value, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+                })?;
+            }
             "ssl.ca.location" | "ssl.truststore.location" => {
                 self.tls.roots = if value.eq_ignore_ascii_case("probe") {
                     TrustRoots::Platform
@@ -218,8 +247,10 @@ impl ClientConfig {
             }
             "ssl.truststore.type" | "ssl.keystore.type" => {
                 if !value.eq_ignore_ascii_case("PEM") {
-                    return bad(format!(
-                        "{value:?} stores are not read; convert it to PEM (openssl pkcs12 -in store.p12 -nodes, or keytool -exportcert -rfc) and give the file"
+                    return Err(properties::invalid(
+                        key,
+                        value,
+                        "PEM: other stores are not read; convert it to PEM (openssl pkcs12 -in store.p12 -nodes, or keytool -exportcert -rfc) and give the file",
                     ));
                 }
             }
@@ -235,52 +266,52 @@ impl ClientConfig {
             "ssl.key.pem" | "ssl.keystore.key" => self.tls.key = Some(Pem::inline(value)),
             "ssl.key.password" | "ssl.keystore.password" => {
                 if !value.is_empty() {
-                    return bad(
-                        "encrypted private keys are not read; decrypt the key (openssl pkcs8 -topk8 -nocrypt) and keep it as a secret".into(),
-                    );
+                    return Err(PropertyError::Unsupported {
+                        key: key.to_string(),
+                        reason: "encrypted private keys are not read; decrypt the key (openssl pkcs8 -topk8 -nocrypt) and keep it as a secret",
+                    });
                 }
             }
             "ssl.endpoint.identification.algorithm" => match value.to_ascii_lowercase().as_str() {
                 "https" => self.tls.skip_hostname_verification = false,
                 "" | "none" => self.tls.skip_hostname_verification = true,
-                _ => return bad(format!("{value:?}: use https, or none to turn it off")),
-            },
-            "sasl.mechanism" | "sasl.mechanisms" => match Mechanism::parse(value) {
-                Some(m) => self.sasl_mut().mechanism = Some(m),
-                None => {
-                    return bad(format!(
-                        "{value:?} is not supported; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
+                _ => {
+                    return Err(properties::invalid(
+                        key,
+                        value,
+                        "https, or none to turn it off",
                     ));
                 }
             },
+            "sasl.mechanism" => {
+                let mechanism = Mechanism::parse(value).ok_or_else(|| {
+                    properties::invalid(
+                        key,
+                        value,
+                        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER (others are not supported)",
+                    )
+                })?;
+                self.sasl_mut().mechanism = Some(mechanism);
+            }
             "sasl.username" => self.sasl_mut().username = value.to_string(),
             "sasl.password" => self.sasl_mut().password = Secret::new(value),
-            "sasl.jaas.config" => match parse_jaas(value) {
-                Ok(jaas) => {
-                    let sasl = self.sasl_mut();
-                    if let Some(u) = jaas.username {
-                        sasl.username = u;
-                    }
-                    if let Some(p) = jaas.password {
-                        sasl.password = p;
-                    }
+            "sasl.jaas.config" => {
+                let jaas = parse_jaas(value).map_err(|m| properties::invalid(key, value, m))?;
+                let sasl = self.sasl_mut();
+                if let Some(u) = jaas.username {
+                    sasl.username = u;
                 }
-                Err(m) => return bad(m),
-            },
-            "sasl.oauthbearer.config" => self.sasl_mut().oauth_config = Some(value.to_string()),
-            "enable.sasl.oauthbearer.unsecure.jwt" => match value {
-                "true" => self.sasl_mut().unsecure_jwt = true,
-                "false" => self.sasl_mut().unsecure_jwt = false,
-                _ => return bad(format!("{value:?}: use true or false")),
-            },
-            _ => {
-                return Err(Error::Config {
-                    setting: "property",
-                    message: format!("unknown property {key:?}"),
-                });
+                if let Some(p) = jaas.password {
+                    sasl.password = p;
+                }
             }
+            "sasl.oauthbearer.config" => self.sasl_mut().oauth_config = Some(value.to_string()),
+            "enable.sasl.oauthbearer.unsecure.jwt" => {
+                self.sasl_mut().unsecure_jwt = properties::flag(key, value)?;
+            }
+            _ => return Err(properties::not_here(key)),
         }
-        Ok(self)
+        Ok(())
     }
 
     fn sasl_mut(&mut self) -> &mut SaslConfig {
@@ -399,36 +430,6 @@ impl ClientConfig {
         }
         Ok(())
     }
-}
-
-/// The `&'static` form of a property name, for [`Error::Config`].
-fn static_name(key: &str) -> &'static str {
-    const NAMES: &[&str] = &[
-        "bootstrap.servers",
-        "client.id",
-        "request.timeout.ms",
-        "socket.connection.setup.timeout.ms",
-        "reconnect.backoff.ms",
-        "reconnect.backoff.max.ms",
-        "retry.backoff.ms",
-        "retry.backoff.max.ms",
-        "max.in.flight.requests.per.connection",
-        "security.protocol",
-        "ssl.truststore.type",
-        "ssl.keystore.type",
-        "ssl.key.password",
-        "ssl.keystore.password",
-        "ssl.endpoint.identification.algorithm",
-        "sasl.mechanism",
-        "sasl.mechanisms",
-        "sasl.jaas.config",
-        "enable.sasl.oauthbearer.unsecure.jwt",
-    ];
-    NAMES
-        .iter()
-        .find(|n| **n == key)
-        .copied()
-        .unwrap_or("property")
 }
 
 /// The credentials in a Java `sasl.jaas.config`.

@@ -94,6 +94,10 @@ pub enum ConsumerEvent {
     BrokerHangUp(BrokerHangUp),
 }
 
+/// `auto.commit.interval.ms` when only `enable.auto.commit=true` is given (5 s, as in
+/// Java and librdkafka).
+const DEFAULT_AUTO_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
+
 type GroupTweak = Arc<dyn Fn(&mut GroupConfig) + Send + Sync>;
 
 /// Builds a [`Consumer`]. Settings carry the Java client's names and defaults.
@@ -115,6 +119,9 @@ pub struct ConsumerBuilder {
     auto_commit: Option<Duration>,
     manual_revocation: bool,
     tweak_group: Option<GroupTweak>,
+    /// `auto.commit.interval.ms`, kept apart so that it survives
+    /// `enable.auto.commit=false` and applies whatever order the two come in.
+    auto_commit_interval: Duration,
 }
 
 impl std::fmt::Debug for ConsumerBuilder {
@@ -153,6 +160,7 @@ impl ConsumerBuilder {
             auto_commit: None,
             manual_revocation: false,
             tweak_group: None,
+            auto_commit_interval: DEFAULT_AUTO_COMMIT_INTERVAL,
         }
     }
 
@@ -185,27 +193,175 @@ impl ConsumerBuilder {
         self
     }
 
-    /// A setting by its Java or librdkafka property name: `group.protocol` and
-    /// `group.remote.assignor` here, the connection settings through
-    /// [`ClientConfig::set`] (`security.protocol`, `ssl.*`, `sasl.*`, ...).
+    /// A setting by its Java or librdkafka property name ([`crate::properties`] lists
+    /// them): the consumer's own (`group.id`, `session.timeout.ms`,
+    /// `partition.assignment.strategy`, ...) and the connection settings of
+    /// [`ClientConfig::set`]. A producer or Processor setting, or a Java or librdkafka
+    /// property that means nothing to ottla, is logged and recorded in
+    /// [`ConsumerBuilder::ignored_properties`]. An unknown key or a bad value is an
+    /// error naming it.
     pub fn set(mut self, key: &str, value: &str) -> crate::Result<Self> {
-        match key.trim() {
-            "group.protocol" => {
-                self.group_protocol =
-                    value
-                        .parse()
-                        .map_err(|message| crate::error::Error::Config {
-                            setting: "group.protocol",
-                            message,
-                        })?;
-            }
-            "group.remote.assignor" => {
-                let value = value.trim();
-                self.remote_assignor = (!value.is_empty()).then(|| value.to_string());
-            }
-            _ => self.client = self.client.set(key, value)?,
+        use crate::properties::{Route, Scope};
+        match crate::properties::route(key, &[Scope::Client, Scope::Consumer])? {
+            Route::Apply(p) if p.scope == Scope::Client => self.client.apply(p, key, value)?,
+            Route::Apply(p) => self.apply(p.name, key, value)?,
+            Route::Ignore(reason) => self.client.ignore(key, reason),
         }
         Ok(self)
+    }
+
+    /// A builder from `(property, value)` pairs, applied in order with
+    /// [`ConsumerBuilder::set`] (a later pair wins). `bootstrap.servers` must be among
+    /// them, and `group.id` with `ottla.topics` for a group consumer.
+    pub fn from_properties<I, K, V>(properties: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        ConsumerBuilder::new("").properties(properties)
+    }
+
+    /// Applies `(property, value)` pairs in order with [`ConsumerBuilder::set`].
+    pub fn properties<I, K, V>(mut self, properties: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        for (k, v) in properties {
+            self = self.set(k.as_ref(), v.as_ref())?;
+        }
+        Ok(self)
+    }
+
+    /// A builder from the environment variables that start with `prefix`, mapped by
+    /// [`crate::properties::env_key`]: `OTTLA_SESSION_TIMEOUT_MS` with prefix `OTTLA_`
+    /// is `session.timeout.ms`, and `__` stands for a literal `_`.
+    pub fn from_env(prefix: &str) -> crate::Result<Self> {
+        Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
+    }
+
+    /// [`ConsumerBuilder::from_env`] over the given variables instead of the process's.
+    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        Self::from_properties(crate::properties::env_properties(prefix, vars))
+    }
+
+    /// The properties given to `set` that were ignored, with the reason, in the order
+    /// first given.
+    pub fn ignored_properties(&self) -> &[crate::properties::IgnoredProperty] {
+        self.client.ignored_properties()
+    }
+
+    /// Records `key` as ignored (the Processor's own overrides).
+    pub(crate) fn ignore_property(mut self, key: &str, reason: &'static str) -> Self {
+        self.client.ignore(key, reason);
+        self
+    }
+
+    /// Applies a consumer property; `key` is the name as given (for errors).
+    fn apply(
+        &mut self,
+        name: &'static str,
+        key: &str,
+        value: &str,
+    ) -> std::result::Result<(), crate::properties::PropertyError> {
+        use crate::properties::{fetch_bytes, flag, invalid, kibibytes, list, millis};
+        let key = key.trim();
+        let value = value.trim();
+        let text = || (!value.is_empty()).then(|| value.to_string());
+        match name {
+            "group.id" => self.group_id = text(),
+            "group.instance.id" => self.instance_id = text(),
+            "group.protocol" => {
+                self.group_protocol = value.parse().map_err(|m: String| invalid(key, value, m))?;
+            }
+            "group.remote.assignor" => self.remote_assignor = text(),
+            "session.timeout.ms" => self.session_timeout = millis(key, value)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval = millis(key, value)?,
+            "max.poll.interval.ms" => self.max_poll_interval = millis(key, value)?,
+            "auto.offset.reset" => {
+                self.fetcher.reset = match value.to_ascii_lowercase().as_str() {
+                    "earliest" | "smallest" | "beginning" => OffsetReset::Earliest,
+                    "latest" | "largest" | "end" => OffsetReset::Latest,
+                    "none" | "error" => OffsetReset::None,
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            "earliest (smallest, beginning), latest (largest, end) or none (error)",
+                        ));
+                    }
+                };
+            }
+            "enable.auto.commit" => {
+                let interval = self.auto_commit.unwrap_or(self.auto_commit_interval);
+                self.auto_commit = flag(key, value)?.then_some(interval);
+            }
+            "auto.commit.interval.ms" => {
+                self.auto_commit_interval = millis(key, value)?;
+                if self.auto_commit.is_some() {
+                    self.auto_commit = Some(self.auto_commit_interval);
+                }
+            }
+            "partition.assignment.strategy" => {
+                let mut assignors: Vec<Arc<dyn Assignor>> = Vec::new();
+                for word in list(value) {
+                    let short = word.rsplit('.').next().unwrap_or(word);
+                    let name = match short {
+                        "RangeAssignor" => "range",
+                        "RoundRobinAssignor" => "roundrobin",
+                        "StickyAssignor" => "sticky",
+                        "CooperativeStickyAssignor" => "cooperative-sticky",
+                        other => other,
+                    };
+                    let Some(assignor) = builtin(name) else {
+                        return Err(invalid(
+                            key,
+                            value,
+                            format!(
+                                "{word:?} is not a built-in assignor: range, roundrobin, sticky, cooperative-sticky, or their Java classes (org.apache.kafka.clients.consumer.CooperativeStickyAssignor, ...)"
+                            ),
+                        ));
+                    };
+                    assignors.push(Arc::from(assignor));
+                }
+                if assignors.is_empty() {
+                    return Err(invalid(key, value, "at least one assignor"));
+                }
+                self.assignors = assignors;
+            }
+            "isolation.level" => {
+                self.fetcher.params.isolation = match value.to_ascii_lowercase().as_str() {
+                    "read_uncommitted" => IsolationLevel::ReadUncommitted,
+                    "read_committed" => IsolationLevel::ReadCommitted,
+                    _ => return Err(invalid(key, value, "read_uncommitted or read_committed")),
+                };
+            }
+            "fetch.min.bytes" => self.fetcher.params.min_bytes = fetch_bytes(key, value)?,
+            "fetch.max.wait.ms" => {
+                self.fetcher.params.max_wait_ms = i32::try_from(millis(key, value)?.as_millis())
+                    .map_err(|_| invalid(key, value, "at most 2147483647 milliseconds"))?;
+            }
+            "fetch.max.bytes" => self.fetcher.params.max_bytes = fetch_bytes(key, value)?,
+            "max.partition.fetch.bytes" => {
+                self.fetcher.partition_max_bytes = fetch_bytes(key, value)?;
+            }
+            "queued.max.messages.kbytes" => {
+                self.fetcher.buffer_max_bytes = kibibytes(key, value)?;
+            }
+            "check.crcs" => self.fetcher.batch.check_crcs = flag(key, value)?,
+            "ottla.topics" => self.topics = list(value).map(String::from).collect(),
+            "ottla.topic.regex" => self.topic_regex = text(),
+            "ottla.fetch.sessions" => self.fetcher.sessions = flag(key, value)?,
+            _ => return Err(crate::properties::not_here(key)),
+        }
+        Ok(())
     }
 
     /// `group.protocol` (default `classic`): [`GroupProtocol::Consumer`] speaks KIP-848's
@@ -1420,3 +1576,7 @@ async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
     }
     Done::Io
 }
+
+#[cfg(test)]
+#[path = "properties/consumer_tests.rs"]
+mod property_tests;

@@ -381,6 +381,10 @@ pub enum Error {
         /// What to change.
         message: String,
     },
+    /// A configuration property was refused: unknown (with a suggestion), unsupported,
+    /// or with a value that does not parse (see [`crate::properties`]).
+    #[error("invalid configuration: {0}")]
+    Property(#[from] crate::properties::PropertyError),
     /// Cluster metadata does not know a broker the client needs.
     #[error("unknown broker {node}")]
     UnknownBroker {

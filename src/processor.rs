@@ -204,12 +204,153 @@ impl ProcessorBuilder {
         self
     }
 
-    /// A connection setting by its Java or librdkafka property name
-    /// ([`ClientConfig::set`]), for the consumer and the dead-letter producer alike.
+    /// A setting by its Java or librdkafka property name, or by its `ottla.` name
+    /// ([`crate::properties`] lists them all): connection settings go to the consumer
+    /// and the dead-letter producer alike, consumer settings to the consumer, producer
+    /// settings to the dead-letter producer. `group.id`, `ottla.topics` and the three
+    /// group timeouts are the Processor's own; `enable.auto.commit` and
+    /// `auto.commit.interval.ms` are ignored (the Processor commits finished records
+    /// itself, see `ottla.commit.interval.ms`). Ignored keys are logged and recorded
+    /// in [`ProcessorBuilder::ignored_properties`]; an unknown key or a bad value is
+    /// an error naming it.
     pub fn set(mut self, key: &str, value: &str) -> Result<Self> {
-        self.consumer = self.consumer.set(key, value)?;
-        self.producer = self.producer.set(key, value)?;
+        use crate::properties::{Route, Scope};
+        let all = [
+            Scope::Client,
+            Scope::Consumer,
+            Scope::Producer,
+            Scope::Processor,
+        ];
+        match crate::properties::route(key, &all)? {
+            Route::Apply(p) => match p.scope {
+                Scope::Client => {
+                    self.consumer = self.consumer.set(key, value)?;
+                    self.producer = self.producer.set(key, value)?;
+                }
+                Scope::Producer => self.producer = self.producer.set(key, value)?,
+                Scope::Consumer => match p.name {
+                    "enable.auto.commit" | "auto.commit.interval.ms" => {
+                        self.consumer = self.consumer.ignore_property(
+                            key,
+                            "the Processor commits finished records itself (ottla.commit.interval.ms)",
+                        );
+                    }
+                    "group.id"
+                    | "ottla.topics"
+                    | "session.timeout.ms"
+                    | "heartbeat.interval.ms"
+                    | "max.poll.interval.ms" => {
+                        self.apply(p.name, key, value)?;
+                    }
+                    _ => self.consumer = self.consumer.set(key, value)?,
+                },
+                _ => self.apply(p.name, key, value)?,
+            },
+            Route::Ignore(reason) => self.consumer = self.consumer.ignore_property(key, reason),
+        }
         Ok(self)
+    }
+
+    /// A builder from `(property, value)` pairs, applied in order with
+    /// [`ProcessorBuilder::set`] (a later pair wins): `bootstrap.servers`, `group.id`
+    /// and `ottla.topics` must be among them.
+    pub fn from_properties<I, K, V>(properties: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        ProcessorBuilder::new("", "", Vec::<String>::new()).properties(properties)
+    }
+
+    /// Applies `(property, value)` pairs in order with [`ProcessorBuilder::set`].
+    pub fn properties<I, K, V>(mut self, properties: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        for (k, v) in properties {
+            self = self.set(k.as_ref(), v.as_ref())?;
+        }
+        Ok(self)
+    }
+
+    /// A builder from the environment variables that start with `prefix`, mapped by
+    /// [`crate::properties::env_key`]: `OTTLA_GROUP_ID` with prefix `OTTLA_` is
+    /// `group.id`, `OTTLA_OTTLA_CONCURRENCY` is `ottla.concurrency`, and `__` stands
+    /// for a literal `_`.
+    pub fn from_env(prefix: &str) -> Result<Self> {
+        Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
+    }
+
+    /// [`ProcessorBuilder::from_env`] over the given variables instead of the
+    /// process's.
+    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        Self::from_properties(crate::properties::env_properties(prefix, vars))
+    }
+
+    /// The properties given to `set` that were ignored, with the reason, in the order
+    /// first given.
+    pub fn ignored_properties(&self) -> &[crate::properties::IgnoredProperty] {
+        self.consumer.ignored_properties()
+    }
+
+    /// Applies a Processor property, or a consumer property the Processor keeps;
+    /// `key` is the name as given (for errors).
+    fn apply(
+        &mut self,
+        name: &'static str,
+        key: &str,
+        value: &str,
+    ) -> std::result::Result<(), crate::properties::PropertyError> {
+        use crate::properties::{flag, invalid, list, millis, number};
+        let key = key.trim();
+        let value = value.trim();
+        let backoff = &mut self.lanes.policy.default;
+        match name {
+            "group.id" => {
+                self.lanes.group = value.to_string();
+                self.consumer = self.consumer.clone().group_id(value);
+            }
+            "ottla.topics" => self.topics = list(value).map(String::from).collect(),
+            "session.timeout.ms" => self.session_timeout = millis(key, value)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval = millis(key, value)?,
+            "max.poll.interval.ms" => self.max_poll_interval = millis(key, value)?,
+            "ottla.concurrency" => self.lanes.concurrency = number(key, value, "a count")?,
+            "ottla.commit.interval.ms" => {
+                let every = millis(key, value)?;
+                self.lanes.commit_interval = (!every.is_zero()).then_some(every);
+            }
+            "ottla.processing.budget.ms" => self.processing_budget = millis(key, value)?,
+            "ottla.shutdown.timeout.ms" => self.shutdown_timeout = millis(key, value)?,
+            "ottla.acquiesce.share" => {
+                self.acquiesce_share = number(key, value, "a share in (0, 1]")?;
+            }
+            "ottla.check.topics" => self.check_topics = flag(key, value)?,
+            "ottla.dlq.suffix" => self.lanes.dlq_suffix = value.to_string(),
+            "ottla.retry.topics" => {
+                let delays: std::result::Result<Vec<Duration>, _> =
+                    list(value).map(|d| millis(key, d)).collect();
+                self.lanes.retry_delays =
+                    delays.map_err(|_| invalid(key, value, "comma-separated milliseconds"))?;
+            }
+            "ottla.max.retries" => backoff.max_retries = number(key, value, "a count")?,
+            "ottla.initial.retry.delay.ms" => backoff.initial = millis(key, value)?,
+            "ottla.max.retry.delay.ms" => backoff.max = millis(key, value)?,
+            "ottla.retry.backoff.multiplier" => {
+                backoff.multiplier = number(key, value, "a number")?;
+            }
+            "ottla.retry.jitter" => backoff.jitter = flag(key, value)?,
+            "ottla.retry.min.delay.ms" => backoff.min_delay = millis(key, value)?,
+            _ => return Err(crate::properties::not_here(key)),
+        }
+        Ok(())
     }
 
     /// The retry policy.
@@ -337,6 +478,9 @@ impl ProcessorBuilder {
     pub fn validate(&self) -> Result<()> {
         self.lanes.policy.validate().map_err(config)?;
         let bad = |setting: &'static str, message: String| Err(Error::Config { setting, message });
+        if self.lanes.group.is_empty() {
+            return bad("group.id", "give the processor's group".into());
+        }
         if let Err(message) = check_heartbeat(self.session_timeout, self.heartbeat_interval) {
             return bad("heartbeat.interval.ms", message);
         }
@@ -1161,3 +1305,7 @@ impl MetricsLog {
         self.0.lock().map(|l| l.clone()).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+#[path = "properties/processor_tests.rs"]
+mod property_tests;

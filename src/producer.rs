@@ -91,6 +91,12 @@ impl ProducerBuilder {
         }
     }
 
+    /// The client configuration so far.
+    #[cfg(test)]
+    pub(crate) fn client(&self) -> &ClientConfig {
+        &self.client
+    }
+
     /// Replaces the connection settings.
     pub fn client_config(mut self, config: ClientConfig) -> Self {
         self.client = config;
@@ -115,11 +121,114 @@ impl ProducerBuilder {
         self
     }
 
-    /// A connection setting by its Java or librdkafka property name
-    /// ([`ClientConfig::set`]): `security.protocol`, `ssl.*`, `sasl.*`, ...
+    /// A setting by its Java or librdkafka property name ([`crate::properties`] lists
+    /// them): the producer's own (`acks`, `linger.ms`, `compression.type`, ...) and the
+    /// connection settings of [`ClientConfig::set`]. A consumer or Processor setting,
+    /// or a Java or librdkafka property that means nothing to ottla, is logged and
+    /// recorded in [`ProducerBuilder::ignored_properties`]. An unknown key or a bad
+    /// value is an error naming it.
     pub fn set(mut self, key: &str, value: &str) -> crate::Result<Self> {
-        self.client = self.client.set(key, value)?;
+        use crate::properties::{Route, Scope};
+        match crate::properties::route(key, &[Scope::Client, Scope::Producer])? {
+            Route::Apply(p) if p.scope == Scope::Client => self.client.apply(p, key, value)?,
+            Route::Apply(p) => self.apply(p.name, key, value)?,
+            Route::Ignore(reason) => self.client.ignore(key, reason),
+        }
         Ok(self)
+    }
+
+    /// A builder from `(property, value)` pairs, applied in order with
+    /// [`ProducerBuilder::set`] (a later pair wins); `bootstrap.servers` must be among
+    /// them.
+    pub fn from_properties<I, K, V>(properties: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        ProducerBuilder::new("").properties(properties)
+    }
+
+    /// Applies `(property, value)` pairs in order with [`ProducerBuilder::set`].
+    pub fn properties<I, K, V>(mut self, properties: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        for (k, v) in properties {
+            self = self.set(k.as_ref(), v.as_ref())?;
+        }
+        Ok(self)
+    }
+
+    /// A builder from the environment variables that start with `prefix`, mapped by
+    /// [`crate::properties::env_key`]: `OTTLA_LINGER_MS` with prefix `OTTLA_` is
+    /// `linger.ms`, and `__` stands for a literal `_`.
+    pub fn from_env(prefix: &str) -> crate::Result<Self> {
+        Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
+    }
+
+    /// [`ProducerBuilder::from_env`] over the given variables instead of the process's.
+    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> crate::Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        Self::from_properties(crate::properties::env_properties(prefix, vars))
+    }
+
+    /// The properties given to `set` that were ignored, with the reason, in the order
+    /// first given.
+    pub fn ignored_properties(&self) -> &[crate::properties::IgnoredProperty] {
+        self.client.ignored_properties()
+    }
+
+    /// Applies a producer property; `key` is the name as given (for errors).
+    fn apply(
+        &mut self,
+        name: &'static str,
+        key: &str,
+        value: &str,
+    ) -> std::result::Result<(), crate::properties::PropertyError> {
+        use crate::properties::{flag, invalid, kibibytes, millis, number};
+        let key = key.trim();
+        let value = value.trim();
+        match name {
+            "acks" => {
+                self.config.acks = match value.to_ascii_lowercase().as_str() {
+                    "all" | "-1" => Acks::All,
+                    "1" => Acks::Leader,
+                    "0" => Acks::None,
+                    _ => return Err(invalid(key, value, "all (-1), 1 or 0")),
+                };
+            }
+            "linger.ms" => self.config.linger = millis(key, value)?,
+            "batch.size" => self.config.batch_size = number(key, value, "a number of bytes")?,
+            "compression.type" => {
+                self.config.compression = match value.to_ascii_lowercase().as_str() {
+                    "none" => Compression::None,
+                    "gzip" => Compression::Gzip,
+                    "snappy" => Compression::Snappy,
+                    "lz4" => Compression::Lz4,
+                    "zstd" => Compression::Zstd,
+                    _ => return Err(invalid(key, value, "none, gzip, snappy, lz4 or zstd")),
+                };
+            }
+            "enable.idempotence" => self.config.idempotence = flag(key, value)?,
+            "buffer.memory" => {
+                self.config.buffer_memory = number(key, value, "a number of bytes")?;
+            }
+            "queue.buffering.max.kbytes" => self.config.buffer_memory = kibibytes(key, value)?,
+            "delivery.timeout.ms" => self.config.delivery_timeout = millis(key, value)?,
+            "max.block.ms" => self.max_block = millis(key, value)?,
+            "max.request.size" => {
+                self.config.max_request_size = number(key, value, "a number of bytes")?;
+            }
+            _ => return Err(crate::properties::not_here(key)),
+        }
+        Ok(())
     }
 
     /// `client.id`.
@@ -590,3 +699,7 @@ async fn produce_round(
     shared.dispatch();
     shared.wake_driver.notify_one();
 }
+
+#[cfg(test)]
+#[path = "properties/producer_tests.rs"]
+mod property_tests;
