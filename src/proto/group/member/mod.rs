@@ -21,7 +21,7 @@
 //! | [`Timer::Join`] | `Unjoined`, coordinator known | JoinGroup is due (after backoff) |
 //! | [`Timer::Request`] | a FindCoordinator, JoinGroup, SyncGroup or LeaveGroup is in flight | the response is overdue: treated as a failure |
 //! | [`Timer::Heartbeat`] | a generation is live or being synced (from the JoinGroup answer on, as in the Java client), no heartbeat in flight | the next heartbeat is due |
-//! | [`Timer::Session`] | as the heartbeat | no successful heartbeat for `session_timeout`: the coordinator is looked up again (member id, generation and partitions kept) |
+//! | [`Timer::Session`] | as the heartbeat | no successful heartbeat for `session_timeout`: the partitions are lost, the coordinator is looked up again and the member rejoins under the same member id |
 //! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
 //! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
 //! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned, coordinator known | the retry is due |

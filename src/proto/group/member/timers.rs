@@ -114,19 +114,25 @@ impl GroupMember {
     }
 
     fn session_lapsed(&mut self, now: Instant) {
-        // As the Java client's heartbeat thread: a session with no successful heartbeat
-        // makes the member doubt its coordinator, not its membership. It rediscovers
-        // the coordinator keeping its member id, generation and partitions, and the
-        // session clock starts over (again when the coordinator is found). Only the
-        // coordinator can say the member is gone (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION
-        // on the next heartbeat); forgetting the id here left a ghost the next join
-        // phase waited a whole session for.
-        if let Some(hb) = self.state.heartbeat_mut() {
-            if now >= hb.last_ok + self.core.config.session_timeout {
-                hb.last_ok = now;
-                warn!(group = %self.core.config.group_id, member = %self.core.member_id, "no successful heartbeat within the session timeout; rediscovering the coordinator");
-                self.core.mark_coordinator_unknown(now);
-            }
+        // A session with no successful heartbeat: the coordinator has, in all
+        // likelihood, removed this member and given its partitions to others already
+        // (its clock is the same session timeout, started no later). Keeping them, as
+        // the Java client's heartbeat thread does (it only rediscovers the coordinator),
+        // leaves a zombie that goes on processing partitions another member now owns
+        // until the next heartbeat answer says so. As librdkafka ("session timed out
+        // ... revoking assignment and rejoining group"), the partitions are lost here:
+        // nothing more is committed for them and the member rejoins. Unlike librdkafka,
+        // it keeps its member id: if the coordinator still knows it, the rejoin is
+        // that member's, and if not, UNKNOWN_MEMBER_ID gives a fresh one; forgetting
+        // the id here left a ghost the next join phase waited a whole session for.
+        let lapsed = self
+            .state
+            .heartbeat_mut()
+            .is_some_and(|hb| now >= hb.last_ok + self.core.config.session_timeout);
+        if lapsed {
+            warn!(group = %self.core.config.group_id, member = %self.core.member_id, "no successful heartbeat within the session timeout; partitions lost, rediscovering the coordinator and rejoining");
+            self.core.mark_coordinator_unknown(now);
+            self.reset(now, LostReason::SessionLapsed, false, "session lapsed");
         }
     }
 
