@@ -528,7 +528,10 @@ fn names_assignors_and_guide(error: &ottla::Error, offered: &[&str]) {
 /// group: both members own half. (The librdkafka mock cannot show the refusal: its
 /// `rdkafka_mock_cgrp.c` never compares protocols; it takes the leader's first one and
 /// `rd_assert`s that every member's first is the same. The next test injects the
-/// error there instead.)
+/// error there instead. Neither peer can show the guide's second step, the move to
+/// `cooperative-sticky`: tansu keeps the assignor its group's first member listed first
+/// and refuses every member that does not offer it, and the mock asserts that every
+/// member lists the same assignor first.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assignors_and_the_guide()
 {
@@ -582,8 +585,24 @@ async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assig
             panic!("range,cooperative-sticky refused: {e}");
         }
     }
+    let first = joined_protocols(&mut joined);
+    assert_eq!(first.last().map(String::as_str), Some("range"), "{first:?}");
     let _ = joined.close().await;
     drop(rd);
+}
+
+/// The assignors the group chose in the generations `consumer` joined since the last
+/// call (`Event::Joined`).
+fn joined_protocols(consumer: &mut Consumer) -> Vec<String> {
+    use ottla::consumer::ConsumerEvent;
+    use ottla::proto::group::member::Event;
+    let mut out = Vec::new();
+    while let Some(event) = consumer.try_event() {
+        if let ConsumerEvent::Group(Event::Joined { protocol, .. }) = event {
+            out.push(protocol);
+        }
+    }
+    out
 }
 
 /// The same failure through the librdkafka mock, with the error injected (the mock
