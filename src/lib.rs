@@ -88,3 +88,8 @@ pub use producer::{Producer, ProducerBuilder, ProducerRecord, RecordMetadata};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// docs/migrating.md's examples, compiled by `cargo test --doc` so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/migrating.md")]
+pub struct MigratingDoctests;

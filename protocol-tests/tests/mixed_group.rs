@@ -434,3 +434,199 @@ async fn mock_ottla_and_confluent_consumer_protocol_nothing_lost_or_repeated() {
         "no record beyond those written"
     );
 }
+
+// ----- Joining a group of librdkafka members (docs/migrating.md) -----
+
+/// A librdkafka consumer in this process (the `rdkafka` crate) with librdkafka's
+/// default `partition.assignment.strategy`, `range,roundrobin`, polling on its own
+/// thread until dropped. `owned` is its assignment's size.
+struct RdMember {
+    owned: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RdMember {
+    fn start(bootstrap: &str, group: &str, topic: &str) -> Self {
+        use rdkafka::consumer::{BaseConsumer, Consumer as _};
+        use std::sync::atomic::Ordering;
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", group)
+            .set("client.id", "librdkafka-member")
+            .set("partition.assignment.strategy", "range,roundrobin")
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500")
+            .create()
+            .expect("librdkafka consumer");
+        consumer.subscribe(&[topic]).expect("subscribe");
+        let owned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (o, s) = (owned.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let _ = consumer.poll(Duration::from_millis(100));
+                let n = consumer.assignment().map(|a| a.count()).unwrap_or(0);
+                o.store(n, Ordering::Relaxed);
+            }
+            consumer.unsubscribe();
+        });
+        Self {
+            owned,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn owned(&self) -> usize {
+        self.owned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for RdMember {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waits until `check` holds, for up to `within`.
+async fn until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether `error` is the INCONSISTENT_GROUP_PROTOCOL failure naming `offered` and
+/// the guide.
+fn names_assignors_and_guide(error: &ottla::Error, offered: &[&str]) {
+    use ottla::proto::group::member::GroupError;
+    let ottla::Error::Group(GroupError::InconsistentGroupProtocol { offered: got, .. }) = error
+    else {
+        panic!("not INCONSISTENT_GROUP_PROTOCOL: {error:?}");
+    };
+    assert_eq!(got, offered);
+    let message = error.to_string();
+    for words in [
+        "INCONSISTENT_GROUP_PROTOCOL",
+        &format!("({})", offered.join(",")),
+        "partition.assignment.strategy",
+        "docs/migrating.md",
+    ] {
+        assert!(message.contains(words), "{words:?} missing from: {message}");
+    }
+}
+
+/// ottla's default (`cooperative-sticky`) shares no assignor with a librdkafka member
+/// on its default (`range,roundrobin`): tansu answers INCONSISTENT_GROUP_PROTOCOL, and
+/// `recv` returns it naming the assignors ottla offered and docs/migrating.md. The
+/// guide's first step, `range` first and `cooperative-sticky` second, then shares the
+/// group: both members own half. (The librdkafka mock cannot show the refusal: its
+/// `rdkafka_mock_cgrp.c` never compares protocols; it takes the leader's first one and
+/// `rd_assert`s that every member's first is the same. The next test injects the
+/// error there instead. Neither peer can show the guide's second step, the move to
+/// `cooperative-sticky`: tansu keeps the assignor its group's first member listed first
+/// and refuses every member that does not offer it, and the mock asserts that every
+/// member lists the same assignor first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assignors_and_the_guide()
+{
+    const T: &str = "mixed-upgrade";
+    let t = Tansu::start().unwrap();
+    t.create_topic(T, 4).unwrap();
+    let group = format!("mixed-upgrade-{}", std::process::id());
+    let rd = RdMember::start(&t.bootstrap(), &group, T);
+    until(
+        Duration::from_secs(30),
+        "librdkafka member owns all 4",
+        || rd.owned() == 4,
+    )
+    .await;
+
+    let consumer = |b: ottla::ConsumerBuilder| {
+        b.group_id(&group)
+            .topics([T])
+            .session_timeout(Duration::from_secs(6))
+            .heartbeat_interval(Duration::from_millis(500))
+    };
+    let mut refused = consumer(Consumer::builder(&t.bootstrap()))
+        .build()
+        .await
+        .unwrap();
+    let Ok(Some(Err(error))) = tokio::time::timeout(Duration::from_secs(30), refused.recv()).await
+    else {
+        panic!("the default consumer was not refused");
+    };
+    names_assignors_and_guide(&error, &["cooperative-sticky"]);
+    assert_eq!(rd.owned(), 4, "the librdkafka member keeps its partitions");
+    drop(refused);
+
+    let mut joined = consumer(Consumer::builder(&t.bootstrap()))
+        .assignors(["range", "cooperative-sticky"])
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while !(joined.assignment().len() == 2 && rd.owned() == 2) {
+        assert!(
+            Instant::now() < deadline,
+            "not shared: ottla {:?}, librdkafka {}",
+            joined.assignment(),
+            rd.owned()
+        );
+        if let Ok(Some(Err(e))) =
+            tokio::time::timeout(Duration::from_millis(100), joined.recv()).await
+        {
+            panic!("range,cooperative-sticky refused: {e}");
+        }
+    }
+    let first = joined_protocols(&mut joined);
+    assert_eq!(first.last().map(String::as_str), Some("range"), "{first:?}");
+    let _ = joined.close().await;
+    drop(rd);
+}
+
+/// The assignors the group chose in the generations `consumer` joined since the last
+/// call (`Event::Joined`).
+fn joined_protocols(consumer: &mut Consumer) -> Vec<String> {
+    use ottla::consumer::ConsumerEvent;
+    use ottla::proto::group::member::Event;
+    let mut out = Vec::new();
+    while let Some(event) = consumer.try_event() {
+        if let ConsumerEvent::Group(Event::Joined { protocol, .. }) = event {
+            out.push(protocol);
+        }
+    }
+    out
+}
+
+/// The same failure through the librdkafka mock, with the error injected (the mock
+/// itself never refuses a join; see above): the consumer's `recv` names the
+/// assignors offered, in order, and the guide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_join_inconsistent_group_protocol_names_the_offered_assignors_and_the_guide() {
+    let m = mock();
+    m.push_request_errors(JOIN_GROUP, &[23]);
+    let mut consumer = Consumer::builder(&m.bootstrap())
+        .group_id(format!("mixed-inconsistent-{}", std::process::id()))
+        .topics([TOPIC])
+        .assignors(["cooperative-sticky", "range"])
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    let Ok(Some(Err(error))) = tokio::time::timeout(Duration::from_secs(20), consumer.recv()).await
+    else {
+        panic!("no INCONSISTENT_GROUP_PROTOCOL from recv");
+    };
+    names_assignors_and_guide(&error, &["cooperative-sticky", "range"]);
+    assert!(
+        consumer.recv().await.is_none(),
+        "fatal and sticky: the consumer stops"
+    );
+}

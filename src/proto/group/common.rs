@@ -266,15 +266,20 @@ impl<S, C> Core<S, C> {
         code: i16,
         hint: Option<&'static str>,
     ) -> GroupError {
-        let group = &self.config.group_id;
         let error = GroupError::Broker {
-            group: group.clone(),
+            group: self.config.group_id.clone(),
             api,
             code,
             name: crate::proto::error_name(code),
             hint,
         };
-        warn!(group, %error, "fatal group error");
+        self.fail(error)
+    }
+
+    /// A fatal error: every owned partition is lost, and the error is reported and
+    /// returned for the member to close with.
+    pub(crate) fn fail(&mut self, error: GroupError) -> GroupError {
+        warn!(group = %self.config.group_id, %error, "fatal group error");
         self.lose_all(LostReason::Fatal);
         self.events.push_back(Event::Fatal(error.clone()));
         error

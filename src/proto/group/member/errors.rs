@@ -114,7 +114,7 @@ pub(super) fn hint(code: i16) -> Option<&'static str> {
     match ResponseError::try_from_code(code)? {
         E::FencedInstanceId => Some("another member uses the same group.instance.id"),
         E::InconsistentGroupProtocol => Some(
-            "no assignor is shared with the group's other members (check partition.assignment.strategy)",
+            "no assignor is shared with the group's other members (check partition.assignment.strategy; docs/migrating.md)",
         ),
         E::InvalidSessionTimeout => {
             Some("session.timeout.ms is outside the broker's group.min/max.session.timeout.ms")

@@ -86,13 +86,16 @@ impl GroupMember {
             self.core.member_id = member_id;
             return self.enter_unjoined(now, false, "member id assigned (KIP-394)");
         }
+        if error == ResponseError::InconsistentGroupProtocol.code() {
+            return self.no_common_assignor();
+        }
         if error != 0 {
             return self.on_rebalance_error(now, "JoinGroup", error);
         }
         self.failures = 0;
         self.core.member_id = member_id;
         let Some(protocol) = protocol_name else {
-            return self.fatal("JoinGroup", ResponseError::InconsistentGroupProtocol.code());
+            return self.no_common_assignor();
         };
         let is_leader = leader == self.core.member_id;
         let assignments = if is_leader && !skip_assignment {
@@ -319,14 +322,23 @@ impl GroupMember {
             self.assigned_with = None;
             self.metadata_at = None;
         }
-        let rebalance = self
+        // As the Java client (`ConsumerCoordinator`): a member is cooperative only when
+        // every assignor it offers is. A member that also offers an eager one (`range`
+        // beside `cooperative-sticky`, the first bounce of a move to cooperative) gives
+        // everything back before it rejoins, because the next generation may choose
+        // that eager assignor, which hands a partition still held here straight to
+        // another member (docs/migrating.md).
+        let all_cooperative = self
             .core
             .config
             .assignors
             .iter()
-            .find(|a| a.name() == protocol)
-            .map(|a| a.protocol())
-            .unwrap_or(RebalanceProtocol::Eager);
+            .all(|a| a.protocol() == RebalanceProtocol::Cooperative);
+        let rebalance = if all_cooperative {
+            RebalanceProtocol::Cooperative
+        } else {
+            RebalanceProtocol::Eager
+        };
         self.generation = Some(Generation {
             id: generation,
             protocol: protocol.clone(),
@@ -380,6 +392,27 @@ impl GroupMember {
     }
 
     /// Errors on JoinGroup and SyncGroup.
+    /// INCONSISTENT_GROUP_PROTOCOL on JoinGroup (or a JoinGroup answer that names no
+    /// assignor): fatal, as in the Java client, with the assignors this member offered,
+    /// so the error says what to change.
+    fn no_common_assignor(&mut self) {
+        if self.closed().is_some() {
+            return;
+        }
+        let error = GroupError::InconsistentGroupProtocol {
+            group: self.core.config.group_id.clone(),
+            offered: self
+                .core
+                .config
+                .assignors
+                .iter()
+                .map(|a| a.name().to_string())
+                .collect(),
+        };
+        let error = self.core.fail(error);
+        self.close(Some(error));
+    }
+
     pub(super) fn on_rebalance_error(&mut self, now: Instant, api: &'static str, error: i16) {
         debug!(group = %self.core.config.group_id, member = %self.core.member_id, api, error = %error_name(error), "rebalance request failed");
         match reaction(error) {

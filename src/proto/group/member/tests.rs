@@ -1026,10 +1026,99 @@ fn joining_inconsistent_group_protocol_is_fatal_and_names_the_cause() {
     let Some(Event::Fatal(e)) = ev.last() else {
         panic!("{ev:?}")
     };
-    assert!(
-        e.to_string().contains("partition.assignment.strategy"),
-        "{e}"
+    assert_eq!(
+        e,
+        &GroupError::InconsistentGroupProtocol {
+            group: GROUP.into(),
+            offered: vec!["range".into()],
+        }
     );
+    let message = e.to_string();
+    for words in [
+        "INCONSISTENT_GROUP_PROTOCOL",
+        "(range)",
+        "partition.assignment.strategy",
+        "docs/migrating.md",
+    ] {
+        assert!(message.contains(words), "{words:?} missing from {message}");
+    }
+    assert_eq!(h.m.state(), StateKind::Closed);
+    assert_eq!(h.m.error(), Some(e));
+}
+
+#[test]
+fn joining_an_answer_without_an_assignor_name_is_inconsistent_group_protocol() {
+    let mut c = config("cooperative-sticky");
+    c.assignors
+        .push(Arc::from(builtin("range").expect("builtin assignor")));
+    let mut h = H::new(c);
+    h.find_coordinator(2);
+    let join = h.request();
+    h.respond(
+        join.id,
+        GroupResponse::JoinGroup {
+            error: 0,
+            generation: 1,
+            protocol_name: None,
+            leader: "m1".into(),
+            member_id: "m1".into(),
+            members: vec![],
+            skip_assignment: false,
+        },
+    );
+    let ev = h.events();
+    assert!(
+        matches!(ev.last(), Some(Event::Fatal(GroupError::InconsistentGroupProtocol { offered, .. }))
+            if offered == &["cooperative-sticky".to_string(), "range".to_string()]),
+        "{ev:?}"
+    );
+    assert_eq!(h.m.state(), StateKind::Closed);
+}
+
+#[test]
+fn stable_offering_an_eager_assignor_revokes_everything_even_under_cooperative_sticky() {
+    // The first bounce of a move to cooperative (docs/migrating.md) offers `range` and
+    // `cooperative-sticky`. As in the Java client, such a member is eager even when the
+    // group chose `cooperative-sticky`: the next generation may choose `range`, which
+    // would hand a partition it kept straight to another member.
+    let mut c = config("range");
+    c.assignors.push(Arc::from(
+        builtin("cooperative-sticky").expect("builtin assignor"),
+    ));
+    let mut h = H::new(c);
+    let generation = h.join_alone_p("cooperative-sticky");
+    let ev = h.events();
+    assert!(
+        ev.iter().any(
+            |e| matches!(e, Event::Joined { protocol, .. } if protocol == "cooperative-sticky")
+        ),
+        "{ev:?}"
+    );
+    let _offset_fetch = h.request();
+    let hb = h.heartbeat();
+    h.respond(
+        hb.id,
+        GroupResponse::Heartbeat {
+            error: ResponseError::RebalanceInProgress.code(),
+        },
+    );
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            generation,
+            partitions: (0..4).map(tp).collect()
+        }]
+    );
+    assert_eq!(h.m.state(), StateKind::Revoking);
+    h.m.complete_revocation(h.now, generation);
+    let join = h.request();
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!("{join:?}")
+    };
+    let names: Vec<&str> = protocols.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["range", "cooperative-sticky"]);
+    let sub = decode_subscription(protocols[0].1.clone()).unwrap();
+    assert!(sub.owned_partitions.is_empty(), "{sub:?}");
 }
 
 #[test]

@@ -241,6 +241,21 @@ pub enum GroupError {
         /// What to change, when known.
         hint: Option<&'static str>,
     },
+    /// JoinGroup failed with INCONSISTENT_GROUP_PROTOCOL (23): the group's members
+    /// share none of the assignors this member offered. A librdkafka group offers
+    /// `range,roundrobin` by default, the Java client `range,cooperative-sticky`, and
+    /// ottla `cooperative-sticky`; `docs/migrating.md` gives the rolling upgrade. The
+    /// Java client throws `InconsistentGroupProtocolException` here.
+    #[error(
+        "group {group}: JoinGroup failed with INCONSISTENT_GROUP_PROTOCOL (code 23): the group's members share none of the assignors this member offered ({}); offer one the group uses, first in partition.assignment.strategy (ConsumerBuilder::assignors; librdkafka's default is range,roundrobin): docs/migrating.md, \"Joining a group of librdkafka members\", gives the rolling upgrade",
+        offered.join(",")
+    )]
+    InconsistentGroupProtocol {
+        /// The group id.
+        group: String,
+        /// The assignors this member offered, in its order of preference.
+        offered: Vec<String>,
+    },
     /// The leader could not compute an assignment.
     #[error("group {group}: assignor {assignor} failed: {message}")]
     Assignment {
