@@ -27,7 +27,11 @@ async fn orders_are_consumed_from_the_moved_coordinator() -> anyhow::Result<()> 
     let producer = Producer::builder(&mock.bootstrap()).build().await?;
     for i in 0..10 {
         let delivery = producer
-            .send(ProducerRecord::new("orders").key(format!("order-{i}")).value("{}"))
+            .send(
+                ProducerRecord::new("orders")
+                    .key(format!("order-{i}"))
+                    .value("{}"),
+            )
             .await?;
         delivery.await?;
     }
@@ -140,14 +144,10 @@ fn builder_creates_topics_before_start_returns() -> anyhow::Result<()> {
     let md = metadata(&mock.bootstrap())?;
     assert_eq!(md.brokers().len(), 3);
     let shape = |name: &str| {
-        md.topics()
-            .iter()
-            .find(|t| t.name() == name)
-            .map(|t| {
-                let replicas: Vec<usize> =
-                    t.partitions().iter().map(|p| p.replicas().len()).collect();
-                (t.partitions().len(), replicas)
-            })
+        md.topics().iter().find(|t| t.name() == name).map(|t| {
+            let replicas: Vec<usize> = t.partitions().iter().map(|p| p.replicas().len()).collect();
+            (t.partitions().len(), replicas)
+        })
     };
     assert_eq!(shape("one"), Some((2, vec![1, 1])));
     assert_eq!(shape("three"), Some((4, vec![3, 3, 3, 3])));

@@ -14,9 +14,10 @@ use rdkafka_sys::bindings as rd;
 ///
 /// Give it as a number (`ErrorCode::from(16)`, or a bare `i16` wherever a method takes
 /// `impl Into<ErrorCode>`), as a constant ([`ErrorCode::NOT_COORDINATOR`]), or by name
-/// ([`ErrorCode::named`], or `"NOT_COORDINATOR".parse()`), where the names are
-/// librdkafka's: Kafka's own names for broker errors, and an underscore-prefixed name
-/// for the internal ones.
+/// ([`ErrorCode::named`], or `"NOT_COORDINATOR".parse()`). The names are Kafka's for
+/// broker errors (`UNKNOWN_TOPIC_OR_PARTITION`; librdkafka's older spellings such as
+/// `UNKNOWN_TOPIC_OR_PART` are accepted too) and librdkafka's underscore-prefixed ones
+/// for its internal codes (`_TRANSPORT`).
 ///
 /// ```
 /// use ottla_testkit::ErrorCode;
@@ -64,13 +65,19 @@ impl ErrorCode {
     /// `110`: the member's epoch is not the group's (KIP-848).
     pub const FENCED_MEMBER_EPOCH: ErrorCode = ErrorCode(110);
 
-    /// The code whose librdkafka name is `name`, in any case, with or without the
-    /// `RD_KAFKA_RESP_ERR_` prefix: `NOT_COORDINATOR`, `rebalance_in_progress`,
-    /// `_TRANSPORT`. Fails for a name librdkafka does not know.
+    /// The code named `name`, in any case: Kafka's name, or librdkafka's with or
+    /// without its `RD_KAFKA_RESP_ERR_` prefix (`NOT_COORDINATOR`,
+    /// `rebalance_in_progress`, `UNKNOWN_TOPIC_OR_PART`, `_TRANSPORT`). Fails for a name
+    /// neither knows.
     pub fn named(name: &str) -> anyhow::Result<ErrorCode> {
         let wanted = name.trim();
         let wanted = wanted.strip_prefix("RD_KAFKA_RESP_ERR_").unwrap_or(wanted);
-        let found = error_descs().find(|(_, known)| known.eq_ignore_ascii_case(wanted));
+        let kafka = KAFKA_NAMES
+            .iter()
+            .find(|(_, known)| known.eq_ignore_ascii_case(wanted))
+            .map(|&(code, _)| (code, String::new()));
+        let found =
+            kafka.or_else(|| error_descs().find(|(_, known)| known.eq_ignore_ascii_case(wanted)));
         match found {
             Some((code, _)) => Ok(ErrorCode(code)),
             None => bail!(
@@ -85,9 +92,13 @@ impl ErrorCode {
         self.0
     }
 
-    /// librdkafka's name for the code (`NOT_COORDINATOR`, `_TRANSPORT`), or
-    /// `ERR_<code>?` for one it does not know.
+    /// The code's name: Kafka's for a broker error (`NOT_COORDINATOR`,
+    /// `UNKNOWN_TOPIC_OR_PARTITION`), librdkafka's for an internal one (`_TRANSPORT`),
+    /// or `ERR_<code>?` for a code neither names.
     pub fn name(self) -> String {
+        if let Some((_, name)) = KAFKA_NAMES.iter().find(|&&(code, _)| code == self.0) {
+            return (*name).to_string();
+        }
         error_descs()
             .find(|&(code, _)| code == self.0)
             .map(|(_, name)| name)
@@ -118,6 +129,18 @@ impl fmt::Display for ErrorCode {
         write!(f, "{} ({})", self.name(), self.0)
     }
 }
+
+/// Kafka's names where librdkafka's table spells them otherwise (librdkafka keeps the
+/// names of older Kafka versions).
+const KAFKA_NAMES: &[(i16, &str)] = &[
+    (2, "CORRUPT_MESSAGE"),
+    (3, "UNKNOWN_TOPIC_OR_PARTITION"),
+    (4, "INVALID_FETCH_SIZE"),
+    (6, "NOT_LEADER_OR_FOLLOWER"),
+    (10, "MESSAGE_TOO_LARGE"),
+    (11, "STALE_CONTROLLER_EPOCH"),
+    (17, "INVALID_TOPIC_EXCEPTION"),
+];
 
 /// librdkafka's error table: `(code, name)` for every named entry.
 fn error_descs() -> impl Iterator<Item = (i16, String)> {
@@ -193,4 +216,84 @@ pub mod api_key {
     pub const SASL_AUTHENTICATE: i16 = 36;
     /// ConsumerGroupHeartbeat (KIP-848).
     pub const CONSUMER_GROUP_HEARTBEAT: i16 = 68;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every constant carries the number its name has in librdkafka's table (or in
+    /// Kafka's, where librdkafka spells it otherwise), both ways.
+    #[test]
+    fn constants_match_their_names() -> anyhow::Result<()> {
+        let constants = [
+            (ErrorCode::TRANSPORT, "_TRANSPORT"),
+            (ErrorCode::NONE, "NO_ERROR"),
+            (
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                "UNKNOWN_TOPIC_OR_PARTITION",
+            ),
+            (ErrorCode::NOT_LEADER_OR_FOLLOWER, "NOT_LEADER_OR_FOLLOWER"),
+            (ErrorCode::REQUEST_TIMED_OUT, "REQUEST_TIMED_OUT"),
+            (
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+                "COORDINATOR_LOAD_IN_PROGRESS",
+            ),
+            (
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                "COORDINATOR_NOT_AVAILABLE",
+            ),
+            (ErrorCode::NOT_COORDINATOR, "NOT_COORDINATOR"),
+            (ErrorCode::ILLEGAL_GENERATION, "ILLEGAL_GENERATION"),
+            (ErrorCode::UNKNOWN_MEMBER_ID, "UNKNOWN_MEMBER_ID"),
+            (ErrorCode::REBALANCE_IN_PROGRESS, "REBALANCE_IN_PROGRESS"),
+            (
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                "TOPIC_AUTHORIZATION_FAILED",
+            ),
+            (
+                ErrorCode::GROUP_AUTHORIZATION_FAILED,
+                "GROUP_AUTHORIZATION_FAILED",
+            ),
+            (ErrorCode::FENCED_INSTANCE_ID, "FENCED_INSTANCE_ID"),
+            (ErrorCode::FENCED_MEMBER_EPOCH, "FENCED_MEMBER_EPOCH"),
+        ];
+        for (code, name) in constants {
+            assert_eq!(code.name(), name, "{}", code.0);
+            assert_eq!(ErrorCode::named(name)?, code, "{name}");
+        }
+        Ok(())
+    }
+
+    /// librdkafka's spellings and its prefix are accepted; Kafka's names win in
+    /// `name()`; no alias names a code librdkafka gives another name to.
+    #[test]
+    fn librdkafka_spellings_are_accepted() -> anyhow::Result<()> {
+        assert_eq!(ErrorCode::named("UNKNOWN_TOPIC_OR_PART")?.0, 3);
+        assert_eq!(
+            ErrorCode::named("RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION")?.0,
+            6
+        );
+        assert_eq!(ErrorCode::named("RD_KAFKA_RESP_ERR__TRANSPORT")?.0, -195);
+        assert_eq!(ErrorCode::from(10).name(), "MESSAGE_TOO_LARGE");
+        for &(code, kafka) in KAFKA_NAMES {
+            let other = error_descs().find(|(_, n)| n.eq_ignore_ascii_case(kafka));
+            assert_eq!(other, None, "{kafka} is also librdkafka's name");
+            assert!(
+                error_descs().any(|(c, _)| c == code),
+                "librdkafka has no entry for {code}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn numbers_parse_and_unknown_names_fail() {
+        assert_eq!("-195".parse::<ErrorCode>().ok(), Some(ErrorCode::TRANSPORT));
+        assert_eq!(" 27 ".parse::<ErrorCode>().ok(), Some(ErrorCode(27)));
+        assert!("NOT_A_KAFKA_ERROR".parse::<ErrorCode>().is_err());
+        assert!("".parse::<ErrorCode>().is_err());
+        assert_eq!(ErrorCode(9999).name(), "ERR_9999?");
+        assert_eq!(ErrorCode(16).to_string(), "NOT_COORDINATOR (16)");
+    }
 }
