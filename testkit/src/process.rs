@@ -135,3 +135,51 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Logs go to `<target>/peer-logs`: `$CARGO_TARGET_DIR`'s, or the one holding this
+    /// test binary.
+    #[test]
+    fn log_dir_is_in_the_target_dir() -> anyhow::Result<()> {
+        let dir = log_dir();
+        assert!(dir.ends_with("peer-logs"), "{}", dir.display());
+        assert!(dir.is_dir());
+        let target = dir.parent().context("peer-logs has a parent")?;
+        match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
+            Some(t) => assert_eq!(target, Path::new(&t)),
+            None => assert!(std::env::current_exe()?.starts_with(target)),
+        }
+        let (a, b) = (
+            unique_log_path("x", 1, "log"),
+            unique_log_path("x", 1, "log"),
+        );
+        assert_ne!(a, b);
+        assert!(log_tail(&a).starts_with("(no log at"));
+        Ok(())
+    }
+
+    /// A temporary directory is removed with its contents on drop.
+    #[test]
+    fn temp_dir_is_removed_on_drop() -> anyhow::Result<()> {
+        let dir = TempDir::new("ottla-testkit-unit")?;
+        let path = dir.path().to_path_buf();
+        std::fs::write(path.join("file"), b"x")?;
+        drop(dir);
+        assert!(!path.exists());
+        Ok(())
+    }
+
+    /// SIGTERM ends a child that does not trap it, well before the kill deadline.
+    #[test]
+    fn terminate_stops_a_child() -> anyhow::Result<()> {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn()?;
+        let started = Instant::now();
+        terminate(&mut child, Duration::from_secs(10));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(child.try_wait()?.is_some());
+        Ok(())
+    }
+}
