@@ -75,10 +75,12 @@ use crate::codes::api_key::{HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP};
 /// mock.broker_down(1)?;
 /// mock.broker_up(1)?;
 ///
-/// // The next two JoinGroups, on any broker, fail; then one Heartbeat on broker 2
-/// // waits 50 ms and gets REBALANCE_IN_PROGRESS.
-/// mock.push_request_errors(api_key::JOIN_GROUP, &[ErrorCode::named("COORDINATOR_LOAD_IN_PROGRESS")?, ErrorCode::NOT_COORDINATOR]);
-/// mock.push_broker_request_errors(2, api_key::HEARTBEAT, &[(27, Duration::from_millis(50))])?;
+/// // The next two JoinGroups, on any broker, fail; the next Heartbeat on broker 2
+/// // waits 50 ms and gets REBALANCE_IN_PROGRESS (27, given as a number).
+/// let loading = ErrorCode::named("COORDINATOR_LOAD_IN_PROGRESS")?;
+/// mock.push_request_errors(api_key::JOIN_GROUP, &[loading, ErrorCode::NOT_COORDINATOR]);
+/// let rebalancing = (27, Duration::from_millis(50));
+/// mock.push_broker_request_errors(2, api_key::HEARTBEAT, &[rebalancing])?;
 ///
 /// mock.start_request_tracking();
 /// // ... run the client under test against mock.bootstrap(), then:
