@@ -17,14 +17,14 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
 use crate::tansu::{
     SaslTansu, SaslTansuOptions, Tansu, TansuOptions, free_port, log_tail, unique_log_path,
 };
+pub use ottla_testkit::process::TempDir;
 
 /// How long a stunnel start waits for its port to accept connections.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,50 +32,6 @@ const STUNNEL_HINT: &str = "install it with `apt-get install stunnel4` (`bash \
      scripts/install-peers.sh` does, as root), or set STUNNEL_BIN";
 const OPENSSL_HINT: &str = "install it with `apt-get install openssl` (`bash \
      scripts/install-peers.sh` does, as root), or set OPENSSL_BIN";
-
-/// A directory under [`std::env::temp_dir`] with a unique name, removed (with its
-/// contents) on drop.
-#[derive(Debug)]
-pub struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    /// Creates `<temp>/<prefix>-<pid>-<time>-<n>`.
-    pub fn new(prefix: &str) -> anyhow::Result<TempDir> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let base = std::env::temp_dir();
-        for _ in 0..100 {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = base.join(format!("{prefix}-{}-{nanos:x}-{n}", std::process::id()));
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(TempDir { path }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(
-                        anyhow::Error::new(e).context(format!("creating {}", path.display()))
-                    );
-                }
-            }
-        }
-        bail!("no unused directory name under {}", base.display())
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 fn is_executable_file(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use protocol_tests::mock::MockCluster;
+use protocol_tests::mock::{ErrorCode, MockCluster};
 
 const USAGE: &str =
     "usage: mock-cluster [--brokers N] [--topic NAME:PARTITIONS]... [--no-cap-group-apis]";
@@ -31,7 +31,8 @@ commands (one per line on stdin; each answered `ok` or `error: ...`):
   down BROKER | up BROKER          take a broker down / bring it back
   rtt BROKER MS                    delay a broker's responses
   leader TOPIC PART BROKER         move a partition's leadership
-  errors APIKEY CODE[,CODE...]     push errors on the cluster-wide stack of an API (-195 = disconnect)
+  errors APIKEY CODE[,CODE...]     push errors on the cluster-wide stack of an API; a CODE is a
+                                   number or a name (16 or NOT_COORDINATOR; -195 or _TRANSPORT = disconnect)
   broker-errors BROKER APIKEY CODE[:MS][,...]   push errors (with delays) on one broker's stack
   clear-errors APIKEY              empty the cluster-wide stack of an API
   apiversion APIKEY MIN MAX        set the advertised version range of an API
@@ -96,11 +97,15 @@ fn text<'a>(word: Option<&'a str>, what: &str) -> anyhow::Result<&'a str> {
     word.with_context(|| format!("missing {what}"))
 }
 
-fn codes(word: Option<&str>) -> anyhow::Result<Vec<i16>> {
-    text(word, "CODE[,CODE...]")?
-        .split(',')
-        .map(|c| num(Some(c), "error code"))
-        .collect()
+/// An error code as a number (`16`, `-195`) or a librdkafka name (`NOT_COORDINATOR`,
+/// `_TRANSPORT`).
+fn code(word: &str) -> anyhow::Result<ErrorCode> {
+    word.parse::<ErrorCode>()
+        .with_context(|| format!("error code {word:?}"))
+}
+
+fn codes(word: Option<&str>) -> anyhow::Result<Vec<ErrorCode>> {
+    text(word, "CODE[,CODE...]")?.split(',').map(code).collect()
 }
 
 /// How many arguments each command takes.
@@ -157,7 +162,7 @@ fn run_command(mock: &MockCluster, line: &str, out: &mut impl Write) -> anyhow::
                 .map(|p| {
                     let (code, ms) = p.split_once(':').unwrap_or((p, "0"));
                     Ok((
-                        num(Some(code), "error code")?,
+                        self::code(code)?,
                         Duration::from_millis(num(Some(ms), "MS")?),
                     ))
                 })

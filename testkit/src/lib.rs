@@ -1,0 +1,11 @@
+#![doc = include_str!("../README.md")]
+#![cfg(unix)]
+
+pub mod codes;
+pub mod mock;
+pub mod process;
+pub mod tansu;
+
+pub use codes::{ErrorCode, api_key};
+pub use mock::{MockCluster, MockClusterBuilder, TrackedRequest};
+pub use tansu::{Tansu, TansuOptions, find_tansu};
