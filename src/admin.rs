@@ -956,7 +956,7 @@ pub(crate) async fn list_offsets(
                 answered.insert(tp.clone());
                 match result {
                     Ok(listed) => {
-                        out.insert(tp, Ok(listed));
+                        out.insert(tp, Ok(listed.answering(*spec)));
                     }
                     Err(code) => {
                         let e = item_error(api, &tp.to_string(), code, None);

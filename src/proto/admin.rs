@@ -117,6 +117,22 @@ pub struct ListedOffset {
     pub leader_epoch: i32,
 }
 
+impl ListedOffset {
+    /// This answer read as the answer to `spec`. For a timestamp, Kafka returns the
+    /// found record's timestamp, which is never before the one asked for; an answer
+    /// with an earlier one (tansu 0.6.0 answers offset 0 with timestamp -1 when every
+    /// record is older) found nothing.
+    pub fn answering(self, spec: OffsetSpec) -> ListedOffset {
+        match spec {
+            OffsetSpec::Timestamp(t) if self.timestamp < t => ListedOffset {
+                offset: None,
+                ..self
+            },
+            _ => self,
+        }
+    }
+}
+
 /// A committed offset of a group, as OffsetFetch reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {
@@ -935,6 +951,34 @@ mod tests {
         assert_eq!(got[0].1.map(|l| (l.offset, l.timestamp)), Ok((Some(9), 77)));
         assert_eq!(got[1].1.map(|l| l.offset), Ok(None));
         assert_eq!(got[2].1, Err(6));
+    }
+
+    #[test]
+    fn a_timestamp_answered_with_an_older_one_found_nothing() {
+        let listed = |offset, timestamp| ListedOffset {
+            offset: Some(offset),
+            timestamp,
+            leader_epoch: 0,
+        };
+        let t = 1_700_000_000_000;
+        assert_eq!(
+            listed(3, t + 5).answering(OffsetSpec::Timestamp(t)).offset,
+            Some(3)
+        );
+        assert_eq!(
+            listed(3, t).answering(OffsetSpec::Timestamp(t)).offset,
+            Some(3)
+        );
+        assert_eq!(
+            listed(0, -1).answering(OffsetSpec::Timestamp(t)).offset,
+            None
+        );
+        // Earliest and latest carry timestamp -1 on most brokers: kept.
+        assert_eq!(
+            listed(0, -1).answering(OffsetSpec::Earliest).offset,
+            Some(0)
+        );
+        assert_eq!(listed(9, -1).answering(OffsetSpec::Latest).offset, Some(9));
     }
 
     #[test]
