@@ -368,6 +368,9 @@ const RESOURCE_TOPIC: i8 = 2;
 /// `config_source` of a broker default (DescribeConfigs v1+).
 const SOURCE_DEFAULT: i8 = 5;
 
+/// A topic's configs, by name.
+pub type TopicConfigs = BTreeMap<String, ConfigEntry>;
+
 /// DescribeConfigs for every config of each topic.
 pub fn describe_topic_configs_request(topics: &[String]) -> DescribeConfigsRequest {
     DescribeConfigsRequest::default().with_resources(
@@ -386,7 +389,7 @@ pub fn describe_topic_configs_request(topics: &[String]) -> DescribeConfigsReque
 /// Each topic's configs (by name) or its error code and message.
 pub fn describe_topic_configs_results(
     response: &DescribeConfigsResponse,
-) -> Vec<(String, Result<BTreeMap<String, ConfigEntry>, ItemResult>)> {
+) -> Vec<(String, Result<TopicConfigs, ItemResult>)> {
     response
         .results
         .iter()
