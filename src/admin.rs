@@ -540,18 +540,7 @@ impl AdminClient {
     async fn metadata(&self, scope: &TopicScope) -> Result<ClusterMetadata> {
         let deadline = self.deadline();
         loop {
-            let attempt = async {
-                let conn = self.cluster.any_connection();
-                let version = self.version(&conn, ApiKey::Metadata).await?;
-                let request: MetadataRequest = crate::driver::metadata_request(scope, version);
-                let response = conn.send_version(&request, version).await?;
-                if response.error_code != 0 {
-                    return Err(Error::broker(ApiKey::Metadata, response.error_code, None));
-                }
-                Ok(ClusterMetadata::from_response(None, &response))
-            }
-            .await;
-            match attempt {
+            match metadata_of(&self.cluster, scope).await {
                 Ok(m) => return Ok(m),
                 Err(e) if worth_retrying(&e) && Instant::now() < deadline => {
                     self.pause(deadline).await;
@@ -778,6 +767,20 @@ async fn negotiated(conn: &BrokerConnection, api: ApiKey) -> Result<i16> {
     .into())
 }
 
+/// Metadata for `scope`, asked of any broker and read on its own: the cluster's
+/// shared snapshot merges topics over earlier answers (a deleted topic would linger
+/// there), and its scope is the client's, which a one-off lookup must not widen.
+async fn metadata_of(cluster: &Cluster, scope: &TopicScope) -> Result<ClusterMetadata> {
+    let conn = cluster.any_connection();
+    let version = negotiated(&conn, ApiKey::Metadata).await?;
+    let request: MetadataRequest = crate::driver::metadata_request(scope, version);
+    let response = conn.send_version(&request, version).await?;
+    if response.error_code != 0 {
+        return Err(Error::broker(ApiKey::Metadata, response.error_code, None));
+    }
+    Ok(ClusterMetadata::from_response(None, &response))
+}
+
 /// Whether sending again (after a refresh) may give another answer: a lost connection,
 /// a timeout, or a broker error code that [`reroute`] sends elsewhere.
 fn worth_retrying(e: &Error) -> bool {
@@ -844,7 +847,7 @@ pub(crate) async fn list_offsets(
 ) -> Result<ItemResults<TopicPartition, ListedOffset>> {
     let api = ApiKey::ListOffsets;
     let deadline = Instant::now() + timeout;
-    cluster.add_topics(specs.iter().map(|(tp, _)| tp.topic.clone()));
+    let scope = TopicScope::Topics(specs.iter().map(|(tp, _)| tp.topic.clone()).collect());
     let mut pending: BTreeMap<TopicPartition, OffsetSpec> = specs.iter().cloned().collect();
     let mut out: ItemResults<TopicPartition, ListedOffset> = BTreeMap::new();
     let mut last: BTreeMap<TopicPartition, Error> = BTreeMap::new();
@@ -861,7 +864,7 @@ pub(crate) async fn list_offsets(
             tokio::time::sleep_until((Instant::now() + backoff).min(deadline)).await;
         }
         first = false;
-        let metadata = match cluster.refresh_metadata().await {
+        let metadata = match metadata_of(cluster, &scope).await {
             Ok(m) => m,
             Err(e) if worth_retrying(&e) => {
                 for tp in pending.keys() {
@@ -907,13 +910,15 @@ pub(crate) async fn list_offsets(
                     retry.insert(tp.clone(), *spec);
                 }
             };
-            let conn = match cluster.broker(node) {
-                Ok(c) => c,
-                Err(e) => {
-                    again(&mut retry, &mut last, &e);
-                    continue;
-                }
+            let Some(broker) = metadata.brokers.get(&node) else {
+                again(
+                    &mut retry,
+                    &mut last,
+                    &Error::UnknownBroker { node: node.0 },
+                );
+                continue;
             };
+            let conn = cluster.connection(&broker.address());
             let version = match negotiated(&conn, api).await {
                 Ok(v) => v,
                 Err(e) if worth_retrying(&e) => {

@@ -13,6 +13,7 @@
 //! | delete group offsets         | no OffsetDelete                    | no OffsetDelete          |
 //! | describe cluster (Metadata)  | yes                                | yes                      |
 //! | list offsets                 | earliest, latest; by time: none    | earliest, latest, time   |
+//! | list offsets, max timestamp  | taken, answers none                | hangs up (v7-v9)         |
 
 use std::time::Duration;
 
@@ -154,6 +155,13 @@ async fn tansu_topics_are_created_described_and_deleted_one_result_each() {
         ResponseError::TopicAlreadyExists,
     );
     assert!(again["adm-c"].is_ok(), "{again:?}");
+
+    let validated = admin
+        .create_topics(&[NewTopic::new("adm-v", 2, 1)], true)
+        .await
+        .expect("validate only");
+    // Validation passes. (tansu creates the topic anyway: it ignores validate_only.)
+    assert!(validated["adm-v"].is_ok(), "{validated:?}");
 
     let deleted = admin
         .delete_topics(&["adm-a", "adm-missing"])
@@ -501,6 +509,29 @@ async fn offsets_are_listed_by_position_and_time(peer: Peer, by_time: bool) {
         // answers no offset for every timestamp.
         assert_eq!(found.offset, None, "{found:?}");
     }
+
+    // The record with the largest timestamp (KIP-734, ListOffsets v7+). The mock takes
+    // the request and, as for every timestamp, answers no offset. tansu advertises
+    // ListOffsets v9 but closes the connection on this request at v7, v8 and v9; the
+    // connection steps down past them after three hang-ups each, and then the
+    // partition's result is the typed UNSUPPORTED_VERSION naming v7. Earliest and
+    // latest still work afterwards.
+    let max = admin
+        .list_offsets(&[(p0.clone(), OffsetSpec::MaxTimestamp)])
+        .await
+        .expect("max timestamp");
+    match (&max[&p0], by_time) {
+        (Ok(listed), false) => assert_eq!(listed.offset, None, "{listed:?}"),
+        (Err(Error::Request(RequestError::UnsupportedVersion { api, version, .. })), true) => {
+            assert_eq!((*api, *version), (ApiKey::ListOffsets, 7))
+        }
+        (other, _) => panic!("max timestamp on {}: {other:?}", peer.name()),
+    }
+    let latest = admin
+        .list_offsets(&[(p0.clone(), OffsetSpec::Latest)])
+        .await
+        .expect("latest");
+    assert_eq!(latest[&p0].as_ref().expect("latest").offset, Some(5));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
