@@ -249,6 +249,71 @@ async fn mock_admin_calls_it_lacks_fail_naming_the_api() {
     assert!(cluster.cluster_id.is_some(), "{cluster:?}");
 }
 
+/// NOT_CONTROLLER on CreateTopics and DeleteTopics (a proxy in front of tansu rewrites
+/// the answers): the client refreshes metadata and sends again, and the topic's result
+/// is the broker's next answer. A broker that keeps saying NOT_CONTROLLER gets it
+/// reported, typed, once the request timeout has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_not_controller_is_sent_again_until_the_timeout() {
+    protocol_tests::init_tracing();
+    let (listener, _tansu, upstream) = protocol_tests::tansu::behind_a_front("adm-nc", 1)
+        .await
+        .expect("tansu");
+    let bootstrap = listener.local_addr().expect("address").to_string();
+    let proxy = protocol_tests::proxy::CorruptingProxy::not_controller(listener, upstream, 2);
+    let admin = AdminClient::builder(&bootstrap)
+        .request_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .expect("admin");
+    // The first answer is rewritten (tansu did create the topic), the second is
+    // tansu's own: the topic exists now.
+    let created = admin
+        .create_topics(&[NewTopic::new("adm-nc-new", 1, 1)], false)
+        .await
+        .expect("create");
+    assert_broker(
+        &created["adm-nc-new"],
+        ApiKey::CreateTopics,
+        ResponseError::TopicAlreadyExists,
+    );
+    // A topic that does not exist: NOT_CONTROLLER once, then tansu's own answer.
+    let deleted = admin.delete_topics(&["adm-nc-none"]).await.expect("delete");
+    assert_broker(
+        &deleted["adm-nc-none"],
+        ApiKey::DeleteTopics,
+        ResponseError::UnknownTopicOrPartition,
+    );
+    assert_eq!(proxy.corrupted(), 2);
+    drop(proxy);
+
+    // Every answer NOT_CONTROLLER: the call ends at the request timeout with it.
+    let (listener, _tansu, upstream) = protocol_tests::tansu::behind_a_front("adm-nc", 1)
+        .await
+        .expect("tansu");
+    let bootstrap = listener.local_addr().expect("address").to_string();
+    let proxy =
+        protocol_tests::proxy::CorruptingProxy::not_controller(listener, upstream, u64::MAX);
+    let admin = AdminClient::builder(&bootstrap)
+        .request_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("admin");
+    let started = std::time::Instant::now();
+    let deleted = admin.delete_topics(&["adm-nc"]).await.expect("delete");
+    assert_broker(
+        &deleted["adm-nc"],
+        ApiKey::DeleteTopics,
+        ResponseError::NotController,
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    assert!(proxy.corrupted() >= 2, "sent again: {}", proxy.corrupted());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_cluster_is_described() {
     let peer = Peer::tansu().expect("tansu");
