@@ -51,6 +51,7 @@ pub use crate::driver::BrokerHangUp;
 use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::event_queue::{CAPACITY as EVENTS_CAPACITY, Events};
+use crate::proto::admin::OffsetSpec;
 pub use crate::proto::fetch::fetcher::{
     ConsumerRecord, FetchError, FetcherEvent, OffsetReset, ResetReason, TimestampType,
 };
@@ -680,6 +681,12 @@ impl ConsumerBuilder {
         let (commands, rx) = mpsc::unbounded_channel();
         let (events_tx, events) = crate::event_queue::channel();
         let commander = group.as_ref().map(GroupHandle::commander);
+        let lookup = OffsetLookup {
+            cluster: cluster.clone(),
+            isolation: self.fetcher.params.isolation,
+            timeout: self.client.request_timeout,
+            backoff: self.client.retry_backoff,
+        };
         let task = tokio::spawn(drive(Driver {
             cluster,
             shared: shared.clone(),
@@ -708,6 +715,7 @@ impl ConsumerBuilder {
                 self.client.retry_backoff_max,
                 self.client.jitter_seed,
             ),
+            lookup,
             task: Some(task),
         })
     }
@@ -775,7 +783,32 @@ pub struct Consumer {
     /// `retry.backoff.ms`, `retry.backoff.max.ms` and the jitter seed: the pace of the
     /// commit at close.
     retry: (Duration, Duration, u64),
+    /// What the seeks by position and time ask ListOffsets with.
+    lookup: OffsetLookup,
     task: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The cluster and settings [`Consumer::seek_to_beginning`], [`Consumer::seek_to_end`]
+/// and [`Consumer::offsets_for_times`] resolve offsets with.
+#[derive(Debug, Clone)]
+struct OffsetLookup {
+    cluster: Cluster,
+    isolation: IsolationLevel,
+    timeout: Duration,
+    backoff: Duration,
+}
+
+/// The first offset at or after a time, with its record's timestamp
+/// ([`Consumer::offsets_for_times`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetAndTimestamp {
+    /// The offset.
+    pub offset: i64,
+    /// The timestamp of the record at `offset` (ms since the epoch), as the broker
+    /// reports it.
+    pub timestamp: i64,
+    /// The leader epoch the broker reported (`-1` if none).
+    pub leader_epoch: i32,
 }
 
 impl Consumer {
@@ -1024,6 +1057,86 @@ impl Consumer {
     pub fn seek(&self, partition: &TopicPartition, offset: i64) {
         lock(&self.shared.fetcher).seek(partition, offset);
         self.shared.wake_driver.notify_one();
+    }
+
+    /// Moves each partition to its log start offset, asked of its leader now with
+    /// ListOffsets (Java's `seekToBeginning` resolves it lazily, at the next poll; the
+    /// outcome is the same). Every partition must be assigned. A partition whose offset
+    /// could not be read keeps its position, and the first such error is returned
+    /// once the others have moved.
+    pub async fn seek_to_beginning(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.seek_to(partitions, OffsetSpec::Earliest).await
+    }
+
+    /// Moves each partition to its log end offset (the last stable offset under
+    /// `read_committed`), as [`Consumer::seek_to_beginning`] does to the start.
+    pub async fn seek_to_end(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.seek_to(partitions, OffsetSpec::Latest).await
+    }
+
+    /// For each partition, the first offset whose record timestamp is at or after the
+    /// given time (ms since the epoch), with that record's timestamp; `None` when every
+    /// record of the partition is older (Java's `offsetsForTimes`). Needs no
+    /// assignment and moves nothing: [`Consumer::seek`] to the answer to start there.
+    /// Fails with the first partition's error (UNKNOWN_TOPIC_OR_PARTITION, ...).
+    pub async fn offsets_for_times(
+        &self,
+        times: &[(TopicPartition, i64)],
+    ) -> Result<BTreeMap<TopicPartition, Option<OffsetAndTimestamp>>> {
+        let specs: Vec<(TopicPartition, OffsetSpec)> = times
+            .iter()
+            .map(|(tp, t)| (tp.clone(), OffsetSpec::Timestamp(*t)))
+            .collect();
+        let mut out = BTreeMap::new();
+        for (tp, result) in self.list_offsets(&specs).await? {
+            let listed = result?;
+            let found = listed.offset.map(|offset| OffsetAndTimestamp {
+                offset,
+                timestamp: listed.timestamp,
+                leader_epoch: listed.leader_epoch,
+            });
+            out.insert(tp, found);
+        }
+        Ok(out)
+    }
+
+    async fn list_offsets(
+        &self,
+        specs: &[(TopicPartition, OffsetSpec)],
+    ) -> Result<crate::admin::ItemResults<TopicPartition, crate::admin::ListedOffset>> {
+        let l = &self.lookup;
+        crate::admin::list_offsets(&l.cluster, specs, l.isolation, l.timeout, l.backoff).await
+    }
+
+    async fn seek_to(&self, partitions: &[TopicPartition], spec: OffsetSpec) -> Result<()> {
+        let assigned = self.assignment();
+        if let Some(tp) = partitions.iter().find(|tp| !assigned.contains(tp)) {
+            return Err(Error::Config {
+                setting: "assignment",
+                message: format!("{tp} is not assigned to this consumer; it cannot seek there"),
+            });
+        }
+        let specs: Vec<(TopicPartition, OffsetSpec)> =
+            partitions.iter().map(|tp| (tp.clone(), spec)).collect();
+        let mut first_error = None;
+        for (tp, result) in self.list_offsets(&specs).await? {
+            match result {
+                Ok(listed) => match listed.offset {
+                    Some(offset) => self.seek(&tp, offset),
+                    None => {
+                        first_error.get_or_insert(Error::broker(
+                            kafka_protocol::messages::ApiKey::ListOffsets,
+                            kafka_protocol::ResponseError::OffsetNotAvailable.code(),
+                            Some(tp.to_string()),
+                        ));
+                    }
+                },
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// The assigned partitions.

@@ -65,6 +65,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
 pub mod config;
 pub mod consumer;
 pub mod dlq;
@@ -79,6 +80,7 @@ pub mod properties;
 pub mod proto;
 pub mod security;
 
+pub use admin::{AdminClient, AdminClientBuilder};
 pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord};
 pub use error::{AuthError, Error, NegotiationError, RequestError, Result, TlsFailure, WireError};

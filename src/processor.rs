@@ -61,8 +61,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{error, warn};
+use tracing::{error, info, warn};
 
+use crate::admin::{AdminClient, NewTopic};
 use crate::config::ClientConfig;
 use crate::consumer::{
     Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, ConsumerView, TopicPartition,
@@ -143,6 +144,37 @@ pub struct ProcessorBuilder {
     processing_budget: Duration,
     metrics: Option<MetricsHook>,
     check_topics: bool,
+    create_topics: Option<TopicCreation>,
+}
+
+/// How [`ProcessorBuilder::create_missing_topics`] creates the dead-letter and retry
+/// topics it finds missing.
+///
+/// The defaults follow Spring Kafka's `@RetryableTopic` auto-creation (its
+/// `TopicCreation`): one partition, and the broker's default replication factor (`-1`,
+/// `default.replication.factor`; Spring's default since 3.0). One partition is enough:
+/// ottla writes dead letters and retries by key through the producer's partitioner,
+/// not to the source record's partition number, so any count works. Raise
+/// `partitions` when a retry topic must be processed in parallel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicCreation {
+    /// Partitions of each created topic (default 1).
+    pub partitions: i32,
+    /// Replicas of each partition; `-1` for the broker's default (the default).
+    pub replication_factor: i16,
+    /// Topic configs given to each created topic (`retention.ms`, ...; none by
+    /// default).
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Default for TopicCreation {
+    fn default() -> Self {
+        TopicCreation {
+            partitions: 1,
+            replication_factor: -1,
+            configs: BTreeMap::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ProcessorBuilder {
@@ -180,6 +212,7 @@ impl ProcessorBuilder {
             processing_budget: Duration::from_secs(30),
             metrics: None,
             check_topics: true,
+            create_topics: None,
         }
     }
 
@@ -468,6 +501,18 @@ impl ProcessorBuilder {
         self
     }
 
+    /// Creates the dead-letter and retry topics that the start-up check
+    /// ([`ProcessorBuilder::check_topics`]) finds missing, with CreateTopics, instead of
+    /// failing; see [`TopicCreation`] for the defaults (one partition, the broker's
+    /// replication factor). Off by default. A topic another client created meanwhile
+    /// (TOPIC_ALREADY_EXISTS) counts as created; any other refusal of the broker fails
+    /// the build with that topic's [`Error::Broker`]. Turns the check on.
+    pub fn create_missing_topics(mut self, creation: TopicCreation) -> Self {
+        self.check_topics = true;
+        self.create_topics = Some(creation);
+        self
+    }
+
     /// A hook that receives every metric observation.
     pub fn metrics(mut self, hook: impl Fn(Metric) + Send + Sync + 'static) -> Self {
         self.metrics = Some(Arc::new(hook));
@@ -534,6 +579,10 @@ impl ProcessorBuilder {
         // missing one fails here, without a rebalance.
         let written = self.check_topics.then(|| self.written_topics());
         let producer = self.producer.build().await?;
+        if let (Some(written), Some(creation)) = (&written, &self.create_topics) {
+            let client = self.consumer.client().clone();
+            create_absent_topics(&producer, client, written, creation).await?;
+        }
         if let Some(written) = written {
             check_topics_exist(&producer, &written).await?;
         }
@@ -584,6 +633,52 @@ impl ProcessorBuilder {
     }
 }
 
+/// Creates those of `wanted` the cluster does not have, then waits (up to
+/// `request.timeout.ms`) until the producer's metadata shows them.
+async fn create_absent_topics(
+    producer: &Producer,
+    client: ClientConfig,
+    wanted: &[(String, &'static str)],
+    creation: &TopicCreation,
+) -> Result<()> {
+    let names: Vec<String> = wanted.iter().map(|(t, _)| t.clone()).collect();
+    let absent = producer.absent_topics(&names).await?;
+    let unknown = kafka_protocol::ResponseError::UnknownTopicOrPartition.code();
+    let missing: Vec<NewTopic> = absent
+        .iter()
+        .filter(|(_, code)| *code == unknown)
+        .map(|(t, _)| NewTopic {
+            name: t.clone(),
+            partitions: creation.partitions,
+            replication_factor: creation.replication_factor,
+            configs: creation.configs.clone(),
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let timeout = client.request_timeout;
+    let backoff = client.retry_backoff;
+    let admin = AdminClient::new(client).await?;
+    let exists = kafka_protocol::ResponseError::TopicAlreadyExists.code();
+    for (topic, result) in admin.create_topics(&missing, false).await? {
+        match result {
+            Ok(()) => {
+                info!(%topic, partitions = creation.partitions, "created a missing dead-letter or retry topic")
+            }
+            Err(Error::Broker { code, .. }) if code == exists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // A new topic's leaders may take a moment to show in metadata.
+    let created: Vec<String> = missing.into_iter().map(|t| t.name).collect();
+    let deadline = Instant::now() + timeout;
+    while !producer.absent_topics(&created).await?.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(backoff).await;
+    }
+    Ok(())
+}
+
 /// Each of `wanted` the cluster does not have is named in an error (nothing is
 /// created).
 async fn check_topics_exist(producer: &Producer, wanted: &[(String, &'static str)]) -> Result<()> {
@@ -600,7 +695,7 @@ async fn check_topics_exist(producer: &Producer, wanted: &[(String, &'static str
     let why = if *code == kafka_protocol::ResponseError::TopicAuthorizationFailed.code() {
         "this principal may not describe it (TOPIC_AUTHORIZATION_FAILED); grant DESCRIBE and WRITE on it"
     } else {
-        "it does not exist; create it (one partition is enough for a dead-letter topic), name another, or turn this check off with check_topics(false)"
+        "it does not exist; create it (one partition is enough for a dead-letter topic), let the processor create it with create_missing_topics, name another, or turn this check off with check_topics(false)"
     };
     Err(Error::Config {
         setting,

@@ -60,6 +60,9 @@ enum Fault {
     /// silent: that request and every later byte in either direction is dropped, and
     /// the client's socket stays open.
     Silence { api: i16 },
+    /// Set every topic's error in the first `times` CreateTopics and DeleteTopics
+    /// answers to NOT_CONTROLLER.
+    NotController { times: u64 },
     /// In Metadata answers, `topic` lists only its partitions below `visible`.
     HidePartitions {
         topic: Arc<str>,
@@ -111,6 +114,14 @@ impl CorruptingProxy {
         times: u64,
     ) -> Self {
         Self::with_fault(listener, upstream, Fault::FailCommits { code, times })
+    }
+
+    /// Listens on `listener` and forwards to `upstream`, but answers the first `times`
+    /// CreateTopics and DeleteTopics (counted across connections) with NOT_CONTROLLER
+    /// for every topic, as a broker that just lost the controllership. The broker has
+    /// acted on them all the same. ([`CorruptingProxy::corrupted`] counts them.)
+    pub fn not_controller(listener: TcpListener, upstream: SocketAddr, times: u64) -> Self {
+        Self::with_fault(listener, upstream, Fault::NotController { times })
     }
 
     /// Listens on `listener` and relays to `upstream` unchanged until
@@ -260,6 +271,38 @@ fn fail_commit(frame: &[u8], version: i16, code: i16) -> Option<Vec<u8>> {
     )
 }
 
+/// A CreateTopics (19) or DeleteTopics (20) answer with every topic's error set to
+/// NOT_CONTROLLER; `None` for another API or if it does not decode.
+fn not_controller(frame: &[u8], api: i16, version: i16) -> Option<Vec<u8>> {
+    use kafka_protocol::messages::{ApiKey, CreateTopicsResponse, DeleteTopicsResponse};
+    const NOT_CONTROLLER: i16 = 41;
+    match api {
+        19 => rewrite(
+            frame,
+            ApiKey::CreateTopics,
+            version,
+            |r: &mut CreateTopicsResponse| {
+                r.topics
+                    .iter_mut()
+                    .for_each(|t| t.error_code = NOT_CONTROLLER);
+                true
+            },
+        ),
+        20 => rewrite(
+            frame,
+            ApiKey::DeleteTopics,
+            version,
+            |r: &mut DeleteTopicsResponse| {
+                r.responses
+                    .iter_mut()
+                    .for_each(|t| t.error_code = NOT_CONTROLLER);
+                true
+            },
+        ),
+        _ => None,
+    }
+}
+
 /// Decodes the answer in `frame` (length prefix included) as `R`, lets `edit` change
 /// it, and encodes it again with the same header; `None` if it does not decode or
 /// `edit` changed nothing.
@@ -366,6 +409,13 @@ async fn relay(
                     let version = sent.map_or(0, |(_, v)| v);
                     if let Some(failed) = fail_commit(&frame, version, code) {
                         frame = failed;
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Fault::NotController { times } if count.load(Ordering::SeqCst) < times => {
+                    let (api, version) = sent.unwrap_or((-1, 0));
+                    if let Some(refused) = not_controller(&frame, api, version) {
+                        frame = refused;
                         count.fetch_add(1, Ordering::SeqCst);
                     }
                 }

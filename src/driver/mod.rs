@@ -11,6 +11,7 @@ mod stream;
 #[cfg(feature = "tls-core")]
 mod tls;
 
+pub(crate) use cluster::metadata_request;
 pub use cluster::{Cluster, TopicScope};
 pub use connection::{BrokerConnection, BrokerHangUp, HANGUPS_BEFORE_DIAGNOSIS};
 pub use group::{GroupCommander, GroupHandle};

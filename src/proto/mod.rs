@@ -4,6 +4,7 @@
 //! outputs (bytes, requests, events), so it can be driven step by step by tests and by
 //! [`crate::driver`] alike.
 
+pub mod admin;
 pub mod backoff;
 pub mod fetch;
 pub mod group;
