@@ -62,7 +62,8 @@ use crate::proto::admin::{
 };
 pub use crate::proto::fetch::request::IsolationLevel;
 use crate::proto::group::consumer_protocol::TopicPartition;
-use crate::proto::metadata::{Broker, ClusterMetadata, NodeId, PartitionMetadata};
+pub use crate::proto::metadata::{Broker, LeaderEpoch, PartitionMetadata};
+use crate::proto::metadata::{ClusterMetadata, NodeId};
 
 /// One result per item of a batch call.
 pub type ItemResults<K, T = ()> = BTreeMap<K, Result<T>>;

@@ -16,7 +16,7 @@
 //! ## Stability
 //!
 //! The documented items are the stable surface: the modules [`config`], [`consumer`],
-//! [`producer`], [`processor`], [`properties`], [`dlq`], [`error`] and [`security`], and the re-exports at
+//! [`producer`], [`processor`], [`admin`], [`properties`], [`dlq`], [`error`] and [`security`], and the re-exports at
 //! the crate root. Inside, ottla is layered as in `quinn`/`quinn-proto`: `proto` is the
 //! sans-IO core (framing, version negotiation, the group member, the fetcher, the
 //! producer's accumulator and the processing loop's rules, as state machines with no
