@@ -80,6 +80,13 @@ pub struct ClientConfig {
     ignored: Vec<IgnoredProperty>,
 }
 
+crate::properties::by_name_entry_points!(
+    ClientConfig,
+    ClientConfig::new(""),
+    "`bootstrap.servers` must be among them for [`ClientConfig::validate`] to pass.",
+    "`OTTLA_CLIENT_ID` with prefix `OTTLA_` is `client.id`"
+);
+
 impl ClientConfig {
     /// A configuration with defaults for the given bootstrap servers
     /// (comma-separated `host:port` list).
@@ -141,48 +148,6 @@ impl ClientConfig {
             Route::Ignore(reason) => self.ignore(key, reason),
         }
         Ok(self)
-    }
-
-    /// A configuration from `(property, value)` pairs, applied in order with
-    /// [`ClientConfig::set`] (a later pair wins); `bootstrap.servers` must be among
-    /// them for [`ClientConfig::validate`] to pass.
-    pub fn from_properties<I, K, V>(properties: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        ClientConfig::new("").properties(properties)
-    }
-
-    /// Applies `(property, value)` pairs in order with [`ClientConfig::set`].
-    pub fn properties<I, K, V>(mut self, properties: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        for (k, v) in properties {
-            self = self.set(k.as_ref(), v.as_ref())?;
-        }
-        Ok(self)
-    }
-
-    /// A configuration from the environment variables that start with `prefix`,
-    /// mapped to property names by [`properties::env_key`]
-    /// (`OTTLA_CLIENT_ID` with prefix `OTTLA_` is `client.id`).
-    pub fn from_env(prefix: &str) -> Result<Self> {
-        Self::from_env_vars(prefix, properties::process_env(prefix)?)
-    }
-
-    /// [`ClientConfig::from_env`] over the given variables instead of the process's.
-    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        Self::from_properties(properties::env_properties(prefix, vars))
     }
 
     /// The properties given to `set` that were ignored, with the reason, in the order

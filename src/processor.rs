@@ -185,6 +185,13 @@ impl std::fmt::Debug for ProcessorBuilder {
     }
 }
 
+crate::properties::by_name_entry_points!(
+    ProcessorBuilder,
+    ProcessorBuilder::new("", "", Vec::<String>::new()),
+    "`bootstrap.servers`, `group.id` and `ottla.topics` must be among them.",
+    "`OTTLA_GROUP_ID` with prefix `OTTLA_` is `group.id`, and `OTTLA_OTTLA_CONCURRENCY` is `ottla.concurrency`"
+);
+
 impl ProcessorBuilder {
     /// A processor for `group` on `topics`. The retry policy starts from the
     /// environment variables `max_retries`, `initial_retry_delay_ms`,
@@ -282,50 +289,6 @@ impl ProcessorBuilder {
             Route::Ignore(reason) => self.consumer = self.consumer.ignore_property(key, reason),
         }
         Ok(self)
-    }
-
-    /// A builder from `(property, value)` pairs, applied in order with
-    /// [`ProcessorBuilder::set`] (a later pair wins): `bootstrap.servers`, `group.id`
-    /// and `ottla.topics` must be among them.
-    pub fn from_properties<I, K, V>(properties: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        ProcessorBuilder::new("", "", Vec::<String>::new()).properties(properties)
-    }
-
-    /// Applies `(property, value)` pairs in order with [`ProcessorBuilder::set`].
-    pub fn properties<I, K, V>(mut self, properties: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        for (k, v) in properties {
-            self = self.set(k.as_ref(), v.as_ref())?;
-        }
-        Ok(self)
-    }
-
-    /// A builder from the environment variables that start with `prefix`, mapped by
-    /// [`crate::properties::env_key`]: `OTTLA_GROUP_ID` with prefix `OTTLA_` is
-    /// `group.id`, `OTTLA_OTTLA_CONCURRENCY` is `ottla.concurrency`, and `__` stands
-    /// for a literal `_`.
-    pub fn from_env(prefix: &str) -> Result<Self> {
-        Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
-    }
-
-    /// [`ProcessorBuilder::from_env`] over the given variables instead of the
-    /// process's.
-    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        Self::from_properties(crate::properties::env_properties(prefix, vars))
     }
 
     /// The properties given to `set` that were ignored, with the reason, in the order

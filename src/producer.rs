@@ -81,6 +81,13 @@ pub struct ProducerBuilder {
     max_block: Duration,
 }
 
+crate::properties::by_name_entry_points!(
+    ProducerBuilder,
+    ProducerBuilder::new(""),
+    "`bootstrap.servers` must be among them.",
+    "`OTTLA_LINGER_MS` with prefix `OTTLA_` is `linger.ms`"
+);
+
 impl ProducerBuilder {
     /// A builder for the given bootstrap servers.
     pub fn new(bootstrap_servers: &str) -> Self {
@@ -135,48 +142,6 @@ impl ProducerBuilder {
             Route::Ignore(reason) => self.client.ignore(key, reason),
         }
         Ok(self)
-    }
-
-    /// A builder from `(property, value)` pairs, applied in order with
-    /// [`ProducerBuilder::set`] (a later pair wins); `bootstrap.servers` must be among
-    /// them.
-    pub fn from_properties<I, K, V>(properties: I) -> crate::Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        ProducerBuilder::new("").properties(properties)
-    }
-
-    /// Applies `(property, value)` pairs in order with [`ProducerBuilder::set`].
-    pub fn properties<I, K, V>(mut self, properties: I) -> crate::Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        for (k, v) in properties {
-            self = self.set(k.as_ref(), v.as_ref())?;
-        }
-        Ok(self)
-    }
-
-    /// A builder from the environment variables that start with `prefix`, mapped by
-    /// [`crate::properties::env_key`]: `OTTLA_LINGER_MS` with prefix `OTTLA_` is
-    /// `linger.ms`, and `__` stands for a literal `_`.
-    pub fn from_env(prefix: &str) -> crate::Result<Self> {
-        Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
-    }
-
-    /// [`ProducerBuilder::from_env`] over the given variables instead of the process's.
-    pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> crate::Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<str>,
-        V: AsRef<str>,
-    {
-        Self::from_properties(crate::properties::env_properties(prefix, vars))
     }
 
     /// The properties given to `set` that were ignored, with the reason, in the order

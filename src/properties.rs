@@ -873,5 +873,60 @@ pub(crate) fn not_here(key: &str) -> PropertyError {
     }
 }
 
+/// The by-name entry points that `ClientConfig` and the three builders share:
+/// `from_properties`, `properties`, `from_env` and `from_env_vars`, each built on the
+/// type's own `set`. `$blank` is the value `from_properties` starts from; `$needs` says
+/// which properties must be among the pairs; `$env` is an example variable and the
+/// property it maps to.
+macro_rules! by_name_entry_points {
+    ($ty:ident, $blank:expr, $needs:literal, $env:literal) => {
+        impl $ty {
+            #[doc = concat!("A value from `(property, value)` pairs, applied in order with [`",
+                        stringify!($ty), "::set`] (a later pair wins). ", $needs)]
+            pub fn from_properties<I, K, V>(properties: I) -> crate::Result<Self>
+            where
+                I: IntoIterator<Item = (K, V)>,
+                K: AsRef<str>,
+                V: AsRef<str>,
+            {
+                $blank.properties(properties)
+            }
+
+            #[doc = concat!("Applies `(property, value)` pairs in order with [`",
+                        stringify!($ty), "::set`].")]
+            pub fn properties<I, K, V>(mut self, properties: I) -> crate::Result<Self>
+            where
+                I: IntoIterator<Item = (K, V)>,
+                K: AsRef<str>,
+                V: AsRef<str>,
+            {
+                for (k, v) in properties {
+                    self = self.set(k.as_ref(), v.as_ref())?;
+                }
+                Ok(self)
+            }
+
+            #[doc = concat!("A value from the environment variables that start with `prefix`, \
+                mapped to property names by [`crate::properties::env_key`]: ", $env,
+                        ". `__` stands for a literal `_`.")]
+            pub fn from_env(prefix: &str) -> crate::Result<Self> {
+                Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
+            }
+
+            #[doc = concat!("[`", stringify!($ty),
+                        "::from_env`] over the given variables instead of the process's.")]
+            pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> crate::Result<Self>
+            where
+                I: IntoIterator<Item = (K, V)>,
+                K: AsRef<str>,
+                V: AsRef<str>,
+            {
+                Self::from_properties(crate::properties::env_properties(prefix, vars))
+            }
+        }
+    };
+}
+pub(crate) use by_name_entry_points;
+
 #[cfg(test)]
 mod tests;
