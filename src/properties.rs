@@ -882,7 +882,7 @@ macro_rules! by_name_entry_points {
     ($ty:ident, $blank:expr, $needs:literal, $env:literal) => {
         impl $ty {
             #[doc = concat!("A value from `(property, value)` pairs, applied in order with [`",
-                        stringify!($ty), "::set`] (a later pair wins). ", $needs)]
+                                stringify!($ty), "::set`] (a later pair wins). ", $needs)]
             pub fn from_properties<I, K, V>(properties: I) -> crate::Result<Self>
             where
                 I: IntoIterator<Item = (K, V)>,
@@ -893,7 +893,7 @@ macro_rules! by_name_entry_points {
             }
 
             #[doc = concat!("Applies `(property, value)` pairs in order with [`",
-                        stringify!($ty), "::set`].")]
+                                stringify!($ty), "::set`].")]
             pub fn properties<I, K, V>(mut self, properties: I) -> crate::Result<Self>
             where
                 I: IntoIterator<Item = (K, V)>,
@@ -908,13 +908,13 @@ macro_rules! by_name_entry_points {
 
             #[doc = concat!("A value from the environment variables that start with `prefix`, \
                 mapped to property names by [`crate::properties::env_key`]: ", $env,
-                        ". `__` stands for a literal `_`.")]
+                                ". `__` stands for a literal `_`.")]
             pub fn from_env(prefix: &str) -> crate::Result<Self> {
                 Self::from_env_vars(prefix, crate::properties::process_env(prefix)?)
             }
 
             #[doc = concat!("[`", stringify!($ty),
-                        "::from_env`] over the given variables instead of the process's.")]
+                                "::from_env`] over the given variables instead of the process's.")]
             pub fn from_env_vars<I, K, V>(prefix: &str, vars: I) -> crate::Result<Self>
             where
                 I: IntoIterator<Item = (K, V)>,
