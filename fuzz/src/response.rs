@@ -88,6 +88,7 @@ pub fn apply(api: ApiKey, version: i16, flags: u8, body: Bytes) {
             let _ = decode_response::<SaslHandshakeResponse>(api, version, body);
         }
         ApiKey::SaslAuthenticate => sasl_authenticate(version, flags, body),
+        admin if is_admin(admin) => admin_response(admin, version, body),
         // The group member reads these through one codec; `group_ops` drives the
         // member with what it yields.
         group if GROUP_APIS.contains(&group) || CONSUMER_GROUP_APIS.contains(&group) => {
@@ -115,7 +116,95 @@ pub fn decodes(api: ApiKey, version: i16, body: Bytes) -> bool {
         ApiKey::SaslAuthenticate => {
             decode_response::<SaslAuthenticateResponse>(api, version, body).is_ok()
         }
+        admin if is_admin(admin) => admin_decodes(admin, version, body),
         group => decode_group(group, version, body).is_ok(),
+    }
+}
+
+/// The admin client's APIs (`ottla::proto::admin`).
+fn is_admin(api: ApiKey) -> bool {
+    matches!(
+        api,
+        ApiKey::CreateTopics
+            | ApiKey::DeleteTopics
+            | ApiKey::DescribeConfigs
+            | ApiKey::CreatePartitions
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::OffsetDelete
+    )
+}
+
+fn admin_decodes(api: ApiKey, version: i16, body: Bytes) -> bool {
+    use kafka_protocol::messages as m;
+    match api {
+        ApiKey::CreateTopics => {
+            decode_response::<m::CreateTopicsResponse>(api, version, body).is_ok()
+        }
+        ApiKey::DeleteTopics => {
+            decode_response::<m::DeleteTopicsResponse>(api, version, body).is_ok()
+        }
+        ApiKey::DescribeConfigs => {
+            decode_response::<m::DescribeConfigsResponse>(api, version, body).is_ok()
+        }
+        ApiKey::CreatePartitions => {
+            decode_response::<m::CreatePartitionsResponse>(api, version, body).is_ok()
+        }
+        ApiKey::ListGroups => decode_response::<m::ListGroupsResponse>(api, version, body).is_ok(),
+        ApiKey::DescribeGroups => {
+            decode_response::<m::DescribeGroupsResponse>(api, version, body).is_ok()
+        }
+        ApiKey::OffsetDelete => {
+            decode_response::<m::OffsetDeleteResponse>(api, version, body).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// An admin answer, decoded as the admin client decodes it and read by the same pure
+/// readers (`ottla::proto::admin`): per-item results, topic configs, and each described
+/// member's subscription and assignment bytes.
+fn admin_response(api: ApiKey, version: i16, body: Bytes) {
+    use kafka_protocol::messages as m;
+    use ottla::proto::admin;
+    match api {
+        ApiKey::CreateTopics => {
+            if let Ok(r) = decode_response::<m::CreateTopicsResponse>(api, version, body) {
+                assert_eq!(admin::create_topics_results(&r).len(), r.topics.len());
+            }
+        }
+        ApiKey::DeleteTopics => {
+            if let Ok(r) = decode_response::<m::DeleteTopicsResponse>(api, version, body) {
+                assert!(admin::delete_topics_results(&r).len() <= r.responses.len());
+            }
+        }
+        ApiKey::DescribeConfigs => {
+            if let Ok(r) = decode_response::<m::DescribeConfigsResponse>(api, version, body) {
+                let _ = admin::describe_topic_configs_results(&r);
+            }
+        }
+        ApiKey::CreatePartitions => {
+            if let Ok(r) = decode_response::<m::CreatePartitionsResponse>(api, version, body) {
+                assert_eq!(admin::create_partitions_results(&r).len(), r.results.len());
+            }
+        }
+        ApiKey::ListGroups => {
+            let _ = decode_response::<m::ListGroupsResponse>(api, version, body);
+        }
+        ApiKey::DescribeGroups => {
+            if let Ok(r) = decode_response::<m::DescribeGroupsResponse>(api, version, body) {
+                for g in &r.groups {
+                    let described = admin::group_description(g);
+                    assert_eq!(described.members.len(), g.members.len());
+                }
+            }
+        }
+        ApiKey::OffsetDelete => {
+            if let Ok(r) = decode_response::<m::OffsetDeleteResponse>(api, version, body) {
+                let _ = admin::offset_delete_results(&r);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -455,6 +455,122 @@ fn response_body(api: ApiKey, version: i16) -> Vec<u8> {
             r.assignment = Some(assignment);
             encode(&r, version)
         }
+        // The admin client's answers (`ottla::proto::admin`).
+        ApiKey::CreateTopics => {
+            use kafka_protocol::messages::CreateTopicsResponse;
+            use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+            let mut t = CreatableTopicResult::default();
+            t.name = TopicName(s(TOPIC));
+            if version >= 5 {
+                t.num_partitions = 2;
+                t.replication_factor = 1;
+            }
+            let mut refused = CreatableTopicResult::default();
+            refused.name = TopicName(s("exists"));
+            refused.error_code = 36; // TOPIC_ALREADY_EXISTS
+            refused.error_message = Some(s("Topic 'exists' already exists."));
+            let mut r = CreateTopicsResponse::default();
+            r.topics = vec![t, refused];
+            encode(&r, version)
+        }
+        ApiKey::DeleteTopics => {
+            use kafka_protocol::messages::DeleteTopicsResponse;
+            use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+            let mut t = DeletableTopicResult::default();
+            t.name = Some(TopicName(s(TOPIC)));
+            if version >= 6 {
+                t.topic_id = TOPIC_ID;
+            }
+            let mut r = DeleteTopicsResponse::default();
+            r.responses = vec![t];
+            encode(&r, version)
+        }
+        ApiKey::DescribeConfigs => {
+            use kafka_protocol::messages::DescribeConfigsResponse;
+            use kafka_protocol::messages::describe_configs_response::{
+                DescribeConfigsResourceResult, DescribeConfigsResult,
+            };
+            let mut c = DescribeConfigsResourceResult::default();
+            c.name = s("cleanup.policy");
+            c.value = Some(s("compact"));
+            c.config_source = 1; // DYNAMIC_TOPIC_CONFIG
+            let mut t = DescribeConfigsResult::default();
+            t.resource_type = 2; // TOPIC
+            t.resource_name = s(TOPIC);
+            t.configs = vec![c];
+            let mut r = DescribeConfigsResponse::default();
+            r.results = vec![t];
+            encode(&r, version)
+        }
+        ApiKey::CreatePartitions => {
+            use kafka_protocol::messages::CreatePartitionsResponse;
+            use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+            let mut t = CreatePartitionsTopicResult::default();
+            t.name = TopicName(s(TOPIC));
+            let mut r = CreatePartitionsResponse::default();
+            r.results = vec![t];
+            encode(&r, version)
+        }
+        ApiKey::ListGroups => {
+            use kafka_protocol::messages::ListGroupsResponse;
+            use kafka_protocol::messages::list_groups_response::ListedGroup;
+            let mut g = ListedGroup::default();
+            g.group_id = GroupId(s("billing"));
+            g.protocol_type = s("consumer");
+            if version >= 4 {
+                g.group_state = s("Stable");
+            }
+            let mut r = ListGroupsResponse::default();
+            r.groups = vec![g];
+            encode(&r, version)
+        }
+        ApiKey::DescribeGroups => {
+            use kafka_protocol::messages::DescribeGroupsResponse;
+            use kafka_protocol::messages::describe_groups_response::{
+                DescribedGroup, DescribedGroupMember,
+            };
+            use ottla::proto::group::consumer_protocol::{encode_assignment, encode_subscription};
+            let subscription = Subscription {
+                topics: vec![TOPIC.to_string()],
+                user_data: None,
+                owned_partitions: vec![],
+                generation_id: -1,
+                rack_id: None,
+            };
+            let assignment = Assignment {
+                partitions: vec![TopicPartition::new(TOPIC, 0), TopicPartition::new(TOPIC, 1)],
+                user_data: None,
+            };
+            let mut m = DescribedGroupMember::default();
+            m.member_id = s("member-1");
+            m.client_id = s("ottla");
+            m.client_host = s("/127.0.0.1");
+            m.member_metadata = encode_subscription(&subscription, 1).expect("a subscription");
+            m.member_assignment = encode_assignment(&assignment, 1).expect("an assignment");
+            let mut g = DescribedGroup::default();
+            g.group_id = GroupId(s("billing"));
+            g.group_state = s("Stable");
+            g.protocol_type = s("consumer");
+            g.protocol_data = s("range");
+            g.members = vec![m];
+            let mut r = DescribeGroupsResponse::default();
+            r.groups = vec![g];
+            encode(&r, version)
+        }
+        ApiKey::OffsetDelete => {
+            use kafka_protocol::messages::OffsetDeleteResponse;
+            use kafka_protocol::messages::offset_delete_response::{
+                OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+            };
+            let mut p = OffsetDeleteResponsePartition::default();
+            p.partition_index = 0;
+            let mut t = OffsetDeleteResponseTopic::default();
+            t.name = TopicName(s(TOPIC));
+            t.partitions = vec![p];
+            let mut r = OffsetDeleteResponse::default();
+            r.topics = vec![t];
+            encode(&r, version)
+        }
         other => panic!("no seed for {other:?}: add one"),
     }
 }
