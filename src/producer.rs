@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, ProduceRequest};
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, MetadataRequest, ProduceRequest};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -37,6 +37,7 @@ use crate::config::ClientConfig;
 use crate::driver::{Cluster, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::proto::fetch::batch::Compression;
+use crate::proto::metadata::NodeId;
 use crate::proto::produce::accumulator::{Accumulator, AccumulatorEvent, AppendError, RecordId};
 pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
 use crate::proto::produce::encode::OutRecord;
@@ -276,6 +277,7 @@ impl ProducerBuilder {
                 acc: Accumulator::new(config),
                 waiters: HashMap::new(),
                 closed: false,
+                unanswered: BTreeSet::new(),
             }),
             wake_driver: Notify::new(),
             room: Notify::new(),
@@ -301,6 +303,9 @@ struct State {
         ),
     >,
     closed: bool,
+    /// Brokers sent `acks = 0` records since the last flush (see
+    /// [`Producer::confirm_unanswered`]).
+    unanswered: BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -445,6 +450,11 @@ impl Producer {
 
     /// Sends everything queued without waiting for `linger.ms`, and waits until every
     /// record queued so far has its delivery.
+    ///
+    /// With `acks = 0` a delivery only means "written to the connection". `flush` (and
+    /// so `close`) then also waits for one answered request on every connection that
+    /// carried such records, which proves the broker has read them: a broker handles a
+    /// connection's requests in order. The Java client returns without it.
     pub async fn flush(&self) {
         loop {
             let room = self.shared.room.notified();
@@ -453,12 +463,30 @@ impl Producer {
             {
                 let mut s = lock(&self.shared.state);
                 if s.acc.is_idle() || s.closed {
-                    return;
+                    break;
                 }
                 s.acc.flush();
             }
             self.shared.wake_driver.notify_one();
             let _ = tokio::time::timeout(Duration::from_millis(100), room).await;
+        }
+        self.confirm_unanswered().await;
+    }
+
+    /// Sends a Metadata request for no topics to every broker that was sent `acks = 0`
+    /// records since the last call, and waits for the answers. Closing the connection
+    /// right after writing them could lose the ones the broker had not read yet (tansu
+    /// stops reading a connection once it cannot write to it).
+    async fn confirm_unanswered(&self) {
+        let nodes = std::mem::take(&mut lock(&self.shared.state).unanswered);
+        for node in nodes {
+            let Ok(conn) = self.cluster.broker(node) else {
+                continue;
+            };
+            let request = MetadataRequest::default().with_topics(Some(Vec::new()));
+            if let Err(e) = conn.send(&request).await {
+                debug!(node = node.0, error = %e, "acks=0 records could not be confirmed read");
+            }
         }
     }
 
@@ -601,11 +629,7 @@ async fn init_producer_id(cluster: &Cluster) -> Result<(i64, i16)> {
 }
 
 /// One Produce to `node`.
-async fn produce_round(
-    cluster: Cluster,
-    shared: Arc<Shared>,
-    node: crate::proto::metadata::NodeId,
-) {
+async fn produce_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) {
     let release = |shared: &Shared| {
         lock(&shared.state).acc.release_claim(node);
         shared.wake_driver.notify_one();
@@ -654,7 +678,10 @@ async fn produce_round(
         let now = Instant::now().into_std();
         match result {
             Ok(Some(response)) => s.acc.handle_produce(now, token, response),
-            Ok(None) => s.acc.handle_unacknowledged(token),
+            Ok(None) => {
+                s.acc.handle_unacknowledged(token);
+                s.unanswered.insert(node);
+            }
             Err(e) => {
                 debug!(node = node.0, error = %e, "produce failed; retrying");
                 s.acc.handle_failure(now, token);

@@ -44,7 +44,9 @@ pub enum Acks {
     All,
     /// The leader only (1).
     Leader,
-    /// No acknowledgement (0): offsets are unknown and nothing is retried.
+    /// No acknowledgement (0): offsets are unknown and nothing is retried. A delivery
+    /// means the request was written; `Producer::flush` and `close` also wait until
+    /// each broker has read what it was sent.
     None,
 }
 

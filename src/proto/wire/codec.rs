@@ -38,12 +38,34 @@ pub struct ResponseFrame {
 ///
 /// Kafka answers requests on a connection strictly in order, so a response must answer
 /// the oldest in-flight request; anything else is a desync and poisons the connection.
+///
+/// One exception is tolerated: an answer to a request sent without expecting one
+/// (Produce with `acks = 0`). Kafka never sends it, but some Kafka-compatible brokers do
+/// (tansu 0.6 answers every Produce). Such an answer is recognised by its correlation
+/// id and dropped; treating it as a desync would drop the connection and, with it, every
+/// `acks = 0` request the broker had not read yet.
 #[derive(Debug)]
 pub struct Codec {
     client_id: Option<StrBytes>,
     next_correlation_id: i32,
     in_flight: VecDeque<InFlight>,
+    /// Requests sent without expecting an answer, oldest first, at most
+    /// [`UNANSWERED_REMEMBERED`]; they are forgotten once a later request is answered.
+    unanswered: VecDeque<CorrelationId>,
+    /// Answers to `unanswered` requests that arrived and were dropped.
+    dropped_answers: u64,
     frames: FrameDecoder,
+}
+
+/// How many requests sent without expecting an answer a codec remembers, so that a
+/// broker answering them anyway is not taken for a desync. A broker that does answer
+/// them answers in order, long before this many are outstanding.
+pub const UNANSWERED_REMEMBERED: usize = 1024;
+
+/// Whether correlation id `a` was handed out before `b` (ids wrap at 2^31).
+fn sent_before(a: i32, b: i32) -> bool {
+    let distance = b.wrapping_sub(a) & i32::MAX;
+    distance != 0 && distance < 1 << 30
 }
 
 impl Codec {
@@ -54,6 +76,8 @@ impl Codec {
             client_id: client_id.map(|c| StrBytes::from_string(c.to_string())),
             next_correlation_id: 0,
             in_flight: VecDeque::new(),
+            unanswered: VecDeque::new(),
+            dropped_answers: 0,
             frames: FrameDecoder::new(max_frame_size),
         }
     }
@@ -73,10 +97,17 @@ impl Codec {
         self.in_flight.front()
     }
 
+    /// How many answers to requests sent without expecting one (`acks = 0`) arrived
+    /// and were dropped.
+    pub fn dropped_answers(&self) -> u64 {
+        self.dropped_answers
+    }
+
     /// Appends `[length][header][body]` for `body` at `version` to `out`.
     ///
-    /// `expects_response` is false only for a Produce with `acks = 0`, which the broker
-    /// never answers. On error, `out` is left as it was.
+    /// `expects_response` is false only for a Produce with `acks = 0`, which Kafka never
+    /// answers (an answer that comes anyway is dropped, see [`Codec`]). On error, `out`
+    /// is left as it was.
     pub fn encode_request<R: Encodable>(
         &mut self,
         api: ApiKey,
@@ -122,15 +153,18 @@ impl Codec {
     /// Any error means the stream is out of step: drop the connection and fail every
     /// request still in flight ([`Codec::take_in_flight`]).
     pub fn decode_frame(&mut self, buf: &mut BytesMut) -> Result<Option<ResponseFrame>, WireError> {
-        match self.frames.decode(buf)? {
-            Some(frame) => self.handle_frame(frame).map(Some),
-            None => Ok(None),
+        while let Some(frame) = self.frames.decode(buf)? {
+            if let Some(response) = self.handle_frame(frame)? {
+                return Ok(Some(response));
+            }
         }
+        Ok(None)
     }
 
     /// Matches one response frame (without its length prefix) to the oldest in-flight
-    /// request and strips its header.
-    pub fn handle_frame(&mut self, mut frame: Bytes) -> Result<ResponseFrame, WireError> {
+    /// request and strips its header. `None`: the frame answered a request sent without
+    /// expecting an answer, and was dropped.
+    pub fn handle_frame(&mut self, mut frame: Bytes) -> Result<Option<ResponseFrame>, WireError> {
         // The correlation id is the first field of every response header version.
         if frame.len() < 4 {
             return Err(WireError::InvalidFrameLength {
@@ -138,6 +172,15 @@ impl Codec {
             });
         }
         let got = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+        if self.in_flight.front().map(|o| o.correlation_id.0) != Some(got) {
+            if let Some(at) = self.unanswered.iter().position(|c| c.0 == got) {
+                // Earlier unanswered requests will not be answered now: answers come
+                // in order.
+                self.unanswered.drain(..=at);
+                self.dropped_answers += 1;
+                return Ok(None);
+            }
+        }
         let Some(oldest) = self.in_flight.front() else {
             return Err(WireError::Unsolicited {
                 correlation_id: got,
@@ -159,10 +202,17 @@ impl Codec {
         let request = self.in_flight.pop_front().ok_or(WireError::Unsolicited {
             correlation_id: got,
         })?;
-        Ok(ResponseFrame {
+        while self
+            .unanswered
+            .front()
+            .is_some_and(|c| sent_before(c.0, got))
+        {
+            self.unanswered.pop_front();
+        }
+        Ok(Some(ResponseFrame {
             request,
             body: frame,
-        })
+        }))
     }
 
     /// Removes and returns every in-flight request, oldest first, so the driver can fail
@@ -213,6 +263,11 @@ impl Codec {
                 api,
                 version,
             });
+        } else {
+            if self.unanswered.len() == UNANSWERED_REMEMBERED {
+                self.unanswered.pop_front();
+            }
+            self.unanswered.push_back(correlation_id);
         }
         Ok(correlation_id)
     }
@@ -345,6 +400,95 @@ mod tests {
                 api: ApiKey::Metadata
             }
         );
+    }
+
+    /// Encodes one Metadata request; `answered = false` stands for a Produce with
+    /// `acks = 0` (the codec only looks at the flag).
+    fn send(codec: &mut Codec, answered: bool) -> i32 {
+        codec
+            .encode_request(
+                ApiKey::Metadata,
+                9,
+                &MetadataRequest::default(),
+                answered,
+                &mut BytesMut::new(),
+            )
+            .unwrap()
+            .0
+    }
+
+    /// tansu 0.6 answers every Produce, `acks = 0` included. Those answers used to be
+    /// "unsolicited", which dropped the connection and lost the `acks = 0` requests the
+    /// broker had not read yet.
+    #[test]
+    fn answers_to_unanswered_requests_are_dropped_and_the_stream_stays_in_step() {
+        let mut codec = Codec::new(None, 1 << 20);
+        let silent = send(&mut codec, false);
+        let asked = send(&mut codec, true);
+        let silent_again = send(&mut codec, false);
+        let mut input = BytesMut::new();
+        for id in [silent, asked, silent_again] {
+            input.extend_from_slice(&response_bytes(id, &MetadataResponse::default(), 9));
+        }
+        let frame = codec.decode_frame(&mut input).unwrap().unwrap();
+        assert_eq!(frame.request.correlation_id, CorrelationId(asked));
+        assert_eq!(codec.decode_frame(&mut input).unwrap(), None);
+        assert!(input.is_empty());
+        assert_eq!(codec.dropped_answers(), 2);
+        assert!(codec.unanswered.is_empty());
+        // A request that was asked for still has to be answered in order.
+        let next = send(&mut codec, true);
+        let mut wrong = response_bytes(next + 5, &MetadataResponse::default(), 9);
+        assert_eq!(
+            codec.decode_frame(&mut wrong).unwrap_err(),
+            WireError::CorrelationMismatch {
+                expected: next,
+                got: next + 5,
+                api: ApiKey::Metadata
+            }
+        );
+    }
+
+    /// Kafka never answers `acks = 0`: an answered request later in the stream makes
+    /// the codec forget the silent ones before it, and a late "answer" to one of them is
+    /// a desync again.
+    #[test]
+    fn silent_requests_are_forgotten_once_a_later_request_is_answered() {
+        let mut codec = Codec::new(None, 1 << 20);
+        let silent = send(&mut codec, false);
+        let asked = send(&mut codec, true);
+        let mut input = response_bytes(asked, &MetadataResponse::default(), 9);
+        assert!(codec.decode_frame(&mut input).unwrap().is_some());
+        assert!(codec.unanswered.is_empty());
+        let mut late = response_bytes(silent, &MetadataResponse::default(), 9);
+        assert_eq!(
+            codec.decode_frame(&mut late).unwrap_err(),
+            WireError::Unsolicited {
+                correlation_id: silent
+            }
+        );
+    }
+
+    #[test]
+    fn silent_requests_are_remembered_within_a_bound() {
+        let mut codec = Codec::new(None, 1 << 20);
+        let ids: Vec<i32> = (0..3 * UNANSWERED_REMEMBERED)
+            .map(|_| send(&mut codec, false))
+            .collect();
+        assert_eq!(codec.unanswered.len(), UNANSWERED_REMEMBERED);
+        let newest = *ids.last().unwrap();
+        let mut input = response_bytes(newest, &MetadataResponse::default(), 9);
+        assert_eq!(codec.decode_frame(&mut input).unwrap(), None);
+        assert_eq!(codec.dropped_answers(), 1);
+    }
+
+    #[test]
+    fn sent_before_follows_wrapping_ids() {
+        assert!(sent_before(1, 2));
+        assert!(!sent_before(2, 1));
+        assert!(!sent_before(5, 5));
+        assert!(sent_before(i32::MAX, 0));
+        assert!(!sent_before(0, i32::MAX));
     }
 
     #[test]
