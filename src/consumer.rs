@@ -1160,6 +1160,9 @@ impl Consumer {
     /// expires.
     pub async fn close_with(mut self, membership: Membership) -> Result<()> {
         let mut result = Ok(());
+        if let Some(g) = &self.group {
+            g.closing().await;
+        }
         if self.auto_commit {
             let deadline = Instant::now() + Duration::from_secs(30);
             let (initial, max, seed) = self.retry;

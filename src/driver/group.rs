@@ -80,6 +80,12 @@ impl GroupCommander {
         let _ = self.tx.send(Command::CompleteRevocation(generation)).await;
     }
 
+    /// The application is closing: a generation lost from now on is not joined again
+    /// ([`GroupMember::prepare_to_close`](crate::proto::group::member::GroupMember::prepare_to_close)).
+    pub async fn closing(&self) {
+        let _ = self.tx.send(Command::Closing).await;
+    }
+
     /// Reports application progress without waiting; dropped if the queue is full
     /// (another report is then already queued).
     pub fn try_progress(&self) {
@@ -106,6 +112,7 @@ enum Command {
     ),
     CompleteRevocation(i32),
     Progress,
+    Closing,
     Leave(Membership, oneshot::Sender<()>),
 }
 
@@ -273,6 +280,7 @@ async fn run(
                     },
                     Some(Command::CompleteRevocation(generation)) => member.complete_revocation(now, generation),
                     Some(Command::Progress) => member.note_progress(now),
+                    Some(Command::Closing) => member.prepare_to_close(),
                     Some(Command::Leave(membership, done)) => {
                         leaving = Some(done);
                         member.leave_with(now, membership);

@@ -146,6 +146,14 @@ impl Member {
         both!(self, m => m.leave_with(now, membership))
     }
 
+    /// See [`GroupMember::prepare_to_close`]. The consumer protocol's member rejoins
+    /// only through its heartbeat, which its leave replaces; nothing to do there.
+    pub fn prepare_to_close(&mut self) {
+        if let Member::Classic(m) = self {
+            m.prepare_to_close();
+        }
+    }
+
     /// What one metadata answer tells the member: partition counts and replica racks
     /// (the classic leader assigns with them), topic names by id (the consumer
     /// protocol's assignments name topics by id).

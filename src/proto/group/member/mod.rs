@@ -82,6 +82,11 @@ pub struct GroupMember {
     metadata_at: Option<Instant>,
     /// JoinGroups and SyncGroups failed in a row, for the rejoin backoff.
     failures: u32,
+    /// The application is closing ([`GroupMember::prepare_to_close`]).
+    closing: bool,
+    /// Closing, the member lost its generation: it does not join again, and the
+    /// LeaveGroup that follows goes out at once.
+    rejoin_held: bool,
 }
 
 impl GroupMember {
@@ -103,6 +108,8 @@ impl GroupMember {
             assigned_with: None,
             metadata_at: None,
             failures: 0,
+            closing: false,
+            rejoin_held: false,
         };
         member.advance(now);
         member
@@ -343,6 +350,18 @@ impl GroupMember {
         self.partition_racks = racks;
     }
 
+    /// The application is closing: its last commit may still go out, and a rebalance
+    /// that keeps this member's partitions (cooperative) is still joined so that it can
+    /// commit them, but a generation lost now (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+    /// fenced) is not joined again. The Java client's close commits and leaves without
+    /// joining either. Without this a JoinGroup went out, the broker held it (for up to
+    /// the rebalance timeout), and the LeaveGroup queued behind it on the coordinator's
+    /// connection: the close and the next member's join both waited.
+    /// [`GroupMember::leave`] follows.
+    pub fn prepare_to_close(&mut self) {
+        self.closing = true;
+    }
+
     /// Leaves the group: a dynamic member sends LeaveGroup; a static member just stops
     /// (as in the Java client), so a restart within the session timeout keeps its
     /// partitions. The application must have finished with its partitions.
@@ -423,7 +442,7 @@ impl GroupMember {
             }
         }
         if let State::Unjoined { join_at, reason } = &self.state {
-            if now >= *join_at {
+            if now >= *join_at && !self.rejoin_held {
                 let reason = reason.clone();
                 self.send_join(now, node, reason);
             }

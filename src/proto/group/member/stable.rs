@@ -267,6 +267,7 @@ impl GroupMember {
             self.core.member_id.clear();
         }
         self.enter_unjoined(now, false, reason);
+        self.rejoin_held = self.closing;
     }
 
     /// Out of the generation: no generation to commit with, no committed offsets to

@@ -1867,3 +1867,66 @@ fn cooperative_sync_revokes_only_moved_partitions_then_assigns_and_rejoins() {
         "{next:?}"
     );
 }
+
+/// A close whose commit finds the generation ended (ILLEGAL_GENERATION): the member
+/// used to join again at once, the broker held that JoinGroup, and the LeaveGroup that
+/// followed queued behind it on the coordinator's connection, so the close and the
+/// next member's join both waited (CI saw the next member get nothing within 10 s).
+/// Closing, a lost generation is not joined again and the LeaveGroup goes out at once,
+/// with the member id the broker still knows.
+#[test]
+fn closing_commit_illegal_generation_does_not_rejoin_and_leaves_at_once() {
+    let mut h = stable("range");
+    h.m.prepare_to_close();
+    let commit = h.commit_one(0, 5).expect("commit");
+    assert_eq!(h.request().id, commit);
+    h.respond(
+        commit,
+        GroupResponse::OffsetCommit {
+            partitions: vec![(tp(0), ResponseError::IllegalGeneration.code())],
+        },
+    );
+    let ev = h.events();
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Lost {
+                reason: LostReason::IllegalGeneration,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+    h.advance(Duration::from_secs(5));
+    h.no_request();
+    h.m.leave(h.now);
+    let leave = h.request();
+    assert!(
+        matches!(&leave.request, GroupRequest::LeaveGroup { member_id, .. } if member_id == "m1"),
+        "{leave:?}"
+    );
+    h.respond(leave.id, GroupResponse::LeaveGroup { error: 0 });
+    assert_eq!(h.m.state(), StateKind::Closed);
+}
+
+/// Closing does not stop a rebalance from being joined: the commit on close retries
+/// in the new generation (cooperative members keep their partitions through it).
+#[test]
+fn closing_member_still_joins_a_rebalance() {
+    let mut h = stable("range");
+    h.m.prepare_to_close();
+    let hb = h.heartbeat();
+    h.respond(
+        hb.id,
+        GroupResponse::Heartbeat {
+            error: ResponseError::RebalanceInProgress.code(),
+        },
+    );
+    h.events();
+    h.m.complete_revocation(h.now, 7);
+    let join = h.request();
+    assert!(
+        matches!(&join.request, GroupRequest::JoinGroup { member_id, .. } if member_id == "m1"),
+        "{join:?}"
+    );
+}

@@ -28,7 +28,9 @@ impl GroupMember {
             timers.extend(self.core.coordinator.timer());
         }
         match &self.state {
-            State::Unjoined { join_at, .. } if self.coordinator().is_some() => {
+            State::Unjoined { join_at, .. }
+                if self.coordinator().is_some() && !self.rejoin_held =>
+            {
                 timers.push((Timer::Join, *join_at))
             }
             State::Joining { deadline, .. }
