@@ -70,6 +70,7 @@ use crate::proto::group::member::{
 };
 pub use crate::proto::group::messages::CommitOffset;
 pub use crate::proto::metadata::NodeId;
+use crate::telemetry::ConsumerMetrics;
 
 /// The partition assignors, and the trait to write one's own
 /// ([`ConsumerBuilder::custom_assignors`]).
@@ -652,7 +653,9 @@ impl ConsumerBuilder {
             timeout: self.client.request_timeout,
             backoff: self.client.retry_backoff,
         };
+        let group_label = self.group_id.clone();
         let task = tokio::spawn(drive(Driver {
+            metrics: ConsumerMetrics::new(group_label.as_deref()),
             cluster,
             shared: shared.clone(),
             group,
@@ -681,6 +684,7 @@ impl ConsumerBuilder {
                 self.client.jitter_seed,
             ),
             lookup,
+            metrics: ConsumerMetrics::new(group_label.as_deref()),
             task: Some(task),
         })
     }
@@ -750,6 +754,8 @@ pub struct Consumer {
     retry: (Duration, Duration, u64),
     /// What the seeks by position and time ask ListOffsets with.
     lookup: OffsetLookup,
+    /// Records, bytes and lag of what this side hands over (the `metrics` feature).
+    metrics: ConsumerMetrics,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -835,7 +841,11 @@ impl Consumer {
             let freed = {
                 let mut f = lock(&self.shared.fetcher);
                 let before = f.buffered_bytes();
+                let start = out.len();
                 let error = f.next_records(max, out);
+                if crate::telemetry::ENABLED {
+                    count_delivered(&mut self.metrics, &f, out.get(start..).unwrap_or(&[]));
+                }
                 let freed = f.buffered_bytes() < before;
                 if let Some(e) = error {
                     return Poll::Ready(Err(e.into()));
@@ -875,6 +885,11 @@ impl Consumer {
                 let mut f = lock(&self.shared.fetcher);
                 let before = f.buffered_bytes();
                 let next = f.next_record();
+                if crate::telemetry::ENABLED {
+                    if let Some(Ok(r)) = &next {
+                        count_delivered(&mut self.metrics, &f, std::slice::from_ref(r));
+                    }
+                }
                 (next, f.buffered_bytes() < before)
             };
             if freed {
@@ -1290,6 +1305,31 @@ impl ConsumerView {
     }
 }
 
+/// Counts `records` (just handed over) per partition run, with each partition's lag
+/// after them.
+fn count_delivered(metrics: &mut ConsumerMetrics, f: &Fetcher, records: &[ConsumerRecord]) {
+    let mut rest = records;
+    while let Some(first) = rest.first() {
+        let run = rest
+            .iter()
+            .take_while(|r| r.partition == first.partition && r.topic == first.topic)
+            .count();
+        let (this, next) = rest.split_at(run);
+        let bytes: usize = this
+            .iter()
+            .map(|r| {
+                r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())
+            })
+            .sum();
+        let tp = TopicPartition {
+            topic: first.topic.to_string(),
+            partition: first.partition,
+        };
+        metrics.delivered(&tp, run as u64, bytes as u64, f.lag(&tp));
+        rest = next;
+    }
+}
+
 fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {
     let mut app = lock(&shared.app);
     for c in done {
@@ -1319,6 +1359,8 @@ struct Driver {
     /// The pace of metadata refreshes that fail (`retry.backoff.ms` doubling to
     /// `retry.backoff.max.ms`, as the Java client's, KIP-580).
     metadata_backoff: crate::proto::backoff::Backoff,
+    /// Rebalances, assignment, losses and commits (the `metrics` feature).
+    metrics: ConsumerMetrics,
 }
 
 /// How the commit made at a revocation is retried ([`commit_before_revocation`]).
@@ -1544,8 +1586,17 @@ async fn next_group_event(group: &mut Option<GroupHandle>) -> Option<Event> {
 
 fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
     match &event {
+        Event::Joined { .. } => d.metrics.rebalanced(),
         Event::Assigned { added, .. } => {
-            lock(&d.shared.fetcher).assign(added, true);
+            let mut f = lock(&d.shared.fetcher);
+            f.assign(added, true);
+            d.metrics.assigned(f.assignment().len(), 0);
+        }
+        Event::CommitCompleted { result, .. } => {
+            d.metrics.committed(match result {
+                Ok(_) => "ok",
+                Err(e) => crate::telemetry::commit_error_label(e),
+            });
         }
         Event::CommittedOffsets { offsets, .. } => {
             let mut f = lock(&d.shared.fetcher);
@@ -1573,7 +1624,9 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
             d.shared.wake_app();
         }
         Event::Lost { partitions, .. } => {
-            lock(&d.shared.fetcher).unassign(partitions);
+            let mut f = lock(&d.shared.fetcher);
+            f.unassign(partitions);
+            d.metrics.assigned(f.assignment().len(), partitions.len());
         }
         Event::Fatal(e) => {
             lock(&d.shared.app).fatal = Some(Error::Group(e.clone()));

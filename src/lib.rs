@@ -38,6 +38,10 @@
 //!   or pass one to [`security::TlsConfig`].
 //! - `tls-webpki-roots`: Mozilla's root certificates compiled in
 //!   ([`security::TrustRoots::WebpkiRoots`]), for hosts without a system trust store.
+//! - `metrics`: named counters, gauges and histograms through the
+//!   [`metrics`](https://docs.rs/metrics) facade, for any recorder (Prometheus,
+//!   OpenTelemetry, ...). The names are in [`telemetry::names`]; docs/observability.md
+//!   gives each one's meaning, unit and labels. Pure Rust.
 //! - `testing`: the group members' test harness, for suites that drive a member on a
 //!   virtual clock. For ottla's own tests; not part of the stable surface.
 //!
@@ -79,6 +83,7 @@ pub mod properties;
 #[doc(hidden)]
 pub mod proto;
 pub mod security;
+pub mod telemetry;
 
 pub use admin::{AdminClient, AdminClientBuilder};
 pub use config::ClientConfig;

@@ -83,6 +83,7 @@ pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
 use crate::proto::process::lanes::{Action, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
 pub use crate::proto::process::retry::ConfigError;
 pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
+use crate::telemetry::ProcessorMetrics;
 
 /// The old name of [`RetryBackoff`], the processor's retry settings (renamed apart
 /// from the client's own request backoff, `retry.backoff.ms`).
@@ -143,6 +144,7 @@ pub struct ProcessorBuilder {
     heartbeat_interval: Duration,
     processing_budget: Duration,
     metrics: Option<MetricsHook>,
+    metrics_prefix: String,
     check_topics: bool,
     create_topics: Option<TopicCreation>,
 }
@@ -218,6 +220,7 @@ impl ProcessorBuilder {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             processing_budget: Duration::from_secs(30),
             metrics: None,
+            metrics_prefix: crate::telemetry::DEFAULT_PROCESSOR_PREFIX.to_string(),
             check_topics: true,
             create_topics: None,
         }
@@ -476,9 +479,20 @@ impl ProcessorBuilder {
         self
     }
 
-    /// A hook that receives every metric observation.
+    /// A hook that receives every metric observation. With the `metrics` feature the
+    /// same observations also reach the `metrics` facade, named under
+    /// [`ProcessorBuilder::metrics_prefix`]; the hook is for raw events.
     pub fn metrics(mut self, hook: impl Fn(Metric) + Send + Sync + 'static) -> Self {
         self.metrics = Some(Arc::new(hook));
+        self
+    }
+
+    /// The first part of the Processor's metric names (the `metrics` feature), seed
+    /// 004's `{domain}.{entity}`: `orders.billing` gives `orders.billing.processed`,
+    /// `orders.billing.retry.count`, ... Default `ottla.processor`. The names are in
+    /// [`crate::telemetry::names`].
+    pub fn metrics_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.metrics_prefix = prefix.into();
         self
     }
 
@@ -561,6 +575,7 @@ impl ProcessorBuilder {
             .build()
             .await?;
         let (control, controls) = mpsc::unbounded_channel();
+        let telemetry = ProcessorMetrics::new(&self.metrics_prefix, &self.lanes.group);
         Ok(Processor {
             consumer,
             producer: Arc::new(producer),
@@ -571,6 +586,7 @@ impl ProcessorBuilder {
             acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
             shutdown_timeout: self.shutdown_timeout,
             processing_budget: self.processing_budget,
+            telemetry,
             metrics: self.metrics,
             control,
             controls,
@@ -681,6 +697,7 @@ pub struct Processor {
     lanes: LanesConfig,
     acquiesce: Duration,
     metrics: Option<MetricsHook>,
+    telemetry: ProcessorMetrics,
     shutdown_timeout: Duration,
     processing_budget: Duration,
     /// What [`ProcessorHandle`]s send; `run` takes the receiving end.
@@ -922,6 +939,7 @@ impl Processor {
     }
 
     fn metric(&self, m: Metric) {
+        self.telemetry.observe(&m);
         if let Some(h) = &self.metrics {
             h(m);
         }
@@ -940,7 +958,7 @@ impl Processor {
         // them one after the other, for up to RUN_SLICE: the cost of a task is shared
         // by the records of a fast handler, and a slow one still gets a task per record.
         let handler = Arc::new(handler);
-        let timed = self.metrics.is_some();
+        let timed = self.metrics.is_some() || crate::telemetry::ENABLED;
         let budget = self.processing_budget;
         let holds = self.holds.clone();
         let call = move |records: Vec<ConsumerRecord>, cancel: Cancel, progress: Progress| {
@@ -1086,7 +1104,7 @@ impl Processor {
         S: Future + Send,
     {
         self.lanes.max_batch = max_batch;
-        self.lanes.metrics = self.metrics.is_some();
+        self.lanes.metrics = self.metrics.is_some() || crate::telemetry::ENABLED;
         let mut lanes = Lanes::new(self.lanes.clone(), now());
         let mut tasks: JoinSet<Finished> = JoinSet::new();
         // The ticket of each task, for a task that ends without a result.

@@ -320,11 +320,22 @@ impl Shared {
     /// Hands finished records to their futures.
     fn dispatch(&self) {
         let mut freed = false;
+        // Records written, per topic, for the `metrics` feature.
+        let mut written: Vec<(String, u64)> = Vec::new();
         {
             let mut s = lock(&self.state);
             while let Some(d) = s.acc.poll_delivery() {
                 freed = true;
                 if let Some((topic, tx)) = s.waiters.remove(&d.id) {
+                    if crate::telemetry::ENABLED {
+                        match &d.result {
+                            Ok(_) => match written.iter_mut().find(|(t, _)| *t == topic) {
+                                Some((_, n)) => *n += 1,
+                                None => written.push((topic.clone(), 1)),
+                            },
+                            Err(e) => crate::telemetry::produce_failed(&topic, e),
+                        }
+                    }
                     let _ = tx.send(d.result.map(|offset| RecordMetadata {
                         topic,
                         partition: d.partition.partition,
@@ -332,6 +343,9 @@ impl Shared {
                     }));
                 }
             }
+        }
+        for (topic, records) in written {
+            crate::telemetry::produced(&topic, records);
         }
         if freed {
             self.room.notify_waiters();

@@ -875,6 +875,7 @@ impl Task {
                                 lifetime = authenticate(&mut wire, &auth, &table).await?;
                             }
                             debug!(broker = %self.address, api_versions = version, "connected");
+                            crate::telemetry::connected(&self.address);
                             let connected = Connected {
                                 stream,
                                 codec,
@@ -1020,6 +1021,7 @@ impl Task {
         let fail_all =
             |waiting: &mut VecDeque<Waiter>, queue: &mut VecDeque<Command>, err: RequestError| {
                 for w in waiting.drain(..) {
+                    crate::telemetry::request_failed(w.api);
                     let _ = w.respond.send(Err(err.clone()));
                 }
                 for cmd in queue.drain(..) {
@@ -1166,6 +1168,7 @@ impl Task {
                     // The expired requests fail with Timeout, the others with Disconnected.
                     let reason = format!("dropped after a {api:?} request timed out");
                     for w in waiting.drain(..) {
+                        crate::telemetry::request_failed(w.api);
                         let err = if w.deadline <= now {
                             RequestError::Timeout { broker: broker.clone(), api: w.api, after: w.timeout }
                         } else {
@@ -1197,6 +1200,7 @@ fn deliver_frames(
             });
         };
         debug_assert_eq!(w.correlation_id, frame.request.correlation_id.0);
+        crate::telemetry::request_answered(w.api, w.written.elapsed());
         hangups.remove(&w.api);
         let _ = w.respond.send(Ok(frame));
     }

@@ -1,0 +1,227 @@
+//! The `metrics` feature against the mock: a known workload through a Processor, read
+//! back from a recorder installed in the test, counter by counter.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use ottla::consumer::OffsetReset;
+use ottla::processor::{Metric, MetricsLog, ProcessError, Processor, RetryBackoff, RetryPolicy};
+use ottla::producer::{Producer, ProducerRecord};
+use ottla::telemetry::names;
+use protocol_tests::peer::Peer;
+
+/// A snapshot: (name, sorted labels) -> a counter's or gauge's value, or a
+/// histogram's number of samples.
+type Values = BTreeMap<(String, Vec<(String, String)>), f64>;
+
+fn values(snapshotter: &Snapshotter) -> Values {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let mut labels: Vec<(String, String)> = key
+                .labels()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect();
+            labels.sort();
+            let v = match value {
+                DebugValue::Counter(c) => c as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            };
+            ((key.name().to_string(), labels), v)
+        })
+        .collect()
+}
+
+/// The value under `name` whose labels include every pair of `labels`, summed over the
+/// other labels.
+fn sum(values: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
+    values
+        .iter()
+        .filter(|((n, ls), _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+const RECORDS: u32 = 40;
+
+/// Record `i`: every 10th from 3 fails transiently on every attempt (2 retries, then
+/// the dead-letter topic), every 10th from 7 is rejected at once; the rest succeed.
+fn outcome(i: u32) -> Result<(), ProcessError> {
+    match i % 10 {
+        3 => Err(ProcessError::transient("Timeout", "the service timed out")),
+        7 => Err(ProcessError::permanent("Rejected", "over the credit limit")),
+        _ => Ok(()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_known_workload_gives_exact_counters() {
+    protocol_tests::init_tracing();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().expect("the test's recorder");
+
+    let peer = Peer::mock(1).expect("mock");
+    let (topic, group) = ("metered", "metered-group");
+    peer.create_topic(topic, 2).expect("topic");
+    peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    let mut deliveries = Vec::new();
+    for i in 0..RECORDS {
+        let r = ProducerRecord::new(topic)
+            .key(format!("k{i}"))
+            .value(i.to_string());
+        deliveries.push(producer.send(r).await.expect("send"));
+    }
+    for d in deliveries {
+        d.await.expect("written");
+    }
+    producer.close().await;
+
+    if let Peer::Mock(m) = &peer {
+        m.set_group_initial_rebalance_delay(Duration::from_millis(300));
+    }
+    let log = MetricsLog::default();
+    let policy = RetryPolicy {
+        default: RetryBackoff {
+            max_retries: 2,
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(40),
+            multiplier: 2.0,
+            jitter: false,
+            min_delay: Duration::ZERO,
+        },
+        ..RetryPolicy::default()
+    };
+    let processor = Processor::builder(&peer.bootstrap(), group, [topic.to_string()])
+        .retry_policy(policy)
+        .timeouts(
+            Duration::from_secs(6),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        // Only the commit at shutdown: one per partition.
+        .commit_interval(Some(Duration::from_secs(3600)))
+        .metrics(log.hook())
+        .metrics_prefix("shop.billing")
+        .consumer(|c| {
+            c.offset_reset(OffsetReset::Earliest)
+                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+        })
+        .build()
+        .await
+        .expect("processor");
+    let succeeded = Arc::new(AtomicUsize::new(0));
+    let s = succeeded.clone();
+    let l = log.clone();
+    let done = async move {
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let dlq = l
+                .snapshot()
+                .iter()
+                .filter(|m| matches!(m, Metric::DeadLettered { .. }))
+                .count();
+            if s.load(Ordering::Relaxed) + dlq >= RECORDS as usize
+                || started.elapsed() > Duration::from_secs(60)
+            {
+                return;
+            }
+        }
+    };
+    let stats = processor
+        .run(
+            move |record, _cancel| {
+                let i: u32 = std::str::from_utf8(record.value.as_deref().unwrap_or_default())
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let result = outcome(i);
+                if result.is_ok() {
+                    s_inc(&succeeded);
+                }
+                async move { result }
+            },
+            done,
+        )
+        .await
+        .expect("run");
+    assert_eq!((stats.succeeded, stats.dead_lettered), (32, 8), "{stats:?}");
+
+    let v = values(&snapshotter);
+    let shown = format!("{v:#?}");
+    let p = |suffix: &str| format!("shop.billing.{suffix}");
+    let g = ("group", group);
+    let check = |name: &str, labels: &[(&str, &str)], want: f64| {
+        assert_eq!(sum(&v, name, labels), want, "{name} {labels:?} in\n{shown}");
+    };
+    check(&p(names::PROCESSED), &[g, ("status", "success")], 32.0);
+    check(&p(names::PROCESSED), &[g, ("status", "failure")], 8.0);
+    // One duration per finished record.
+    check(&p(names::PROCESSING_DURATION), &[g], 40.0);
+    check(&p(names::RETRY_COUNT), &[g, ("retry_attempt", "1")], 4.0);
+    check(&p(names::RETRY_COUNT), &[g, ("retry_attempt", "2")], 4.0);
+    check(&p(names::RETRY_DELAY), &[g, ("retry_attempt", "2")], 4.0);
+    let timeout = [
+        g,
+        ("error_type", "Timeout"),
+        ("error_classification", "retryable"),
+    ];
+    let rejected = [
+        g,
+        ("error_type", "Rejected"),
+        ("error_classification", "non-retryable"),
+    ];
+    check(&p(names::ERROR_COUNT), &timeout, 12.0);
+    check(&p(names::ERROR_COUNT), &rejected, 4.0);
+    check(&p(names::DLQ_COUNT), &timeout, 4.0);
+    check(&p(names::DLQ_COUNT), &rejected, 4.0);
+    // One commit at shutdown, of both partitions' offsets (`Stats::commits` counts
+    // the request; the metric counts partitions).
+    assert_eq!(stats.commits, 1, "{stats:?}");
+    check(&p(names::COMMITS), &[g], 2.0);
+    check(&p(names::PARTITIONS_HALTED), &[g], 0.0);
+
+    // The consumer under it: every record handed over once, one generation, the
+    // backlog drained, both partitions committed.
+    check(
+        names::CONSUMER_RECORDS,
+        &[g, ("topic", topic)],
+        RECORDS as f64,
+    );
+    check(names::CONSUMER_REBALANCES, &[g], 1.0);
+    check(names::CONSUMER_LAG, &[g, ("topic", topic)], 0.0);
+    check(names::CONSUMER_PARTITIONS_LOST, &[g], 0.0);
+    assert!(sum(&v, names::CONSUMER_COMMITS, &[g, ("result", "ok")]) >= 1.0);
+    // The test's producer wrote the topic; the Processor's wrote the dead letters.
+    check(names::PRODUCER_RECORDS, &[("topic", topic)], RECORDS as f64);
+    check(
+        names::PRODUCER_RECORDS,
+        &[("topic", &format!("{topic}.dlq"))],
+        8.0,
+    );
+    assert!(sum(&v, names::REQUESTS, &[("api", "Fetch")]) >= 1.0);
+    assert!(sum(&v, names::REQUEST_DURATION, &[("api", "JoinGroup")]) >= 1.0);
+    assert!(sum(&v, names::CONNECTIONS, &[]) >= 1.0);
+}
+
+fn s_inc(n: &AtomicUsize) {
+    n.fetch_add(1, Ordering::Relaxed);
+}

@@ -1,0 +1,502 @@
+//! Named metrics through the [`metrics`](https://docs.rs/metrics) facade (the `metrics`
+//! feature), for Prometheus, OpenTelemetry or any other `metrics` recorder.
+//!
+//! Every name ottla emits is a constant in [`names`], written once; docs/observability.md
+//! lists each with its meaning, unit and labels, and a test checks that the two agree.
+//! Without the feature the types here are empty and every call is an empty inline
+//! function, so instrumented code has no `cfg` of its own.
+//!
+//! Handles are registered once, when their labels are first known, and kept: the hot
+//! paths (a record processed, a request answered) touch a cached handle, never the
+//! recorder's registry.
+
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+
+use crate::proto::group::consumer_protocol::TopicPartition;
+use crate::proto::group::member::CommitError;
+use crate::proto::process::lanes::Metric;
+use crate::proto::produce::accumulator::ProduceError;
+
+/// The metric names. Dots separate the parts; a Prometheus exporter turns them into
+/// underscores (`ottla.consumer.records` is scraped as `ottla_consumer_records`).
+pub mod names {
+    /// Records handed to the application, by `group`, `topic`, `partition`.
+    pub const CONSUMER_RECORDS: &str = "ottla.consumer.records";
+    /// Key and value bytes of those records, by `group`, `topic`, `partition`.
+    pub const CONSUMER_BYTES: &str = "ottla.consumer.bytes";
+    /// Records between the position and the end of the log, by `group`, `topic`,
+    /// `partition`, as of the last fetch.
+    pub const CONSUMER_LAG: &str = "ottla.consumer.lag";
+    /// Partitions assigned, by `group`.
+    pub const CONSUMER_ASSIGNED: &str = "ottla.consumer.partitions.assigned";
+    /// Generations joined (each JoinGroup/SyncGroup round that ended with an
+    /// assignment), by `group`.
+    pub const CONSUMER_REBALANCES: &str = "ottla.consumer.rebalances";
+    /// Partitions taken away without a chance to commit, by `group`.
+    pub const CONSUMER_PARTITIONS_LOST: &str = "ottla.consumer.partitions.lost";
+    /// OffsetCommit outcomes, by `group` and `result` (`ok`, or the error's name).
+    pub const CONSUMER_COMMITS: &str = "ottla.consumer.commits";
+
+    /// Requests answered, by `api` (its Kafka name, e.g. `Fetch`).
+    pub const REQUESTS: &str = "ottla.requests";
+    /// Seconds from a request's submission to its answer, by `api`.
+    pub const REQUEST_DURATION: &str = "ottla.request.duration";
+    /// Requests that failed without an answer (timeout, disconnect), by `api`.
+    pub const REQUEST_FAILURES: &str = "ottla.request.failures";
+    /// Connections established (after ApiVersions and authentication), by `broker`.
+    pub const CONNECTIONS: &str = "ottla.connections";
+
+    /// Records the broker acknowledged (or, with `acks = 0`, that were written), by
+    /// `topic`.
+    pub const PRODUCER_RECORDS: &str = "ottla.producer.records";
+    /// Records that failed for good, by `topic` and `error` (the error's name).
+    pub const PRODUCER_ERRORS: &str = "ottla.producer.errors";
+
+    /// The Processor's names follow seed 004 §6: `{prefix}.{suffix}`, where the prefix
+    /// is `ProcessorBuilder::metrics_prefix` (`ottla.processor` unless set; the seed's
+    /// `{domain}.{entity}`). Records finished, by `group` and `status`
+    /// (`success`/`failure`).
+    pub const PROCESSED: &str = "processed";
+    /// Seconds the handler's last attempt on a record took (a batch handler's whole
+    /// call), by `group`.
+    pub const PROCESSING_DURATION: &str = "processing.duration";
+    /// Retries scheduled, by `group` and `retry_attempt` (1 for the first).
+    pub const RETRY_COUNT: &str = "retry.count";
+    /// Seconds of delay before each retry, by `group` and `retry_attempt`.
+    pub const RETRY_DELAY: &str = "retry.delay";
+    /// Records dead-lettered (the write acknowledged), by `group`, `error_type` and
+    /// `error_classification` (`retryable`/`non-retryable`).
+    pub const DLQ_COUNT: &str = "dlq.count";
+    /// Handler failures, by `group`, `error_type` and `error_classification`.
+    pub const ERROR_COUNT: &str = "error.count";
+    /// Records skipped (`ProcessError::skip`), by `group` and `error_type`.
+    pub const SKIPPED: &str = "skipped";
+    /// Records sent on to a retry topic, by `group` and `hop`.
+    pub const RETRY_TOPIC_COUNT: &str = "retry_topic.count";
+    /// Partition offsets committed (one per partition per commit; a commit of two
+    /// partitions counts 2), by `group`.
+    pub const COMMITS: &str = "commits";
+    /// Partitions halted because the dead-letter topic cannot be written, by `group`.
+    pub const PARTITIONS_HALTED: &str = "partitions.halted";
+
+    /// Every name outside the Processor.
+    pub const CLIENT: &[&str] = &[
+        CONSUMER_RECORDS,
+        CONSUMER_BYTES,
+        CONSUMER_LAG,
+        CONSUMER_ASSIGNED,
+        CONSUMER_REBALANCES,
+        CONSUMER_PARTITIONS_LOST,
+        CONSUMER_COMMITS,
+        REQUESTS,
+        REQUEST_DURATION,
+        REQUEST_FAILURES,
+        CONNECTIONS,
+        PRODUCER_RECORDS,
+        PRODUCER_ERRORS,
+    ];
+
+    /// Every Processor suffix.
+    pub const PROCESSOR: &[&str] = &[
+        PROCESSED,
+        PROCESSING_DURATION,
+        RETRY_COUNT,
+        RETRY_DELAY,
+        DLQ_COUNT,
+        ERROR_COUNT,
+        SKIPPED,
+        RETRY_TOPIC_COUNT,
+        COMMITS,
+        PARTITIONS_HALTED,
+    ];
+}
+
+/// The Processor's prefix unless `ProcessorBuilder::metrics_prefix` sets one.
+pub const DEFAULT_PROCESSOR_PREFIX: &str = "ottla.processor";
+
+#[cfg(feature = "metrics")]
+mod on {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    use metrics::{Counter, Gauge, Histogram, Label, counter, gauge, histogram};
+
+    use super::*;
+    use crate::driver::lock;
+
+    fn labels(group: &str, more: &[(&'static str, String)]) -> Vec<Label> {
+        let mut out = vec![Label::new("group", group.to_string())];
+        out.extend(more.iter().map(|(k, v)| Label::new(*k, v.clone())));
+        out
+    }
+
+    /// A Processor's metrics, fed from its [`Metric`] events.
+    #[derive(Debug)]
+    pub(crate) struct ProcessorMetrics {
+        prefix: String,
+        group: String,
+        succeeded: Counter,
+        failed: Counter,
+        duration: Histogram,
+        commits: Counter,
+        halted: Gauge,
+        /// Handles whose labels vary (attempt, error type, hop), registered on first
+        /// use. Only failures reach them.
+        counters: Mutex<HashMap<(&'static str, Vec<Label>), Counter>>,
+        histograms: Mutex<HashMap<(&'static str, Vec<Label>), Histogram>>,
+    }
+
+    impl ProcessorMetrics {
+        pub(crate) fn new(prefix: &str, group: &str) -> Self {
+            let name = |suffix: &str| format!("{prefix}.{suffix}");
+            let status = |s: &str| labels(group, &[("status", s.to_string())]);
+            Self {
+                prefix: prefix.to_string(),
+                group: group.to_string(),
+                succeeded: counter!(name(names::PROCESSED), status("success")),
+                failed: counter!(name(names::PROCESSED), status("failure")),
+                duration: histogram!(name(names::PROCESSING_DURATION), labels(group, &[])),
+                commits: counter!(name(names::COMMITS), labels(group, &[])),
+                halted: gauge!(name(names::PARTITIONS_HALTED), labels(group, &[])),
+                counters: Mutex::new(HashMap::new()),
+                histograms: Mutex::new(HashMap::new()),
+            }
+        }
+
+        fn count(&self, suffix: &'static str, more: &[(&'static str, String)]) {
+            let key = (suffix, labels(&self.group, more));
+            let mut counters = lock(&self.counters);
+            let c = counters.entry(key).or_insert_with_key(|(suffix, labels)| {
+                counter!(format!("{}.{suffix}", self.prefix), labels.clone())
+            });
+            c.increment(1);
+        }
+
+        fn time(&self, suffix: &'static str, more: &[(&'static str, String)], d: Duration) {
+            let key = (suffix, labels(&self.group, more));
+            let mut histograms = lock(&self.histograms);
+            let h = histograms
+                .entry(key)
+                .or_insert_with_key(|(suffix, labels)| {
+                    histogram!(format!("{}.{suffix}", self.prefix), labels.clone())
+                });
+            h.record(d.as_secs_f64());
+        }
+
+        pub(crate) fn observe(&self, m: &Metric) {
+            match m {
+                Metric::Processed { success, duration } => {
+                    if *success {
+                        self.succeeded.increment(1);
+                    } else {
+                        self.failed.increment(1);
+                    }
+                    self.duration.record(duration.as_secs_f64());
+                }
+                Metric::Retry { attempt, delay } => {
+                    let attempt = [("retry_attempt", attempt.to_string())];
+                    self.count(names::RETRY_COUNT, &attempt);
+                    self.time(names::RETRY_DELAY, &attempt, *delay);
+                }
+                Metric::Skipped { error_type } => {
+                    self.count(names::SKIPPED, &[("error_type", error_type.clone())]);
+                }
+                Metric::Error { error_type, class } => self.count(
+                    names::ERROR_COUNT,
+                    &[
+                        ("error_type", error_type.clone()),
+                        ("error_classification", class.label().to_string()),
+                    ],
+                ),
+                Metric::DeadLettered {
+                    error_type, class, ..
+                } => self.count(
+                    names::DLQ_COUNT,
+                    &[
+                        ("error_type", error_type.clone()),
+                        ("error_classification", class.label().to_string()),
+                    ],
+                ),
+                Metric::RetryTopic { hop, .. } => {
+                    self.count(names::RETRY_TOPIC_COUNT, &[("hop", hop.to_string())]);
+                }
+                Metric::Committed { .. } => self.commits.increment(1),
+                Metric::Halted { partitions } => self.halted.set(*partitions as f64),
+                // The consumer under the Processor reports its group's rebalances,
+                // assignment and losses.
+                Metric::Joined { .. }
+                | Metric::Assigned { .. }
+                | Metric::Revoked { .. }
+                | Metric::Lost { .. } => {}
+            }
+        }
+    }
+
+    /// One partition's handles.
+    #[derive(Debug)]
+    struct PartitionMetrics {
+        records: Counter,
+        bytes: Counter,
+        lag: Gauge,
+    }
+
+    /// A consumer's metrics.
+    #[derive(Debug)]
+    pub(crate) struct ConsumerMetrics {
+        group: String,
+        assigned: Gauge,
+        rebalances: Counter,
+        lost: Counter,
+        partitions: HashMap<TopicPartition, PartitionMetrics>,
+        commits: HashMap<&'static str, Counter>,
+    }
+
+    impl ConsumerMetrics {
+        pub(crate) fn new(group: Option<&str>) -> Self {
+            let group = group.unwrap_or("").to_string();
+            Self {
+                assigned: gauge!(names::CONSUMER_ASSIGNED, labels(&group, &[])),
+                rebalances: counter!(names::CONSUMER_REBALANCES, labels(&group, &[])),
+                lost: counter!(names::CONSUMER_PARTITIONS_LOST, labels(&group, &[])),
+                partitions: HashMap::new(),
+                commits: HashMap::new(),
+                group,
+            }
+        }
+
+        fn partition(&mut self, tp: &TopicPartition) -> &PartitionMetrics {
+            let group = &self.group;
+            self.partitions.entry(tp.clone()).or_insert_with(|| {
+                let l = labels(
+                    group,
+                    &[
+                        ("topic", tp.topic.clone()),
+                        ("partition", tp.partition.to_string()),
+                    ],
+                );
+                PartitionMetrics {
+                    records: counter!(names::CONSUMER_RECORDS, l.clone()),
+                    bytes: counter!(names::CONSUMER_BYTES, l.clone()),
+                    lag: gauge!(names::CONSUMER_LAG, l),
+                }
+            })
+        }
+
+        /// `records` records of `bytes` bytes of `tp` were handed over; `lag` is the
+        /// partition's lag after them, when known.
+        pub(crate) fn delivered(
+            &mut self,
+            tp: &TopicPartition,
+            records: u64,
+            bytes: u64,
+            lag: Option<i64>,
+        ) {
+            let p = self.partition(tp);
+            p.records.increment(records);
+            p.bytes.increment(bytes);
+            if let Some(lag) = lag {
+                p.lag.set(lag as f64);
+            }
+        }
+
+        /// A generation was joined.
+        pub(crate) fn rebalanced(&mut self) {
+            self.rebalances.increment(1);
+        }
+
+        /// The assignment is now `assigned` partitions, `lost` of them having been
+        /// taken away without a commit.
+        pub(crate) fn assigned(&mut self, assigned: usize, lost: usize) {
+            self.assigned.set(assigned as f64);
+            self.lost.increment(lost as u64);
+        }
+
+        /// A commit ended with `result` (`ok` or an error's name).
+        pub(crate) fn committed(&mut self, result: &'static str) {
+            let group = &self.group;
+            self.commits
+                .entry(result)
+                .or_insert_with(|| {
+                    counter!(
+                        names::CONSUMER_COMMITS,
+                        labels(group, &[("result", result.to_string())])
+                    )
+                })
+                .increment(1);
+        }
+    }
+
+    /// One API's request handles.
+    #[derive(Debug, Clone)]
+    struct ApiMetrics {
+        answered: Counter,
+        duration: Histogram,
+        failed: Counter,
+    }
+
+    /// Request handles by API, registered on first use, for the whole process.
+    fn api(api: ApiKey) -> ApiMetrics {
+        static APIS: OnceLock<Mutex<HashMap<ApiKey, ApiMetrics>>> = OnceLock::new();
+        let mut apis = lock(APIS.get_or_init(Mutex::default));
+        apis.entry(api)
+            .or_insert_with(|| {
+                let name = format!("{api:?}");
+                ApiMetrics {
+                    answered: counter!(names::REQUESTS, "api" => name.clone()),
+                    duration: histogram!(names::REQUEST_DURATION, "api" => name.clone()),
+                    failed: counter!(names::REQUEST_FAILURES, "api" => name),
+                }
+            })
+            .clone()
+    }
+
+    /// A request was answered `took` after it was written.
+    pub(crate) fn request_answered(key: ApiKey, took: Duration) {
+        let m = api(key);
+        m.answered.increment(1);
+        m.duration.record(took.as_secs_f64());
+    }
+
+    /// A request failed without an answer.
+    pub(crate) fn request_failed(key: ApiKey) {
+        api(key).failed.increment(1);
+    }
+
+    pub(crate) fn connected(broker: &str) {
+        counter!(names::CONNECTIONS, "broker" => broker.to_string()).increment(1);
+    }
+
+    pub(crate) fn produced(topic: &str, records: u64) {
+        counter!(names::PRODUCER_RECORDS, "topic" => topic.to_string()).increment(records);
+    }
+
+    pub(crate) fn produce_failed(topic: &str, e: &ProduceError) {
+        counter!(names::PRODUCER_ERRORS, "topic" => topic.to_string(), "error" => produce_error_label(e))
+            .increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod on {
+    use super::*;
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug)]
+    pub(crate) struct ProcessorMetrics;
+
+    impl ProcessorMetrics {
+        #[inline(always)]
+        pub(crate) fn new(_prefix: &str, _group: &str) -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn observe(&self, _m: &Metric) {}
+    }
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug)]
+    pub(crate) struct ConsumerMetrics;
+
+    impl ConsumerMetrics {
+        #[inline(always)]
+        pub(crate) fn new(_group: Option<&str>) -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn delivered(
+            &mut self,
+            _tp: &TopicPartition,
+            _records: u64,
+            _bytes: u64,
+            _lag: Option<i64>,
+        ) {
+        }
+        #[inline(always)]
+        pub(crate) fn rebalanced(&mut self) {}
+        #[inline(always)]
+        pub(crate) fn assigned(&mut self, _assigned: usize, _lost: usize) {}
+        #[inline(always)]
+        pub(crate) fn committed(&mut self, _result: &'static str) {}
+    }
+
+    #[inline(always)]
+    pub(crate) fn request_answered(_api: ApiKey, _took: Duration) {}
+    #[inline(always)]
+    pub(crate) fn request_failed(_api: ApiKey) {}
+    #[inline(always)]
+    pub(crate) fn connected(_broker: &str) {}
+    #[inline(always)]
+    pub(crate) fn produced(_topic: &str, _records: u64) {}
+    #[inline(always)]
+    pub(crate) fn produce_failed(_topic: &str, _e: &ProduceError) {}
+}
+
+pub(crate) use on::*;
+
+/// The `error` label of a record that failed: the broker's error name, or the kind of
+/// failure.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn produce_error_label(e: &ProduceError) -> String {
+    match e {
+        ProduceError::Broker { code, .. } => crate::proto::error_name(*code),
+        ProduceError::Timeout { .. } => "delivery_timeout".into(),
+        ProduceError::Encode(_) => "encode".into(),
+        ProduceError::Closed => "closed".into(),
+        ProduceError::Connection(_) => "connection".into(),
+    }
+}
+
+/// The `result` label of a failed commit.
+pub(crate) fn commit_error_label(e: &CommitError) -> &'static str {
+    match e {
+        CommitError::NoGeneration => "no_generation",
+        CommitError::CoordinatorUnknown => "coordinator_unknown",
+        CommitError::NotOwned(_) => "not_owned",
+        CommitError::Broker { .. } => "broker",
+        CommitError::Request(_) => "request",
+        CommitError::Stale { .. } => "stale",
+        CommitError::Closed(_) => "closed",
+    }
+}
+
+/// Whether the metrics are compiled in (the `metrics` feature): the Processor then
+/// times every handler call, as it does for a `metrics` hook.
+pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
+
+#[cfg(test)]
+mod tests {
+    use super::names;
+
+    const DOC: &str = include_str!("../docs/observability.md");
+
+    /// The first cell of every table row of docs/observability.md that names a metric.
+    fn documented() -> Vec<&'static str> {
+        DOC.lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .collect()
+    }
+
+    #[test]
+    fn every_metric_is_documented_and_every_documented_metric_exists() {
+        let documented = documented();
+        for name in names::CLIENT.iter().chain(names::PROCESSOR) {
+            assert!(
+                documented.contains(name),
+                "{name} is missing from docs/observability.md"
+            );
+        }
+        for name in &documented {
+            assert!(
+                names::CLIENT.contains(name) || names::PROCESSOR.contains(name),
+                "docs/observability.md lists {name}, which ottla does not emit"
+            );
+        }
+        assert_eq!(
+            documented.len(),
+            names::CLIENT.len() + names::PROCESSOR.len()
+        );
+    }
+}
