@@ -2,41 +2,69 @@
 //! back from a recorder installed in the test, counter by counter.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use ottla::consumer::OffsetReset;
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_util::registry::{AtomicStorage, Registry};
+use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{Metric, MetricsLog, ProcessError, Processor, RetryBackoff, RetryPolicy};
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::telemetry::names;
 use protocol_tests::peer::Peer;
 
-/// A snapshot: (name, sorted labels) -> a counter's or gauge's value, or a
+/// A recorder that keeps every value until read, as an exporter's scrape sees them
+/// (metrics-util's debugging recorder resets each value it reports, so a gauge read
+/// twice reads 0 the second time).
+#[derive(Debug)]
+struct Kept(Registry<Key, AtomicStorage>);
+
+impl Recorder for Kept {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0
+            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0
+            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0
+            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
+    }
+}
+
+/// Every value: (name, sorted labels) -> a counter's or gauge's value, or a
 /// histogram's number of samples.
 type Values = BTreeMap<(String, Vec<(String, String)>), f64>;
 
-fn values(snapshotter: &Snapshotter) -> Values {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let mut labels: Vec<(String, String)> = key
-                .labels()
-                .map(|l| (l.key().to_string(), l.value().to_string()))
-                .collect();
-            labels.sort();
-            let v = match value {
-                DebugValue::Counter(c) => c as f64,
-                DebugValue::Gauge(g) => g.into_inner(),
-                DebugValue::Histogram(h) => h.len() as f64,
-            };
-            ((key.name().to_string(), labels), v)
-        })
-        .collect()
+fn values(kept: &Kept) -> Values {
+    let id = |key: &Key| {
+        let mut labels: Vec<(String, String)> = key
+            .labels()
+            .map(|l| (l.key().to_string(), l.value().to_string()))
+            .collect();
+        labels.sort();
+        (key.name().to_string(), labels)
+    };
+    let mut out = Values::new();
+    for (key, c) in kept.0.get_counter_handles() {
+        out.insert(id(&key), c.load(std::sync::atomic::Ordering::SeqCst) as f64);
+    }
+    for (key, g) in kept.0.get_gauge_handles() {
+        out.insert(
+            id(&key),
+            f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)),
+        );
+    }
+    for (key, h) in kept.0.get_histogram_handles() {
+        out.insert(id(&key), h.data().len() as f64);
+    }
+    out
 }
 
 /// The value under `name` whose labels include every pair of `labels`, summed over the
@@ -54,6 +82,18 @@ fn sum(values: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// The process's recorder, installed by the first test that asks (nextest runs each
+/// test in a process of its own; under `cargo test` the tests share it, and each
+/// reads only its own topic's and group's labels).
+fn recorder() -> &'static Kept {
+    static KEPT: OnceLock<&'static Kept> = OnceLock::new();
+    KEPT.get_or_init(|| {
+        let kept: &'static Kept = Box::leak(Box::new(Kept(Registry::atomic())));
+        metrics::set_global_recorder(kept).expect("the test's recorder");
+        kept
+    })
+}
+
 const RECORDS: u32 = 40;
 
 /// Record `i`: every 10th from 3 fails transiently on every attempt (2 retries, then
@@ -69,9 +109,7 @@ fn outcome(i: u32) -> Result<(), ProcessError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_a_known_workload_gives_exact_counters() {
     protocol_tests::init_tracing();
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    recorder.install().expect("the test's recorder");
+    let kept = recorder();
 
     let peer = Peer::mock(1).expect("mock");
     let (topic, group) = ("metered", "metered-group");
@@ -165,7 +203,7 @@ async fn mock_a_known_workload_gives_exact_counters() {
         .expect("run");
     assert_eq!((stats.succeeded, stats.dead_lettered), (32, 8), "{stats:?}");
 
-    let v = values(&snapshotter);
+    let v = values(kept);
     let shown = format!("{v:#?}");
     let p = |suffix: &str| format!("shop.billing.{suffix}");
     let g = ("group", group);
@@ -224,4 +262,128 @@ async fn mock_a_known_workload_gives_exact_counters() {
 
 fn s_inc(n: &AtomicUsize) {
     n.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A backlog drained 200 records at a time: the lag gauge of each partition is known
+/// from the first batch on, equals `Consumer::lag` after every batch, never rises
+/// (nothing is produced meanwhile), and ends at 0.
+async fn lag_drains(peer: Peer) {
+    protocol_tests::init_tracing();
+    let kept = recorder();
+    let topic = format!("lagging-{}", peer.name());
+    let group = format!("lag-watcher-{}", peer.name());
+    let partitions = 2;
+    let count = 2000u32;
+    peer.create_topic(&topic, partitions).expect("topic");
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    let mut deliveries = Vec::new();
+    for i in 0..count {
+        let r = ProducerRecord::new(&topic)
+            .key(format!("k{i}"))
+            .value(vec![b'x'; 100]);
+        deliveries.push(producer.send(r).await.expect("send"));
+    }
+    for d in deliveries {
+        d.await.expect("written");
+    }
+    producer.close().await;
+
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .group_id(&group)
+        .topics([topic.clone()])
+        .offset_reset(OffsetReset::Earliest)
+        .session_timeout(Duration::from_secs(6))
+        .heartbeat_interval(Duration::from_millis(500))
+        .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+        .build()
+        .await
+        .expect("consumer");
+    let gauge = |p: i32| {
+        let v = values(kept);
+        let key = (
+            names::CONSUMER_LAG.to_string(),
+            vec![
+                ("group".to_string(), group.clone()),
+                ("partition".to_string(), p.to_string()),
+                ("topic".to_string(), topic.clone()),
+            ],
+        );
+        v.get(&key).copied()
+    };
+    let mut read = 0;
+    let mut last: BTreeMap<i32, f64> = BTreeMap::new();
+    let mut first: BTreeMap<i32, f64> = BTreeMap::new();
+    let mut samples = 0;
+    while read < count as usize {
+        let batch = tokio::time::timeout(Duration::from_secs(30), consumer.recv_batch(200))
+            .await
+            .expect("records in time")
+            .expect("records");
+        read += batch.len();
+        for p in 0..partitions {
+            let (Some(shown), Some(known)) =
+                (gauge(p), consumer.lag(&TopicPartition::new(&topic, p)))
+            else {
+                continue;
+            };
+            assert_eq!(
+                shown, known as f64,
+                "partition {p}: the gauge is the consumer's lag"
+            );
+            first.entry(p).or_insert(shown);
+            if let Some(before) = last.insert(p, shown) {
+                assert!(
+                    shown <= before,
+                    "partition {p}: lag rose from {before} to {shown}"
+                );
+            }
+            samples += 1;
+        }
+    }
+    assert_eq!(read, count as usize, "every record once");
+    assert!(
+        samples >= 4,
+        "the lag was seen while draining ({samples} samples)"
+    );
+    assert!(
+        first.values().any(|lag| *lag > 0.0),
+        "a backlog was seen at the start: {first:?}"
+    );
+    for p in 0..partitions {
+        assert_eq!(gauge(p), Some(0.0), "partition {p} drained: {last:?}");
+    }
+    let v = values(kept);
+    assert_eq!(
+        sum(
+            &v,
+            names::CONSUMER_RECORDS,
+            &[("group", &group), ("topic", &topic)]
+        ),
+        count as f64
+    );
+    assert_eq!(
+        sum(
+            &v,
+            names::CONSUMER_BYTES,
+            &[("group", &group), ("topic", &topic)]
+        ),
+        // Key "k{i}" plus a 100-byte value.
+        (0..count)
+            .map(|i| format!("k{i}").len() as f64 + 100.0)
+            .sum::<f64>()
+    );
+    consumer.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_lag_per_partition_drains_to_zero() {
+    lag_drains(Peer::mock(1).expect("mock")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_lag_per_partition_drains_to_zero() {
+    lag_drains(Peer::tansu().expect("tansu")).await;
 }
