@@ -1321,11 +1321,13 @@ fn count_delivered(metrics: &mut ConsumerMetrics, f: &Fetcher, records: &[Consum
                 r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())
             })
             .sum();
-        let tp = TopicPartition {
-            topic: first.topic.to_string(),
-            partition: first.partition,
-        };
-        metrics.delivered(&tp, run as u64, bytes as u64, f.lag(&tp));
+        metrics.delivered(
+            &first.topic,
+            first.partition,
+            run as u64,
+            bytes as u64,
+            |tp| f.lag(tp),
+        );
         rest = next;
     }
 }

@@ -958,7 +958,10 @@ impl Processor {
         // them one after the other, for up to RUN_SLICE: the cost of a task is shared
         // by the records of a fast handler, and a slow one still gets a task per record.
         let handler = Arc::new(handler);
-        let timed = self.metrics.is_some() || crate::telemetry::ENABLED;
+        // Each record's own time, for the hook's `Metric::Processed`. The `metrics`
+        // feature times whole calls instead (`ProcessorMetrics::handled`): two clock
+        // reads per record cost more than the budget of the metrics.
+        let timed = self.metrics.is_some();
         let budget = self.processing_budget;
         let holds = self.holds.clone();
         let call = move |records: Vec<ConsumerRecord>, cancel: Cancel, progress: Progress| {
@@ -1105,6 +1108,7 @@ impl Processor {
     {
         self.lanes.max_batch = max_batch;
         self.lanes.metrics = self.metrics.is_some() || crate::telemetry::ENABLED;
+        self.lanes.processed_metrics = self.metrics.is_some();
         let mut lanes = Lanes::new(self.lanes.clone(), now());
         let mut tasks: JoinSet<Finished> = JoinSet::new();
         // The ticket of each task, for a task that ends without a result.
@@ -1129,7 +1133,10 @@ impl Processor {
                     Action::Dispatch {
                         ticket, records, ..
                     } => {
-                        let call = Call::default();
+                        let call = Call {
+                            records: records.len(),
+                            ..Call::default()
+                        };
                         let work = handler(records, call.cancel.clone(), call.progress.clone());
                         let task = tasks.spawn(async move {
                             let started = Instant::now();
@@ -1200,6 +1207,7 @@ impl Processor {
             while let Some(m) = lanes.poll_metric() {
                 self.metric(m);
             }
+            self.telemetry.publish(lanes.stats());
             let mut deadline = lanes.poll_timeout().map(Instant::from_std);
             if lanes.holding() {
                 // Paused by the application: no records are asked for, so the member
@@ -1247,7 +1255,9 @@ impl Processor {
                     match done {
                         Ok((id, Finished::Handled(ticket, outcome, took))) => {
                             tickets.remove(&id);
-                            calls.remove(&ticket);
+                            if let Some(call) = calls.remove(&ticket) {
+                                self.telemetry.handled(attempted(call.records, &outcome), took);
+                            }
                             lanes.handled(ticket, outcome, took, now());
                         }
                         Ok((id, Finished::Produced(ticket, result))) => {
@@ -1291,6 +1301,10 @@ impl Processor {
                 lanes.shutdown(self.shutdown_timeout, self.acquiesce, now());
             }
         }
+        while let Some(m) = lanes.poll_metric() {
+            self.metric(m);
+        }
+        self.telemetry.publish(lanes.stats());
         let (result, until) =
             stopped.unwrap_or_else(|| (Ok(()), Instant::now() + self.shutdown_timeout));
         let close = match tokio::time::timeout_at(until, self.consumer.close()).await {
@@ -1322,6 +1336,19 @@ struct Call {
     progress: Progress,
     /// The progress already given to the lanes.
     seen: usize,
+    /// How many records it was given.
+    records: usize,
+}
+
+/// How many of the `given` records a call's handler was called on (or, for a batch,
+/// called with): all but those left after it stopped or failed.
+fn attempted(given: usize, outcome: &Outcome) -> usize {
+    match (&outcome.result, outcome.stopped_after) {
+        (_, Some(stopped)) => stopped,
+        (Err(e), None) => e.index.map_or(given, |i| i + 1),
+        (Ok(()), None) => given,
+    }
+    .min(given)
 }
 
 /// How many records of its batch a [`Processor::run`] call has finished so far, and

@@ -88,6 +88,10 @@ pub struct LanesConfig {
     /// Whether metrics are kept for [`Lanes::poll_metric`] (nobody reads them
     /// otherwise, so they are not queued).
     pub metrics: bool,
+    /// With `metrics`: whether [`Metric::Processed`], one per finished record, is
+    /// queued too. The `metrics` feature alone counts finished records from
+    /// [`Lanes::stats`] instead, which costs nothing per record.
+    pub processed_metrics: bool,
 }
 
 impl Default for LanesConfig {
@@ -107,6 +111,7 @@ impl Default for LanesConfig {
             commit_interval: Some(Duration::from_secs(1)),
             jitter_seed: 1,
             metrics: false,
+            processed_metrics: true,
         }
     }
 }
@@ -688,7 +693,9 @@ impl Lanes {
     }
 
     fn metric(&mut self, m: Metric) {
-        if self.config.metrics {
+        if self.config.metrics
+            && (self.config.processed_metrics || !matches!(m, Metric::Processed { .. }))
+        {
             self.metrics.push_back(m);
         }
     }
