@@ -1312,7 +1312,10 @@ fn count_delivered(metrics: &mut ConsumerMetrics, f: &Fetcher, records: &[Consum
     while let Some(first) = rest.first() {
         let run = rest
             .iter()
-            .take_while(|r| r.partition == first.partition && r.topic == first.topic)
+            .take_while(|r| {
+                r.partition == first.partition
+                    && (Arc::ptr_eq(&r.topic, &first.topic) || r.topic == first.topic)
+            })
             .count();
         let (this, next) = rest.split_at(run);
         let bytes: usize = this

@@ -692,6 +692,14 @@ impl Lanes {
         !self.releases.is_empty()
     }
 
+    /// [`Metric::Processed`], built only when someone reads it.
+    fn processed(&mut self, success: bool, duration: Duration) {
+        if self.config.metrics && self.config.processed_metrics {
+            self.metrics
+                .push_back(Metric::Processed { success, duration });
+        }
+    }
+
     fn metric(&mut self, m: Metric) {
         if self.config.metrics
             && (self.config.processed_metrics || !matches!(m, Metric::Processed { .. }))
@@ -863,10 +871,7 @@ impl Lanes {
         // durations.
         let reported = reported.min(attempts.len());
         for i in 0..reported {
-            self.metric(Metric::Processed {
-                success: true,
-                duration: took_of(i),
-            });
+            self.processed(true, took_of(i));
         }
         let mut pending = attempts.split_off(reported);
         let n = pending.len();
@@ -922,25 +927,21 @@ impl Lanes {
         let skipped = finished.is_some() && handled < n;
         let done = handled + usize::from(skipped);
         let mut rest = pending.split_off(done);
-        let mut processed = Vec::new();
-        for (i, a) in pending.iter().enumerate() {
+        for a in &pending {
             lane.tracker.finish(a.record.offset);
-            if i < handled {
-                processed.push(took_of(reported + i));
-            }
         }
+        let processed = handled.min(pending.len());
         if skipped {
             self.stats.skipped += 1;
             if let Some(kind) = finished {
                 self.metric(Metric::Skipped { error_type: kind });
             }
         }
-        self.stats.succeeded += processed.len() as u64;
-        for duration in processed {
-            self.metric(Metric::Processed {
-                success: true,
-                duration,
-            });
+        self.stats.succeeded += processed as u64;
+        if self.config.metrics && self.config.processed_metrics {
+            for i in 0..processed {
+                self.processed(true, took_of(reported + i));
+            }
         }
         let Some(lane) = self.lanes.get_mut(tp) else {
             return;
@@ -1212,10 +1213,7 @@ impl Lanes {
                     error_type,
                     class,
                 });
-                self.metric(Metric::Processed {
-                    success: false,
-                    duration: attempt.took,
-                });
+                self.processed(false, attempt.took);
             }
             (Err(e), _) => {
                 self.stats.dlq_failures += 1;
