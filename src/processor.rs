@@ -68,7 +68,7 @@ use crate::config::ClientConfig;
 use crate::consumer::{
     Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, ConsumerView, TopicPartition,
 };
-use crate::driver::sleep_until;
+use crate::driver::{lock, sleep_until};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder};
 use crate::proto::group::member::{
@@ -591,6 +591,7 @@ impl ProcessorBuilder {
             control,
             controls,
             holds: Arc::default(),
+            live: Arc::default(),
         })
     }
 }
@@ -704,6 +705,8 @@ pub struct Processor {
     control: mpsc::UnboundedSender<Control>,
     controls: mpsc::UnboundedReceiver<Control>,
     holds: Arc<Holds>,
+    /// The run's counters as of its last turn, for [`ProcessorHandle::stats`].
+    live: Arc<Mutex<Stats>>,
 }
 
 /// Controls a [`Processor`] from another task, or from inside a handler (clone it into
@@ -746,6 +749,7 @@ pub struct Processor {
 pub struct ProcessorHandle {
     control: mpsc::UnboundedSender<Control>,
     holds: Arc<Holds>,
+    live: Arc<Mutex<Stats>>,
     view: ConsumerView,
 }
 
@@ -842,6 +846,15 @@ impl ProcessorHandle {
     pub fn lag(&self) -> BTreeMap<TopicPartition, i64> {
         self.view.lag()
     }
+
+    /// The running processor's counters (records succeeded, retried, dead-lettered,
+    /// commits, ...), as of its last turn: what [`Processor::run`] returns at the end,
+    /// readable while it runs, without a metrics backend. All zero before `run`
+    /// starts. The `metrics` feature reports the same figures
+    /// (docs/observability.md).
+    pub fn stats(&self) -> Stats {
+        lock(&self.live).clone()
+    }
 }
 
 impl std::fmt::Debug for Processor {
@@ -934,6 +947,7 @@ impl Processor {
         ProcessorHandle {
             control: self.control.clone(),
             holds: self.holds.clone(),
+            live: self.live.clone(),
             view: self.consumer.view(),
         }
     }
@@ -1208,6 +1222,7 @@ impl Processor {
                 self.metric(m);
             }
             self.telemetry.publish(lanes.stats());
+            lanes.stats().clone_into(&mut lock(&self.live));
             let mut deadline = lanes.poll_timeout().map(Instant::from_std);
             if lanes.holding() {
                 // Paused by the application: no records are asked for, so the member
@@ -1305,6 +1320,7 @@ impl Processor {
             self.metric(m);
         }
         self.telemetry.publish(lanes.stats());
+        lanes.stats().clone_into(&mut lock(&self.live));
         let (result, until) =
             stopped.unwrap_or_else(|| (Ok(()), Instant::now() + self.shutdown_timeout));
         let close = match tokio::time::timeout_at(until, self.consumer.close()).await {

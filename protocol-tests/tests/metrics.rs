@@ -168,6 +168,12 @@ async fn mock_a_known_workload_gives_exact_counters() {
     let succeeded = Arc::new(AtomicUsize::new(0));
     let s = succeeded.clone();
     let l = log.clone();
+    // The handle's live counters, read while the processor runs: they reach the
+    // workload's figures before it is stopped.
+    let handle = processor.handle();
+    assert_eq!(handle.stats(), Default::default(), "zero before run");
+    let (h, live) = (handle.clone(), Arc::new(std::sync::Mutex::new(None)));
+    let seen_live = live.clone();
     let done = async move {
         let started = Instant::now();
         loop {
@@ -177,7 +183,12 @@ async fn mock_a_known_workload_gives_exact_counters() {
                 .iter()
                 .filter(|m| matches!(m, Metric::DeadLettered { .. }))
                 .count();
-            if s.load(Ordering::Relaxed) + dlq >= RECORDS as usize
+            let stats = h.stats();
+            if stats.succeeded + stats.dead_lettered >= u64::from(RECORDS) {
+                *seen_live.lock().unwrap() = Some(stats);
+            }
+            if (s.load(Ordering::Relaxed) + dlq >= RECORDS as usize
+                && seen_live.lock().unwrap().is_some())
                 || started.elapsed() > Duration::from_secs(60)
             {
                 return;
@@ -202,6 +213,21 @@ async fn mock_a_known_workload_gives_exact_counters() {
         .await
         .expect("run");
     assert_eq!((stats.succeeded, stats.dead_lettered), (32, 8), "{stats:?}");
+    let live = live
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the live counters reached 40");
+    assert_eq!(
+        (live.succeeded, live.dead_lettered, live.retries),
+        (32, 8, 8),
+        "read through the handle while running"
+    );
+    assert_eq!(
+        handle.stats(),
+        stats,
+        "the handle ends with what run returned"
+    );
 
     let v = values(kept);
     let shown = format!("{v:#?}");
