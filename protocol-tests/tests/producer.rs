@@ -126,6 +126,24 @@ fn check_exact(read: &[RdRecord], count: u64, partitions: i32, what: &str) {
     }
 }
 
+/// Reads `count` records of `topic` back with librdkafka from `bootstrap` and checks
+/// that each was written exactly once, byte for byte, with no gap.
+async fn read_back_exactly(
+    bootstrap: String,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+    what: &str,
+) {
+    let t = topic.to_string();
+    let read = tokio::task::spawn_blocking(move || {
+        read_with_rdkafka(&bootstrap, &t, partitions, count as usize)
+    })
+    .await
+    .unwrap();
+    check_exact(&read, count, partitions, what);
+}
+
 async fn fidelity(peer: Peer) {
     protocol_tests::init_tracing();
     let partitions = 3;
@@ -148,19 +166,14 @@ async fn fidelity(peer: Peer) {
                 "{codec}: reported offset of record {i}"
             );
         }
-        let bootstrap = peer.bootstrap();
-        let t = topic.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            read_with_rdkafka(&bootstrap, &t, partitions, count as usize)
-        })
-        .await
-        .unwrap();
-        check_exact(
-            &read,
-            count,
+        read_back_exactly(
+            peer.bootstrap(),
+            &topic,
             partitions,
+            count,
             &format!("{} {codec} via librdkafka", peer.name()),
-        );
+        )
+        .await;
         // And ottla's consumer reads the same.
         let mut consumer = Consumer::builder(&peer.bootstrap())
             .assign((0..partitions).map(|p| TopicPartition::new(&topic, p)))
@@ -247,13 +260,14 @@ async fn mock_injected_produce_errors_leave_no_duplicates_and_no_gaps() {
     m.push_request_errors(0, &[6, 7, 19, -195, 20, -195, 7, 6, 19, -195]);
     produce_paced(&producer, topic, partitions, count).await;
     producer.close().await;
-    let bootstrap = peer.bootstrap();
-    let read = tokio::task::spawn_blocking(move || {
-        read_with_rdkafka(&bootstrap, topic, partitions, count as usize)
-    })
-    .await
-    .unwrap();
-    check_exact(&read, count, partitions, "after injected errors");
+    read_back_exactly(
+        peer.bootstrap(),
+        topic,
+        partitions,
+        count,
+        "after injected errors",
+    )
+    .await;
 }
 
 /// Answers lost after the broker wrote the batch: a proxy in front of tansu swallows
@@ -288,13 +302,14 @@ async fn tansu_lost_produce_answers_leave_no_duplicates_and_no_gaps() {
         proxy.corrupted()
     );
     assert!(proxy.corrupted() >= 3, "answers were lost");
-    let bootstrap = proxy.address();
-    let read = tokio::task::spawn_blocking(move || {
-        read_with_rdkafka(&bootstrap, topic, partitions, count as usize)
-    })
-    .await
-    .unwrap();
-    check_exact(&read, count, partitions, "after lost answers");
+    read_back_exactly(
+        proxy.address(),
+        topic,
+        partitions,
+        count,
+        "after lost answers",
+    )
+    .await;
 }
 
 /// Keyed records without a partition land where librdkafka's `murmur2_random`
@@ -385,13 +400,7 @@ async fn tansu_acks_leader_and_none_write_every_record_once() {
             Acks::None => assert_eq!(known, 0, "acks=0 cannot know offsets"),
             _ => assert_eq!(known, count as usize, "acks=1 reports every offset"),
         }
-        let bootstrap = peer.bootstrap();
-        let read = tokio::task::spawn_blocking(move || {
-            read_with_rdkafka(&bootstrap, name, partitions, count as usize)
-        })
-        .await
-        .unwrap();
-        check_exact(&read, count, partitions, name);
+        read_back_exactly(peer.bootstrap(), name, partitions, count, name).await;
     }
     assert_eq!(
         logs.count("connection dropped"),
@@ -458,11 +467,5 @@ async fn tansu_acks_none_closed_at_once_loses_no_record() {
         .expect("producer");
     produce_with_ottla(&producer, name, partitions, count).await;
     producer.close().await;
-    let bootstrap = peer.bootstrap();
-    let read = tokio::task::spawn_blocking(move || {
-        read_with_rdkafka(&bootstrap, name, partitions, count as usize)
-    })
-    .await
-    .unwrap();
-    check_exact(&read, count, partitions, name);
+    read_back_exactly(peer.bootstrap(), name, partitions, count, name).await;
 }
