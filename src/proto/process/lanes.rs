@@ -692,18 +692,22 @@ impl Lanes {
         !self.releases.is_empty()
     }
 
+    /// Whether [`Metric::Processed`] is read (see [`LanesConfig::processed_metrics`]).
+    fn wants_processed(&self) -> bool {
+        self.config.metrics && self.config.processed_metrics
+    }
+
     /// [`Metric::Processed`], built only when someone reads it.
     fn processed(&mut self, success: bool, duration: Duration) {
-        if self.config.metrics && self.config.processed_metrics {
+        if self.wants_processed() {
             self.metrics
                 .push_back(Metric::Processed { success, duration });
         }
     }
 
+    /// Any other metric: every `Processed` goes through [`Lanes::processed`].
     fn metric(&mut self, m: Metric) {
-        if self.config.metrics
-            && (self.config.processed_metrics || !matches!(m, Metric::Processed { .. }))
-        {
+        if self.config.metrics {
             self.metrics.push_back(m);
         }
     }
@@ -938,7 +942,7 @@ impl Lanes {
             }
         }
         self.stats.succeeded += processed as u64;
-        if self.config.metrics && self.config.processed_metrics {
+        if self.wants_processed() {
             for i in 0..processed {
                 self.processed(true, took_of(reported + i));
             }

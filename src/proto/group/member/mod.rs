@@ -352,8 +352,8 @@ impl GroupMember {
 
     /// The application is closing: its last commit may still go out, and a rebalance
     /// that keeps this member's partitions (cooperative) is still joined so that it can
-    /// commit them, but a generation lost now (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
-    /// fenced) is not joined again. The Java client's close commits and leaves without
+    /// commit them, but a generation lost now (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID)
+    /// is not joined again. The Java client's close commits and leaves without
     /// joining either. Without this a JoinGroup went out, the broker held it (for up to
     /// the rebalance timeout), and the LeaveGroup queued behind it on the coordinator's
     /// connection: the close and the next member's join both waited.
