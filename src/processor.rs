@@ -952,6 +952,16 @@ impl Processor {
         }
     }
 
+    /// Hands the lanes' metrics to the hook and the `metrics` facade, and their
+    /// counters to [`ProcessorHandle::stats`].
+    fn report(&self, lanes: &mut Lanes) {
+        while let Some(m) = lanes.poll_metric() {
+            self.metric(m);
+        }
+        self.telemetry.publish(lanes.stats());
+        lanes.stats().clone_into(&mut lock(&self.live));
+    }
+
     fn metric(&self, m: Metric) {
         self.telemetry.observe(&m);
         if let Some(h) = &self.metrics {
@@ -1218,11 +1228,7 @@ impl Processor {
                     }
                 }
             }
-            while let Some(m) = lanes.poll_metric() {
-                self.metric(m);
-            }
-            self.telemetry.publish(lanes.stats());
-            lanes.stats().clone_into(&mut lock(&self.live));
+            self.report(&mut lanes);
             let mut deadline = lanes.poll_timeout().map(Instant::from_std);
             if lanes.holding() {
                 // Paused by the application: no records are asked for, so the member
@@ -1316,11 +1322,7 @@ impl Processor {
                 lanes.shutdown(self.shutdown_timeout, self.acquiesce, now());
             }
         }
-        while let Some(m) = lanes.poll_metric() {
-            self.metric(m);
-        }
-        self.telemetry.publish(lanes.stats());
-        lanes.stats().clone_into(&mut lock(&self.live));
+        self.report(&mut lanes);
         let (result, until) =
             stopped.unwrap_or_else(|| (Ok(()), Instant::now() + self.shutdown_timeout));
         let close = match tokio::time::timeout_at(until, self.consumer.close()).await {
