@@ -70,7 +70,7 @@ use crate::proto::group::member::{
 };
 pub use crate::proto::group::messages::CommitOffset;
 pub use crate::proto::metadata::NodeId;
-use crate::telemetry::ConsumerMetrics;
+use crate::telemetry::DeliveryMetrics;
 
 /// The partition assignors, and the trait to write one's own
 /// ([`ConsumerBuilder::custom_assignors`]).
@@ -653,9 +653,7 @@ impl ConsumerBuilder {
             timeout: self.client.request_timeout,
             backoff: self.client.retry_backoff,
         };
-        let group_label = self.group_id.clone();
         let task = tokio::spawn(drive(Driver {
-            metrics: ConsumerMetrics::new(group_label.as_deref()),
             cluster,
             shared: shared.clone(),
             group,
@@ -684,7 +682,7 @@ impl ConsumerBuilder {
                 self.client.jitter_seed,
             ),
             lookup,
-            metrics: ConsumerMetrics::new(group_label.as_deref()),
+            metrics: DeliveryMetrics::new(self.group_id.as_deref()),
             task: Some(task),
         })
     }
@@ -755,7 +753,7 @@ pub struct Consumer {
     /// What the seeks by position and time ask ListOffsets with.
     lookup: OffsetLookup,
     /// Records, bytes and lag of what this side hands over (the `metrics` feature).
-    metrics: ConsumerMetrics,
+    metrics: DeliveryMetrics,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -1307,7 +1305,7 @@ impl ConsumerView {
 
 /// Counts `records` (just handed over) per partition run, with each partition's lag
 /// after them.
-fn count_delivered(metrics: &mut ConsumerMetrics, f: &Fetcher, records: &[ConsumerRecord]) {
+fn count_delivered(metrics: &mut DeliveryMetrics, f: &Fetcher, records: &[ConsumerRecord]) {
     let mut rest = records;
     while let Some(first) = rest.first() {
         let run = rest
@@ -1364,8 +1362,6 @@ struct Driver {
     /// The pace of metadata refreshes that fail (`retry.backoff.ms` doubling to
     /// `retry.backoff.max.ms`, as the Java client's, KIP-580).
     metadata_backoff: crate::proto::backoff::Backoff,
-    /// Rebalances, assignment, losses and commits (the `metrics` feature).
-    metrics: ConsumerMetrics,
 }
 
 /// How the commit made at a revocation is retried ([`commit_before_revocation`]).
@@ -1591,17 +1587,8 @@ async fn next_group_event(group: &mut Option<GroupHandle>) -> Option<Event> {
 
 fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
     match &event {
-        Event::Joined { .. } => d.metrics.rebalanced(),
         Event::Assigned { added, .. } => {
-            let mut f = lock(&d.shared.fetcher);
-            f.assign(added, true);
-            d.metrics.assigned(f.assignment().len(), 0);
-        }
-        Event::CommitCompleted { result, .. } => {
-            d.metrics.committed(match result {
-                Ok(_) => "ok",
-                Err(e) => crate::telemetry::commit_error_label(e),
-            });
+            lock(&d.shared.fetcher).assign(added, true);
         }
         Event::CommittedOffsets { offsets, .. } => {
             let mut f = lock(&d.shared.fetcher);
@@ -1629,9 +1616,7 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
             d.shared.wake_app();
         }
         Event::Lost { partitions, .. } => {
-            let mut f = lock(&d.shared.fetcher);
-            f.unassign(partitions);
-            d.metrics.assigned(f.assignment().len(), partitions.len());
+            lock(&d.shared.fetcher).unassign(partitions);
         }
         Event::Fatal(e) => {
             lock(&d.shared.app).fatal = Some(Error::Group(e.clone()));

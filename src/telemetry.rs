@@ -15,7 +15,7 @@ use std::time::Duration;
 use kafka_protocol::messages::ApiKey;
 
 use crate::proto::group::consumer_protocol::TopicPartition;
-use crate::proto::group::member::CommitError;
+use crate::proto::group::member::{CommitError, Event};
 use crate::proto::process::lanes::{Metric, Stats};
 use crate::proto::produce::accumulator::ProduceError;
 
@@ -149,6 +149,23 @@ mod on {
         histograms: Mutex<HashMap<(&'static str, Vec<Label>), Histogram>>,
     }
 
+    /// The handle for `{prefix}.{suffix}` with `labels`, from `cache` or registered
+    /// there by `register`.
+    fn cached<H: Clone>(
+        cache: &Mutex<HashMap<(&'static str, Vec<Label>), H>>,
+        prefix: &str,
+        suffix: &'static str,
+        labels: Vec<Label>,
+        register: impl FnOnce(String, Vec<Label>) -> H,
+    ) -> H {
+        lock(cache)
+            .entry((suffix, labels))
+            .or_insert_with_key(|(suffix, labels)| {
+                register(format!("{prefix}.{suffix}"), labels.clone())
+            })
+            .clone()
+    }
+
     impl ProcessorMetrics {
         pub(crate) fn new(prefix: &str, group: &str) -> Self {
             let name = |suffix: &str| format!("{prefix}.{suffix}");
@@ -167,23 +184,19 @@ mod on {
         }
 
         fn count(&self, suffix: &'static str, more: &[(&'static str, String)]) {
-            let key = (suffix, labels(&self.group, more));
-            let mut counters = lock(&self.counters);
-            let c = counters.entry(key).or_insert_with_key(|(suffix, labels)| {
-                counter!(format!("{}.{suffix}", self.prefix), labels.clone())
-            });
-            c.increment(1);
+            let labels = labels(&self.group, more);
+            cached(&self.counters, &self.prefix, suffix, labels, |n, l| {
+                counter!(n, l)
+            })
+            .increment(1);
         }
 
         fn time(&self, suffix: &'static str, more: &[(&'static str, String)], d: Duration) {
-            let key = (suffix, labels(&self.group, more));
-            let mut histograms = lock(&self.histograms);
-            let h = histograms
-                .entry(key)
-                .or_insert_with_key(|(suffix, labels)| {
-                    histogram!(format!("{}.{suffix}", self.prefix), labels.clone())
-                });
-            h.record(d.as_secs_f64());
+            let labels = labels(&self.group, more);
+            cached(&self.histograms, &self.prefix, suffix, labels, |n, l| {
+                histogram!(n, l)
+            })
+            .record(d.as_secs_f64());
         }
 
         /// The finished records so far, from the lanes' counters: nothing is counted
@@ -257,31 +270,23 @@ mod on {
         lag: Gauge,
     }
 
-    /// A consumer's metrics.
+    /// What a consumer hands to the application, per partition (kept by the
+    /// application's side of the consumer).
     #[derive(Debug)]
-    pub(crate) struct ConsumerMetrics {
+    pub(crate) struct DeliveryMetrics {
         group: String,
-        assigned: Gauge,
-        rebalances: Counter,
-        lost: Counter,
         /// Found by topic and partition without allocating: a consumer has few
         /// partitions, and the last one found is tried first.
         partitions: Vec<PartitionMetrics>,
         last: usize,
-        commits: HashMap<&'static str, Counter>,
     }
 
-    impl ConsumerMetrics {
+    impl DeliveryMetrics {
         pub(crate) fn new(group: Option<&str>) -> Self {
-            let group = group.unwrap_or("").to_string();
             Self {
-                assigned: gauge!(names::CONSUMER_ASSIGNED, labels(&group, &[])),
-                rebalances: counter!(names::CONSUMER_REBALANCES, labels(&group, &[])),
-                lost: counter!(names::CONSUMER_PARTITIONS_LOST, labels(&group, &[])),
+                group: group.unwrap_or("").to_string(),
                 partitions: Vec::new(),
                 last: 0,
-                commits: HashMap::new(),
-                group,
             }
         }
 
@@ -336,68 +341,112 @@ mod on {
                 p.lag.set(lag as f64);
             }
         }
+    }
 
-        /// A generation was joined.
-        pub(crate) fn rebalanced(&mut self) {
-            self.rebalances.increment(1);
+    /// A consumer's group metrics, kept by the group member's task: it sees every
+    /// event before the consumer does, and answers a commit's caller only after the
+    /// commit is counted.
+    #[derive(Debug)]
+    pub(crate) struct ConsumerMetrics {
+        group: String,
+        assigned: Gauge,
+        rebalances: Counter,
+        lost: Counter,
+        commits: HashMap<&'static str, Counter>,
+        /// Partitions owned, as the events tell.
+        owned: usize,
+    }
+
+    impl ConsumerMetrics {
+        pub(crate) fn new(group: &str) -> Self {
+            Self {
+                assigned: gauge!(names::CONSUMER_ASSIGNED, labels(group, &[])),
+                rebalances: counter!(names::CONSUMER_REBALANCES, labels(group, &[])),
+                lost: counter!(names::CONSUMER_PARTITIONS_LOST, labels(group, &[])),
+                commits: HashMap::new(),
+                owned: 0,
+                group: group.to_string(),
+            }
         }
 
-        /// The assignment is now `assigned` partitions, `lost` of them having been
-        /// taken away without a commit.
-        pub(crate) fn assigned(&mut self, assigned: usize, lost: usize) {
-            self.assigned.set(assigned as f64);
-            self.lost.increment(lost as u64);
-        }
-
-        /// A commit ended with `result` (`ok` or an error's name).
-        pub(crate) fn committed(&mut self, result: &'static str) {
-            let group = &self.group;
-            self.commits
-                .entry(result)
-                .or_insert_with(|| {
-                    counter!(
-                        names::CONSUMER_COMMITS,
-                        labels(group, &[("result", result.to_string())])
-                    )
-                })
-                .increment(1);
+        /// One event of the group member.
+        pub(crate) fn observe(&mut self, event: &Event) {
+            match event {
+                Event::Joined { .. } => self.rebalances.increment(1),
+                Event::Assigned { assignment, .. } => {
+                    self.owned = assignment.len();
+                    self.assigned.set(self.owned as f64);
+                }
+                Event::Lost { partitions, .. } => {
+                    self.owned = self.owned.saturating_sub(partitions.len());
+                    self.assigned.set(self.owned as f64);
+                    self.lost.increment(partitions.len() as u64);
+                }
+                Event::CommitCompleted { result, .. } => {
+                    let result = match result {
+                        Ok(_) => "ok",
+                        Err(e) => commit_error_label(e),
+                    };
+                    let group = &self.group;
+                    self.commits
+                        .entry(result)
+                        .or_insert_with(|| {
+                            counter!(
+                                names::CONSUMER_COMMITS,
+                                labels(group, &[("result", result.to_string())])
+                            )
+                        })
+                        .increment(1);
+                }
+                _ => {}
+            }
         }
     }
 
     /// One API's request handles.
-    #[derive(Debug, Clone)]
+    #[derive(Debug)]
     struct ApiMetrics {
         answered: Counter,
         duration: Histogram,
         failed: Counter,
     }
 
-    /// Request handles by API, registered on first use, for the whole process.
-    fn api(api: ApiKey) -> ApiMetrics {
-        static APIS: OnceLock<Mutex<HashMap<ApiKey, ApiMetrics>>> = OnceLock::new();
-        let mut apis = lock(APIS.get_or_init(Mutex::default));
-        apis.entry(api)
-            .or_insert_with(|| {
-                let name = format!("{api:?}");
-                ApiMetrics {
-                    answered: counter!(names::REQUESTS, "api" => name.clone()),
-                    duration: histogram!(names::REQUEST_DURATION, "api" => name.clone()),
-                    failed: counter!(names::REQUEST_FAILURES, "api" => name),
-                }
-            })
-            .clone()
+    impl ApiMetrics {
+        fn register(api: ApiKey) -> Self {
+            let name = format!("{api:?}");
+            ApiMetrics {
+                answered: counter!(names::REQUESTS, "api" => name.clone()),
+                duration: histogram!(names::REQUEST_DURATION, "api" => name.clone()),
+                failed: counter!(names::REQUEST_FAILURES, "api" => name),
+            }
+        }
+    }
+
+    /// One slot per API key, above every key Kafka has assigned.
+    const API_SLOTS: usize = 128;
+
+    /// Request handles by API key, registered on first use, for the whole process:
+    /// every connection task reports each answer, so the lookup takes no lock.
+    fn with_api(api: ApiKey, f: impl FnOnce(&ApiMetrics)) {
+        static APIS: [OnceLock<ApiMetrics>; API_SLOTS] = [const { OnceLock::new() }; API_SLOTS];
+        match usize::try_from(api as i16).ok().and_then(|i| APIS.get(i)) {
+            Some(slot) => f(slot.get_or_init(|| ApiMetrics::register(api))),
+            // A key past the table: registered each time, uncached.
+            None => f(&ApiMetrics::register(api)),
+        }
     }
 
     /// A request was answered `took` after it was written.
     pub(crate) fn request_answered(key: ApiKey, took: Duration) {
-        let m = api(key);
-        m.answered.increment(1);
-        m.duration.record(took.as_secs_f64());
+        with_api(key, |m| {
+            m.answered.increment(1);
+            m.duration.record(took.as_secs_f64());
+        });
     }
 
     /// A request failed without an answer.
     pub(crate) fn request_failed(key: ApiKey) {
-        api(key).failed.increment(1);
+        with_api(key, |m| m.failed.increment(1));
     }
 
     pub(crate) fn connected(broker: &str) {
@@ -437,9 +486,9 @@ mod on {
 
     /// Without the `metrics` feature: nothing.
     #[derive(Debug)]
-    pub(crate) struct ConsumerMetrics;
+    pub(crate) struct DeliveryMetrics;
 
-    impl ConsumerMetrics {
+    impl DeliveryMetrics {
         #[inline(always)]
         pub(crate) fn new(_group: Option<&str>) -> Self {
             Self
@@ -454,12 +503,19 @@ mod on {
             _lag: impl FnOnce(&TopicPartition) -> Option<i64>,
         ) {
         }
+    }
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug)]
+    pub(crate) struct ConsumerMetrics;
+
+    impl ConsumerMetrics {
         #[inline(always)]
-        pub(crate) fn rebalanced(&mut self) {}
+        pub(crate) fn new(_group: &str) -> Self {
+            Self
+        }
         #[inline(always)]
-        pub(crate) fn assigned(&mut self, _assigned: usize, _lost: usize) {}
-        #[inline(always)]
-        pub(crate) fn committed(&mut self, _result: &'static str) {}
+        pub(crate) fn observe(&mut self, _event: &Event) {}
     }
 
     #[inline(always)]
@@ -490,7 +546,8 @@ fn produce_error_label(e: &ProduceError) -> String {
 }
 
 /// The `result` label of a failed commit.
-pub(crate) fn commit_error_label(e: &CommitError) -> &'static str {
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn commit_error_label(e: &CommitError) -> &'static str {
     match e {
         CommitError::NoGeneration => "no_generation",
         CommitError::CoordinatorUnknown => "coordinator_unknown",

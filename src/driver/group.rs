@@ -25,6 +25,7 @@ use crate::proto::group::member::{
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::{ClusterMetadata, NodeId};
+use crate::telemetry::ConsumerMetrics;
 
 /// A handle to a running group member. Dropping it makes the member leave the group.
 #[derive(Debug)]
@@ -186,6 +187,7 @@ async fn run(
     let group = config.group_id.clone();
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
+    let mut metrics = ConsumerMetrics::new(&group);
     let mut member = Member::new(config, entropy(), now);
     apply_metadata(&mut member, &cluster.metadata(), now);
     let mut inflight: JoinSet<Reply> = JoinSet::new();
@@ -225,6 +227,7 @@ async fn run(
             inflight.spawn(send(conn, out, long_timeout));
         }
         while let Some(event) = member.poll_event() {
+            metrics.observe(&event);
             match &event {
                 Event::CoordinatorFound { node, address } => {
                     coordinators.insert(*node, address.clone());
