@@ -84,6 +84,7 @@ pub mod properties;
 pub mod proto;
 pub mod security;
 pub mod telemetry;
+pub mod trace;
 
 pub use admin::{AdminClient, AdminClientBuilder};
 pub use config::ClientConfig;

@@ -84,6 +84,7 @@ use crate::proto::process::lanes::{Action, Handover, Lanes, LanesConfig, Now, Ou
 pub use crate::proto::process::retry::ConfigError;
 pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 use crate::telemetry::ProcessorMetrics;
+use crate::trace::TraceContext;
 
 /// The old name of [`RetryBackoff`], the processor's retry settings (renamed apart
 /// from the client's own request backoff, `retry.backoff.ms`).
@@ -988,9 +989,14 @@ impl Processor {
         let timed = self.metrics.is_some();
         let budget = self.processing_budget;
         let holds = self.holds.clone();
-        let call = move |records: Vec<ConsumerRecord>, cancel: Cancel, progress: Progress| {
+        let group: Arc<str> = Arc::from(self.lanes.group.as_str());
+        let call = move |records: Vec<ConsumerRecord>,
+                         cancel: Cancel,
+                         progress: Progress,
+                         attempt: u32| {
             let handler = handler.clone();
             let holds = holds.clone();
+            let group = group.clone();
             async move {
                 let slice = std::time::Instant::now();
                 let mut durations = Vec::new();
@@ -1012,7 +1018,12 @@ impl Processor {
                         };
                     }
                     let started = timed.then(std::time::Instant::now);
-                    let call = catch_call(|| handler(record, cancel.clone()));
+                    // The first record may be a retry; the others are first attempts.
+                    let attempt = if i == 0 { attempt } else { 1 };
+                    let (span, trace) = crate::trace::record_span(&group, &record, attempt);
+                    let call = catch_call(|| {
+                        crate::trace::traced(handler(record, cancel.clone()), span, trace)
+                    });
                     let result = within(budget, call)
                         .await
                         .unwrap_or_else(|| Ok(Err(over_budget(budget))));
@@ -1025,12 +1036,14 @@ impl Processor {
                         Ok(Err(e)) => {
                             return Outcome {
                                 durations,
+                                trace,
                                 ..Outcome::of(Err(BatchError::at(i, e)))
                             };
                         }
                         Err(message) => {
                             return Outcome {
                                 durations,
+                                trace,
                                 ..Outcome::panic(message, Some(i))
                             };
                         }
@@ -1100,22 +1113,57 @@ impl Processor {
         self.lanes.lane_buffer = self.lanes.lane_buffer.max(max_records);
         let handler = Arc::new(handler);
         let budget = self.processing_budget;
-        let call = move |records: Vec<ConsumerRecord>, cancel: Cancel, _: Progress| {
-            let handler = handler.clone();
-            async move {
-                let call = catch_call(|| handler(records, cancel));
-                match within(budget, call).await {
-                    Some(Ok(result)) => Outcome::of(result),
-                    Some(Err(message)) => Outcome::panic(message, None),
-                    // Which record held it up is unknown: the batch goes again one
-                    // record at a time, each with the budget.
-                    None => Outcome::of(Err(BatchError {
-                        index: None,
-                        error: over_budget(budget),
-                    })),
+        let group: Arc<str> = Arc::from(self.lanes.group.as_str());
+        let call =
+            move |records: Vec<ConsumerRecord>, cancel: Cancel, _: Progress, attempt: u32| {
+                let handler = handler.clone();
+                let group = group.clone();
+                async move {
+                    // A record retried (or replayed) alone gets the record's span, and its
+                    // retries and dead letter continue its trace; a batch gets one span,
+                    // and a record failing in it passes its own context on.
+                    let (span, trace) = match records.as_slice() {
+                        [one] => crate::trace::record_span(&group, one, attempt),
+                        _ => (batch_span(&group, &records), None),
+                    };
+                    let traced_records = trace.is_none()
+                        && records
+                            .iter()
+                            .any(|r| crate::proto::trace::has_header(&r.headers));
+                    let contexts: Vec<Option<TraceContext>> = if traced_records {
+                        records
+                            .iter()
+                            .map(|r| crate::proto::trace::of_headers(&r.headers))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let context_of = |index: Option<usize>| match (trace, index) {
+                        (Some(t), _) => Some(t),
+                        (None, Some(i)) => contexts.get(i).copied().flatten(),
+                        (None, None) => None,
+                    };
+                    let call =
+                        catch_call(|| crate::trace::traced(handler(records, cancel), span, trace));
+                    match within(budget, call).await {
+                        Some(Ok(Ok(()))) => Outcome::of(Ok(())),
+                        Some(Ok(Err(e))) => Outcome {
+                            trace: context_of(e.index),
+                            ..Outcome::of(Err(e))
+                        },
+                        Some(Err(message)) => Outcome {
+                            trace: context_of(None),
+                            ..Outcome::panic(message, None)
+                        },
+                        // Which record held it up is unknown: the batch goes again one
+                        // record at a time, each with the budget.
+                        None => Outcome::of(Err(BatchError {
+                            index: None,
+                            error: over_budget(budget),
+                        })),
+                    }
                 }
-            }
-        };
+            };
         self.run_inner(max_records, call, shutdown).await
     }
 
@@ -1126,7 +1174,7 @@ impl Processor {
         shutdown: S,
     ) -> Result<Stats>
     where
-        H: Fn(Vec<ConsumerRecord>, Cancel, Progress) -> F + Send + Sync + 'static,
+        H: Fn(Vec<ConsumerRecord>, Cancel, Progress, u32) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
         S: Future + Send,
     {
@@ -1155,13 +1203,17 @@ impl Processor {
             while let Some(action) = lanes.poll_action() {
                 match action {
                     Action::Dispatch {
-                        ticket, records, ..
+                        ticket,
+                        records,
+                        attempt,
+                        ..
                     } => {
                         let call = Call {
                             records: records.len(),
                             ..Call::default()
                         };
-                        let work = handler(records, call.cancel.clone(), call.progress.clone());
+                        let work =
+                            handler(records, call.cancel.clone(), call.progress.clone(), attempt);
                         let task = tasks.spawn(async move {
                             let started = Instant::now();
                             let outcome = work.await;
@@ -1345,6 +1397,21 @@ impl Processor {
             }
         }
     }
+}
+
+/// The span of one `run_batch` call.
+fn batch_span(group: &str, records: &[ConsumerRecord]) -> tracing::Span {
+    let first = records.first();
+    tracing::debug_span!(
+        target: "ottla::record",
+        "ottla.process_batch",
+        otel.kind = "consumer",
+        group,
+        topic = first.map(|r| &*r.topic),
+        partition = first.map(|r| r.partition),
+        first_offset = first.map(|r| r.offset),
+        records = records.len(),
+    )
 }
 
 /// A handler call's cancellation and progress, held by the driver while it runs.

@@ -389,6 +389,10 @@ impl Producer {
     /// Queues a record. Waits (up to `max.block.ms`) only for the topic's metadata or
     /// for room in `buffer.memory`; the returned future resolves with the record's
     /// offset once the broker acknowledged it.
+    ///
+    /// Called inside a [`Processor`](crate::processor::Processor) handler whose record
+    /// carries a trace, it writes that trace's context ([`crate::trace::current`]) into
+    /// a record without a `traceparent` header of its own.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         let deadline = Instant::now() + self.max_block;
         let timestamp = record.timestamp.unwrap_or_else(|| {
@@ -396,11 +400,22 @@ impl Producer {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         });
+        let mut headers = record.headers;
+        // Inside a handler of a traced record: the record goes on with its trace,
+        // unless it names its own.
+        if let Some(context) = crate::trace::current() {
+            if !crate::proto::trace::has_header(&headers) {
+                headers.push((
+                    crate::trace::TRACEPARENT.to_string(),
+                    Some(bytes::Bytes::from(context.header())),
+                ));
+            }
+        }
         let out = OutRecord {
             timestamp,
             key: record.key,
             value: record.value,
-            headers: record.headers,
+            headers,
         };
         let mut out = Some(out);
         loop {

@@ -90,6 +90,48 @@ impl TraceContext {
     }
 }
 
+/// The trace context a record's headers carry: the first `traceparent` header that
+/// parses (a record with none, or a malformed one, starts no trace here).
+pub fn of_headers<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+    headers: &[(K, Option<V>)],
+) -> Option<TraceContext> {
+    headers
+        .iter()
+        .find(|(k, _)| k.as_ref() == TRACEPARENT.as_bytes())
+        .and_then(|(_, v)| v.as_ref())
+        .and_then(|v| TraceContext::parse(v.as_ref()))
+}
+
+/// Whether `headers` has a `traceparent` header (valid or not: a record that names its
+/// own trace context keeps it).
+pub fn has_header<K: AsRef<[u8]>, V>(headers: &[(K, V)]) -> bool {
+    headers
+        .iter()
+        .any(|(k, _)| k.as_ref() == TRACEPARENT.as_bytes())
+}
+
+/// Sets `headers`' `traceparent` to `context`: the first one is replaced in place,
+/// later ones are removed, and one is appended if there was none. `tracestate` is left
+/// as it is, as the specification allows a participant that keeps no state of its own.
+pub fn set_header(headers: &mut Vec<(String, Option<bytes::Bytes>)>, context: &TraceContext) {
+    let value = Some(bytes::Bytes::from(context.header()));
+    let mut seen = false;
+    headers.retain_mut(|(k, v)| {
+        if k != TRACEPARENT {
+            return true;
+        }
+        if seen {
+            return false;
+        }
+        seen = true;
+        *v = value.clone();
+        true
+    });
+    if !seen {
+        headers.push((TRACEPARENT.to_string(), value));
+    }
+}
+
 /// FNV-1a over the trace id, the parent span id and `parts` (each length-prefixed, so
 /// that `["ab", "c"]` and `["a", "bc"]` differ), then a final mix; never zero.
 fn derive_span_id(trace: &[u8; 16], parent: &[u8; 8], parts: &[&[u8]]) -> [u8; 8] {
@@ -214,5 +256,48 @@ mod tests {
         assert_ne!(t.child(&[b"ab", b"c"]), t.child(&[b"a", b"bc"]));
         // A grandchild differs from a child with the same parts.
         assert_ne!(first.child(&[b"dlq"]), t.child(&[b"dlq"]));
+    }
+
+    #[test]
+    fn headers_are_read_and_rewritten_in_place() {
+        let t = TraceContext::parse(EXAMPLE.as_bytes()).expect("valid");
+        let consumed: Vec<(bytes::Bytes, Option<bytes::Bytes>)> = vec![
+            (bytes::Bytes::from_static(b"a"), None),
+            (
+                bytes::Bytes::from_static(b"traceparent"),
+                Some(bytes::Bytes::from_static(b"junk")),
+            ),
+        ];
+        assert_eq!(
+            of_headers(&consumed),
+            None,
+            "a malformed value starts no trace"
+        );
+        assert!(has_header(&consumed));
+        let child = t.child(&[b"x"]);
+        let mut out = vec![
+            ("a".to_string(), None),
+            (
+                TRACEPARENT.to_string(),
+                Some(bytes::Bytes::from(t.header())),
+            ),
+            ("b".to_string(), None),
+            (
+                TRACEPARENT.to_string(),
+                Some(bytes::Bytes::from_static(b"old")),
+            ),
+        ];
+        set_header(&mut out, &child);
+        let names: Vec<&str> = out.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", TRACEPARENT, "b"],
+            "replaced in place, the duplicate gone"
+        );
+        assert_eq!(of_headers(&out), Some(child));
+        let mut none: Vec<(String, Option<bytes::Bytes>)> = Vec::new();
+        assert!(!has_header(&none));
+        set_header(&mut none, &t);
+        assert_eq!(of_headers(&none), Some(t));
     }
 }

@@ -32,6 +32,7 @@ use crate::proto::backoff::Backoff;
 use crate::proto::fetch::fetcher::ConsumerRecord;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::produce::record::ProducerRecord;
+use crate::proto::trace::TraceContext;
 
 /// The time as the driver read it: the monotonic clock for waits and deadlines, and
 /// the wall clock (ms since the epoch) for what records and dead letters carry.
@@ -156,6 +157,10 @@ pub struct Outcome {
     /// How long each record's call took, for the records handled and the failing one;
     /// empty: the whole call's time for each.
     pub durations: Vec<Duration>,
+    /// The trace context of the failing record's attempt (its span's, or the record's
+    /// own): written into its retry-topic hop or dead letter, so that the trace goes on
+    /// from that attempt.
+    pub trace: Option<TraceContext>,
 }
 
 impl Outcome {
@@ -166,6 +171,7 @@ impl Outcome {
             stopped_after: None,
             panicked: false,
             durations: Vec::new(),
+            trace: None,
         }
     }
 
@@ -177,6 +183,7 @@ impl Outcome {
             stopped_after: None,
             panicked: true,
             durations: Vec::new(),
+            trace: None,
         }
     }
 }
@@ -205,6 +212,9 @@ pub enum Action {
         partition: TopicPartition,
         /// The records.
         records: Vec<ConsumerRecord>,
+        /// The attempt the first record is on (1 for the first); the others are on
+        /// their first.
+        attempt: u32,
     },
     /// Tell the handler call under this ticket to stop (its partition is going).
     Cancel(Ticket),
@@ -452,6 +462,8 @@ struct Attempt {
     last_error: Option<ProcessError>,
     /// How long the last attempt took.
     took: Duration,
+    /// The trace context of the last attempt, for the record's hop or dead letter.
+    trace: Option<TraceContext>,
 }
 
 impl Attempt {
@@ -462,6 +474,7 @@ impl Attempt {
             first_failure_ms: None,
             last_error: None,
             took: Duration::ZERO,
+            trace: None,
         }
     }
 }
@@ -868,6 +881,7 @@ impl Lanes {
             stopped_after,
             panicked,
             durations,
+            trace,
         } = outcome;
         self.stats.panics += u64::from(panicked);
         let took_of = |i: usize| durations.get(i).copied().unwrap_or(took);
@@ -959,6 +973,7 @@ impl Lanes {
         if let Some((mut attempt, error)) = failing {
             attempt.attempts += 1;
             attempt.took = took_of(reported + handled);
+            attempt.trace = trace;
             self.on_failure(tp, attempt, error, now);
         }
     }
@@ -1134,6 +1149,9 @@ impl Lanes {
             ] {
                 out.headers.push((k.to_string(), Some(Bytes::from(v))));
             }
+            if let Some(trace) = &attempt.trace {
+                crate::proto::trace::set_header(&mut out.headers, trace);
+            }
             return out;
         }
         let error = attempt
@@ -1154,13 +1172,19 @@ impl Lanes {
             dead_lettered_ms: now.unix_ms,
         };
         let topic = self.config.dlq_of(&origin_topic);
-        dead_letter_record(
+        let mut out = dead_letter_record(
             topic,
             record,
             &letter,
             self.config.dlq_format,
             self.config.dlq_timestamp,
-        )
+        );
+        // The copy's trace goes on from the last attempt (the original headers, in a
+        // JSON envelope, keep the record's own).
+        if let Some(trace) = &attempt.trace {
+            crate::proto::trace::set_header(&mut out.headers, trace);
+        }
+        out
     }
 
     /// The write under `ticket` was acknowledged (`Ok`) or failed for good.
@@ -1400,6 +1424,7 @@ impl Lanes {
         for (tp, attempts) in starts {
             let ticket = self.ticket(&tp);
             let records = attempts.iter().map(|a| a.record.clone()).collect();
+            let attempt = attempts.first().map_or(1, |a| a.attempts.saturating_add(1));
             if let Some(lane) = self.lanes.get_mut(&tp) {
                 lane.work = Work::Running {
                     ticket,
@@ -1412,6 +1437,7 @@ impl Lanes {
                 ticket,
                 partition: tp,
                 records,
+                attempt,
             });
         }
     }

@@ -322,6 +322,7 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 ticket,
                 partition,
                 records,
+                ..
             } => {
                 let p = partition.partition;
                 if model.calls.iter().any(|c| c.p == p) || model.writes.iter().any(|w| w.1 == p) {

@@ -694,3 +694,104 @@ proptest! {
         }
     }
 }
+
+/// The attempt number each dispatch names, and the trace context of the failed attempt
+/// written into the record's hop and then its dead letter, in place of the record's own
+/// `traceparent` (the other headers copied as they were).
+#[test]
+fn hops_and_dead_letters_carry_the_failed_attempts_trace() {
+    use crate::proto::trace::{TRACEPARENT, TraceContext, of_headers};
+    let sender = TraceContext::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .unwrap_or_else(|| unreachable!());
+    let (first, second) = (sender.child(&[b"1"]), sender.child(&[b"2"]));
+    let mut h = Harness::new(LanesConfig {
+        retry_delays: vec![Duration::from_secs(30)],
+        policy: RetryPolicy {
+            default: RetryBackoff {
+                max_retries: 1,
+                ..config().policy.default
+            },
+            ..RetryPolicy::default()
+        },
+        ..config()
+    });
+    let mut traced = record(0, 0);
+    traced.headers = vec![
+        (Bytes::from_static(b"a"), Some(Bytes::from_static(b"1"))),
+        (
+            Bytes::from_static(TRACEPARENT.as_bytes()),
+            Some(Bytes::from(sender.header())),
+        ),
+    ];
+    h.lanes.deliver(vec![traced], h.now);
+    let a = h.actions();
+    assert!(
+        a.iter()
+            .any(|a| matches!(a, Action::Dispatch { attempt: 1, .. })),
+        "{a:?}"
+    );
+    let (t, _) = dispatched(&a);
+    let failed = |trace| Outcome {
+        trace: Some(trace),
+        ..Outcome::of(Err(BatchError::at(
+            0,
+            ProcessError::transient("Http503", "down"),
+        )))
+    };
+    h.lanes
+        .handled(t, failed(first), Duration::from_millis(1), h.now);
+    h.actions();
+    let a = h.advance(Duration::from_secs(1));
+    assert!(
+        a.iter()
+            .any(|a| matches!(a, Action::Dispatch { attempt: 2, .. })),
+        "the retry is attempt 2: {a:?}"
+    );
+    let (t, _) = dispatched(&a);
+    h.lanes
+        .handled(t, failed(second), Duration::from_millis(1), h.now);
+    let (w, hop) = produce_of(&h.actions());
+    assert_eq!(hop.topic, "orders.retry.30s");
+    assert_eq!(of_headers(&hop.headers), Some(second), "the last attempt's");
+    assert_eq!(hop.headers.first().map(|(k, _)| k.as_str()), Some("a"));
+    assert_eq!(
+        hop.headers.iter().filter(|(k, _)| k == TRACEPARENT).count(),
+        1
+    );
+    h.produced(w, Ok(()));
+
+    // The hop comes back on the retry topic and fails for good there: its dead letter
+    // goes on from that attempt's context.
+    let on_hop = sender.child(&[b"hop"]);
+    let mut back = record(0, 7);
+    back.topic = Arc::from(hop.topic.as_str());
+    back.headers = hop
+        .headers
+        .iter()
+        .map(|(k, v)| (Bytes::from(k.clone()), v.clone()))
+        .collect();
+    h.lanes.deliver(vec![back], h.now);
+    h.actions();
+    // It waits for its timestamp plus the topic's delay.
+    let (t, _) = dispatched(&h.advance(Duration::from_secs(30)));
+    let dead = Outcome {
+        trace: Some(on_hop),
+        ..Outcome::of(Err(BatchError::at(0, ProcessError::malformed("x"))))
+    };
+    h.lanes.handled(t, dead, Duration::from_millis(1), h.now);
+    let (_, letter) = produce_of(&h.actions());
+    assert_eq!(letter.topic, "orders.dlq");
+    assert_eq!(of_headers(&letter.headers), Some(on_hop));
+
+    // Without a context from the driver, the record's own is copied as it was.
+    let mut plain = record(1, 0);
+    plain.headers = vec![(
+        Bytes::from_static(TRACEPARENT.as_bytes()),
+        Some(Bytes::from(sender.header())),
+    )];
+    h.lanes.deliver(vec![plain], h.now);
+    let (t, _) = dispatched(&h.actions());
+    let a = h.handled(t, Err(BatchError::at(0, ProcessError::malformed("x"))));
+    let (_, letter) = produce_of(&a);
+    assert_eq!(of_headers(&letter.headers), Some(sender));
+}

@@ -1,0 +1,339 @@
+//! Traces through the Processor against the mock: a record produced with a W3C
+//! `traceparent` is handled in a span that continues its trace, and what the handler
+//! produces, the record's retry-topic hop and its dead letter go on from that span.
+//! The spans are read by a `tracing` layer installed in the test.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
+use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, retry_topic};
+use ottla::producer::{Producer, ProducerRecord};
+use ottla::trace::{TRACEPARENT, TraceContext};
+use protocol_tests::peer::Peer;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The producer's span, as a service upstream would have written it.
+const SENDER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const SENDER_SPAN: &str = "00f067aa0ba902b7";
+
+/// One span as the layer saw it: its name, its fields (as recorded), and the name of
+/// its `tracing` parent.
+#[derive(Debug, Clone, Default)]
+struct SpanSeen {
+    name: &'static str,
+    fields: BTreeMap<String, String>,
+    parent: Option<&'static str>,
+}
+
+#[derive(Default)]
+struct Fields<'a>(Option<&'a mut BTreeMap<String, String>>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if let Some(f) = self.0.as_mut() {
+            f.insert(field.name().to_string(), format!("{value:?}"));
+        }
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if let Some(f) = self.0.as_mut() {
+            f.insert(field.name().to_string(), value.to_string());
+        }
+    }
+}
+
+/// Keeps every span of the process (debug level included), by id.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<BTreeMap<u64, SpanSeen>>>);
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut seen = SpanSeen {
+            name: attrs.metadata().name(),
+            parent: ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.metadata().name()),
+            ..SpanSeen::default()
+        };
+        attrs.record(&mut Fields(Some(&mut seen.fields)));
+        self.0.lock().unwrap().insert(id.into_u64(), seen);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        if let Some(seen) = self.0.lock().unwrap().get_mut(&id.into_u64()) {
+            values.record(&mut Fields(Some(&mut seen.fields)));
+        }
+    }
+}
+
+/// The process's layer, installed by the first test that asks (nextest runs each test
+/// in a process of its own; under `cargo test` they share it and read their own topics).
+fn capture() -> Capture {
+    static CAPTURE: OnceLock<Capture> = OnceLock::new();
+    CAPTURE
+        .get_or_init(|| {
+            let capture = Capture::default();
+            let subscriber = tracing_subscriber::registry().with(capture.clone());
+            tracing::subscriber::set_global_default(subscriber).expect("the test's subscriber");
+            capture
+        })
+        .clone()
+}
+
+/// The `ottla.process` spans of `topic`, in the order they were opened.
+fn process_spans(capture: &Capture, topic: &str) -> Vec<SpanSeen> {
+    capture
+        .0
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|s| {
+            s.name == "ottla.process" && s.fields.get("topic").map(String::as_str) == Some(topic)
+        })
+        .cloned()
+        .collect()
+}
+
+fn field<'a>(span: &'a SpanSeen, name: &str) -> &'a str {
+    span.fields
+        .get(name)
+        .map(String::as_str)
+        .unwrap_or_else(|| panic!("{name} missing in {span:?}"))
+}
+
+fn trace_of(headers: &[(bytes::Bytes, Option<bytes::Bytes>)]) -> TraceContext {
+    let values: Vec<_> = headers
+        .iter()
+        .filter(|(k, _)| &k[..] == TRACEPARENT.as_bytes())
+        .collect();
+    assert_eq!(values.len(), 1, "one traceparent in {headers:?}");
+    values[0]
+        .1
+        .as_deref()
+        .and_then(TraceContext::parse)
+        .unwrap_or_else(|| panic!("a valid traceparent in {headers:?}"))
+}
+
+async fn produce_traced(peer: &Peer, topic: &str, value: &str) {
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    let mut record = ProducerRecord::new(topic).value(value.to_string());
+    record
+        .headers
+        .push((TRACEPARENT.to_string(), Some(SENDER.into())));
+    producer
+        .send(record)
+        .await
+        .expect("send")
+        .await
+        .expect("written");
+    producer.close().await;
+}
+
+/// Every record of `topic`'s partition 0 up to `count`, read without a group.
+async fn read(peer: &Peer, topic: &str, count: usize) -> Vec<ottla::ConsumerRecord> {
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .assign([TopicPartition::new(topic, 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .build()
+        .await
+        .expect("consumer");
+    let mut out = Vec::new();
+    while out.len() < count {
+        let next = tokio::time::timeout(Duration::from_secs(15), consumer.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {count} records of {topic}", out.len()));
+        out.push(next.expect("open").expect("record"));
+    }
+    out
+}
+
+fn quick(max_retries: u32) -> RetryPolicy {
+    RetryPolicy {
+        default: RetryBackoff {
+            max_retries,
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(20),
+            multiplier: 1.0,
+            jitter: false,
+            min_delay: Duration::ZERO,
+        },
+        ..RetryPolicy::default()
+    }
+}
+
+/// Runs `processor` with `handler` until `want` records were dead-lettered (or 60 s).
+async fn run_until_dead_lettered<H, F>(processor: Processor, want: u64, handler: H)
+where
+    H: Fn(ottla::ConsumerRecord, ottla::processor::Cancel) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<(), ProcessError>> + Send + 'static,
+{
+    let handle = processor.handle();
+    let done = async move {
+        let started = Instant::now();
+        while handle.stats().dead_lettered < want && started.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let stats = processor.run(handler, done).await.expect("run");
+    assert_eq!(stats.dead_lettered, want, "{stats:?}");
+}
+
+/// The acceptance: a record with a `traceparent`, a handler that fails
+/// permanently. The handler's span has the record's trace id and the sender as its
+/// parent; the dead letter's `traceparent` is of the same trace with the handler's span
+/// as its parent; a record the handler produces is that span's child too, and
+/// `ottla::trace::current()` names that span inside the handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_dead_lettered_record_continues_its_trace_through_the_handler() {
+    let capture = capture();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    for t in ["traced", "traced.dlq", "traced.out"] {
+        peer.create_topic(t, 1).expect("topic");
+    }
+    produce_traced(&peer, "traced", "poison").await;
+
+    let processor = Processor::builder(&peer.bootstrap(), "traced-group", ["traced"])
+        .retry_policy(quick(2))
+        .consumer(|c| c.offset_reset(OffsetReset::Earliest))
+        .build()
+        .await
+        .expect("processor");
+    let out = Arc::new(
+        Producer::builder(&peer.bootstrap())
+            .build()
+            .await
+            .expect("producer"),
+    );
+    let current: Arc<Mutex<Vec<Option<TraceContext>>>> = Arc::default();
+    let (seen, side) = (current.clone(), out.clone());
+    run_until_dead_lettered(processor, 1, move |_record, _| {
+        let (seen, side) = (seen.clone(), side.clone());
+        async move {
+            seen.lock().unwrap().push(ottla::trace::current());
+            side.send(ProducerRecord::new("traced.out").value("side effect"))
+                .await
+                .expect("send")
+                .await
+                .expect("written");
+            Err(ProcessError::permanent("Rejected", "not this one"))
+        }
+    })
+    .await;
+    drop(out);
+
+    // One attempt (a permanent error is not retried), in one span of the sender's trace.
+    let spans = process_spans(&capture, "traced");
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    let span = &spans[0];
+    assert_eq!(field(span, "trace_id"), TRACE_ID);
+    assert_eq!(
+        field(span, "parent_span_id"),
+        SENDER_SPAN,
+        "the sender's child"
+    );
+    assert_eq!(field(span, "group"), "traced-group");
+    assert_eq!(field(span, "attempt"), "1");
+    assert_eq!(field(span, "offset"), "0");
+    let own = field(span, "span_id").to_string();
+    assert!(own.len() == 16 && own != SENDER_SPAN, "its own id: {own}");
+
+    let current = current.lock().unwrap().clone();
+    let inside = current
+        .first()
+        .copied()
+        .flatten()
+        .expect("current() inside the handler");
+    assert_eq!(
+        (inside.trace_id_hex(), inside.span_id_hex()),
+        (TRACE_ID.to_string(), own.clone())
+    );
+
+    let letters = read(&peer, "traced.dlq", 1).await;
+    let letter = trace_of(&letters[0].headers);
+    assert_eq!(
+        letter.trace_id_hex(),
+        TRACE_ID,
+        "the dead letter is of the same trace"
+    );
+    assert_eq!(
+        letter.span_id_hex(),
+        own,
+        "and the handler's span is its parent"
+    );
+    assert!(letter.sampled);
+    assert_eq!(letters[0].value.as_deref(), Some(&b"poison"[..]));
+
+    let produced = read(&peer, "traced.out", 1).await;
+    let child = trace_of(&produced[0].headers);
+    assert_eq!(
+        (child.trace_id_hex(), child.span_id_hex()),
+        (TRACE_ID.to_string(), own),
+        "what the handler produces goes on from its span"
+    );
+}
+
+/// One trace over a record's whole path: attempt 1 on the topic fails (no retries in
+/// place), the hop to the retry topic carries that attempt's span, the attempt on the
+/// retry topic is its child, and the dead letter is the child of that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_record_keeps_one_trace_through_a_retry_topic_to_its_dead_letter() {
+    let capture = capture();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    let topic = "hopping";
+    let delay = Duration::from_millis(200);
+    let hop_topic = retry_topic(topic, delay);
+    for t in [topic, hop_topic.as_str(), "hopping.dlq"] {
+        peer.create_topic(t, 1).expect("topic");
+    }
+    produce_traced(&peer, topic, "always fails").await;
+    let processor = Processor::builder(&peer.bootstrap(), "hopping-group", [topic])
+        .retry_policy(quick(0))
+        .retry_topics(vec![delay])
+        .consumer(|c| c.offset_reset(OffsetReset::Earliest))
+        .build()
+        .await
+        .expect("processor");
+    run_until_dead_lettered(processor, 1, |_record, _| async {
+        Err(ProcessError::transient("Busy", "still down"))
+    })
+    .await;
+
+    let first = process_spans(&capture, topic);
+    let on_hop = process_spans(&capture, &hop_topic);
+    assert_eq!(
+        (first.len(), on_hop.len()),
+        (1, 1),
+        "{first:#?}\n{on_hop:#?}"
+    );
+    let (first, on_hop) = (&first[0], &on_hop[0]);
+    for span in [first, on_hop] {
+        assert_eq!(field(span, "trace_id"), TRACE_ID, "{span:?}");
+    }
+    assert_eq!(field(first, "parent_span_id"), SENDER_SPAN);
+    assert_eq!(
+        field(on_hop, "parent_span_id"),
+        field(first, "span_id"),
+        "the attempt on the retry topic is the first attempt's child"
+    );
+    let letters = read(&peer, "hopping.dlq", 1).await;
+    let letter = trace_of(&letters[0].headers);
+    assert_eq!(letter.trace_id_hex(), TRACE_ID);
+    assert_eq!(
+        letter.span_id_hex(),
+        field(on_hop, "span_id"),
+        "the dead letter is the last attempt's child"
+    );
+}

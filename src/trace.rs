@@ -1,0 +1,119 @@
+//! Traces that follow a record: `tracing` spans, and the W3C trace context
+//! (`traceparent`) a record carries from its producer to its handler, and on into the
+//! records produced on its behalf.
+//!
+//! # Spans
+//!
+//! | span | level, target | opened around | fields |
+//! |---|---|---|---|
+//! | `ottla.process` | debug, `ottla::record` | one handler call on one record ([`Processor::run`](crate::processor::Processor::run)) | group, topic, partition, offset, attempt, and with a trace context trace_id, span_id, parent_span_id |
+//! | `ottla.process_batch` | debug, `ottla::record` | one [`Processor::run_batch`](crate::processor::Processor::run_batch) call | group, topic, partition, first_offset, records |
+//! | `ottla.rebalance` | info, `ottla::rebalance` | from the first JoinGroup of a rebalance to its assignment | group, and at the end generation, member_id, leader, assigned |
+//! | `ottla.join`, `ottla.sync` | info, `ottla::rebalance` | one JoinGroup, one SyncGroup (children of `ottla.rebalance`) | group |
+//! | `ottla.assign` | info, `ottla::rebalance` | the leader's assignor run | group, members |
+//! | `ottla.revoke` | info, `ottla::rebalance` | from a revocation's request to the application's answer | group, generation, partitions |
+//! | `ottla.commit` | debug, `ottla::commit` | one OffsetCommit | group, partitions |
+//! | `ottla.fetch` | debug, `ottla::fetch` | one Fetch round to one broker | broker |
+//! | `ottla.produce` | debug, `ottla::produce` | one Produce round to one broker | broker |
+//!
+//! The per-record, fetch and produce spans are at debug level: a subscriber at info
+//! (the usual setting) never builds them, so they cost one check per record. Turn them
+//! on by target, for example `RUST_LOG=info,ottla::record=debug`.
+//!
+//! # Trace context
+//!
+//! A record whose headers carry a valid `traceparent` continues that trace:
+//! - its `ottla.process` span records the trace id, its own span id and the sender's
+//!   span id as its parent (`trace_id`, `span_id`, `parent_span_id`);
+//! - inside the handler, [`current`] returns that span's context, and
+//!   [`Producer::send`](crate::producer::Producer::send) writes it into every record
+//!   that has no `traceparent` of its own;
+//! - a retry-topic hop and a dead letter of the record carry the context of the
+//!   attempt that sent them there, so the next hop's span (and a DLQ consumer's) is its
+//!   child: one trace shows the record's whole path.
+//!
+//! Span ids are derived from the trace and what the span is about (group, topic,
+//! partition, offset, attempt): the same attempt always has the same id, and no random
+//! source is needed. When the `ottla.process` span is not enabled, the record's context
+//! is passed on unchanged, as the specification asks of a participant that records
+//! nothing.
+//!
+//! With the OpenTelemetry SDK, export these spans through `tracing-opentelemetry`; the
+//! ids in the span fields are the ones written into the records.
+
+use std::future::Future;
+
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::proto::fetch::fetcher::ConsumerRecord;
+pub use crate::proto::trace::{TRACEPARENT, TraceContext};
+
+tokio::task_local! {
+    static CURRENT: TraceContext;
+}
+
+/// The trace context of the record whose handler is running on this task (its
+/// `ottla.process` span's, or the record's own when that span is not enabled); `None`
+/// outside a handler, or for a record without a `traceparent`.
+pub fn current() -> Option<TraceContext> {
+    CURRENT.try_with(|c| *c).ok()
+}
+
+/// Runs `f` with `context` as [`current`].
+pub async fn scope<F: Future>(context: TraceContext, f: F) -> F::Output {
+    CURRENT.scope(context, f).await
+}
+
+/// The span of one handler call on `record` (attempt `attempt`, 1 for the first) and
+/// the trace context the call runs in: the span's own when the span is enabled and the
+/// record carries a trace, the record's when the span is not enabled.
+pub(crate) fn record_span(
+    group: &str,
+    record: &ConsumerRecord,
+    attempt: u32,
+) -> (tracing::Span, Option<TraceContext>) {
+    let span = tracing::debug_span!(
+        target: "ottla::record",
+        "ottla.process",
+        otel.kind = "consumer",
+        group,
+        topic = &*record.topic,
+        partition = record.partition,
+        offset = record.offset,
+        attempt,
+        trace_id = Empty,
+        span_id = Empty,
+        parent_span_id = Empty,
+    );
+    let Some(parent) = crate::proto::trace::of_headers(&record.headers) else {
+        return (span, None);
+    };
+    if span.is_disabled() {
+        return (span, Some(parent));
+    }
+    let own = parent.child(&[
+        group.as_bytes(),
+        record.topic.as_bytes(),
+        &record.partition.to_be_bytes(),
+        &record.offset.to_be_bytes(),
+        &attempt.to_be_bytes(),
+    ]);
+    span.record("trace_id", own.trace_id_hex());
+    span.record("span_id", own.span_id_hex());
+    span.record("parent_span_id", parent.span_id_hex());
+    (span, Some(own))
+}
+
+/// `f` inside `span`, with `context` as [`current`]; `f` itself when there is neither.
+pub(crate) async fn traced<F: Future>(
+    f: F,
+    span: tracing::Span,
+    context: Option<TraceContext>,
+) -> F::Output {
+    match context {
+        Some(c) => CURRENT.scope(c, f.instrument(span)).await,
+        None if span.is_disabled() => f.await,
+        None => f.instrument(span).await,
+    }
+}
