@@ -44,7 +44,7 @@ use kafka_protocol::messages::{ApiKey, FetchRequest, ListOffsetsRequest};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use crate::config::ClientConfig;
 pub use crate::driver::BrokerHangUp;
@@ -1437,7 +1437,9 @@ async fn drive(mut d: Driver) {
             let mut f = lock(&d.shared.fetcher);
             let std_now = now.into_std();
             for node in f.claim_fetches(std_now) {
-                tasks.spawn(fetch_round(d.cluster.clone(), d.shared.clone(), node));
+                let span = tracing::debug_span!(target: "ottla::fetch", parent: None, "ottla.fetch", broker = node.0);
+                tasks
+                    .spawn(fetch_round(d.cluster.clone(), d.shared.clone(), node).instrument(span));
             }
             for node in f.resets_due(std_now) {
                 tasks.spawn(reset_round(d.cluster.clone(), d.shared.clone(), node));

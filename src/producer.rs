@@ -31,7 +31,7 @@ use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, MetadataRequest, P
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use crate::config::ClientConfig;
 use crate::driver::{Cluster, TopicScope, lock, sleep_until};
@@ -622,7 +622,8 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
             });
         }
         for node in nodes {
-            tasks.spawn(produce_round(cluster.clone(), shared.clone(), node));
+            let span = tracing::debug_span!(target: "ottla::produce", parent: None, "ottla.produce", broker = node.0);
+            tasks.spawn(produce_round(cluster.clone(), shared.clone(), node).instrument(span));
         }
         let deadline = wakeup.map(Instant::from_std);
         tokio::select! {

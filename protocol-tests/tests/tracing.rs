@@ -29,6 +29,8 @@ struct SpanSeen {
     name: &'static str,
     fields: BTreeMap<String, String>,
     parent: Option<&'static str>,
+    /// The span was closed (every handle to it dropped).
+    closed: bool,
 }
 
 #[derive(Default)]
@@ -70,7 +72,20 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             values.record(&mut Fields(Some(&mut seen.fields)));
         }
     }
+
+    fn on_close(&self, id: Id, _: Context<'_, S>) {
+        // Ids are reused once closed: keep the closed span under a fresh key.
+        let mut spans = self.0.lock().unwrap();
+        if let Some(mut seen) = spans.remove(&id.into_u64()) {
+            seen.closed = true;
+            let key = CLOSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            spans.insert(key, seen);
+        }
+    }
 }
+
+/// Keys for closed spans, above any live span's id.
+static CLOSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 62);
 
 /// The process's layer, installed by the first test that asks (nextest runs each test
 /// in a process of its own; under `cargo test` they share it and read their own topics).
@@ -79,7 +94,15 @@ fn capture() -> Capture {
     CAPTURE
         .get_or_init(|| {
             let capture = Capture::default();
-            let subscriber = tracing_subscriber::registry().with(capture.clone());
+            // The usual test output too (`RUST_LOG`, `warn` unless set).
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+            let output = tracing_subscriber::fmt::layer()
+                .with_test_writer()
+                .with_filter(filter);
+            let subscriber = tracing_subscriber::registry()
+                .with(capture.clone())
+                .with(output);
             tracing::subscriber::set_global_default(subscriber).expect("the test's subscriber");
             capture
         })
@@ -335,5 +358,135 @@ async fn mock_a_record_keeps_one_trace_through_a_retry_topic_to_its_dead_letter(
         letter.span_id_hex(),
         field(on_hop, "span_id"),
         "the dead letter is the last attempt's child"
+    );
+}
+
+/// The spans of every (named) span of `group`.
+fn group_spans(capture: &Capture, group: &str) -> Vec<SpanSeen> {
+    capture
+        .0
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|s| s.fields.get("group").map(String::as_str) == Some(group))
+        .cloned()
+        .collect()
+}
+
+/// A rebalance, its JoinGroup, SyncGroup and assignment, a revocation, a commit, the
+/// fetch rounds and the produce rounds each have their span, as the table in
+/// `ottla::trace` says: a first member joins alone (it leads and assigns), a second
+/// joins and the first gives its partitions back (eager `range`), then it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_rebalances_commits_fetches_and_produces_have_spans() {
+    let capture = capture();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(100));
+    let (topic, group) = ("spanned", "spanned-group");
+    peer.create_topic(topic, 2).expect("topic");
+    produce_traced(&peer, topic, "one").await;
+    let member = || {
+        Consumer::builder(&peer.bootstrap())
+            .group_id(group)
+            .topics([topic])
+            .offset_reset(OffsetReset::Earliest)
+            .assignors(["range"])
+            .expect("range")
+            .session_timeout(Duration::from_secs(6))
+            .heartbeat_interval(Duration::from_millis(300))
+            .max_poll_interval(Duration::from_secs(20))
+            // The mock's SyncGroup race (PEERS.md): followers' SyncGroups go first.
+            .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+            .build()
+    };
+    let mut first = member().await.expect("first");
+    let record = tokio::time::timeout(Duration::from_secs(20), first.recv())
+        .await
+        .expect("a record within 20 s")
+        .expect("open")
+        .expect("record");
+    assert_eq!(record.value.as_deref(), Some(&b"one"[..]));
+    let mut second = member().await.expect("second");
+    // The first member gives its partitions back and joins the second generation.
+    let started = Instant::now();
+    let settled = |spans: &[SpanSeen]| {
+        spans
+            .iter()
+            .filter(|s| {
+                s.name == "ottla.rebalance" && s.closed && s.fields.contains_key("assigned")
+            })
+            .count()
+    };
+    while settled(&group_spans(&capture, group)) < 3 && started.elapsed() < Duration::from_secs(30)
+    {
+        tokio::select! {
+            _ = first.recv() => {}
+            _ = second.recv() => {}
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+    }
+    first.commit().await.expect("commit");
+    first.close().await.expect("close");
+    second.close().await.expect("close");
+
+    let spans = group_spans(&capture, group);
+    let named = |name: &str| spans.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let rebalances = named("ottla.rebalance");
+    // The first member's two generations and the second member's first.
+    assert!(settled(&spans) >= 3, "{spans:#?}");
+    let led = rebalances
+        .iter()
+        .filter(|s| s.fields.get("leader").map(String::as_str) == Some("true"))
+        .count();
+    assert!(led >= 2, "the leader's rebalances say so: {rebalances:#?}");
+    for r in rebalances
+        .iter()
+        .filter(|r| r.fields.contains_key("assigned"))
+    {
+        for f in ["generation", "member_id", "leader"] {
+            assert!(
+                r.fields.contains_key(f),
+                "{f} of a finished rebalance: {r:?}"
+            );
+        }
+    }
+    for (child, parent) in [
+        ("ottla.join", "ottla.rebalance"),
+        ("ottla.sync", "ottla.rebalance"),
+        ("ottla.assign", "ottla.rebalance"),
+        ("ottla.revoke", "ottla.rebalance"),
+    ] {
+        let found = named(child);
+        assert!(!found.is_empty(), "no {child} in {spans:#?}");
+        for s in found {
+            assert_eq!(s.parent, Some(parent), "{s:?}");
+        }
+    }
+    let revoke = named("ottla.revoke");
+    assert!(
+        revoke
+            .iter()
+            .any(|s| s.closed && field(s, "partitions") == "2"),
+        "the first member gave back both partitions: {revoke:#?}"
+    );
+    let commits = named("ottla.commit");
+    assert!(
+        // Range gave each member one of the two partitions.
+        commits
+            .iter()
+            .any(|s| field(s, "partitions") == "1" && s.closed),
+        "{commits:#?}"
+    );
+
+    let all = capture.0.lock().unwrap().clone();
+    assert!(
+        all.values()
+            .any(|s| s.name == "ottla.fetch" && s.fields.contains_key("broker")),
+        "fetch rounds"
+    );
+    assert!(
+        all.values().any(|s| s.name == "ottla.produce" && s.closed),
+        "produce rounds"
     );
 }

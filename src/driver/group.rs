@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
+use tracing::field::Empty;
+use tracing::{Instrument, Span, debug, warn};
 
 use super::cluster::Cluster;
 use super::connection::BrokerConnection;
@@ -188,6 +189,7 @@ async fn run(
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
     let mut metrics = ConsumerMetrics::new(&group);
+    let mut spans = RebalanceSpans::new(&group);
     let mut member = Member::new(config, entropy(), now);
     apply_metadata(&mut member, &cluster.metadata(), now);
     let mut inflight: JoinSet<Reply> = JoinSet::new();
@@ -224,10 +226,12 @@ async fn run(
         coordinator = current;
         while let Some(out) = member.poll_request() {
             let conn = connection_for(&cluster, &coordinators, &out);
-            inflight.spawn(send(conn, out, long_timeout));
+            let span = spans.request(&out.request);
+            inflight.spawn(send(conn, out, long_timeout).instrument(span));
         }
         while let Some(event) = member.poll_event() {
             metrics.observe(&event);
+            spans.observe(&event);
             match &event {
                 Event::CoordinatorFound { node, address } => {
                     coordinators.insert(*node, address.clone());
@@ -265,7 +269,12 @@ async fn run(
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 let now = tokio::time::Instant::now().into_std();
                 match joined {
-                    Ok((id, Ok(response))) => member.handle_response(now, id, response),
+                    Ok((id, Ok(response))) => {
+                        // The leader computes the assignment while it handles its
+                        // JoinGroup answer.
+                        let _assign = spans.assign(&response).map(|s| s.entered());
+                        member.handle_response(now, id, response);
+                    }
                     Ok((id, Err(failure))) => member.handle_failure(now, id, failure),
                     Err(e) => warn!(%group, error = %e, "group request task failed"),
                 }
@@ -281,7 +290,10 @@ async fn run(
                             let _ = reply.send(Err(e));
                         }
                     },
-                    Some(Command::CompleteRevocation(generation)) => member.complete_revocation(now, generation),
+                    Some(Command::CompleteRevocation(generation)) => {
+                        spans.revoked(generation);
+                        member.complete_revocation(now, generation);
+                    }
                     Some(Command::Progress) => member.note_progress(now),
                     Some(Command::Closing) => member.prepare_to_close(),
                     Some(Command::Leave(membership, done)) => {
@@ -302,6 +314,144 @@ async fn run(
             _ = sleep_until(deadline), if deadline.is_some() => {
                 member.handle_timeout(tokio::time::Instant::now().into_std());
             }
+        }
+    }
+}
+
+/// The spans of a member's rebalances and commits (the table in [`crate::trace`]).
+struct RebalanceSpans {
+    group: String,
+    /// From the first JoinGroup (or revocation) of a rebalance to its assignment.
+    rebalance: Option<Span>,
+    /// From a revocation's request to the application's answer, with its generation.
+    revoke: Option<(i32, Span)>,
+}
+
+impl RebalanceSpans {
+    fn new(group: &str) -> Self {
+        Self {
+            group: group.to_string(),
+            rebalance: None,
+            revoke: None,
+        }
+    }
+
+    /// The rebalance under way, opened if there is none.
+    fn rebalance(&mut self) -> &Span {
+        let group = &self.group;
+        self.rebalance.get_or_insert_with(|| {
+            tracing::info_span!(
+                target: "ottla::rebalance",
+                parent: None,
+                "ottla.rebalance",
+                group = %group,
+                generation = Empty,
+                member_id = Empty,
+                leader = Empty,
+                assigned = Empty,
+            )
+        })
+    }
+
+    /// The span a request is sent in (disabled for heartbeats and lookups).
+    fn request(&mut self, request: &GroupRequest) -> Span {
+        match request {
+            GroupRequest::JoinGroup { .. } => {
+                let parent = self.rebalance().clone();
+                tracing::info_span!(target: "ottla::rebalance", parent: &parent, "ottla.join", group = %self.group)
+            }
+            GroupRequest::SyncGroup { .. } => {
+                let parent = self.rebalance().clone();
+                tracing::info_span!(target: "ottla::rebalance", parent: &parent, "ottla.sync", group = %self.group)
+            }
+            GroupRequest::OffsetCommit {
+                generation,
+                offsets,
+                ..
+            } => tracing::debug_span!(
+                target: "ottla::commit",
+                parent: None,
+                "ottla.commit",
+                group = %self.group,
+                generation,
+                partitions = offsets.len(),
+            ),
+            _ => Span::none(),
+        }
+    }
+
+    /// The leader's assignment, computed while its JoinGroup answer is handled.
+    fn assign(&self, response: &GroupResponse) -> Option<Span> {
+        match (response, &self.rebalance) {
+            (
+                GroupResponse::JoinGroup {
+                    error: 0,
+                    leader,
+                    member_id,
+                    members,
+                    skip_assignment: false,
+                    ..
+                },
+                Some(parent),
+            ) if leader == member_id => Some(tracing::info_span!(
+                target: "ottla::rebalance",
+                parent: parent,
+                "ottla.assign",
+                group = %self.group,
+                members = members.len(),
+            )),
+            _ => None,
+        }
+    }
+
+    fn observe(&mut self, event: &Event) {
+        match event {
+            Event::Joined {
+                generation,
+                member_id,
+                leader,
+                ..
+            } => {
+                // Opened by the JoinGroup (or the revocation) that started it.
+                let Some(span) = &self.rebalance else {
+                    return;
+                };
+                span.record("generation", generation);
+                span.record("member_id", member_id.as_str());
+                span.record("leader", leader);
+            }
+            Event::Assigned { assignment, .. } => {
+                if let Some(span) = self.rebalance.take() {
+                    span.record("assigned", assignment.len());
+                }
+            }
+            Event::RevokeRequested {
+                generation,
+                partitions,
+            } => {
+                let parent = self.rebalance().clone();
+                let span = tracing::info_span!(
+                    target: "ottla::rebalance",
+                    parent: &parent,
+                    "ottla.revoke",
+                    group = %self.group,
+                    generation,
+                    partitions = partitions.len(),
+                );
+                self.revoke = Some((*generation, span));
+            }
+            Event::Left | Event::Fatal(_) => {
+                self.rebalance = None;
+                self.revoke = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// The application answered the revocation of `generation`.
+    fn revoked(&mut self, generation: i32) {
+        if self.revoke.as_ref().is_some_and(|(g, _)| *g == generation) {
+            self.revoke = None;
         }
     }
 }
