@@ -24,13 +24,13 @@ if grep -E '^(cc|cmake|bindgen|pkg-config) ' <<<"$build_tree"; then
 fi
 echo "ok: $(wc -l <<<"$tree") crates, none of them C"
 
-echo "== dependency rule with --features metrics: still no C"
-metrics_tree="$(cargo tree -p ottla --features metrics -e normal,build --prefix none --format '{p}')"
+echo "== dependency rule with --features metrics,opentelemetry: still no C"
+metrics_tree="$(cargo tree -p ottla --features metrics,opentelemetry -e normal,build --prefix none --format '{p}')"
 if grep -E '^(rdkafka|[A-Za-z0-9_-]+-sys|cc|cmake|bindgen|pkg-config) ' <<<"$metrics_tree"; then
-    echo "error: the metrics feature must not bring C into ottla's tree (found the crates above)" >&2
+    echo "error: the metrics and opentelemetry features must not bring C into ottla's tree (found the crates above)" >&2
     exit 1
 fi
-echo "ok: $(sort -u <<<"$metrics_tree" | wc -l) crates with metrics, none of them C"
+echo "ok: $(sort -u <<<"$metrics_tree" | wc -l) crates with metrics and opentelemetry, none of them C"
 
 echo "== dependency rule with --features tls: rustls's ring may compile C, but nothing links a system library"
 tls_features="tls,tls-webpki-roots"

@@ -403,7 +403,7 @@ impl Producer {
         let mut headers = record.headers;
         // Inside a handler of a traced record: the record goes on with its trace,
         // unless it names its own.
-        if let Some(context) = crate::trace::current() {
+        if let Some(context) = crate::trace::for_send() {
             if !crate::proto::trace::has_header(&headers) {
                 headers.push((
                     crate::trace::TRACEPARENT.to_string(),

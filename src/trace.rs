@@ -86,12 +86,18 @@ pub(crate) fn record_span(
         span_id = Empty,
         parent_span_id = Empty,
     );
-    let Some(parent) = crate::proto::trace::of_headers(&record.headers) else {
+    let parent = crate::proto::trace::of_headers(&record.headers);
+    if span.is_disabled() {
+        return (span, parent);
+    }
+    #[cfg(feature = "opentelemetry")]
+    if let Some(own) = otel::continue_in(&span, parent.as_ref()) {
+        record_ids(&span, &own, parent.as_ref());
+        return (span, Some(own));
+    }
+    let Some(parent) = parent else {
         return (span, None);
     };
-    if span.is_disabled() {
-        return (span, Some(parent));
-    }
     let own = parent.child(&[
         group.as_bytes(),
         record.topic.as_bytes(),
@@ -99,10 +105,75 @@ pub(crate) fn record_span(
         &record.offset.to_be_bytes(),
         &attempt.to_be_bytes(),
     ]);
+    record_ids(&span, &own, Some(&parent));
+    (span, Some(own))
+}
+
+fn record_ids(span: &tracing::Span, own: &TraceContext, parent: Option<&TraceContext>) {
     span.record("trace_id", own.trace_id_hex());
     span.record("span_id", own.span_id_hex());
-    span.record("parent_span_id", parent.span_id_hex());
-    (span, Some(own))
+    if let Some(parent) = parent {
+        span.record("parent_span_id", parent.span_id_hex());
+    }
+}
+
+/// The context to write into a record sent now: the current OpenTelemetry span's
+/// (with the `opentelemetry` feature and a `tracing-opentelemetry` layer), else
+/// [`current`].
+pub(crate) fn for_send() -> Option<TraceContext> {
+    #[cfg(feature = "opentelemetry")]
+    if let Some(c) = otel::of_span(&tracing::Span::current()) {
+        return Some(c);
+    }
+    current()
+}
+
+/// The bridge to OpenTelemetry: its span ids instead of derived ones.
+#[cfg(feature = "opentelemetry")]
+mod otel {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    use super::TraceContext;
+
+    /// Makes `span` continue `parent` (a remote parent) and returns the span's own
+    /// context; `None` when no OpenTelemetry layer handles the span.
+    pub(super) fn continue_in(
+        span: &tracing::Span,
+        parent: Option<&TraceContext>,
+    ) -> Option<TraceContext> {
+        if let Some(p) = parent {
+            let flags = if p.sampled {
+                TraceFlags::SAMPLED
+            } else {
+                TraceFlags::default()
+            };
+            let remote = SpanContext::new(
+                TraceId::from_bytes(p.trace_id),
+                SpanId::from_bytes(p.span_id),
+                flags,
+                true,
+                TraceState::default(),
+            );
+            let cx = opentelemetry::Context::new().with_remote_span_context(remote);
+            // Fails only without an OpenTelemetry layer: then `of_span` says so too.
+            let _ = span.set_parent(cx);
+        }
+        of_span(span)
+    }
+
+    /// `span`'s OpenTelemetry context, if it has a valid one.
+    pub(super) fn of_span(span: &tracing::Span) -> Option<TraceContext> {
+        let cx = span.context();
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then(|| TraceContext {
+            trace_id: sc.trace_id().to_bytes(),
+            span_id: sc.span_id().to_bytes(),
+            sampled: sc.is_sampled(),
+        })
+    }
 }
 
 /// `f` inside `span`, with `context` as [`current`]; `f` itself when there is neither.

@@ -18,6 +18,7 @@ pub mod sasl_responder;
 pub mod sim;
 pub mod tansu;
 pub mod tls;
+pub mod traced;
 
 pub use mock::{MockCluster, TrackedRequest};
 pub use peer::Peer;

@@ -7,20 +7,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
+use ottla::consumer::{Consumer, OffsetReset};
 use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, retry_topic};
 use ottla::producer::{Producer, ProducerRecord};
-use ottla::trace::{TRACEPARENT, TraceContext};
+use ottla::trace::TraceContext;
 use protocol_tests::peer::Peer;
+use protocol_tests::traced::{SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
-
-/// The producer's span, as a service upstream would have written it.
-const SENDER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-const SENDER_SPAN: &str = "00f067aa0ba902b7";
 
 /// One span as the layer saw it: its name, its fields (as recorded), and the name of
 /// its `tracing` parent.
@@ -128,55 +124,6 @@ fn field<'a>(span: &'a SpanSeen, name: &str) -> &'a str {
         .get(name)
         .map(String::as_str)
         .unwrap_or_else(|| panic!("{name} missing in {span:?}"))
-}
-
-fn trace_of(headers: &[(bytes::Bytes, Option<bytes::Bytes>)]) -> TraceContext {
-    let values: Vec<_> = headers
-        .iter()
-        .filter(|(k, _)| &k[..] == TRACEPARENT.as_bytes())
-        .collect();
-    assert_eq!(values.len(), 1, "one traceparent in {headers:?}");
-    values[0]
-        .1
-        .as_deref()
-        .and_then(TraceContext::parse)
-        .unwrap_or_else(|| panic!("a valid traceparent in {headers:?}"))
-}
-
-async fn produce_traced(peer: &Peer, topic: &str, value: &str) {
-    let producer = Producer::builder(&peer.bootstrap())
-        .build()
-        .await
-        .expect("producer");
-    let mut record = ProducerRecord::new(topic).value(value.to_string());
-    record
-        .headers
-        .push((TRACEPARENT.to_string(), Some(SENDER.into())));
-    producer
-        .send(record)
-        .await
-        .expect("send")
-        .await
-        .expect("written");
-    producer.close().await;
-}
-
-/// Every record of `topic`'s partition 0 up to `count`, read without a group.
-async fn read(peer: &Peer, topic: &str, count: usize) -> Vec<ottla::ConsumerRecord> {
-    let mut consumer = Consumer::builder(&peer.bootstrap())
-        .assign([TopicPartition::new(topic, 0)])
-        .offset_reset(OffsetReset::Earliest)
-        .build()
-        .await
-        .expect("consumer");
-    let mut out = Vec::new();
-    while out.len() < count {
-        let next = tokio::time::timeout(Duration::from_secs(15), consumer.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{} of {count} records of {topic}", out.len()));
-        out.push(next.expect("open").expect("record"));
-    }
-    out
 }
 
 fn quick(max_retries: u32) -> RetryPolicy {
