@@ -42,6 +42,10 @@
 //!   [`metrics`](https://docs.rs/metrics) facade, for any recorder (Prometheus,
 //!   OpenTelemetry, ...). The names are in [`telemetry::names`]; docs/observability.md
 //!   gives each one's meaning, unit and labels. Pure Rust.
+//! - `opentelemetry`: the spans of [`trace`] become OpenTelemetry spans (through a
+//!   `tracing-opentelemetry` layer the application installs): a record's handler span
+//!   continues the record's remote parent, and the `traceparent` ottla writes names
+//!   OpenTelemetry's span ids. Pure Rust; the SDK is the application's.
 //! - `testing`: the group members' test harness, for suites that drive a member on a
 //!   virtual clock. For ottla's own tests; not part of the stable surface.
 //!

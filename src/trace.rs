@@ -12,7 +12,7 @@
 //! | `ottla.join`, `ottla.sync` | info, `ottla::rebalance` | one JoinGroup, one SyncGroup (children of `ottla.rebalance`) | group |
 //! | `ottla.assign` | info, `ottla::rebalance` | the leader's assignor run | group, members |
 //! | `ottla.revoke` | info, `ottla::rebalance` | from a revocation's request to the application's answer | group, generation, partitions |
-//! | `ottla.commit` | debug, `ottla::commit` | one OffsetCommit | group, partitions |
+//! | `ottla.commit` | debug, `ottla::commit` | one OffsetCommit | group, generation, partitions |
 //! | `ottla.fetch` | debug, `ottla::fetch` | one Fetch round to one broker | broker |
 //! | `ottla.produce` | debug, `ottla::produce` | one Produce round to one broker | broker |
 //!
@@ -38,8 +38,11 @@
 //! is passed on unchanged, as the specification asks of a participant that records
 //! nothing.
 //!
-//! With the OpenTelemetry SDK, export these spans through `tracing-opentelemetry`; the
-//! ids in the span fields are the ones written into the records.
+//! With the `opentelemetry` feature and a `tracing-opentelemetry` layer, the
+//! `ottla.process` span is exported with the record's sender as its remote parent and
+//! OpenTelemetry's own span id, that id is what goes into the records, and
+//! [`Producer::send`](crate::producer::Producer::send) writes the current OpenTelemetry
+//! context. A record without a `traceparent` then starts a new trace.
 
 use std::future::Future;
 
