@@ -12,7 +12,7 @@ use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, retry
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::trace::TraceContext;
 use protocol_tests::peer::Peer;
-use protocol_tests::traced::{SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of};
+use protocol_tests::traced::{SENDER, SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
@@ -436,4 +436,93 @@ async fn mock_rebalances_commits_fetches_and_produces_have_spans() {
         all.values().any(|s| s.name == "ottla.produce" && s.closed),
         "produce rounds"
     );
+}
+
+/// `run_batch`: three records, the second traced, rejected by index. The batch's span
+/// carries no trace; the failing record's dead letter passes its own context on (its
+/// sender's span as parent), and the records around it are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_batch_handlers_dead_letter_passes_the_records_own_trace_on() {
+    let capture = capture();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(m) = &peer else { unreachable!() };
+    m.set_group_initial_rebalance_delay(Duration::from_millis(200));
+    for t in ["batched", "batched.dlq"] {
+        peer.create_topic(t, 1).expect("topic");
+    }
+    // One Produce, one record batch: the three come to the handler in one call.
+    let producer = Producer::builder(&peer.bootstrap())
+        .linger(Duration::from_millis(200))
+        .build()
+        .await
+        .expect("producer");
+    let mut deliveries = Vec::new();
+    for v in ["before", "traced", "after"] {
+        let mut record = ProducerRecord::new("batched").value(v);
+        if v == "traced" {
+            record
+                .headers
+                .push((ottla::trace::TRACEPARENT.to_string(), Some(SENDER.into())));
+        }
+        deliveries.push(producer.send(record).await.expect("send"));
+    }
+    for d in deliveries {
+        d.await.expect("written");
+    }
+    producer.close().await;
+    let processor = Processor::builder(&peer.bootstrap(), "batched-group", ["batched"])
+        .retry_policy(quick(0))
+        .consumer(|c| c.offset_reset(OffsetReset::Earliest))
+        .build()
+        .await
+        .expect("processor");
+    let handle = processor.handle();
+    let done = async move {
+        let started = Instant::now();
+        while handle.stats().dead_lettered < 1 && started.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let stats = processor
+        .run_batch(
+            10,
+            |records: Vec<ottla::ConsumerRecord>, _| async move {
+                match records
+                    .iter()
+                    .position(|r| r.value.as_deref() == Some(&b"traced"[..]))
+                {
+                    Some(i) => Err(ottla::processor::BatchError::at(
+                        i,
+                        ProcessError::permanent("Rejected", "not this one"),
+                    )),
+                    None => Ok(()),
+                }
+            },
+            done,
+        )
+        .await
+        .expect("run");
+    assert_eq!((stats.dead_lettered, stats.succeeded), (1, 2), "{stats:?}");
+    let letter = trace_of(&read(&peer, "batched.dlq", 1).await[0].headers);
+    assert_eq!(
+        (letter.trace_id_hex(), letter.span_id_hex()),
+        (TRACE_ID.to_string(), SENDER_SPAN.to_string())
+    );
+    let batches: Vec<_> = capture
+        .0
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|s| {
+            s.name == "ottla.process_batch"
+                && s.fields.get("group").map(String::as_str) == Some("batched-group")
+        })
+        .cloned()
+        .collect();
+    assert_eq!(batches.len(), 1, "one call on the three: {batches:?}");
+    assert_eq!(
+        batches[0].fields.get("records").map(String::as_str),
+        Some("3")
+    );
+    assert!(batches.iter().all(|s| !s.fields.contains_key("trace_id")));
 }
