@@ -629,6 +629,12 @@ impl Lanes {
         &self.stats
     }
 
+    /// Records fetched and waiting in the lanes for their handler call (not counting
+    /// those in a call, or waiting for a retry).
+    pub fn queued(&self) -> usize {
+        self.lanes.values().map(|l| l.queue.len()).sum()
+    }
+
     /// The partitions that have a lane.
     pub fn partitions(&self) -> Vec<TopicPartition> {
         self.lanes.keys().cloned().collect()

@@ -263,6 +263,8 @@ pub struct Accumulator {
     metadata_needed: bool,
     events: VecDeque<AccumulatorEvent>,
     flush_requested: bool,
+    /// Batches sent again (after a failed or refused attempt), ever.
+    retries: u64,
 }
 
 impl Accumulator {
@@ -288,6 +290,7 @@ impl Accumulator {
             metadata_needed: false,
             events: VecDeque::new(),
             flush_requested: false,
+            retries: 0,
         }
     }
 
@@ -604,6 +607,12 @@ impl Accumulator {
         nodes.into_iter().collect()
     }
 
+    /// Batches sent again after a failed or refused attempt, since the producer began
+    /// (`retries` in the producer's metrics and statistics).
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
     /// The Produce request for a claimed broker: the head batch of each of its ready
     /// partitions, up to `max.request.size`. `None` releases the claim.
     pub fn build_produce(
@@ -673,6 +682,9 @@ impl Accumulator {
                 }
             }
             batch.attempts += 1;
+            if batch.attempts > 1 {
+                self.retries += 1;
+            }
             let encoded = batch.encoded.clone().unwrap_or_default();
             size += encoded.len();
             p.in_flight = true;
@@ -1008,6 +1020,7 @@ mod tests {
         assert_eq!(a.claim_ready(later), vec![NodeId(1)]);
         let (req, token) = a.build_produce(later, NodeId(1), 9).expect("a request");
         assert_eq!(sent_batch(&req), (42, 3, 0, 3));
+        assert_eq!(a.retries(), 0, "a first attempt is no retry");
         let first = req.topic_data[0].partition_data[0].records.clone();
         // More records meanwhile go to a new batch, held back behind the first.
         a.append(later, "t", Some(0), record("r3")).unwrap();
@@ -1019,6 +1032,7 @@ mod tests {
             req.topic_data[0].partition_data[0].records, first,
             "byte for byte"
         );
+        assert_eq!(a.retries(), 1, "counted once, for the one batch sent again");
         a.handle_produce(retry, token, answer(0, 100));
         let offsets: Vec<i64> = std::iter::from_fn(|| a.poll_delivery())
             .map(|d| d.result.unwrap())
