@@ -300,4 +300,25 @@ mod tests {
         set_header(&mut none, &t);
         assert_eq!(of_headers(&none), Some(t));
     }
+
+    proptest::proptest! {
+        /// Header values come from the network: any bytes are refused or read, never a
+        /// panic; what ottla writes reads back as it was.
+        #[test]
+        fn any_value_parses_or_is_refused_and_ours_read_back(
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            trace_id in proptest::prelude::any::<[u8; 16]>(),
+            span_id in proptest::prelude::any::<[u8; 8]>(),
+            sampled in proptest::prelude::any::<bool>(),
+        ) {
+            let _ = TraceContext::parse(&junk);
+            let ours = TraceContext { trace_id, span_id, sampled };
+            let read = TraceContext::parse(ours.header().as_bytes());
+            if trace_id == [0; 16] || span_id == [0; 8] {
+                proptest::prop_assert_eq!(read, None);
+            } else {
+                proptest::prop_assert_eq!(read, Some(ours));
+            }
+        }
+    }
 }
