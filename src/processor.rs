@@ -1021,12 +1021,17 @@ impl Processor {
                     // The first record may be a retry; the others are first attempts.
                     let attempt = if i == 0 { attempt } else { 1 };
                     let (span, trace) = crate::trace::record_span(&group, &record, attempt);
-                    let call = catch_call(|| {
-                        crate::trace::traced(handler(record, cancel.clone()), span, trace)
-                    });
-                    let result = within(budget, call)
-                        .await
-                        .unwrap_or_else(|| Ok(Err(over_budget(budget))));
+                    // Untraced (the usual case): the handler's future as it is. A
+                    // wrapper around it costs a tenth of a no-op record's time in moves.
+                    let result = if trace.is_none() && span.is_disabled() {
+                        within(budget, catch_call(|| handler(record, cancel.clone()))).await
+                    } else {
+                        let call = catch_call(|| {
+                            crate::trace::traced(handler(record, cancel.clone()), span, trace)
+                        });
+                        within(budget, call).await
+                    }
+                    .unwrap_or_else(|| Ok(Err(over_budget(budget))));
                     if let Some(started) = started {
                         durations.push(started.elapsed());
                     }
