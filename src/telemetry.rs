@@ -120,6 +120,8 @@ pub const DEFAULT_PROCESSOR_PREFIX: &str = "ottla.processor";
 #[cfg(feature = "metrics")]
 mod on {
     use std::collections::HashMap;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::Relaxed;
     use std::sync::{Mutex, OnceLock};
 
     use metrics::{Counter, Gauge, Histogram, Label, counter, gauge, histogram};
@@ -143,6 +145,8 @@ mod on {
         duration: Histogram,
         commits: Counter,
         halted: Gauge,
+        /// The succeeded and dead-lettered totals the counters have been told.
+        told: (AtomicU64, AtomicU64),
         /// Handles whose labels vary (attempt, error type, hop), registered on first
         /// use. Only failures reach them.
         counters: Mutex<HashMap<(&'static str, Vec<Label>), Counter>>,
@@ -178,6 +182,7 @@ mod on {
                 duration: histogram!(name(names::PROCESSING_DURATION), labels(group, &[])),
                 commits: counter!(name(names::COMMITS), labels(group, &[])),
                 halted: gauge!(name(names::PARTITIONS_HALTED), labels(group, &[])),
+                told: (AtomicU64::new(0), AtomicU64::new(0)),
                 counters: Mutex::new(HashMap::new()),
                 histograms: Mutex::new(HashMap::new()),
             }
@@ -200,10 +205,15 @@ mod on {
         }
 
         /// The finished records so far, from the lanes' counters: nothing is counted
-        /// per record.
+        /// per record. The counters are told what was added since the last call, not
+        /// the totals: two Processors of one group in one process share a counter,
+        /// which `absolute` would set to the larger of their totals, not their sum.
         pub(crate) fn publish(&self, stats: &Stats) {
-            self.succeeded.absolute(stats.succeeded);
-            self.failed.absolute(stats.dead_lettered);
+            let since = |told: &AtomicU64, now: u64| now.saturating_sub(told.swap(now, Relaxed));
+            self.succeeded
+                .increment(since(&self.told.0, stats.succeeded));
+            self.failed
+                .increment(since(&self.told.1, stats.dead_lettered));
         }
 
         /// A handler call took `took` for `records` records: one observation, the
