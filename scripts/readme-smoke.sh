@@ -79,6 +79,28 @@ expect demo "$work/demo.out" \
     'orders +30 \(seed 3\): 18 ok, 6 transient, 3 permanent, 3 malformed JSON' \
     'dead-letter topic brew.orders.dlq: 6 records' \
     '^result: every order handled or dead-lettered, committed offsets at each partition'"'"'s end'
+# The summary read back from the named metrics (protocol-tests' default `metrics`
+# feature): the default mix has successes, retries and dead letters, and the backlog
+# drains.
+expect "demo's metrics summary" "$work/demo.out" \
+    '^metrics \(read back from ottla'"'"'s named metrics' \
+    '^  consumed +[1-9][0-9]* records, [1-9][0-9]* bytes' \
+    '^  processed +success [1-9][0-9]*, failure [1-9][0-9]*' \
+    '^  retries +attempt 1: [1-9]' \
+    '^  dead-lettered +[1-9][0-9]*: ' \
+    '^  commits +[1-9][0-9]* partition offsets, [1-9][0-9]* OffsetCommits ok' \
+    '^  rebalances +[1-9]' \
+    '^  final lag +0 '
+# The metrics sum the two Processors of the group, as the demo's own counters (the
+# sum of what each `run` returned) do.
+handled="$(sed -n 's/^  handled *\([0-9]*\) .*/\1/p' "$work/demo.out")"
+dead="$(sed -n 's/^  dead-lettered *\([0-9]*\)$/\1/p' "$work/demo.out")"
+if ! grep -Eq "^  processed +success $handled, failure $dead " "$work/demo.out"; then
+    echo "readme-smoke: the metrics summary does not match the counters (handled $handled, dead-lettered $dead):" >&2
+    grep -E '^  (handled|dead-lettered|processed) ' "$work/demo.out" >&2
+    exit 1
+fi
+echo "ok: the metrics summary matches the counters"
 run demo-exhausted cargo run -q -p protocol-tests --bin demo -- --max-retries 1 --transient-pct 80
 expect "demo --max-retries 1 --transient-pct 80" "$work/demo-exhausted.out" \
     'retryable / Timeout' '^result: every order'

@@ -70,7 +70,7 @@ use crate::proto::group::member::{
 };
 pub use crate::proto::group::messages::CommitOffset;
 pub use crate::proto::metadata::NodeId;
-use crate::telemetry::DeliveryMetrics;
+use crate::stats::{ConsumerStats, DeliveryCounts, GroupCounters};
 
 /// The partition assignors, and the trait to write one's own
 /// ([`ConsumerBuilder::custom_assignors`]).
@@ -647,6 +647,7 @@ impl ConsumerBuilder {
         let (commands, rx) = mpsc::unbounded_channel();
         let (events_tx, events) = crate::event_queue::channel();
         let commander = group.as_ref().map(GroupHandle::commander);
+        let group_counters = group.as_ref().map(GroupHandle::counters);
         let lookup = OffsetLookup {
             cluster: cluster.clone(),
             isolation: self.fetcher.params.isolation,
@@ -682,7 +683,8 @@ impl ConsumerBuilder {
                 self.client.jitter_seed,
             ),
             lookup,
-            metrics: DeliveryMetrics::new(self.group_id.as_deref()),
+            delivered: DeliveryCounts::new(self.group_id.as_deref()),
+            group_counters,
             task: Some(task),
         })
     }
@@ -752,8 +754,11 @@ pub struct Consumer {
     retry: (Duration, Duration, u64),
     /// What the seeks by position and time ask ListOffsets with.
     lookup: OffsetLookup,
-    /// Records, bytes and lag of what this side hands over (the `metrics` feature).
-    metrics: DeliveryMetrics,
+    /// Records and bytes of what this side hands over, per partition (and the
+    /// `metrics` feature's records, bytes and lag).
+    delivered: DeliveryCounts,
+    /// The group member's figures (rebalances, assignment, losses, commits).
+    group_counters: Option<Arc<GroupCounters>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -841,9 +846,7 @@ impl Consumer {
                 let before = f.buffered_bytes();
                 let start = out.len();
                 let error = f.next_records(max, out);
-                if crate::telemetry::ENABLED {
-                    count_delivered(&mut self.metrics, &f, out.get(start..).unwrap_or(&[]));
-                }
+                count_delivered(&mut self.delivered, &f, out.get(start..).unwrap_or(&[]));
                 let freed = f.buffered_bytes() < before;
                 if let Some(e) = error {
                     return Poll::Ready(Err(e.into()));
@@ -883,10 +886,8 @@ impl Consumer {
                 let mut f = lock(&self.shared.fetcher);
                 let before = f.buffered_bytes();
                 let next = f.next_record();
-                if crate::telemetry::ENABLED {
-                    if let Some(Ok(r)) = &next {
-                        count_delivered(&mut self.metrics, &f, std::slice::from_ref(r));
-                    }
+                if let Some(Ok(r)) = &next {
+                    count_delivered(&mut self.delivered, &f, std::slice::from_ref(r));
                 }
                 (next, f.buffered_bytes() < before)
             };
@@ -1147,6 +1148,25 @@ impl Consumer {
         lock(&self.shared.fetcher).buffered_bytes()
     }
 
+    /// A snapshot of this consumer's counters, the figures of the `ottla.consumer.*`
+    /// metrics without the `metrics` feature: records and bytes handed over and the
+    /// lag, per partition; partitions assigned, rebalances, partitions lost and
+    /// commits by result. Counters start at 0 when the consumer is built.
+    pub fn stats(&self) -> ConsumerStats {
+        let mut stats = ConsumerStats::default();
+        {
+            let f = lock(&self.shared.fetcher);
+            let assigned = f.assignment();
+            self.delivered
+                .snapshot(&assigned, |tp| f.lag(tp), &mut stats);
+            stats.partitions_assigned = assigned.len() as u64;
+        }
+        if let Some(g) = &self.group_counters {
+            g.read(&mut stats);
+        }
+        stats
+    }
+
     /// A view of this consumer's positions that another task can keep (the
     /// Processor's handle reads lag through it).
     pub(crate) fn view(&self) -> ConsumerView {
@@ -1304,8 +1324,8 @@ impl ConsumerView {
 }
 
 /// Counts `records` (just handed over) per partition run, with each partition's lag
-/// after them.
-fn count_delivered(metrics: &mut DeliveryMetrics, f: &Fetcher, records: &[ConsumerRecord]) {
+/// after them: a comparison and two lengths per record, the rest per run.
+fn count_delivered(counts: &mut DeliveryCounts, f: &Fetcher, records: &[ConsumerRecord]) {
     let mut rest = records;
     while let Some(first) = rest.first() {
         let run = rest
@@ -1322,7 +1342,7 @@ fn count_delivered(metrics: &mut DeliveryMetrics, f: &Fetcher, records: &[Consum
                 r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())
             })
             .sum();
-        metrics.delivered(
+        counts.delivered(
             &first.topic,
             first.partition,
             run as u64,

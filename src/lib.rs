@@ -16,8 +16,8 @@
 //! ## Stability
 //!
 //! The documented items are the stable surface: the modules [`config`], [`consumer`],
-//! [`producer`], [`processor`], [`admin`], [`properties`], [`dlq`], [`error`] and [`security`], and the re-exports at
-//! the crate root. Inside, ottla is layered as in `quinn`/`quinn-proto`: `proto` is the
+//! [`producer`], [`processor`], [`admin`], [`properties`], [`dlq`], [`error`],
+//! [`security`] and [`stats`], and the re-exports at the crate root. Inside, ottla is layered as in `quinn`/`quinn-proto`: `proto` is the
 //! sans-IO core (framing, version negotiation, the group member, the fetcher, the
 //! producer's accumulator and the processing loop's rules, as state machines with no
 //! sockets, tasks or clocks) and `driver` runs it on tokio. Both are public only so that
@@ -46,6 +46,8 @@
 //!   `tracing-opentelemetry` layer the application installs): a record's handler span
 //!   continues the record's remote parent, and the `traceparent` ottla writes names
 //!   OpenTelemetry's span ids. Pure Rust; the SDK is the application's.
+//! - `serde`: `Serialize` and `Deserialize` for the counters' snapshots in [`stats`]
+//!   ([`Consumer::stats`], [`Producer::stats`]). Pure Rust.
 //! - `testing`: the group members' test harness, for suites that drive a member on a
 //!   virtual clock. For ottla's own tests; not part of the stable surface.
 //!
@@ -87,6 +89,7 @@ pub mod properties;
 #[doc(hidden)]
 pub mod proto;
 pub mod security;
+pub mod stats;
 pub mod telemetry;
 pub mod trace;
 
@@ -105,3 +108,9 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/migrating.md")]
 pub struct MigratingDoctests;
+
+/// docs/observability.md's examples, compiled by `cargo test --doc` so that they stay
+/// true.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/observability.md")]
+pub struct ObservabilityDoctests;

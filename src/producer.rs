@@ -42,6 +42,7 @@ use crate::proto::produce::accumulator::{Accumulator, AccumulatorEvent, AppendEr
 pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
 use crate::proto::produce::encode::OutRecord;
 pub use crate::proto::produce::record::ProducerRecord;
+use crate::stats::{ProduceCounts, ProducerStats};
 
 /// Where a record was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,6 +279,7 @@ impl ProducerBuilder {
                 waiters: HashMap::new(),
                 closed: false,
                 unanswered: BTreeSet::new(),
+                counts: ProduceCounts::default(),
             }),
             wake_driver: Notify::new(),
             room: Notify::new(),
@@ -306,6 +308,8 @@ struct State {
     /// Brokers sent `acks = 0` records since the last flush (see
     /// [`Producer::confirm_unanswered`]).
     unanswered: BTreeSet<NodeId>,
+    /// Records delivered and failed, per topic ([`Producer::stats`]).
+    counts: ProduceCounts,
 }
 
 #[derive(Debug)]
@@ -317,24 +321,24 @@ struct Shared {
 }
 
 impl Shared {
-    /// Hands finished records to their futures.
+    /// Hands finished records to their futures, counting them (per topic, for
+    /// [`Producer::stats`] and the `metrics` feature) on the way.
     fn dispatch(&self) {
         let mut freed = false;
-        // Records written, per topic, for the `metrics` feature.
-        let mut written: Vec<(String, u64)> = Vec::new();
         {
             let mut s = lock(&self.state);
-            while let Some(d) = s.acc.poll_delivery() {
+            let State {
+                acc,
+                waiters,
+                counts,
+                ..
+            } = &mut *s;
+            while let Some(d) = acc.poll_delivery() {
                 freed = true;
-                if let Some((topic, tx)) = s.waiters.remove(&d.id) {
-                    if crate::telemetry::ENABLED {
-                        match &d.result {
-                            Ok(_) => match written.iter_mut().find(|(t, _)| *t == topic) {
-                                Some((_, n)) => *n += 1,
-                                None => written.push((topic.clone(), 1)),
-                            },
-                            Err(e) => crate::telemetry::produce_failed(&topic, e),
-                        }
+                if let Some((topic, tx)) = waiters.remove(&d.id) {
+                    match &d.result {
+                        Ok(_) => counts.acknowledged(&topic, d.bytes),
+                        Err(e) => counts.failed(&topic, e),
                     }
                     let _ = tx.send(d.result.map(|offset| RecordMetadata {
                         topic,
@@ -343,9 +347,9 @@ impl Shared {
                     }));
                 }
             }
-        }
-        for (topic, records) in written {
-            crate::telemetry::produced(&topic, records);
+            if freed {
+                counts.publish();
+            }
         }
         if freed {
             self.room.notify_waiters();
@@ -517,6 +521,19 @@ impl Producer {
                 debug!(node = node.0, error = %e, "acks=0 records could not be confirmed read");
             }
         }
+    }
+
+    /// A snapshot of this producer's counters, the figures of the `ottla.producer.*`
+    /// metrics without the `metrics` feature: records and bytes acknowledged and
+    /// errors by name, per topic; and what waits now (records not yet delivered,
+    /// `buffer.memory` in use). Counters start at 0 when the producer is built.
+    pub fn stats(&self) -> ProducerStats {
+        let mut stats = ProducerStats::default();
+        let s = lock(&self.shared.state);
+        s.counts.snapshot(&mut stats);
+        stats.pending_records = s.waiters.len() as u64;
+        stats.buffered_bytes = s.acc.buffered_bytes() as u64;
+        stats
     }
 
     /// Flushes, then stops the background task.

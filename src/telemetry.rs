@@ -15,9 +15,9 @@ use std::time::Duration;
 use kafka_protocol::messages::ApiKey;
 
 use crate::proto::group::consumer_protocol::TopicPartition;
-use crate::proto::group::member::{CommitError, Event};
 use crate::proto::process::lanes::{Metric, Stats};
 use crate::proto::produce::accumulator::ProduceError;
+use crate::stats::CommitResult;
 
 /// The metric names. Dots separate the parts; a Prometheus exporter turns them into
 /// underscores (`ottla.consumer.records` is scraped as `ottla_consumer_records`).
@@ -120,7 +120,9 @@ pub const DEFAULT_PROCESSOR_PREFIX: &str = "ottla.processor";
 #[cfg(feature = "metrics")]
 mod on {
     use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Mutex, OnceLock};
 
     use metrics::{Counter, Gauge, Histogram, Label, counter, gauge, histogram};
 
@@ -143,6 +145,8 @@ mod on {
         duration: Histogram,
         commits: Counter,
         halted: Gauge,
+        /// The succeeded and dead-lettered totals the counters have been told.
+        told: (AtomicU64, AtomicU64),
         /// Handles whose labels vary (attempt, error type, hop), registered on first
         /// use. Only failures reach them.
         counters: Mutex<HashMap<(&'static str, Vec<Label>), Counter>>,
@@ -178,6 +182,7 @@ mod on {
                 duration: histogram!(name(names::PROCESSING_DURATION), labels(group, &[])),
                 commits: counter!(name(names::COMMITS), labels(group, &[])),
                 halted: gauge!(name(names::PARTITIONS_HALTED), labels(group, &[])),
+                told: (AtomicU64::new(0), AtomicU64::new(0)),
                 counters: Mutex::new(HashMap::new()),
                 histograms: Mutex::new(HashMap::new()),
             }
@@ -200,10 +205,15 @@ mod on {
         }
 
         /// The finished records so far, from the lanes' counters: nothing is counted
-        /// per record.
+        /// per record. The counters are told what was added since the last call, not
+        /// the totals: two Processors of one group in one process share a counter,
+        /// which `absolute` would set to the larger of their totals, not their sum.
         pub(crate) fn publish(&self, stats: &Stats) {
-            self.succeeded.absolute(stats.succeeded);
-            self.failed.absolute(stats.dead_lettered);
+            let since = |told: &AtomicU64, now: u64| now.saturating_sub(told.swap(now, Relaxed));
+            self.succeeded
+                .increment(since(&self.told.0, stats.succeeded));
+            self.failed
+                .increment(since(&self.told.1, stats.dead_lettered));
         }
 
         /// A handler call took `took` for `records` records: one observation, the
@@ -260,146 +270,125 @@ mod on {
         }
     }
 
-    /// One partition's handles.
+    /// One partition's handles, kept with its delivery counts
+    /// ([`DeliveryCounts`](crate::stats::DeliveryCounts)).
     #[derive(Debug)]
-    struct PartitionMetrics {
-        topic: Arc<str>,
+    pub(crate) struct PartitionMetrics {
         tp: TopicPartition,
         records: Counter,
         bytes: Counter,
         lag: Gauge,
     }
 
-    /// What a consumer hands to the application, per partition (kept by the
-    /// application's side of the consumer).
-    #[derive(Debug)]
-    pub(crate) struct DeliveryMetrics {
-        group: String,
-        /// Found by topic and partition without allocating: a consumer has few
-        /// partitions, and the last one found is tried first.
-        partitions: Vec<PartitionMetrics>,
-        last: usize,
-    }
-
-    impl DeliveryMetrics {
-        pub(crate) fn new(group: Option<&str>) -> Self {
+    impl PartitionMetrics {
+        pub(crate) fn new(group: &str, topic: &str, partition: i32) -> Self {
+            let l = labels(
+                group,
+                &[
+                    ("topic", topic.to_string()),
+                    ("partition", partition.to_string()),
+                ],
+            );
             Self {
-                group: group.unwrap_or("").to_string(),
-                partitions: Vec::new(),
-                last: 0,
+                tp: TopicPartition {
+                    topic: topic.to_string(),
+                    partition,
+                },
+                records: counter!(names::CONSUMER_RECORDS, l.clone()),
+                bytes: counter!(names::CONSUMER_BYTES, l.clone()),
+                lag: gauge!(names::CONSUMER_LAG, l),
             }
         }
 
-        fn partition(&mut self, topic: &Arc<str>, partition: i32) -> &PartitionMetrics {
-            let is = |p: &PartitionMetrics| {
-                p.tp.partition == partition && (Arc::ptr_eq(&p.topic, topic) || *p.topic == **topic)
-            };
-            let at = match self.partitions.get(self.last) {
-                Some(p) if is(p) => self.last,
-                _ => match self.partitions.iter().position(is) {
-                    Some(i) => i,
-                    None => {
-                        let l = labels(
-                            &self.group,
-                            &[
-                                ("topic", topic.to_string()),
-                                ("partition", partition.to_string()),
-                            ],
-                        );
-                        self.partitions.push(PartitionMetrics {
-                            topic: topic.clone(),
-                            tp: TopicPartition {
-                                topic: topic.to_string(),
-                                partition,
-                            },
-                            records: counter!(names::CONSUMER_RECORDS, l.clone()),
-                            bytes: counter!(names::CONSUMER_BYTES, l.clone()),
-                            lag: gauge!(names::CONSUMER_LAG, l),
-                        });
-                        self.partitions.len() - 1
-                    }
-                },
-            };
-            self.last = at;
-            &self.partitions[at]
-        }
-
-        /// `records` records of `bytes` bytes of a partition were handed over;
-        /// `lag` gives the partition's lag after them, when known.
+        /// `records` records of `bytes` bytes were handed over; `lag` gives the
+        /// partition's lag after them, when known.
         pub(crate) fn delivered(
-            &mut self,
-            topic: &Arc<str>,
-            partition: i32,
+            &self,
             records: u64,
             bytes: u64,
             lag: impl FnOnce(&TopicPartition) -> Option<i64>,
         ) {
-            let p = self.partition(topic, partition);
-            p.records.increment(records);
-            p.bytes.increment(bytes);
-            if let Some(lag) = lag(&p.tp) {
-                p.lag.set(lag as f64);
+            self.records.increment(records);
+            self.bytes.increment(bytes);
+            if let Some(lag) = lag(&self.tp) {
+                self.lag.set(lag as f64);
             }
         }
     }
 
-    /// A consumer's group metrics, kept by the group member's task: it sees every
-    /// event before the consumer does, and answers a commit's caller only after the
-    /// commit is counted.
+    /// A consumer's group handles, kept with its group counts
+    /// ([`GroupCounts`](crate::stats::GroupCounts)).
     #[derive(Debug)]
-    pub(crate) struct ConsumerMetrics {
+    pub(crate) struct GroupMetrics {
         group: String,
         assigned: Gauge,
         rebalances: Counter,
         lost: Counter,
         commits: HashMap<&'static str, Counter>,
-        /// Partitions owned, as the events tell.
-        owned: usize,
     }
 
-    impl ConsumerMetrics {
+    impl GroupMetrics {
         pub(crate) fn new(group: &str) -> Self {
             Self {
                 assigned: gauge!(names::CONSUMER_ASSIGNED, labels(group, &[])),
                 rebalances: counter!(names::CONSUMER_REBALANCES, labels(group, &[])),
                 lost: counter!(names::CONSUMER_PARTITIONS_LOST, labels(group, &[])),
                 commits: HashMap::new(),
-                owned: 0,
                 group: group.to_string(),
             }
         }
 
-        /// One event of the group member.
-        pub(crate) fn observe(&mut self, event: &Event) {
-            match event {
-                Event::Joined { .. } => self.rebalances.increment(1),
-                Event::Assigned { assignment, .. } => {
-                    self.owned = assignment.len();
-                    self.assigned.set(self.owned as f64);
-                }
-                Event::Lost { partitions, .. } => {
-                    self.owned = self.owned.saturating_sub(partitions.len());
-                    self.assigned.set(self.owned as f64);
-                    self.lost.increment(partitions.len() as u64);
-                }
-                Event::CommitCompleted { result, .. } => {
-                    let result = match result {
-                        Ok(_) => "ok",
-                        Err(e) => commit_error_label(e),
-                    };
-                    let group = &self.group;
-                    self.commits
-                        .entry(result)
-                        .or_insert_with(|| {
-                            counter!(
-                                names::CONSUMER_COMMITS,
-                                labels(group, &[("result", result.to_string())])
-                            )
-                        })
-                        .increment(1);
-                }
-                _ => {}
+        pub(crate) fn joined(&self) {
+            self.rebalances.increment(1);
+        }
+
+        pub(crate) fn assigned(&self, owned: u64) {
+            self.assigned.set(owned as f64);
+        }
+
+        pub(crate) fn lost(&self, partitions: u64) {
+            self.lost.increment(partitions);
+        }
+
+        pub(crate) fn committed(&mut self, result: CommitResult) {
+            let group = &self.group;
+            let result = result.label();
+            self.commits
+                .entry(result)
+                .or_insert_with(|| {
+                    counter!(
+                        names::CONSUMER_COMMITS,
+                        labels(group, &[("result", result.to_string())])
+                    )
+                })
+                .increment(1);
+        }
+    }
+
+    /// One topic's producer handles, kept with its counts
+    /// ([`ProduceCounts`](crate::stats::ProduceCounts)).
+    #[derive(Debug)]
+    pub(crate) struct TopicMetrics {
+        topic: String,
+        records: Counter,
+    }
+
+    impl TopicMetrics {
+        pub(crate) fn new(topic: &str) -> Self {
+            Self {
+                topic: topic.to_string(),
+                records: counter!(names::PRODUCER_RECORDS, "topic" => topic.to_string()),
             }
+        }
+
+        pub(crate) fn acknowledged(&self, records: u64) {
+            self.records.increment(records);
+        }
+
+        /// A record failed for good with the error labelled `error`.
+        pub(crate) fn failed(&self, error: &str) {
+            counter!(names::PRODUCER_ERRORS, "topic" => self.topic.clone(), "error" => error.to_string())
+                .increment(1);
         }
     }
 
@@ -452,15 +441,6 @@ mod on {
     pub(crate) fn connected(broker: &str) {
         counter!(names::CONNECTIONS, "broker" => broker.to_string()).increment(1);
     }
-
-    pub(crate) fn produced(topic: &str, records: u64) {
-        counter!(names::PRODUCER_RECORDS, "topic" => topic.to_string()).increment(records);
-    }
-
-    pub(crate) fn produce_failed(topic: &str, e: &ProduceError) {
-        counter!(names::PRODUCER_ERRORS, "topic" => topic.to_string(), "error" => produce_error_label(e))
-            .increment(1);
-    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -486,18 +466,16 @@ mod on {
 
     /// Without the `metrics` feature: nothing.
     #[derive(Debug)]
-    pub(crate) struct DeliveryMetrics;
+    pub(crate) struct PartitionMetrics;
 
-    impl DeliveryMetrics {
+    impl PartitionMetrics {
         #[inline(always)]
-        pub(crate) fn new(_group: Option<&str>) -> Self {
+        pub(crate) fn new(_group: &str, _topic: &str, _partition: i32) -> Self {
             Self
         }
         #[inline(always)]
         pub(crate) fn delivered(
-            &mut self,
-            _topic: &std::sync::Arc<str>,
-            _partition: i32,
+            &self,
             _records: u64,
             _bytes: u64,
             _lag: impl FnOnce(&TopicPartition) -> Option<i64>,
@@ -507,15 +485,36 @@ mod on {
 
     /// Without the `metrics` feature: nothing.
     #[derive(Debug)]
-    pub(crate) struct ConsumerMetrics;
+    pub(crate) struct GroupMetrics;
 
-    impl ConsumerMetrics {
+    impl GroupMetrics {
         #[inline(always)]
         pub(crate) fn new(_group: &str) -> Self {
             Self
         }
         #[inline(always)]
-        pub(crate) fn observe(&mut self, _event: &Event) {}
+        pub(crate) fn joined(&self) {}
+        #[inline(always)]
+        pub(crate) fn assigned(&self, _owned: u64) {}
+        #[inline(always)]
+        pub(crate) fn lost(&self, _partitions: u64) {}
+        #[inline(always)]
+        pub(crate) fn committed(&mut self, _result: CommitResult) {}
+    }
+
+    /// Without the `metrics` feature: nothing.
+    #[derive(Debug)]
+    pub(crate) struct TopicMetrics;
+
+    impl TopicMetrics {
+        #[inline(always)]
+        pub(crate) fn new(_topic: &str) -> Self {
+            Self
+        }
+        #[inline(always)]
+        pub(crate) fn acknowledged(&self, _records: u64) {}
+        #[inline(always)]
+        pub(crate) fn failed(&self, _error: &str) {}
     }
 
     #[inline(always)]
@@ -524,18 +523,13 @@ mod on {
     pub(crate) fn request_failed(_api: ApiKey) {}
     #[inline(always)]
     pub(crate) fn connected(_broker: &str) {}
-    #[inline(always)]
-    pub(crate) fn produced(_topic: &str, _records: u64) {}
-    #[inline(always)]
-    pub(crate) fn produce_failed(_topic: &str, _e: &ProduceError) {}
 }
 
 pub(crate) use on::*;
 
 /// The `error` label of a record that failed: the broker's error name, or the kind of
-/// failure.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-fn produce_error_label(e: &ProduceError) -> String {
+/// failure. [`ProducerStats`](crate::stats::ProducerStats) counts by it too.
+pub(crate) fn produce_error_label(e: &ProduceError) -> String {
     match e {
         ProduceError::Broker { code, .. } => crate::proto::error_name(*code),
         ProduceError::Timeout { .. } => "delivery_timeout".into(),
@@ -545,23 +539,10 @@ fn produce_error_label(e: &ProduceError) -> String {
     }
 }
 
-/// The `result` label of a failed commit.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-fn commit_error_label(e: &CommitError) -> &'static str {
-    match e {
-        CommitError::NoGeneration => "no_generation",
-        CommitError::CoordinatorUnknown => "coordinator_unknown",
-        CommitError::NotOwned(_) => "not_owned",
-        CommitError::Broker { .. } => "broker",
-        CommitError::Request(_) => "request",
-        CommitError::Stale { .. } => "stale",
-        CommitError::Closed(_) => "closed",
-    }
-}
-
-/// Whether the metrics are compiled in (the `metrics` feature): the Processor then
-/// times every handler call, as it does for a `metrics` hook.
-pub(crate) const ENABLED: bool = cfg!(feature = "metrics");
+/// Whether the named metrics are compiled in (the `metrics` feature). The Processor
+/// then times every handler call, as it does for a `metrics` hook; ottla's benchmark
+/// programs refuse to run with it, so that their figures are the default build's.
+pub const ENABLED: bool = cfg!(feature = "metrics");
 
 #[cfg(test)]
 mod tests {

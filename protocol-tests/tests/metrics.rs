@@ -129,6 +129,7 @@ async fn mock_a_known_workload_gives_exact_counters() {
     for d in deliveries {
         d.await.expect("written");
     }
+    let produced = producer.stats();
     producer.close().await;
 
     if let Peer::Mock(m) = &peer {
@@ -285,6 +286,12 @@ async fn mock_a_known_workload_gives_exact_counters() {
         &[("topic", &format!("{topic}.dlq"))],
         8.0,
     );
+    // `Producer::stats()` carries the same figure.
+    assert_eq!(
+        produced.topic(topic).map(|t| t.records as f64),
+        Some(sum(&v, names::PRODUCER_RECORDS, &[("topic", topic)]))
+    );
+    assert_eq!(produced.errors, 0, "{produced:?}");
     assert!(sum(&v, names::REQUESTS, &[("api", "Fetch")]) >= 1.0);
     assert!(sum(&v, names::REQUEST_DURATION, &[("api", "JoinGroup")]) >= 1.0);
     assert!(sum(&v, names::CONNECTIONS, &[]) >= 1.0);
@@ -404,6 +411,37 @@ async fn lag_drains(peer: Peer) {
         (0..count)
             .map(|i| format!("k{i}").len() as f64 + 100.0)
             .sum::<f64>()
+    );
+    // `Consumer::stats()` carries the metrics' figures, partition by partition.
+    let stats = consumer.stats();
+    for p in 0..partitions {
+        let partition = p.to_string();
+        let l = [
+            ("group", group.as_str()),
+            ("topic", topic.as_str()),
+            ("partition", partition.as_str()),
+        ];
+        let s = stats.partition(&topic, p).expect("partition");
+        assert_eq!(
+            s.records as f64,
+            sum(&v, names::CONSUMER_RECORDS, &l),
+            "partition {p}"
+        );
+        assert_eq!(
+            s.bytes as f64,
+            sum(&v, names::CONSUMER_BYTES, &l),
+            "partition {p}"
+        );
+        assert_eq!(s.lag.map(|l| l as f64), gauge(p), "partition {p}");
+    }
+    let g = [("group", group.as_str())];
+    assert_eq!(
+        stats.rebalances as f64,
+        sum(&v, names::CONSUMER_REBALANCES, &g)
+    );
+    assert_eq!(
+        stats.partitions_assigned as f64,
+        sum(&v, names::CONSUMER_ASSIGNED, &g)
     );
     consumer.close().await.expect("close");
 }

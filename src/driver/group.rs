@@ -6,6 +6,7 @@
 //! sent by the task whatever the application is doing.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -26,13 +27,14 @@ use crate::proto::group::member::{
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::{ClusterMetadata, NodeId};
-use crate::telemetry::ConsumerMetrics;
+use crate::stats::{GroupCounters, GroupCounts};
 
 /// A handle to a running group member. Dropping it makes the member leave the group.
 #[derive(Debug)]
 pub struct GroupHandle {
     tx: mpsc::Sender<Command>,
     events: mpsc::UnboundedReceiver<Event>,
+    counters: Arc<GroupCounters>,
 }
 
 /// The command half of a [`GroupHandle`], cheap to clone: commits, revocations and
@@ -123,8 +125,20 @@ impl GroupHandle {
     pub fn spawn(cluster: Cluster, config: GroupConfig) -> Self {
         let (tx, rx) = mpsc::channel(64);
         let (events_tx, events) = mpsc::unbounded_channel();
-        tokio::spawn(run(cluster, config, rx, events_tx));
-        Self { tx, events }
+        let metrics = GroupCounts::new(&config.group_id);
+        let counters = metrics.shared();
+        tokio::spawn(run(cluster, config, metrics, rx, events_tx));
+        Self {
+            tx,
+            events,
+            counters,
+        }
+    }
+
+    /// The member's figures (rebalances, assignment, losses, commits), as its task
+    /// counts them.
+    pub(crate) fn counters(&self) -> Arc<GroupCounters> {
+        self.counters.clone()
     }
 
     /// The next event, or `None` once the member has stopped.
@@ -181,6 +195,7 @@ type Reply = (RequestId, Result<GroupResponse, Failure>);
 async fn run(
     cluster: Cluster,
     config: GroupConfig,
+    mut metrics: GroupCounts,
     mut rx: mpsc::Receiver<Command>,
     events: mpsc::UnboundedSender<Event>,
 ) {
@@ -188,7 +203,6 @@ async fn run(
     let group = config.group_id.clone();
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
-    let mut metrics = ConsumerMetrics::new(&group);
     let mut spans = RebalanceSpans::new(&group);
     let mut member = Member::new(config, entropy(), now);
     apply_metadata(&mut member, &cluster.metadata(), now);
@@ -287,6 +301,7 @@ async fn run(
                             commits.insert(id, reply);
                         }
                         Err(e) => {
+                            metrics.refused(&e);
                             let _ = reply.send(Err(e));
                         }
                     },

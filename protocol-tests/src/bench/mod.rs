@@ -1,4 +1,4 @@
-//! The consumer benchmark behind `cargo run --release -p protocol-tests --bin bench`:
+//! The consumer benchmark behind `cargo run --release -p protocol-tests --no-default-features --bin bench`:
 //! ottla beside rust-rdkafka, rskafka, krafka and the confluent-kafka crate, each
 //! consuming the same data from the same broker in its own process.
 //!
@@ -20,6 +20,23 @@ pub mod table;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// `None` in the default build of ottla; with ottla's `metrics` feature compiled in,
+/// the exit code a benchmark program stops with, after saying why. protocol-tests
+/// turns the feature on by default for the demo's metrics summary; the benchmarks'
+/// figures are those of ottla's default build, so they are built with
+/// `--no-default-features`.
+pub fn refuse_metrics_build(program: &str) -> Option<std::process::ExitCode> {
+    if !ottla::telemetry::ENABLED {
+        return None;
+    }
+    eprintln!(
+        "{program}: built with ottla's `metrics` feature (protocol-tests' default, for the \
+         demo), whose figures are not the default build's; run it as \
+         `cargo run --release -p protocol-tests --no-default-features --bin {program} -- ...`"
+    );
+    Some(std::process::ExitCode::from(2))
+}
 
 /// Session timeout of every group client: tansu holds each JoinGroup for half the
 /// group's session timeout, so 6 s costs 3 s per join (PEERS.md).

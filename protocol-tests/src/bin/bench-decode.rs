@@ -5,7 +5,7 @@
 //! per record counted by `valgrind --tool=callgrind`.
 //!
 //! ```text
-//! cargo run --release -p protocol-tests --bin bench-decode -- [--callgrind]
+//! cargo run --release -p protocol-tests --no-default-features --bin bench-decode -- [--callgrind]
 //!     [--peer mock|tansu|encode] [--records 100000] [--batch-bytes 16384] [--partitions 4]
 //!     [--input FILE] [--runs 7] [--ms 200] [--cg-iters 3]
 //! bench-decode --capture FILE [--peer mock|tansu|encode] [--records N] [--batch-bytes B]
@@ -59,6 +59,9 @@ const BATCH_HEADER: usize = 61;
 const TARGET_RATIO: f64 = 1.3;
 
 fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-decode") {
+        return refused;
+    }
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

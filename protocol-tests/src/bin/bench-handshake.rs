@@ -1,7 +1,7 @@
 //! Connection setup cost with and without TLS: ottla beside confluent-kafka (Python,
 //! librdkafka with OpenSSL), against the same brokers in one run.
 //!
-//! `cargo run --release -p protocol-tests --bin bench-handshake [-- --runs 30]`
+//! `cargo run --release -p protocol-tests --no-default-features --bin bench-handshake [-- --runs 30]`
 //!
 //! Three tansu brokers from the wheel: one plaintext, one behind stunnel (TLS), one
 //! behind stunnel requiring a client certificate (mTLS, an EC P-256 key in PKCS#8).
@@ -95,6 +95,9 @@ fn confluent_setups(conf: &[(&'static str, String)], runs: usize) -> anyhow::Res
 }
 
 fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-handshake") {
+        return refused;
+    }
     // RUST_LOG=ottla=trace shows where a setup's time goes.
     if std::env::var_os("RUST_LOG").is_some() {
         protocol_tests::init_tracing();

@@ -1,7 +1,7 @@
 //! Isolation: while one partition's record is in retry backoff, do the other partitions
 //! keep their throughput?
 //!
-//! `cargo run --release -p protocol-tests --bin bench-isolation [-- --retry-secs 30 --runs 3]`
+//! `cargo run --release -p protocol-tests --no-default-features --bin bench-isolation [-- --retry-secs 30 --runs 3]`
 //!
 //! Four partitions on tansu, each with more records than can be handled in the window.
 //! The handler costs 1 ms per record (a sleep: a downstream call). In the "failing" run,
@@ -24,6 +24,9 @@ use protocol_tests::arg;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-isolation") {
+        return refused;
+    }
     let secs = arg("--retry-secs", 30);
     let runs = arg("--runs", 3);
     match run(secs, runs).await {

@@ -1,6 +1,6 @@
 //! Peak memory while consuming a large topic with a bounded buffer.
 //!
-//! `cargo run --release -p protocol-tests --bin bench-memory [-- --mb 1024 --cap-mb 64 --runs 3 --app-mib-per-s 40]`
+//! `cargo run --release -p protocol-tests --no-default-features --bin bench-memory [-- --mb 1024 --cap-mb 64 --runs 3 --app-mib-per-s 40]`
 //!
 //! Starts tansu (the mock cluster keeps only 5 MiB per partition), writes `--mb` MiB of
 //! 1 KiB records with librdkafka's producer, then, for each run, starts a fresh child
@@ -40,6 +40,9 @@ fn status_kb(field: &str) -> u64 {
 }
 
 fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-memory") {
+        return refused;
+    }
     if std::env::args().nth(1).as_deref() == Some("consume") {
         return consume();
     }

@@ -1,7 +1,7 @@
 //! Produce throughput, ottla beside librdkafka (rust-rdkafka), on one tansu broker in
 //! one run.
 //!
-//! `cargo run --release -p protocol-tests --bin bench-produce [-- --records 500000 --size 100 --runs 3]`
+//! `cargo run --release -p protocol-tests --no-default-features --bin bench-produce [-- --records 500000 --size 100 --runs 3]`
 //!
 //! Each client runs in its own child process, interleaved (ottla, rdkafka, ottla, ...),
 //! each writing `--records` unkeyed records of `--size` bytes to a fresh 8-partition
@@ -37,6 +37,9 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-produce") {
+        return refused;
+    }
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("child") {
         return child(&args);

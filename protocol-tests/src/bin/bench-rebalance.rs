@@ -1,6 +1,6 @@
 //! Rebalance timings, ottla beside librdkafka, on the librdkafka mock cluster.
 //!
-//! `cargo run --release -p protocol-tests --bin bench-rebalance [-- --runs 3 --partitions 6
+//! `cargo run --release -p protocol-tests --no-default-features --bin bench-rebalance [-- --runs 3 --partitions 6
 //! --session-ms 4000 --heartbeat-ms 500 --delay-ms 300 --tick-ms 10 --fetch-wait-ms 20
 //! --move-every-ms 400 --scenarios cold,move,eager,coop,848]`
 //!
@@ -41,6 +41,9 @@ use protocol_tests::bench::rebalance::{self, Client, METRICS, Scenario, Settings
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-rebalance") {
+        return refused;
+    }
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

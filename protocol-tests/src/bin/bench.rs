@@ -1,7 +1,7 @@
 //! Consumer throughput and cost, ottla beside rust-rdkafka, rskafka, krafka and the
 //! confluent-kafka crate, on the same brokers and the same data in one run.
 //!
-//! `cargo run --release -p protocol-tests --bin bench -- [--quick] [--records N]
+//! `cargo run --release -p protocol-tests --no-default-features --bin bench -- [--quick] [--records N]
 //! [--runs N] [--broker mock|tansu|both] [--sizes 100,1024,1024-lz4]
 //! [--partitions 1,6,24] [--clients a,b,...] [--timeout SECS] [--mock-cap N]
 //! [--mock-brokers N] [--child-logs DIR] [--try-all]`
@@ -28,6 +28,9 @@ use protocol_tests::bench::run::{Plan, run};
 use protocol_tests::bench::{Cell, Client, flag, opt, table};
 
 fn main() -> ExitCode {
+    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench") {
+        return refused;
+    }
     if flag("--child") {
         return protocol_tests::bench::child::main();
     }

@@ -11,7 +11,11 @@
 //!    and malformed JSON, in the given shares;
 //! 4. runs `Processor`s in one group, printing each attempt and the progress;
 //! 5. prints the counters;
-//! 6. lists the dead-letter topic with its headers.
+//! 6. lists the dead-letter topic with its headers;
+//! 7. prints a summary read back from ottla's named metrics (a `metrics` recorder
+//!    installed here; protocol-tests' default `metrics` feature): records consumed,
+//!    processed by status, retries by attempt, dead letters by error type, commits,
+//!    rebalances and the final lag.
 //!
 //! It exits non-zero unless every order ended handled or dead-lettered as its kind
 //! says, and the group's committed offsets (read back with librdkafka, not ottla)
@@ -142,6 +146,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before any client is built: ottla registers its metric handles then.
+    summary::install();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -571,6 +577,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             problems.push(format!("partition {p}: committed {c}, end {end}"));
         }
     }
+    // 7. What the named metrics say.
+    summary::print(GROUP, TOPIC);
     if !problems.is_empty() {
         anyhow::bail!("{}", problems.join("; "));
     }
@@ -579,6 +587,190 @@ async fn run(args: Args) -> anyhow::Result<()> {
         started.elapsed()
     );
     Ok(())
+}
+
+/// The summary read back from ottla's named metrics, through a recorder of the demo's
+/// own: what an exporter (Prometheus, ...) would scrape.
+#[cfg(feature = "metrics")]
+mod summary {
+    use std::collections::BTreeMap;
+    use std::sync::OnceLock;
+    use std::sync::atomic::Ordering;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use metrics_util::registry::{AtomicStorage, Registry};
+    use ottla::telemetry::{DEFAULT_PROCESSOR_PREFIX, names};
+
+    /// Keeps every value until read (metrics-util's `DebuggingRecorder` resets a
+    /// value when it reports it).
+    struct Kept(Registry<Key, AtomicStorage>);
+
+    impl Recorder for Kept {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            self.0
+                .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
+        }
+        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+            self.0
+                .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+        }
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            self.0
+                .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
+        }
+    }
+
+    static KEPT: OnceLock<&'static Kept> = OnceLock::new();
+
+    pub fn install() {
+        let kept: &'static Kept = Box::leak(Box::new(Kept(Registry::atomic())));
+        if metrics::set_global_recorder(kept).is_ok() {
+            let _ = KEPT.set(kept);
+        }
+    }
+
+    /// Counters and gauges named `name`, by their labels (sorted).
+    fn read(kept: &Kept, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let labels = |key: &Key| -> BTreeMap<String, String> {
+            key.labels()
+                .map(|l| (l.key().to_string(), l.value().to_string()))
+                .collect()
+        };
+        let mut out = Vec::new();
+        for (key, c) in kept.0.get_counter_handles() {
+            if key.name() == name {
+                out.push((labels(&key), c.load(Ordering::Relaxed) as f64));
+            }
+        }
+        for (key, g) in kept.0.get_gauge_handles() {
+            if key.name() == name {
+                out.push((labels(&key), f64::from_bits(g.load(Ordering::Relaxed))));
+            }
+        }
+        out
+    }
+
+    pub fn print(group: &str, topic: &str) {
+        let Some(kept) = KEPT.get() else {
+            println!("\nmetrics: another recorder was installed; no summary");
+            return;
+        };
+        let processor = |suffix: &str| format!("{DEFAULT_PROCESSOR_PREFIX}.{suffix}");
+        // The values of `name` for this group (and this topic, where it has one),
+        // summed by the value of `by` ("" sums them all).
+        let sum_by = |name: &str, by: &[&str]| -> BTreeMap<Vec<String>, f64> {
+            let mut out = BTreeMap::new();
+            for (labels, v) in read(kept, name) {
+                let ours = labels.get("group").is_none_or(|g| g == group)
+                    && labels.get("topic").is_none_or(|t| t == topic);
+                if ours {
+                    let key = by
+                        .iter()
+                        .map(|l| labels.get(*l).cloned().unwrap_or_default())
+                        .collect();
+                    *out.entry(key).or_insert(0.0) += v;
+                }
+            }
+            out
+        };
+        let total = |name: &str| sum_by(name, &[]).values().sum::<f64>();
+        let of = |m: &BTreeMap<Vec<String>, f64>, key: &[&str]| {
+            let key: Vec<String> = key.iter().map(|k| k.to_string()).collect();
+            m.get(&key).copied().unwrap_or(0.0)
+        };
+        println!("\nmetrics (read back from ottla's named metrics, group {group})");
+        println!(
+            "  consumed        {:>5} records, {} bytes  ({}, {})",
+            total(names::CONSUMER_RECORDS),
+            total(names::CONSUMER_BYTES),
+            names::CONSUMER_RECORDS,
+            names::CONSUMER_BYTES
+        );
+        let processed = sum_by(&processor(names::PROCESSED), &["status"]);
+        println!(
+            "  processed       success {}, failure {}  ({})",
+            of(&processed, &["success"]),
+            of(&processed, &["failure"]),
+            processor(names::PROCESSED)
+        );
+        let retries = sum_by(&processor(names::RETRY_COUNT), &["retry_attempt"]);
+        let mut attempts: Vec<(u32, f64)> = retries
+            .iter()
+            .map(|(k, v)| (k.concat().parse().unwrap_or(0), *v))
+            .collect();
+        attempts.sort_by_key(|(attempt, _)| *attempt);
+        let shown: Vec<String> = attempts
+            .iter()
+            .map(|(a, n)| format!("attempt {a}: {n}"))
+            .collect();
+        println!(
+            "  retries         {}  ({})",
+            if shown.is_empty() {
+                "none".into()
+            } else {
+                shown.join(", ")
+            },
+            processor(names::RETRY_COUNT)
+        );
+        let dlq = sum_by(
+            &processor(names::DLQ_COUNT),
+            &["error_type", "error_classification"],
+        );
+        let shown: Vec<String> = dlq
+            .iter()
+            .map(|(k, n)| {
+                format!(
+                    "{n} {} ({})",
+                    k.first().map_or("", |s| s),
+                    k.get(1).map_or("", |s| s)
+                )
+            })
+            .collect();
+        println!(
+            "  dead-lettered   {:>5}: {}  ({})",
+            dlq.values().sum::<f64>(),
+            if shown.is_empty() {
+                "none".into()
+            } else {
+                shown.join(", ")
+            },
+            processor(names::DLQ_COUNT)
+        );
+        let commits = sum_by(names::CONSUMER_COMMITS, &["result"]);
+        println!(
+            "  commits         {} partition offsets, {} OffsetCommits ok, {} failed  ({}, {})",
+            total(&processor(names::COMMITS)),
+            of(&commits, &["ok"]),
+            commits.values().sum::<f64>() - of(&commits, &["ok"]),
+            processor(names::COMMITS),
+            names::CONSUMER_COMMITS
+        );
+        println!(
+            "  rebalances      {:>5}  ({}, both members)",
+            total(names::CONSUMER_REBALANCES),
+            names::CONSUMER_REBALANCES
+        );
+        println!(
+            "  final lag       {:>5}  ({}, summed over the partitions)",
+            total(names::CONSUMER_LAG),
+            names::CONSUMER_LAG
+        );
+    }
+}
+
+/// Built without protocol-tests' `metrics` feature: no recorder, no summary.
+#[cfg(not(feature = "metrics"))]
+mod summary {
+    pub fn install() {}
+
+    pub fn print(_group: &str, _topic: &str) {
+        println!("\nmetrics: not compiled in (built without protocol-tests' `metrics` feature)");
+    }
 }
 
 /// The group's committed offsets, through librdkafka (an OffsetFetch, no join).

@@ -193,6 +193,8 @@ pub struct Delivery {
     /// Its offset (-1 when unknown: `acks = 0`, or a duplicate the broker dropped), or
     /// why it was not written.
     pub result: Result<i64, ProduceError>,
+    /// Its key plus value bytes.
+    pub bytes: u64,
 }
 
 #[derive(Debug)]
@@ -859,6 +861,7 @@ impl Accumulator {
     fn finish_ok(&mut self, tp: &TopicPartition, b: Batch, base: i64) {
         self.buffered = self.buffered.saturating_sub(b.bytes);
         for (i, id) in b.ids.into_iter().enumerate() {
+            let bytes = b.records.get(i).map_or(0, OutRecord::payload_bytes);
             // A base offset the broker cannot have written (negative, or so large that
             // a later record would pass i64::MAX) is reported as unknown (-1).
             let offset = i64::try_from(i)
@@ -870,17 +873,19 @@ impl Accumulator {
                 id,
                 partition: tp.clone(),
                 result: Ok(offset),
+                bytes,
             });
         }
     }
 
     fn finish(&mut self, tp: &TopicPartition, b: Batch, result: Result<i64, ProduceError>) {
         self.buffered = self.buffered.saturating_sub(b.bytes);
-        for id in b.ids {
+        for (i, id) in b.ids.into_iter().enumerate() {
             self.deliveries.push_back(Delivery {
                 id,
                 partition: tp.clone(),
                 result: result.clone(),
+                bytes: b.records.get(i).map_or(0, OutRecord::payload_bytes),
             });
         }
     }

@@ -24,6 +24,11 @@ pub struct OutRecord {
 }
 
 impl OutRecord {
+    /// Key plus value bytes (what the producer's byte counts report).
+    pub fn payload_bytes(&self) -> u64 {
+        (self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)) as u64
+    }
+
     /// An upper bound of the record's encoded size, for batch sizing and buffer memory.
     pub fn size_estimate(&self) -> usize {
         let headers: usize = self
