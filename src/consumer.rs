@@ -1678,6 +1678,7 @@ async fn fetch_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
         .await
     {
         Ok(response) => {
+            crate::telemetry::throttled(ApiKey::Fetch, response.throttle_time_ms);
             lock(&shared.fetcher).handle_fetch(Instant::now().into_std(), token, response);
         }
         Err(e) => {

@@ -959,7 +959,7 @@ impl Processor {
         while let Some(m) = lanes.poll_metric() {
             self.metric(m);
         }
-        self.telemetry.publish(lanes.stats());
+        self.telemetry.publish(lanes.stats(), lanes.queued());
         lanes.stats().clone_into(&mut lock(&self.live));
     }
 

@@ -280,6 +280,7 @@ impl ProducerBuilder {
                 closed: false,
                 unanswered: BTreeSet::new(),
                 counts: ProduceCounts::default(),
+                retries_told: 0,
             }),
             wake_driver: Notify::new(),
             room: Notify::new(),
@@ -310,6 +311,8 @@ struct State {
     unanswered: BTreeSet<NodeId>,
     /// Records delivered and failed, per topic ([`Producer::stats`]).
     counts: ProduceCounts,
+    /// The accumulator's retries the metrics have been told.
+    retries_told: u64,
 }
 
 #[derive(Debug)]
@@ -533,6 +536,7 @@ impl Producer {
         s.counts.snapshot(&mut stats);
         stats.pending_records = s.waiters.len() as u64;
         stats.buffered_bytes = s.acc.buffered_bytes() as u64;
+        stats.retries = s.acc.retries();
         stats
     }
 
@@ -702,9 +706,25 @@ async fn produce_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) {
         release(&shared);
         return;
     };
-    let built = lock(&shared.state)
-        .acc
-        .build_produce(Instant::now().into_std(), node, version);
+    let built = {
+        let mut s = lock(&shared.state);
+        let built = s
+            .acc
+            .build_produce(Instant::now().into_std(), node, version);
+        if crate::telemetry::ENABLED {
+            if let Some((request, _)) = &built {
+                let retries = s.acc.retries();
+                let sizes = request
+                    .topic_data
+                    .iter()
+                    .flat_map(|t| t.partition_data.iter())
+                    .map(|p| p.records.as_ref().map_or(0, |r| r.len()));
+                crate::telemetry::produce_sent(sizes, retries.saturating_sub(s.retries_told));
+                s.retries_told = retries;
+            }
+        }
+        built
+    };
     let Some((request, token)) = built else {
         shared.dispatch();
         shared.wake_driver.notify_one();
@@ -724,7 +744,10 @@ async fn produce_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) {
         let mut s = lock(&shared.state);
         let now = Instant::now().into_std();
         match result {
-            Ok(Some(response)) => s.acc.handle_produce(now, token, response),
+            Ok(Some(response)) => {
+                crate::telemetry::throttled(ApiKey::Produce, response.throttle_time_ms);
+                s.acc.handle_produce(now, token, response);
+            }
             Ok(None) => {
                 s.acc.handle_unacknowledged(token);
                 s.unanswered.insert(node);

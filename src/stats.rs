@@ -137,6 +137,8 @@ pub struct ProducerStats {
     pub pending_records: u64,
     /// The `buffer.memory` in use now: bytes of records not yet delivered.
     pub buffered_bytes: u64,
+    /// Record batches sent again after a failed or refused attempt.
+    pub retries: u64,
 }
 
 impl ProducerStats {
@@ -437,6 +439,11 @@ impl GroupCounts {
             Event::CommitCompleted { result, .. } => self.committed(CommitResult::of(result)),
             _ => {}
         }
+    }
+
+    /// A rebalance ended with an assignment, `took` after it began.
+    pub(crate) fn rebalanced(&self, took: std::time::Duration) {
+        self.metrics.rebalanced(took);
     }
 
     /// A commit the member refused before sending it (no live generation, the

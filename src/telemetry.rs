@@ -82,6 +82,19 @@ pub mod names {
     /// Partitions halted because the dead-letter topic cannot be written, by `group`.
     pub const PARTITIONS_HALTED: &str = "partitions.halted";
 
+    /// Seconds from a rebalance's first JoinGroup (or the revocation that starts it)
+    /// to the assignment, by `group`.
+    pub const CONSUMER_REBALANCE_DURATION: &str = "ottla.consumer.rebalance.duration";
+    /// Seconds a broker asked the client to wait (`throttle_time_ms`, quotas), by
+    /// `api` (Fetch and Produce answers).
+    pub const REQUEST_THROTTLE: &str = "ottla.request.throttle";
+    /// Bytes of each record batch sent in a Produce request (compressed), every topic.
+    pub const PRODUCER_BATCH_SIZE: &str = "ottla.producer.batch.size";
+    /// Record batches sent again after a failed or refused attempt.
+    pub const PRODUCER_RETRIES: &str = "ottla.producer.retries";
+    /// Records fetched and waiting in the lanes for their handler call, by `group`.
+    pub const QUEUE_DEPTH: &str = "queue.depth";
+
     /// Every name outside the Processor.
     pub const CLIENT: &[&str] = &[
         CONSUMER_RECORDS,
@@ -91,12 +104,16 @@ pub mod names {
         CONSUMER_REBALANCES,
         CONSUMER_PARTITIONS_LOST,
         CONSUMER_COMMITS,
+        CONSUMER_REBALANCE_DURATION,
         REQUESTS,
         REQUEST_DURATION,
         REQUEST_FAILURES,
+        REQUEST_THROTTLE,
         CONNECTIONS,
         PRODUCER_RECORDS,
         PRODUCER_ERRORS,
+        PRODUCER_BATCH_SIZE,
+        PRODUCER_RETRIES,
     ];
 
     /// Every Processor suffix.
@@ -111,6 +128,7 @@ pub mod names {
         RETRY_TOPIC_COUNT,
         COMMITS,
         PARTITIONS_HALTED,
+        QUEUE_DEPTH,
     ];
 }
 
@@ -145,6 +163,7 @@ mod on {
         duration: Histogram,
         commits: Counter,
         halted: Gauge,
+        queued: Gauge,
         /// The succeeded and dead-lettered totals the counters have been told.
         told: (AtomicU64, AtomicU64),
         /// Handles whose labels vary (attempt, error type, hop), registered on first
@@ -182,6 +201,7 @@ mod on {
                 duration: histogram!(name(names::PROCESSING_DURATION), labels(group, &[])),
                 commits: counter!(name(names::COMMITS), labels(group, &[])),
                 halted: gauge!(name(names::PARTITIONS_HALTED), labels(group, &[])),
+                queued: gauge!(name(names::QUEUE_DEPTH), labels(group, &[])),
                 told: (AtomicU64::new(0), AtomicU64::new(0)),
                 counters: Mutex::new(HashMap::new()),
                 histograms: Mutex::new(HashMap::new()),
@@ -208,7 +228,8 @@ mod on {
         /// per record. The counters are told what was added since the last call, not
         /// the totals: two Processors of one group in one process share a counter,
         /// which `absolute` would set to the larger of their totals, not their sum.
-        pub(crate) fn publish(&self, stats: &Stats) {
+        pub(crate) fn publish(&self, stats: &Stats, queued: usize) {
+            self.queued.set(queued as f64);
             let since = |told: &AtomicU64, now: u64| now.saturating_sub(told.swap(now, Relaxed));
             self.succeeded
                 .increment(since(&self.told.0, stats.succeeded));
@@ -323,6 +344,7 @@ mod on {
         group: String,
         assigned: Gauge,
         rebalances: Counter,
+        rebalance_duration: Histogram,
         lost: Counter,
         commits: HashMap<&'static str, Counter>,
     }
@@ -332,6 +354,10 @@ mod on {
             Self {
                 assigned: gauge!(names::CONSUMER_ASSIGNED, labels(group, &[])),
                 rebalances: counter!(names::CONSUMER_REBALANCES, labels(group, &[])),
+                rebalance_duration: histogram!(
+                    names::CONSUMER_REBALANCE_DURATION,
+                    labels(group, &[])
+                ),
                 lost: counter!(names::CONSUMER_PARTITIONS_LOST, labels(group, &[])),
                 commits: HashMap::new(),
                 group: group.to_string(),
@@ -340,6 +366,10 @@ mod on {
 
         pub(crate) fn joined(&self) {
             self.rebalances.increment(1);
+        }
+
+        pub(crate) fn rebalanced(&self, took: Duration) {
+            self.rebalance_duration.record(took.as_secs_f64());
         }
 
         pub(crate) fn assigned(&self, owned: u64) {
@@ -398,6 +428,7 @@ mod on {
         answered: Counter,
         duration: Histogram,
         failed: Counter,
+        throttle: Histogram,
     }
 
     impl ApiMetrics {
@@ -406,7 +437,8 @@ mod on {
             ApiMetrics {
                 answered: counter!(names::REQUESTS, "api" => name.clone()),
                 duration: histogram!(names::REQUEST_DURATION, "api" => name.clone()),
-                failed: counter!(names::REQUEST_FAILURES, "api" => name),
+                failed: counter!(names::REQUEST_FAILURES, "api" => name.clone()),
+                throttle: histogram!(names::REQUEST_THROTTLE, "api" => name),
             }
         }
     }
@@ -441,6 +473,32 @@ mod on {
     pub(crate) fn connected(broker: &str) {
         counter!(names::CONNECTIONS, "broker" => broker.to_string()).increment(1);
     }
+
+    /// A broker's answer asked for `throttle_ms` of quiet.
+    pub(crate) fn throttled(key: ApiKey, throttle_ms: i32) {
+        with_api(key, |m| {
+            m.throttle.record(f64::from(throttle_ms.max(0)) / 1000.0);
+        });
+    }
+
+    /// A Produce request went out with batches of these sizes, and the producer has
+    /// sent `retries` batches again so far.
+    pub(crate) fn produce_sent(batch_bytes: impl Iterator<Item = usize>, retries: u64) {
+        static HANDLES: OnceLock<(Histogram, Counter)> = OnceLock::new();
+        let (size, sent_again) = HANDLES.get_or_init(|| {
+            (
+                histogram!(names::PRODUCER_BATCH_SIZE),
+                counter!(names::PRODUCER_RETRIES),
+            )
+        });
+        for b in batch_bytes {
+            size.record(b as f64);
+        }
+        // Producers in one process share the counter: each adds its own increase.
+        if retries > 0 {
+            sent_again.increment(retries);
+        }
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -459,7 +517,7 @@ mod on {
         #[inline(always)]
         pub(crate) fn observe(&self, _m: &Metric) {}
         #[inline(always)]
-        pub(crate) fn publish(&self, _stats: &Stats) {}
+        pub(crate) fn publish(&self, _stats: &Stats, _queued: usize) {}
         #[inline(always)]
         pub(crate) fn handled(&self, _records: usize, _took: Duration) {}
     }
@@ -494,6 +552,8 @@ mod on {
         }
         #[inline(always)]
         pub(crate) fn joined(&self) {}
+
+        pub(crate) fn rebalanced(&self, _took: Duration) {}
         #[inline(always)]
         pub(crate) fn assigned(&self, _owned: u64) {}
         #[inline(always)]
@@ -521,6 +581,10 @@ mod on {
     pub(crate) fn request_answered(_api: ApiKey, _took: Duration) {}
     #[inline(always)]
     pub(crate) fn request_failed(_api: ApiKey) {}
+
+    pub(crate) fn throttled(_api: ApiKey, _throttle_ms: i32) {}
+
+    pub(crate) fn produce_sent(_batch_bytes: impl Iterator<Item = usize>, _retries: u64) {}
     #[inline(always)]
     pub(crate) fn connected(_broker: &str) {}
 }
@@ -550,10 +614,19 @@ mod tests {
 
     const DOC: &str = include_str!("../docs/observability.md");
 
-    /// The first cell of every table row of docs/observability.md that names a metric.
+    /// The first cell of every table row of docs/observability.md that names a metric
+    /// (its second cell is the type: the spans' table has rows of the same shape).
     fn documented() -> Vec<&'static str> {
         DOC.lines()
             .filter_map(|l| l.strip_prefix("| `"))
+            .filter(|l| {
+                l.split('|').nth(1).is_some_and(|kind| {
+                    let kind = kind.trim();
+                    ["counter", "gauge", "histogram"]
+                        .iter()
+                        .any(|k| kind.starts_with(k))
+                })
+            })
             .filter_map(|l| l.split('`').next())
             .collect()
     }

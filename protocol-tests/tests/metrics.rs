@@ -292,6 +292,25 @@ async fn mock_a_known_workload_gives_exact_counters() {
         Some(sum(&v, names::PRODUCER_RECORDS, &[("topic", topic)]))
     );
     assert_eq!(produced.errors, 0, "{produced:?}");
+    // One rebalance timed; the lanes empty at the end; every batch written measured,
+    // and every Fetch and Produce answer's throttle time.
+    check(names::CONSUMER_REBALANCE_DURATION, &[g], 1.0);
+    check(&p(names::QUEUE_DEPTH), &[g], 0.0);
+    assert!(
+        v.keys().any(|(n, _)| n == &p(names::QUEUE_DEPTH)),
+        "the queue depth is registered"
+    );
+    assert!(sum(&v, names::PRODUCER_BATCH_SIZE, &[]) >= 2.0, "{shown}");
+    assert!(
+        v.keys().any(|(n, _)| n == names::PRODUCER_RETRIES),
+        "the producer retries counter is registered"
+    );
+    assert_eq!(
+        sum(&v, names::REQUEST_THROTTLE, &[("api", "Fetch")]),
+        sum(&v, names::REQUESTS, &[("api", "Fetch")]),
+        "a throttle time from every Fetch answer"
+    );
+    assert!(sum(&v, names::REQUEST_THROTTLE, &[("api", "Produce")]) >= 1.0);
     assert!(sum(&v, names::REQUESTS, &[("api", "Fetch")]) >= 1.0);
     assert!(sum(&v, names::REQUEST_DURATION, &[("api", "JoinGroup")]) >= 1.0);
     assert!(sum(&v, names::CONNECTIONS, &[]) >= 1.0);

@@ -166,7 +166,7 @@ async fn mock_producer_stats_count_records_per_topic_and_errors_by_name() {
     protocol_tests::init_tracing();
     let peer = Peer::mock(1).expect("mock");
     let Peer::Mock(m) = &peer else { unreachable!() };
-    for topic in ["stats.a", "stats.b", "stats.refused"] {
+    for topic in ["stats.a", "stats.b", "stats.refused", "stats.retried"] {
         peer.create_topic(topic, PARTITIONS).expect("topic");
     }
     let producer = Producer::builder(&peer.bootstrap())
@@ -183,6 +183,21 @@ async fn mock_producer_stats_count_records_per_topic_and_errors_by_name() {
         .expect("send")
         .await;
     assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        producer.stats().retries,
+        0,
+        "a refused batch is not sent again"
+    );
+
+    // NOT_ENOUGH_REPLICAS (19) is retriable: the one batch goes again, and is written.
+    m.push_request_errors(api_key::PRODUCE, &[19]);
+    producer
+        .send(record("stats.retried", 0))
+        .await
+        .expect("send")
+        .await
+        .expect("written on its second attempt");
+    assert_eq!(producer.stats().retries, 1, "{:?}", producer.stats());
 
     let mut deliveries = Vec::new();
     for i in 0..30 {
@@ -210,8 +225,10 @@ async fn mock_producer_stats_count_records_per_topic_and_errors_by_name() {
     let r = stats.topic("stats.refused").expect("stats.refused");
     assert_eq!(r.records, 0);
     assert_eq!(r.errors, vec![("MessageTooLarge".to_string(), 1)], "{r:?}");
-    assert_eq!((stats.records, stats.errors), (50, 1), "{stats:?}");
-    assert_eq!(stats.bytes, a.bytes + b.bytes);
+    assert_eq!((stats.records, stats.errors), (51, 1), "{stats:?}");
+    let retried = stats.topic("stats.retried").expect("stats.retried");
+    assert_eq!((retried.records, stats.retries), (1, 1), "{stats:?}");
+    assert_eq!(stats.bytes, a.bytes + b.bytes + retried.bytes);
     assert_eq!(
         (stats.pending_records, stats.buffered_bytes),
         (0, 0),

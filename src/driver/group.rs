@@ -245,7 +245,9 @@ async fn run(
         }
         while let Some(event) = member.poll_event() {
             metrics.observe(&event);
-            spans.observe(&event);
+            if let Some(took) = spans.observe(&event) {
+                metrics.rebalanced(took);
+            }
             match &event {
                 Event::CoordinatorFound { node, address } => {
                     coordinators.insert(*node, address.clone());
@@ -338,6 +340,8 @@ struct RebalanceSpans {
     group: String,
     /// From the first JoinGroup (or revocation) of a rebalance to its assignment.
     rebalance: Option<Span>,
+    /// When that rebalance began (for `ottla.consumer.rebalance.duration`).
+    began: Option<std::time::Instant>,
     /// From a revocation's request to the application's answer, with its generation.
     revoke: Option<(i32, Span)>,
 }
@@ -347,6 +351,7 @@ impl RebalanceSpans {
         Self {
             group: group.to_string(),
             rebalance: None,
+            began: None,
             revoke: None,
         }
     }
@@ -354,6 +359,9 @@ impl RebalanceSpans {
     /// The rebalance under way, opened if there is none.
     fn rebalance(&mut self) -> &Span {
         let group = &self.group;
+        if self.rebalance.is_none() {
+            self.began = Some(std::time::Instant::now());
+        }
         self.rebalance.get_or_insert_with(|| {
             tracing::info_span!(
                 target: "ottla::rebalance",
@@ -419,7 +427,9 @@ impl RebalanceSpans {
         }
     }
 
-    fn observe(&mut self, event: &Event) {
+    /// Follows the member's `event`; a rebalance that ends here returns how long it
+    /// took.
+    fn observe(&mut self, event: &Event) -> Option<std::time::Duration> {
         match event {
             Event::Joined {
                 generation,
@@ -429,7 +439,7 @@ impl RebalanceSpans {
             } => {
                 // Opened by the JoinGroup (or the revocation) that started it.
                 let Some(span) = &self.rebalance else {
-                    return;
+                    return None;
                 };
                 span.record("generation", generation);
                 span.record("member_id", member_id.as_str());
@@ -439,6 +449,7 @@ impl RebalanceSpans {
                 if let Some(span) = self.rebalance.take() {
                     span.record("assigned", assignment.len());
                 }
+                return self.began.take().map(|t| t.elapsed());
             }
             Event::RevokeRequested {
                 generation,
@@ -457,10 +468,12 @@ impl RebalanceSpans {
             }
             Event::Left | Event::Fatal(_) => {
                 self.rebalance = None;
+                self.began = None;
                 self.revoke = None;
             }
             _ => {}
         }
+        None
     }
 
     /// The application answered the revocation of `generation`.
