@@ -887,7 +887,9 @@ impl Consumer {
                 let before = f.buffered_bytes();
                 let next = f.next_record();
                 if let Some(Ok(r)) = &next {
-                    count_delivered(&mut self.delivered, &f, std::slice::from_ref(r));
+                    let bytes = record_bytes(r);
+                    self.delivered
+                        .delivered_one(&r.topic, r.partition, bytes, |tp| f.lag(tp));
                 }
                 (next, f.buffered_bytes() < before)
             };
@@ -1336,21 +1338,18 @@ fn count_delivered(counts: &mut DeliveryCounts, f: &Fetcher, records: &[Consumer
             })
             .count();
         let (this, next) = rest.split_at(run);
-        let bytes: usize = this
-            .iter()
-            .map(|r| {
-                r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())
-            })
-            .sum();
-        counts.delivered(
-            &first.topic,
-            first.partition,
-            run as u64,
-            bytes as u64,
-            |tp| f.lag(tp),
-        );
+        let bytes: u64 = this.iter().map(record_bytes).sum();
+        counts.delivered(&first.topic, first.partition, run as u64, bytes, |tp| {
+            f.lag(tp)
+        });
         rest = next;
     }
+}
+
+/// Key plus value bytes of a record handed over.
+#[inline]
+fn record_bytes(r: &ConsumerRecord) -> u64 {
+    (r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())) as u64
 }
 
 fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {

@@ -247,6 +247,28 @@ impl DeliveryCounts {
         }
     }
 
+    /// One record of `bytes` bytes was handed over (`recv`, the `Stream`): the
+    /// partition of the previous record is tried inline first, so a record costs a
+    /// comparison and two additions.
+    #[inline]
+    pub(crate) fn delivered_one(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        bytes: u64,
+        lag: impl FnOnce(&TopicPartition) -> Option<i64>,
+    ) {
+        if let Some(p) = self.partitions.get_mut(self.last) {
+            if p.partition == partition && Arc::ptr_eq(&p.topic, topic) {
+                p.records += 1;
+                p.bytes += bytes;
+                p.metrics.delivered(1, bytes, lag);
+                return;
+            }
+        }
+        self.delivered(topic, partition, 1, bytes, lag);
+    }
+
     /// The snapshot's per-partition counts: one entry per partition handed over from,
     /// with its lag from `lag`, then the `assigned` partitions not handed over from
     /// yet; sorted by topic and partition.

@@ -48,7 +48,8 @@ async fn produce(peer: &Peer, topic: &str, count: u32) -> ProducerStats {
     stats
 }
 
-/// A backlog read 100 records at a time by a group member: per partition, the records
+/// A backlog read by a group member, 50 records one at a time and the rest 100 at a
+/// time: per partition, the records
 /// and bytes handed over are exact, the lag is `Consumer::lag`'s, never rises and ends
 /// at 0; one rebalance, both partitions assigned, nothing lost; one commit `ok`, one
 /// refused (`not_owned`).
@@ -81,10 +82,20 @@ async fn consumer_stats_are_exact(peer: Peer) {
     let mut backlog_seen = false;
     let mut total = 0;
     while total < COUNT as usize {
-        let batch = tokio::time::timeout(Duration::from_secs(30), consumer.recv_batch(100))
-            .await
-            .expect("records in time")
-            .expect("records");
+        // The first 50 one at a time (`recv`, counted per record), then in batches.
+        let batch = if total < 50 {
+            let one = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+                .await
+                .expect("a record in time")
+                .expect("open")
+                .expect("a record");
+            vec![one]
+        } else {
+            tokio::time::timeout(Duration::from_secs(30), consumer.recv_batch(100))
+                .await
+                .expect("records in time")
+                .expect("records")
+        };
         total += batch.len();
         for r in &batch {
             *read.entry(r.partition).or_default() += 1;
