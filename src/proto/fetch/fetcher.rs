@@ -280,6 +280,9 @@ struct Completed {
     batch_epoch: i32,
     batch_end: i64,
     timestamp_type: TimestampType,
+    /// The [`Fetcher::dirty_round`] in which this partition was last put into `dirty`
+    /// from here (0: never): one set lookup per round, not one clone per record.
+    dirty_round: u64,
 }
 
 /// What one fetch session (KIP-227) with a broker holds.
@@ -348,6 +351,8 @@ pub struct Fetcher {
     metadata_needed: bool,
     /// Partitions whose position moved since [`Fetcher::mark_consumed`].
     dirty: BTreeSet<TopicPartition>,
+    /// Counts the calls of [`Fetcher::mark_consumed`], from 1.
+    dirty_round: u64,
     consumed: BTreeMap<TopicPartition, (i64, i32)>,
     /// The earliest end of a deferred fetch (see [`Fetcher::deferred`]), as of the last
     /// [`Fetcher::claim_fetches`].
@@ -375,6 +380,7 @@ impl Fetcher {
             events: VecDeque::new(),
             metadata_needed: false,
             dirty: BTreeSet::new(),
+            dirty_round: 1,
             consumed: BTreeMap::new(),
             deferred_until: None,
             rotation: 0,
@@ -583,6 +589,7 @@ impl Fetcher {
     /// Records that the application finished everything delivered so far (it came back
     /// for more): those positions become the ones [`Fetcher::consumed`] reports.
     pub fn mark_consumed(&mut self) {
+        self.dirty_round += 1;
         for tp in std::mem::take(&mut self.dirty) {
             if let Some(Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch)))) =
                 self.partitions.get(&tp).map(|s| &s.position)
@@ -1014,6 +1021,7 @@ impl Fetcher {
                 batch_epoch: -1,
                 batch_end: fetch_offset,
                 timestamp_type: TimestampType::CreateTime,
+                dirty_round: 0,
             });
             return counted;
         }
@@ -1327,7 +1335,11 @@ impl Fetcher {
                     offset: next,
                     epoch: c.batch_epoch,
                 };
-                self.dirty.insert(c.tp.clone());
+                // Once per round: a clone per record is an allocation and a free.
+                if c.dirty_round != self.dirty_round {
+                    c.dirty_round = self.dirty_round;
+                    self.dirty.insert(c.tp.clone());
+                }
                 return Drain::Record(ConsumerRecord {
                     topic: c.topic.clone(),
                     partition: c.tp.partition,
