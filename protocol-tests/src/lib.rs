@@ -8,6 +8,8 @@ pub mod chaos;
 pub mod data;
 pub mod group_app;
 pub mod hostile;
+#[cfg(feature = "metrics")]
+pub mod kept;
 pub mod log_capture;
 pub mod mock;
 pub mod peer;

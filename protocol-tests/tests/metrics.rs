@@ -1,71 +1,19 @@
 //! The `metrics` feature against the mock: a known workload through a Processor, read
-//! back from a recorder installed in the test, counter by counter.
+//! back from a recorder installed in the test, counter by counter. (The recorder is
+//! the harness's, behind protocol-tests' `metrics` feature, which is on by default.)
+#![cfg(feature = "metrics")]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use metrics_util::registry::{AtomicStorage, Registry};
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{Metric, MetricsLog, ProcessError, Processor, RetryBackoff, RetryPolicy};
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::telemetry::names;
+use protocol_tests::kept::{Kept, Values};
 use protocol_tests::peer::Peer;
-
-/// A recorder that keeps every value until read, as an exporter's scrape sees them
-/// (metrics-util's debugging recorder resets each value it reports, so a gauge read
-/// twice reads 0 the second time).
-#[derive(Debug)]
-struct Kept(Registry<Key, AtomicStorage>);
-
-impl Recorder for Kept {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        self.0
-            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        self.0
-            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        self.0
-            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
-    }
-}
-
-/// Every value: (name, sorted labels) -> a counter's or gauge's value, or a
-/// histogram's number of samples.
-type Values = BTreeMap<(String, Vec<(String, String)>), f64>;
-
-fn values(kept: &Kept) -> Values {
-    let id = |key: &Key| {
-        let mut labels: Vec<(String, String)> = key
-            .labels()
-            .map(|l| (l.key().to_string(), l.value().to_string()))
-            .collect();
-        labels.sort();
-        (key.name().to_string(), labels)
-    };
-    let mut out = Values::new();
-    for (key, c) in kept.0.get_counter_handles() {
-        out.insert(id(&key), c.load(std::sync::atomic::Ordering::SeqCst) as f64);
-    }
-    for (key, g) in kept.0.get_gauge_handles() {
-        out.insert(
-            id(&key),
-            f64::from_bits(g.load(std::sync::atomic::Ordering::SeqCst)),
-        );
-    }
-    for (key, h) in kept.0.get_histogram_handles() {
-        out.insert(id(&key), h.data().len() as f64);
-    }
-    out
-}
 
 /// The value under `name` whose labels include every pair of `labels`, summed over the
 /// other labels.
@@ -86,12 +34,7 @@ fn sum(values: &Values, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// test in a process of its own; under `cargo test` the tests share it, and each
 /// reads only its own topic's and group's labels).
 fn recorder() -> &'static Kept {
-    static KEPT: OnceLock<&'static Kept> = OnceLock::new();
-    KEPT.get_or_init(|| {
-        let kept: &'static Kept = Box::leak(Box::new(Kept(Registry::atomic())));
-        metrics::set_global_recorder(kept).expect("the test's recorder");
-        kept
-    })
+    Kept::install().expect("the test's recorder")
 }
 
 const RECORDS: u32 = 40;
@@ -230,7 +173,7 @@ async fn mock_a_known_workload_gives_exact_counters() {
         "the handle ends with what run returned"
     );
 
-    let v = values(kept);
+    let v = kept.values();
     let shown = format!("{v:#?}");
     let p = |suffix: &str| format!("shop.billing.{suffix}");
     let g = ("group", group);
@@ -358,7 +301,7 @@ async fn lag_drains(peer: Peer) {
         .await
         .expect("consumer");
     let gauge = |p: i32| {
-        let v = values(kept);
+        let v = kept.values();
         let key = (
             names::CONSUMER_LAG.to_string(),
             vec![
@@ -411,7 +354,7 @@ async fn lag_drains(peer: Peer) {
     for p in 0..partitions {
         assert_eq!(gauge(p), Some(0.0), "partition {p} drained: {last:?}");
     }
-    let v = values(kept);
+    let v = kept.values();
     assert_eq!(
         sum(
             &v,

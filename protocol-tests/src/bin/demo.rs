@@ -595,64 +595,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
 mod summary {
     use std::collections::BTreeMap;
     use std::sync::OnceLock;
-    use std::sync::atomic::Ordering;
 
-    use metrics::{
-        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
-    };
-    use metrics_util::registry::{AtomicStorage, Registry};
     use ottla::telemetry::{DEFAULT_PROCESSOR_PREFIX, names};
-
-    /// Keeps every value until read (metrics-util's `DebuggingRecorder` resets a
-    /// value when it reports it).
-    struct Kept(Registry<Key, AtomicStorage>);
-
-    impl Recorder for Kept {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-            self.0
-                .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
-        }
-        fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-            self.0
-                .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
-        }
-        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-            self.0
-                .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
-        }
-    }
+    use protocol_tests::kept::Kept;
 
     static KEPT: OnceLock<&'static Kept> = OnceLock::new();
 
     pub fn install() {
-        let kept: &'static Kept = Box::leak(Box::new(Kept(Registry::atomic())));
-        if metrics::set_global_recorder(kept).is_ok() {
+        if let Some(kept) = Kept::install() {
             let _ = KEPT.set(kept);
         }
     }
 
-    /// Counters and gauges named `name`, by their labels (sorted).
+    /// Counters and gauges named `name` (histograms: their sample counts), by their
+    /// labels.
     fn read(kept: &Kept, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-        let labels = |key: &Key| -> BTreeMap<String, String> {
-            key.labels()
-                .map(|l| (l.key().to_string(), l.value().to_string()))
-                .collect()
-        };
-        let mut out = Vec::new();
-        for (key, c) in kept.0.get_counter_handles() {
-            if key.name() == name {
-                out.push((labels(&key), c.load(Ordering::Relaxed) as f64));
-            }
-        }
-        for (key, g) in kept.0.get_gauge_handles() {
-            if key.name() == name {
-                out.push((labels(&key), f64::from_bits(g.load(Ordering::Relaxed))));
-            }
-        }
-        out
+        kept.values()
+            .into_iter()
+            .filter(|((n, _), _)| n == name)
+            .map(|((_, labels), v)| (labels.into_iter().collect(), v))
+            .collect()
     }
 
     pub fn print(group: &str, topic: &str) {
