@@ -338,10 +338,9 @@ async fn run(
 /// The spans of a member's rebalances and commits (the table in [`crate::trace`]).
 struct RebalanceSpans {
     group: String,
-    /// From the first JoinGroup (or revocation) of a rebalance to its assignment.
-    rebalance: Option<Span>,
-    /// When that rebalance began (for `ottla.consumer.rebalance.duration`).
-    began: Option<std::time::Instant>,
+    /// From the first JoinGroup (or revocation) of a rebalance to its assignment, and
+    /// when it began (for `ottla.consumer.rebalance.duration`).
+    rebalance: Option<(Span, std::time::Instant)>,
     /// From a revocation's request to the application's answer, with its generation.
     revoke: Option<(i32, Span)>,
 }
@@ -351,7 +350,6 @@ impl RebalanceSpans {
         Self {
             group: group.to_string(),
             rebalance: None,
-            began: None,
             revoke: None,
         }
     }
@@ -359,11 +357,8 @@ impl RebalanceSpans {
     /// The rebalance under way, opened if there is none.
     fn rebalance(&mut self) -> &Span {
         let group = &self.group;
-        if self.rebalance.is_none() {
-            self.began = Some(std::time::Instant::now());
-        }
-        self.rebalance.get_or_insert_with(|| {
-            tracing::info_span!(
+        let (span, _) = self.rebalance.get_or_insert_with(|| {
+            let span = tracing::info_span!(
                 target: "ottla::rebalance",
                 parent: None,
                 "ottla.rebalance",
@@ -372,8 +367,10 @@ impl RebalanceSpans {
                 member_id = Empty,
                 leader = Empty,
                 assigned = Empty,
-            )
-        })
+            );
+            (span, std::time::Instant::now())
+        });
+        span
     }
 
     /// The span a request is sent in (disabled for heartbeats and lookups).
@@ -415,7 +412,7 @@ impl RebalanceSpans {
                     skip_assignment: false,
                     ..
                 },
-                Some(parent),
+                Some((parent, _)),
             ) if leader == member_id => Some(tracing::info_span!(
                 target: "ottla::rebalance",
                 parent: parent,
@@ -438,7 +435,7 @@ impl RebalanceSpans {
                 ..
             } => {
                 // Opened by the JoinGroup (or the revocation) that started it.
-                let Some(span) = &self.rebalance else {
+                let Some((span, _)) = &self.rebalance else {
                     return None;
                 };
                 span.record("generation", generation);
@@ -446,10 +443,9 @@ impl RebalanceSpans {
                 span.record("leader", leader);
             }
             Event::Assigned { assignment, .. } => {
-                if let Some(span) = self.rebalance.take() {
-                    span.record("assigned", assignment.len());
-                }
-                return self.began.take().map(|t| t.elapsed());
+                let (span, began) = self.rebalance.take()?;
+                span.record("assigned", assignment.len());
+                return Some(began.elapsed());
             }
             Event::RevokeRequested {
                 generation,
@@ -468,7 +464,6 @@ impl RebalanceSpans {
             }
             Event::Left | Event::Fatal(_) => {
                 self.rebalance = None;
-                self.began = None;
                 self.revoke = None;
             }
             _ => {}

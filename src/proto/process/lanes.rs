@@ -1130,36 +1130,51 @@ impl Lanes {
         to: Destination,
         now: Now,
     ) -> ProducerRecord {
+        let mut out = match to {
+            Destination::Hop(hop) => self.hop_record(attempt, hop),
+            Destination::DeadLetters => self.letter_record(attempt, class, now),
+        };
+        // The trace goes on from the last attempt (a JSON envelope's copy of the
+        // original headers keeps the record's own).
+        if let Some(trace) = &attempt.trace {
+            crate::proto::trace::set_header(&mut out.headers, trace);
+        }
+        out
+    }
+
+    /// The record's copy for retry topic `hop`, with its origin in the headers.
+    fn hop_record(&self, attempt: &Attempt, hop: u32) -> ProducerRecord {
         let record = &attempt.record;
         let (origin_topic, origin_partition, origin_offset) = origin_of(record);
-        if let Destination::Hop(hop) = to {
-            let delay = hop
-                .checked_sub(1)
-                .and_then(|i| self.config.retry_delays.get(i as usize))
-                .copied()
-                .unwrap_or_default();
-            let mut out = ProducerRecord::new(retry_topic(&origin_topic, delay));
-            out.key = record.key.clone();
-            out.value = record.value.clone();
-            out.headers = record
-                .headers
-                .iter()
-                .filter(|(k, _)| !k.starts_with(b"ottla.retry."))
-                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
-                .collect();
-            for (k, v) in [
-                (RETRY_HOP, hop.to_string()),
-                (RETRY_TOPIC, origin_topic.clone()),
-                (RETRY_PARTITION, origin_partition.to_string()),
-                (RETRY_OFFSET, origin_offset.to_string()),
-            ] {
-                out.headers.push((k.to_string(), Some(Bytes::from(v))));
-            }
-            if let Some(trace) = &attempt.trace {
-                crate::proto::trace::set_header(&mut out.headers, trace);
-            }
-            return out;
+        let delay = hop
+            .checked_sub(1)
+            .and_then(|i| self.config.retry_delays.get(i as usize))
+            .copied()
+            .unwrap_or_default();
+        let mut out = ProducerRecord::new(retry_topic(&origin_topic, delay));
+        out.key = record.key.clone();
+        out.value = record.value.clone();
+        out.headers = record
+            .headers
+            .iter()
+            .filter(|(k, _)| !k.starts_with(b"ottla.retry."))
+            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
+            .collect();
+        for (k, v) in [
+            (RETRY_HOP, hop.to_string()),
+            (RETRY_TOPIC, origin_topic),
+            (RETRY_PARTITION, origin_partition.to_string()),
+            (RETRY_OFFSET, origin_offset.to_string()),
+        ] {
+            out.headers.push((k.to_string(), Some(Bytes::from(v))));
         }
+        out
+    }
+
+    /// The record's dead letter.
+    fn letter_record(&self, attempt: &Attempt, class: ErrorClass, now: Now) -> ProducerRecord {
+        let record = &attempt.record;
+        let (origin_topic, origin_partition, origin_offset) = origin_of(record);
         let error = attempt
             .last_error
             .clone()
@@ -1178,19 +1193,13 @@ impl Lanes {
             dead_lettered_ms: now.unix_ms,
         };
         let topic = self.config.dlq_of(&origin_topic);
-        let mut out = dead_letter_record(
+        dead_letter_record(
             topic,
             record,
             &letter,
             self.config.dlq_format,
             self.config.dlq_timestamp,
-        );
-        // The copy's trace goes on from the last attempt (the original headers, in a
-        // JSON envelope, keep the record's own).
-        if let Some(trace) = &attempt.trace {
-            crate::proto::trace::set_header(&mut out.headers, trace);
-        }
-        out
+        )
     }
 
     /// The write under `ticket` was acknowledged (`Ok`) or failed for good.
