@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
+use ottla::processor::ProcessorHandle;
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::trace::{TRACEPARENT, TraceContext};
 
@@ -65,4 +66,13 @@ pub fn trace_of(headers: &[(bytes::Bytes, Option<bytes::Bytes>)]) -> TraceContex
         .as_deref()
         .and_then(TraceContext::parse)
         .unwrap_or_else(|| panic!("a valid traceparent in {headers:?}"))
+}
+
+/// A shutdown future for a Processor: ready once `want` records were dead-lettered (as
+/// its handle's live counters say), or after 60 s.
+pub async fn until_dead_lettered(handle: ProcessorHandle, want: u64) {
+    let started = std::time::Instant::now();
+    while handle.stats().dead_lettered < want && started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -4,7 +4,7 @@
 //! what the handler produces name that exported span as their parent.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
@@ -13,7 +13,9 @@ use ottla::processor::{ProcessError, Processor};
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::trace::TraceContext;
 use protocol_tests::peer::Peer;
-use protocol_tests::traced::{SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of};
+use protocol_tests::traced::{
+    SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of, until_dead_lettered,
+};
 use tracing_subscriber::layer::SubscriberExt;
 
 fn hex(bytes: &[u8]) -> String {
@@ -53,13 +55,7 @@ async fn mock_the_handlers_exported_span_is_the_dead_letters_parent() {
             .expect("producer"),
     );
     let seen: Arc<Mutex<Vec<Option<TraceContext>>>> = Arc::default();
-    let handle = processor.handle();
-    let done = async move {
-        let started = Instant::now();
-        while handle.stats().dead_lettered < 1 && started.elapsed() < Duration::from_secs(60) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let done = until_dead_lettered(processor.handle(), 1);
     let (s, p) = (seen.clone(), side.clone());
     let stats = processor
         .run(

@@ -12,7 +12,9 @@ use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, retry
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::trace::TraceContext;
 use protocol_tests::peer::Peer;
-use protocol_tests::traced::{SENDER, SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of};
+use protocol_tests::traced::{
+    SENDER, SENDER_SPAN, TRACE_ID, produce_traced, read, trace_of, until_dead_lettered,
+};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
@@ -146,13 +148,7 @@ where
     H: Fn(ottla::ConsumerRecord, ottla::processor::Cancel) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = Result<(), ProcessError>> + Send + 'static,
 {
-    let handle = processor.handle();
-    let done = async move {
-        let started = Instant::now();
-        while handle.stats().dead_lettered < want && started.elapsed() < Duration::from_secs(60) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let done = until_dead_lettered(processor.handle(), want);
     let stats = processor.run(handler, done).await.expect("run");
     assert_eq!(stats.dead_lettered, want, "{stats:?}");
 }
@@ -476,13 +472,7 @@ async fn mock_a_batch_handlers_dead_letter_passes_the_records_own_trace_on() {
         .build()
         .await
         .expect("processor");
-    let handle = processor.handle();
-    let done = async move {
-        let started = Instant::now();
-        while handle.stats().dead_lettered < 1 && started.elapsed() < Duration::from_secs(60) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let done = until_dead_lettered(processor.handle(), 1);
     let stats = processor
         .run_batch(
             10,
