@@ -43,21 +43,21 @@ async fn main() -> ExitCode {
             for e in &entries {
                 println!(
                     "{}/{}@{}  from {}  [{}] {}: {}  (replays {})",
-                    e.record.topic,
-                    e.record.partition,
-                    e.record.offset,
+                    e.record.topic(),
+                    e.record.partition(),
+                    e.record.offset(),
                     e.origin_id().unwrap_or_else(|| "?".into()),
                     e.class,
                     e.error_type.as_deref().unwrap_or("?"),
                     e.message.as_deref().unwrap_or(""),
                     e.replays
                 );
-                for (k, v) in &e.record.headers {
-                    let v = v
-                        .as_deref()
+                for h in e.record.headers() {
+                    let v = h
+                        .value()
                         .map(String::from_utf8_lossy)
                         .unwrap_or_else(|| "(null)".into());
-                    println!("    {} = {v}", String::from_utf8_lossy(k));
+                    println!("    {} = {v}", String::from_utf8_lossy(h.key()));
                 }
             }
             println!("\n{} records", entries.len());
@@ -75,7 +75,7 @@ async fn main() -> ExitCode {
                         .collect();
                     entries
                         .into_iter()
-                        .filter(|e| offsets.contains(&e.record.offset))
+                        .filter(|e| offsets.contains(&e.record.offset()))
                         .collect()
                 }
                 None => entries,

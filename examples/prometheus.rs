@@ -54,18 +54,22 @@ async fn main() -> ExitCode {
     };
     let result = processor
         .run(
-            |record, _cancel| async move {
-                // The service's work goes here. An empty value is rejected for good:
-                // it goes to the dead-letter topic and counts in `dlq.count`.
-                match record.value {
-                    Some(v) if !v.is_empty() => {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                        Ok(())
+            |record, _cancel| {
+                // The record is lent; the future keeps its value (a shared slice).
+                let value = record.value_bytes();
+                async move {
+                    // The service's work goes here. An empty value is rejected for good:
+                    // it goes to the dead-letter topic and counts in `dlq.count`.
+                    match value {
+                        Some(v) if !v.is_empty() => {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            Ok(())
+                        }
+                        _ => Err(ProcessError::permanent(
+                            "EmptyValue",
+                            "the record has no value",
+                        )),
                     }
-                    _ => Err(ProcessError::permanent(
-                        "EmptyValue",
-                        "the record has no value",
-                    )),
                 }
             },
             shutdown,

@@ -106,7 +106,7 @@ async fn consume(
             record = tokio::time::timeout(Duration::from_millis(250), consumer.recv()) => {
                 match record {
                     Ok(Some(Ok(r))) => {
-                        *per_partition.entry(r.partition).or_default() += 1;
+                        *per_partition.entry(r.partition()).or_default() += 1;
                         read += 1;
                     }
                     Ok(Some(Err(e))) => eprintln!("error: {e}"),

@@ -13,7 +13,7 @@
 //!     .await?;
 //! while let Some(record) = consumer.recv().await {
 //!     let record = record?;
-//!     println!("{}/{}@{}", record.topic, record.partition, record.offset);
+//!     println!("{}/{}@{}", record.topic(), record.partition(), record.offset());
 //!     consumer.commit().await?;
 //! }
 //! # Ok(()) }
@@ -53,7 +53,8 @@ use crate::error::{Error, Result};
 pub use crate::event_queue::{CAPACITY as EVENTS_CAPACITY, Events};
 use crate::proto::admin::OffsetSpec;
 pub use crate::proto::fetch::fetcher::{
-    ConsumerRecord, FetchError, FetcherEvent, OffsetReset, ResetReason, TimestampType,
+    ConsumerRecord, ConsumerRecordBuilder, FetchError, FetcherEvent, Header, Headers, OffsetReset,
+    ResetReason, TimestampType,
 };
 use crate::proto::fetch::fetcher::{Fetcher, FetcherConfig};
 pub use crate::proto::fetch::request::IsolationLevel;
@@ -889,7 +890,7 @@ impl Consumer {
                 if let Some(Ok(r)) = &next {
                     let bytes = record_bytes(r);
                     self.delivered
-                        .delivered_one(&r.topic, r.partition, bytes, |tp| f.lag(tp));
+                        .delivered_one(r.topic_arc(), r.partition(), bytes, |tp| f.lag(tp));
                 }
                 (next, f.buffered_bytes() < before)
             };
@@ -1332,16 +1333,17 @@ fn count_delivered(counts: &mut DeliveryCounts, f: &Fetcher, records: &[Consumer
     while let Some(first) = rest.first() {
         let run = rest
             .iter()
-            .take_while(|r| {
-                r.partition == first.partition
-                    && (Arc::ptr_eq(&r.topic, &first.topic) || r.topic == first.topic)
-            })
+            .take_while(|r| r.is_in(first.topic_arc(), first.partition()))
             .count();
         let (this, next) = rest.split_at(run);
         let bytes: u64 = this.iter().map(record_bytes).sum();
-        counts.delivered(&first.topic, first.partition, run as u64, bytes, |tp| {
-            f.lag(tp)
-        });
+        counts.delivered(
+            first.topic_arc(),
+            first.partition(),
+            run as u64,
+            bytes,
+            |tp| f.lag(tp),
+        );
         rest = next;
     }
 }
@@ -1349,7 +1351,7 @@ fn count_delivered(counts: &mut DeliveryCounts, f: &Fetcher, records: &[Consumer
 /// Key plus value bytes of a record handed over.
 #[inline]
 fn record_bytes(r: &ConsumerRecord) -> u64 {
-    (r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())) as u64
+    (r.key().map_or(0, <[u8]>::len) + r.value().map_or(0, <[u8]>::len)) as u64
 }
 
 fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {

@@ -47,10 +47,7 @@ pub struct DlqEntry {
 }
 
 fn header<'a>(r: &'a ConsumerRecord, name: &str) -> Option<&'a [u8]> {
-    r.headers
-        .iter()
-        .find(|(k, _)| &k[..] == name.as_bytes())
-        .and_then(|(_, v)| v.as_deref())
+    r.headers().first(name).and_then(|h| h.value())
 }
 
 fn text(r: &ConsumerRecord, name: &str) -> Option<String> {
@@ -110,7 +107,7 @@ impl DlqEntry {
         // No origin in the headers: the JSON envelope's value holds it.
         let enveloped = match origin {
             Some(_) => None,
-            None => r.value.as_deref().and_then(parse_envelope),
+            None => r.value().and_then(parse_envelope),
         };
         let origin = origin.or_else(|| {
             let e = enveloped.as_ref()?;
@@ -148,17 +145,18 @@ impl DlqEntry {
     pub fn replay_record(&self) -> Option<ProducerRecord> {
         let (topic, partition, _) = self.origin.as_ref()?;
         let (key, value, headers) = match &self.enveloped {
-            Some(e) => (&e.key, &e.value, &e.headers),
-            None => (&self.record.key, &self.record.value, &self.record.headers),
+            Some(e) => (e.key.clone(), e.value.clone(), e.headers.clone()),
+            None => (
+                self.record.key_bytes(),
+                self.record.value_bytes(),
+                self.record.headers_owned(),
+            ),
         };
         let mut r = ProducerRecord::new(topic.clone()).partition(*partition);
-        r.key = key.clone();
-        r.value = value.clone();
-        r.headers = headers
-            .iter()
-            .filter(|(k, _)| !stripped_on_replay(k))
-            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
-            .collect();
+        r.key = key;
+        r.value = value;
+        r.headers =
+            crate::proto::process::lanes::producer_headers(&headers, |k| !stripped_on_replay(k));
         r.headers.push((
             REPLAY_COUNT.to_string(),
             Some(Bytes::from((self.replays + 1).to_string())),
@@ -276,7 +274,6 @@ pub async fn replay(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::proto::fetch::fetcher::TimestampType;
@@ -284,20 +281,16 @@ mod tests {
     use crate::proto::process::dlq::{DeadLetter, DlqFormat};
 
     fn dead_letter(value: Option<Bytes>, headers: Vec<(&str, &[u8])>) -> ConsumerRecord {
-        ConsumerRecord {
-            topic: Arc::from("orders.dlq"),
-            partition: 0,
-            offset: 7,
-            timestamp: 1_700_000_000_000,
-            timestamp_type: TimestampType::CreateTime,
-            leader_epoch: None,
-            key: Some(Bytes::from_static(b"k")),
-            value,
-            headers: headers
-                .into_iter()
-                .map(|(k, v)| (Bytes::from(k.to_string()), Some(Bytes::copy_from_slice(v))))
-                .collect(),
+        let mut r = ConsumerRecord::builder("orders.dlq", 0, 7)
+            .timestamp(1_700_000_000_000)
+            .key("k");
+        if let Some(value) = value {
+            r = r.value(value);
         }
+        for (k, v) in headers {
+            r = r.header(k.to_string(), Some(Bytes::copy_from_slice(v)));
+        }
+        r.build()
     }
 
     fn names(r: &ProducerRecord) -> Vec<&str> {

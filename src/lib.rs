@@ -69,7 +69,7 @@
 //!     .await?;
 //! while let Some(record) = consumer.recv().await {
 //!     let record = record?;
-//!     println!("{}@{}: {:?}", record.partition, record.offset, record.value);
+//!     println!("{}@{}: {:?}", record.partition(), record.offset(), record.value());
 //!     consumer.commit_async();
 //! }
 //! # Ok(()) }

@@ -9,11 +9,14 @@
 //! let processor = Processor::builder("127.0.0.1:9092", "billing", ["orders"]).build().await?;
 //! let stats = processor
 //!     .run(
-//!         |record, _cancel| async move {
-//!             let value = record.value.unwrap_or_default();
-//!             let text = std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
-//!             println!("{text}");
-//!             Ok(())
+//!         |record, _cancel| {
+//!             // The record is lent: the future takes what it needs (a shared slice).
+//!             let value = record.value_bytes().unwrap_or_default();
+//!             async move {
+//!                 let text = std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
+//!                 println!("{text}");
+//!                 Ok(())
+//!             }
 //!         },
 //!         tokio::time::sleep(std::time::Duration::from_secs(3600)), // or a shutdown signal
 //!     )
@@ -932,6 +935,78 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// A record handler whose future may borrow the record it is lent, for
+/// [`Processor::run_handler`]. A closure's future cannot borrow its argument (on stable
+/// Rust, with `Send`); a `Handler`'s can:
+///
+/// ```no_run
+/// use ottla::ConsumerRecord;
+/// use ottla::processor::{Cancel, Handler, ProcessError};
+///
+/// struct Billing;
+///
+/// impl Handler for Billing {
+///     async fn handle(&self, record: &ConsumerRecord, _cancel: Cancel) -> Result<(), ProcessError> {
+///         let text = std::str::from_utf8(record.value().unwrap_or_default())
+///             .map_err(|e| ProcessError::malformed(e.to_string()))?;
+///         tokio::task::yield_now().await; // `text` borrows the record across the await
+///         println!("{text}");
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one record; the record stays lent until the future finishes.
+    fn handle(
+        &self,
+        record: &ConsumerRecord,
+        cancel: Cancel,
+    ) -> impl Future<Output = std::result::Result<(), ProcessError>> + Send;
+}
+
+/// Adapts a handler that takes its record by value to [`Processor::run`], which lends
+/// it: each record is cloned for the handler (one reference count). For code written
+/// before `run` lent the record, and for handlers that keep every record anyway.
+///
+/// ```no_run
+/// # async fn demo(processor: ottla::processor::Processor) -> ottla::Result<()> {
+/// use ottla::processor::owned;
+///
+/// processor
+///     .run(
+///         owned(|record, _cancel| async move {
+///             println!("{:?}", record.value());
+///             Ok(())
+///         }),
+///         tokio::time::sleep(std::time::Duration::from_secs(3600)),
+///     )
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn owned<H, F>(handler: H) -> impl Fn(&ConsumerRecord, Cancel) -> F + Send + Sync + 'static
+where
+    H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+{
+    move |record, cancel| handler(record.clone(), cancel)
+}
+
+/// [`Processor::run`]'s closure as a [`Handler`].
+struct Lent<H>(H);
+
+impl<H, F> Handler for Lent<H>
+where
+    H: Fn(&ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+    F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+{
+    fn handle(
+        &self,
+        record: &ConsumerRecord,
+        cancel: Cancel,
+    ) -> impl Future<Output = std::result::Result<(), ProcessError>> + Send {
+        (self.0)(record, cancel)
+    }
+}
+
 impl Processor {
     /// A builder.
     pub fn builder<I, S>(bootstrap: &str, group: &str, topics: I) -> ProcessorBuilder
@@ -973,10 +1048,25 @@ impl Processor {
     /// Runs `handler` on every record until `shutdown` resolves, then stops fetching,
     /// lets running handlers finish (within the acquiesce window), commits the finished
     /// prefix and leaves the group.
+    ///
+    /// The handler is lent each record (`&ConsumerRecord`) and returns a future that
+    /// owns what it needs: `record.value_bytes()` (a shared slice, no copy) or
+    /// `record.clone()` (one reference count) taken before `async move`. A future that
+    /// borrows the record across its awaits is a [`Handler`] ([`Processor::run_handler`]).
     pub async fn run<H, F, S>(self, handler: H, shutdown: S) -> Result<Stats>
     where
-        H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+        H: Fn(&ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
         F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+        S: Future + Send,
+    {
+        self.run_handler(Lent(handler), shutdown).await
+    }
+
+    /// [`Processor::run`] with a [`Handler`], whose future may borrow the record for as
+    /// long as it runs (an `async fn handle(&self, record: &ConsumerRecord, ..)`).
+    pub async fn run_handler<H, S>(self, handler: H, shutdown: S) -> Result<Stats>
+    where
+        H: Handler,
         S: Future + Send,
     {
         // A task takes up to RUN_CHUNK records of its lane and calls the handler on
@@ -1000,7 +1090,8 @@ impl Processor {
             async move {
                 let slice = std::time::Instant::now();
                 let mut durations = Vec::new();
-                for (i, record) in records.into_iter().enumerate() {
+                // The records stay here, lent to each call in turn.
+                for (i, record) in records.iter().enumerate() {
                     // The clock after each of the first 8 records, then after every
                     // 8th: reading it costs more than a handler that only counts, and a
                     // slow handler still stops after its first record.
@@ -1008,7 +1099,7 @@ impl Processor {
                     if i > 0
                         && (cancel.is_cancelled()
                             || progress.stopping()
-                            || holds.holds(&record.topic, record.partition)
+                            || holds.holds(record.topic(), record.partition())
                             || (check && slice.elapsed() >= RUN_SLICE))
                     {
                         return Outcome {
@@ -1020,14 +1111,22 @@ impl Processor {
                     let started = timed.then(std::time::Instant::now);
                     // The first record may be a retry; the others are first attempts.
                     let attempt = if i == 0 { attempt } else { 1 };
-                    let (span, trace) = crate::trace::record_span(&group, &record, attempt);
+                    let (span, trace) = crate::trace::record_span(&group, record, attempt);
                     // Untraced (the usual case): the handler's future as it is. A
                     // wrapper around it costs a tenth of a no-op record's time in moves.
                     let result = if trace.is_none() && span.is_disabled() {
-                        within(budget, catch_call(|| handler(record, cancel.clone()))).await
+                        within(
+                            budget,
+                            catch_call(|| handler.handle(record, cancel.clone())),
+                        )
+                        .await
                     } else {
                         let call = catch_call(|| {
-                            crate::trace::traced(handler(record, cancel.clone()), span, trace)
+                            crate::trace::traced(
+                                handler.handle(record, cancel.clone()),
+                                span,
+                                trace,
+                            )
                         });
                         within(budget, call).await
                     }
@@ -1084,14 +1183,18 @@ impl Processor {
     /// processor
     ///     .run_batch(
     ///         200,
-    ///         |records, _cancel| async move {
-    ///             for (i, record) in records.iter().enumerate() {
-    ///                 if record.value.is_none() {
+    ///         |records, _cancel| {
+    ///             // Checked while the batch is lent; the future owns what it keeps.
+    ///             let bad = records.iter().position(|r| r.value().is_none());
+    ///             let rows = records.len();
+    ///             async move {
+    ///                 if let Some(i) = bad {
     ///                     return Err(BatchError::at(i, ProcessError::malformed("no value")));
     ///                 }
+    ///                 // ... one bulk insert of the `rows` records ...
+    ///                 let _ = rows;
+    ///                 Ok(())
     ///             }
-    ///             // ... one bulk insert of the whole batch ...
-    ///             Ok(())
     ///         },
     ///         tokio::time::sleep(std::time::Duration::from_secs(3600)),
     ///     )
@@ -1105,7 +1208,7 @@ impl Processor {
         shutdown: S,
     ) -> Result<Stats>
     where
-        H: Fn(Vec<ConsumerRecord>, Cancel) -> F + Send + Sync + 'static,
+        H: Fn(&[ConsumerRecord], Cancel) -> F + Send + Sync + 'static,
         F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
         S: Future + Send,
     {
@@ -1132,14 +1235,9 @@ impl Processor {
                         _ => (batch_span(&group, &records), None),
                     };
                     let traced_records = trace.is_none()
-                        && records
-                            .iter()
-                            .any(|r| crate::proto::trace::has_header(&r.headers));
+                        && records.iter().any(crate::proto::trace::record_has_header);
                     let contexts: Vec<Option<TraceContext>> = if traced_records {
-                        records
-                            .iter()
-                            .map(|r| crate::proto::trace::of_headers(&r.headers))
-                            .collect()
+                        records.iter().map(crate::proto::trace::of_record).collect()
                     } else {
                         Vec::new()
                     };
@@ -1149,7 +1247,7 @@ impl Processor {
                         (None, None) => None,
                     };
                     let call =
-                        catch_call(|| crate::trace::traced(handler(records, cancel), span, trace));
+                        catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
                     match within(budget, call).await {
                         Some(Ok(Ok(()))) => Outcome::of(Ok(())),
                         Some(Ok(Err(e))) => Outcome {
@@ -1412,9 +1510,9 @@ fn batch_span(group: &str, records: &[ConsumerRecord]) -> tracing::Span {
         "ottla.process_batch",
         otel.kind = "consumer",
         group,
-        topic = first.map(|r| &*r.topic),
-        partition = first.map(|r| r.partition),
-        first_offset = first.map(|r| r.offset),
+        topic = first.map(|r| r.topic()),
+        partition = first.map(|r| r.partition()),
+        first_offset = first.map(|r| r.offset()),
         records = records.len(),
     )
 }

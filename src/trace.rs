@@ -81,15 +81,15 @@ pub(crate) fn record_span(
         "ottla.process",
         otel.kind = "consumer",
         group,
-        topic = &*record.topic,
-        partition = record.partition,
-        offset = record.offset,
+        topic = record.topic(),
+        partition = record.partition(),
+        offset = record.offset(),
         attempt,
         trace_id = Empty,
         span_id = Empty,
         parent_span_id = Empty,
     );
-    let parent = crate::proto::trace::of_headers(&record.headers);
+    let parent = crate::proto::trace::of_record(record);
     if span.is_disabled() {
         return (span, parent);
     }
@@ -103,9 +103,9 @@ pub(crate) fn record_span(
     };
     let own = parent.child(&[
         group.as_bytes(),
-        record.topic.as_bytes(),
-        &record.partition.to_be_bytes(),
-        &record.offset.to_be_bytes(),
+        record.topic().as_bytes(),
+        &record.partition().to_be_bytes(),
+        &record.offset().to_be_bytes(),
         &attempt.to_be_bytes(),
     ]);
     record_ids(&span, &own, Some(&parent));

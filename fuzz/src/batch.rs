@@ -317,11 +317,10 @@ fn read(records: Bytes, check_crcs: bool, written: Option<&[OutRecord]>) -> usiz
                 );
                 break;
             };
-            inflated += r.key.as_ref().map_or(0, Bytes::len)
-                + r.value.as_ref().map_or(0, Bytes::len)
-                + r.headers
-                    .iter()
-                    .map(|(k, v)| k.len() + v.as_ref().map_or(0, Bytes::len))
+            inflated += r.key().map_or(0, <[u8]>::len)
+                + r.value().map_or(0, <[u8]>::len)
+                + r.headers()
+                    .map(|h| h.key().len() + h.value().map_or(0, <[u8]>::len))
                     .sum::<usize>();
             read.push(r);
         }
@@ -334,14 +333,16 @@ fn read(records: Bytes, check_crcs: bool, written: Option<&[OutRecord]>) -> usiz
             for (i, (r, w)) in read.iter().zip(written).enumerate() {
                 assert_eq!(r.offset, batch.base_offset + i as i64);
                 assert_eq!(r.timestamp, w.timestamp);
-                assert_eq!(r.key, w.key);
-                assert_eq!(r.value, w.value);
-                let headers: Vec<(Bytes, Option<Bytes>)> = w
+                assert_eq!(r.key(), w.key.as_deref());
+                assert_eq!(r.value(), w.value.as_deref());
+                let headers: Vec<(&[u8], Option<&[u8]>)> = w
                     .headers
                     .iter()
-                    .map(|(k, v)| (Bytes::copy_from_slice(k.as_bytes()), v.clone()))
+                    .map(|(k, v)| (k.as_bytes(), v.as_deref()))
                     .collect();
-                assert_eq!(r.headers, headers);
+                let read: Vec<(&[u8], Option<&[u8]>)> =
+                    r.headers().map(|h| (h.key(), h.value())).collect();
+                assert_eq!(read, headers);
             }
         }
         first = false;

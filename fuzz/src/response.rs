@@ -324,9 +324,18 @@ pub fn fetch(version: i16, flags: u8, body: Bytes) {
     let mut last = [0i64; 2];
     while let Some(item) = fetcher.next_record() {
         if let Ok(r) = item {
-            let p = usize::try_from(r.partition).unwrap_or(0) % 2;
-            assert!(r.offset >= last[p], "records go forward");
-            last[p] = r.offset;
+            let p = usize::try_from(r.partition()).unwrap_or(0) % 2;
+            assert!(r.offset() >= last[p], "records go forward");
+            last[p] = r.offset();
+            // Every field reads back through the accessors without a panic, and the
+            // shared slices agree with the borrowed ones.
+            assert_eq!(r.key_bytes().as_deref(), r.key());
+            assert_eq!(r.value_bytes().as_deref(), r.value());
+            let owned = r.headers_owned();
+            assert_eq!(owned.len(), r.headers().count());
+            for ((k, v), h) in owned.iter().zip(r.headers()) {
+                assert_eq!((&k[..], v.as_deref()), (h.key(), h.value()));
+            }
         }
     }
     for tp in &tps {

@@ -1284,7 +1284,7 @@ async fn read_dlq(bootstrap: &str, topic: &str) -> Vec<u64> {
         match tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await {
             Ok(Some(Ok(r))) => {
                 if let Some(seq) = r
-                    .key
+                    .key_bytes()
                     .as_deref()
                     .and_then(|k| std::str::from_utf8(k).ok())
                     .and_then(|k| k.parse().ok())

@@ -701,7 +701,7 @@ async fn consumer_seeks_by_position_and_time(peer: Peer, by_time: bool) {
         .expect("a record")
         .expect("open")
         .expect("no error");
-    assert_eq!(first.offset, 0);
+    assert_eq!(first.offset(), 0);
     consumer
         .seek_to_end(std::slice::from_ref(&p0))
         .await
@@ -729,8 +729,8 @@ async fn consumer_seeks_by_position_and_time(peer: Peer, by_time: bool) {
             .expect("a record")
             .expect("open")
             .expect("no error");
-        assert_eq!(r.offset, 3);
-        assert!(r.timestamp >= middle, "{r:?}");
+        assert_eq!(r.offset(), 3);
+        assert!(r.timestamp() >= middle, "{r:?}");
     } else {
         assert_eq!(found, None, "the mock finds nothing by time");
     }

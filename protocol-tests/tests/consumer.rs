@@ -56,8 +56,8 @@ impl Tally {
     /// Counts member `m`'s batch, checking each record against what was written.
     fn add(&mut self, m: usize, batch: &[ottla::ConsumerRecord], partitions: i32, total: u64) {
         for r in batch {
-            let i = index_of(r.partition, r.offset, partitions);
-            let count = self.seen.entry((r.partition, r.offset)).or_insert(0);
+            let i = index_of(r.partition(), r.offset(), partitions);
+            let count = self.seen.entry((r.partition(), r.offset())).or_insert(0);
             *count += 1;
             if *count == 1 {
                 self.unique += 1;
@@ -65,10 +65,14 @@ impl Tally {
                 self.duplicates += 1;
             }
             self.per_member[m] += 1;
-            let good = i < total && matches(i, r.key.as_deref(), r.value.as_deref(), &r.headers);
+            let good = i < total && matches(i, r.key(), r.value(), &r.headers_owned());
             if !good && self.mismatched.len() < 5 {
-                self.mismatched
-                    .push(format!("{}/{}@{}: {r:?}", r.topic, r.partition, r.offset));
+                self.mismatched.push(format!(
+                    "{}/{}@{}: {r:?}",
+                    r.topic(),
+                    r.partition(),
+                    r.offset()
+                ));
             }
         }
     }
@@ -274,12 +278,12 @@ async fn tansu_corruption_on_the_wire_is_a_typed_error() {
         match tokio::time::timeout(Duration::from_secs(20), consumer.recv()).await {
             Ok(Some(Ok(r))) => {
                 assert!(matches(
-                    r.offset as u64,
-                    r.key.as_deref(),
-                    r.value.as_deref(),
-                    &r.headers
+                    r.offset() as u64,
+                    r.key(),
+                    r.value(),
+                    &r.headers_owned()
                 ));
-                delivered.push(r.offset);
+                delivered.push(r.offset());
             }
             Ok(Some(Err(e))) => break e,
             Ok(None) => panic!("the consumer stopped"),
@@ -334,7 +338,7 @@ async fn pause_resume(peer: Peer, hold: Duration) {
     let recv = async |c: &mut Consumer, counts: &mut BTreeMap<i32, Vec<i64>>, wait: Duration| {
         match tokio::time::timeout(wait, c.recv()).await {
             Ok(Some(Ok(r))) => {
-                counts.entry(r.partition).or_default().push(r.offset);
+                counts.entry(r.partition()).or_default().push(r.offset());
                 true
             }
             Ok(Some(Err(e))) => panic!("{e}"),
@@ -487,7 +491,7 @@ async fn first_record_and_reset(
             reset = Some((partition, reason, offset));
         }
     }
-    (r.offset, reset)
+    (r.offset(), reset)
 }
 
 /// Resets: no committed offset (earliest), a committed offset past the log end
@@ -796,7 +800,7 @@ async fn offsets_read(consumer: &mut Consumer, n: usize) -> Vec<i64> {
             .expect("records")
             .expect("open")
             .expect("ok");
-        offsets.push(r.offset);
+        offsets.push(r.offset());
     }
     offsets
 }
@@ -958,9 +962,9 @@ async fn read_committed_hides_aborted(peer: &Peer) {
                 Duration::from_secs(2)
             };
             match tokio::time::timeout(wait, consumer.recv()).await {
-                Ok(Some(Ok(r))) => values.push(
-                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string(),
-                ),
+                Ok(Some(Ok(r))) => {
+                    values.push(String::from_utf8_lossy(r.value().unwrap_or_default()).to_string())
+                }
                 Ok(Some(Err(e))) => panic!("{e}"),
                 Ok(None) => panic!("stopped"),
                 Err(_) if values.len() >= want => break,
@@ -1079,7 +1083,7 @@ async fn mock_commit_forms_and_what_the_next_owner_sees() {
             next.position(&p1)
         );
         if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(5), next.recv()).await {
-            first.entry(r.partition).or_insert(r.offset);
+            first.entry(r.partition()).or_insert(r.offset());
         }
     }
     assert_eq!(
@@ -1247,7 +1251,7 @@ async fn tansu_the_commit_at_revocation_is_retried_through_a_coordinator_move() 
                 if let Ok(Some(Ok(r))) =
                     tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await
                 {
-                    out.lock().unwrap().push((r.partition, r.offset));
+                    out.lock().unwrap().push((r.partition(), r.offset()));
                 }
             }
         })

@@ -96,7 +96,7 @@ async fn read_paced(
             tokio::time::timeout(Duration::from_millis(100), consumer.recv_batch(max)).await
         {
             for r in batch.expect("records") {
-                *seen.records.entry((r.partition, r.offset)).or_default() += 1;
+                *seen.records.entry((r.partition(), r.offset())).or_default() += 1;
             }
             tokio::time::sleep(pace).await;
         }
@@ -440,7 +440,7 @@ async fn mock_regex_subscription_reads_the_matching_topics_only() {
             tokio::time::timeout(Duration::from_millis(200), consumer.recv_batch(1000)).await
         {
             for r in batch.expect("records") {
-                *read.entry(r.topic.to_string()).or_default() += 1;
+                *read.entry(r.topic().to_string()).or_default() += 1;
             }
         }
     }
@@ -449,7 +449,7 @@ async fn mock_regex_subscription_reads_the_matching_topics_only() {
         tokio::time::timeout(Duration::from_millis(500), consumer.recv_batch(1000)).await
     {
         for r in batch.expect("records") {
-            *read.entry(r.topic.to_string()).or_default() += 1;
+            *read.entry(r.topic().to_string()).or_default() += 1;
         }
     }
     assert_eq!(

@@ -113,7 +113,14 @@ async fn fetch_all(bootstrap: &str, topic: &str) -> Vec<Read> {
                 let r = r.expect("record");
                 // A batch may start before the fetch offset.
                 if r.offset >= offset {
-                    out.push((r.offset, r.key, r.value, r.headers));
+                    let copy = |b: &[u8]| Bytes::copy_from_slice(b);
+                    let headers = r.headers().map(|h| (copy(h.key()), h.value().map(copy)));
+                    out.push((
+                        r.offset,
+                        r.key().map(copy),
+                        r.value().map(copy),
+                        headers.collect(),
+                    ));
                 }
             }
             offset = offset.max(batch.next_offset());
@@ -179,7 +186,7 @@ async fn fetch_values(bootstrap: &str, topic: &str, isolation: IsolationLevel) -
             if shown {
                 for r in batch.records() {
                     let r = r.expect("record");
-                    values.push(String::from_utf8(r.value.unwrap_or_default().to_vec()).unwrap());
+                    values.push(String::from_utf8(r.value().unwrap_or_default().to_vec()).unwrap());
                 }
             }
         }

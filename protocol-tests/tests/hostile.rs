@@ -297,18 +297,12 @@ impl Seen {
 
     /// Records `record`, which must be one of `0..total`, new, and what was written.
     fn check(&mut self, record: &ottla::ConsumerRecord, total: u64) {
-        let i = index_of(record.partition, record.offset, PARTITIONS);
+        let i = index_of(record.partition(), record.offset(), PARTITIONS);
         assert!(
-            i < total
-                && matches(
-                    i,
-                    record.key.as_deref(),
-                    record.value.as_deref(),
-                    &record.headers
-                ),
+            i < total && matches(i, record.key(), record.value(), &record.headers_owned()),
             "record {}@{} is not what was written",
-            record.partition,
-            record.offset
+            record.partition(),
+            record.offset()
         );
         assert!(self.0.insert(i), "record {i} delivered twice");
     }

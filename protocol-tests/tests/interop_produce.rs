@@ -58,7 +58,7 @@ async fn read_all(
 /// once, on its partition, in order within it, with its key, value and headers.
 fn check(records: &[ottla::ConsumerRecord], codec: &str, want: &[u64], what: &str) {
     let header = |r: &ottla::ConsumerRecord, name: &str| -> Option<Option<Vec<u8>>> {
-        r.headers
+        r.headers_owned()
             .iter()
             .find(|(k, _)| &k[..] == name.as_bytes())
             .map(|(_, v)| v.as_ref().map(|v| v.to_vec()))
@@ -66,19 +66,15 @@ fn check(records: &[ottla::ConsumerRecord], codec: &str, want: &[u64], what: &st
     let mut seen: BTreeMap<u64, i64> = BTreeMap::new();
     let mut last: BTreeMap<i32, u64> = BTreeMap::new();
     for r in records {
-        let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+        let key = String::from_utf8_lossy(r.key().unwrap_or_default()).into_owned();
         let i: u64 = key
             .strip_prefix('k')
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("{what}: unexpected key {key:?}"));
         let value = format!("v{i}:{codec}:{}", "x".repeat((i % 97) as usize));
+        assert_eq!(r.value(), Some(value.as_bytes()), "{what}: value of {i}");
         assert_eq!(
-            r.value.as_deref(),
-            Some(value.as_bytes()),
-            "{what}: value of {i}"
-        );
-        assert_eq!(
-            r.partition,
+            r.partition(),
             (i % PARTITIONS as u64) as i32,
             "{what}: partition of {i}"
         );
@@ -97,14 +93,17 @@ fn check(records: &[ottla::ConsumerRecord], codec: &str, want: &[u64], what: &st
             Some(Some(Vec::new())),
             "{what}: empty header of {i}"
         );
-        if let Some(prev) = last.insert(r.partition, i) {
+        if let Some(prev) = last.insert(r.partition(), i) {
             assert!(
                 prev < i,
                 "{what}: {i} after {prev} on partition {}",
-                r.partition
+                r.partition()
             );
         }
-        assert!(seen.insert(i, r.offset).is_none(), "{what}: {i} read twice");
+        assert!(
+            seen.insert(i, r.offset()).is_none(),
+            "{what}: {i} read twice"
+        );
     }
     let got: Vec<u64> = seen.keys().copied().collect();
     assert_eq!(got.len(), want.len(), "{what}: record count");

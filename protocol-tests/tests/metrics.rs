@@ -142,7 +142,7 @@ async fn mock_a_known_workload_gives_exact_counters() {
     let stats = processor
         .run(
             move |record, _cancel| {
-                let i: u32 = std::str::from_utf8(record.value.as_deref().unwrap_or_default())
+                let i: u32 = std::str::from_utf8(record.value().unwrap_or_default())
                     .ok()
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);

@@ -208,7 +208,7 @@ impl OttlaReader {
                         let batch = batch.unwrap_or_else(|e| panic!("{who}: {e}"));
                         let mut reads = reads.lock().unwrap();
                         for r in &batch {
-                            reads.push((who.clone(), r.partition, r.offset));
+                            reads.push((who.clone(), r.partition(), r.offset()));
                         }
                     }
                 }

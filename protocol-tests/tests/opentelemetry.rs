@@ -109,13 +109,13 @@ async fn mock_the_handlers_exported_span_is_the_dead_letters_parent() {
         .flatten()
         .expect("current()");
     assert_eq!(inside.span_id_hex(), own);
-    let letter = trace_of(&read(&peer, "otel.dlq", 1).await[0].headers);
+    let letter = trace_of(&read(&peer, "otel.dlq", 1).await[0].headers_owned());
     assert_eq!(
         (letter.trace_id_hex(), letter.span_id_hex()),
         (TRACE_ID.to_string(), own.clone()),
         "the dead letter's parent is the exported span"
     );
-    let produced = trace_of(&read(&peer, "otel.out", 1).await[0].headers);
+    let produced = trace_of(&read(&peer, "otel.out", 1).await[0].headers_owned());
     assert_eq!(
         (produced.trace_id_hex(), produced.span_id_hex()),
         (TRACE_ID.to_string(), own),

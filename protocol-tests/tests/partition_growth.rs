@@ -174,7 +174,7 @@ async fn read(
         if let Ok(Some(Ok(r))) =
             tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await
         {
-            reads.lock().unwrap().push((r.partition, r.offset, m));
+            reads.lock().unwrap().push((r.partition(), r.offset(), m));
         }
         assignments.lock().unwrap()[m] = consumer.assignment();
     }

@@ -12,7 +12,7 @@ use ottla::Error;
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
     BatchError, ErrorClass, Metric, MetricsLog, ProcessError, Processor, ProcessorBuilder,
-    ProcessorHandle, RetryBackoff, RetryPolicy,
+    ProcessorHandle, RetryBackoff, RetryPolicy, owned,
 };
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
@@ -72,7 +72,7 @@ fn handle_order(
     attempts: &Attempts,
     succeeded: &Succeeded,
 ) -> Result<(), ProcessError> {
-    let value = record.value.clone().unwrap_or_default();
+    let value = record.value_bytes().unwrap_or_default();
     let text = std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
     if !text.ends_with('}') {
         return Err(ProcessError::malformed(format!(
@@ -177,7 +177,7 @@ async fn seed_003(peer: Peer, form: Form) {
         Form::PerRecord => processor
             .run(
                 move |record, _cancel| {
-                    let outcome = handle_order(&record, &a, &s);
+                    let outcome = handle_order(record, &a, &s);
                     async move { outcome }
                 },
                 done,
@@ -250,19 +250,15 @@ async fn seed_003(peer: Peer, form: Form) {
             .expect("open")
             .expect("ok");
         let h = |k: &str| {
-            r.headers
+            r.headers_owned()
                 .iter()
                 .find(|(n, _)| &n[..] == k.as_bytes())
                 .and_then(|(_, v)| v.as_ref())
                 .map(|v| String::from_utf8_lossy(v).into_owned())
         };
-        let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+        let key = String::from_utf8_lossy(r.key().unwrap_or_default()).into_owned();
         let i: u32 = key.trim_start_matches("order-").parse().expect("order key");
-        assert_eq!(
-            r.value.as_deref(),
-            Some(payload(i).as_bytes()),
-            "value copied"
-        );
+        assert_eq!(r.value(), Some(payload(i).as_bytes()), "value copied");
         assert_eq!(h("trace-id"), Some(format!("t{i}")), "original header kept");
         assert_eq!(h("__dlq.errors.topic"), Some(topic.clone()));
         assert_eq!(h("__dlq.errors.group"), Some(group.clone()));
@@ -512,13 +508,13 @@ async fn mock_dlq_outage_halts_the_partition_and_recovers() {
     };
     let stats = processor
         .run(
-            |r: ottla::ConsumerRecord, _| async move {
-                if r.value.as_deref() == Some(&b"poison"[..]) {
+            owned(|r: ottla::ConsumerRecord, _| async move {
+                if r.value() == Some(&b"poison"[..]) {
                     Err(ProcessError::malformed("poison pill"))
                 } else {
                     Ok(())
                 }
-            },
+            }),
             done,
         )
         .await
@@ -594,16 +590,15 @@ async fn mock_handler_panics_are_dead_lettered_and_never_stop_the_loop() {
             processor
                 .run_batch(
                     5,
-                    move |records, _| {
+                    move |records: &[ottla::ConsumerRecord], _| {
                         let h = h.clone();
+                        let values: Vec<String> = records
+                            .iter()
+                            .map(|r| {
+                                String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned()
+                            })
+                            .collect();
                         async move {
-                            let values: Vec<String> = records
-                                .iter()
-                                .map(|r| {
-                                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
-                                        .into_owned()
-                                })
-                                .collect();
                             if values.iter().any(|v| v.starts_with("panic")) {
                                 panic!("a batch with a bad record");
                             }
@@ -617,9 +612,8 @@ async fn mock_handler_panics_are_dead_lettered_and_never_stop_the_loop() {
         } else {
             processor
                 .run(
-                    move |r: ottla::ConsumerRecord, _| {
-                        let v = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
-                            .into_owned();
+                    owned(move |r: ottla::ConsumerRecord, _| {
+                        let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
                         if v == "panic-now" {
                             panic!("the handler panics before returning its future");
                         }
@@ -631,7 +625,7 @@ async fn mock_handler_panics_are_dead_lettered_and_never_stop_the_loop() {
                             h.lock().unwrap().insert(v);
                             Ok(())
                         }
-                    },
+                    }),
                     done,
                 )
                 .await
@@ -715,8 +709,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
         move |r: ottla::ConsumerRecord, _| {
             let (h, s) = (h.clone(), s.clone());
             async move {
-                let v =
-                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
                 let n = {
                     let mut h = h.lock().unwrap();
                     let n = h.entry(v.clone()).or_insert(0);
@@ -746,7 +739,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
             }
         }
     };
-    let a = tokio::spawn(first.run(handler.clone(), all_done()));
+    let a = tokio::spawn(first.run(owned(handler.clone()), all_done()));
     // Wait until p0-2 is in backoff, then start a second member.
     let started = Instant::now();
     while !log_a
@@ -762,7 +755,7 @@ async fn tansu_rebalance_during_backoff_hands_over_at_the_committed_offset() {
     }
     let joined_at = Instant::now();
     let second = processor_for(&peer, "handover", topic, slow, &log_b, "range").await;
-    let b = tokio::spawn(second.run(handler, all_done()));
+    let b = tokio::spawn(second.run(owned(handler), all_done()));
     let (a, b) = (
         a.await.expect("a").expect("a ran"),
         b.await.expect("b").expect("b ran"),
@@ -822,11 +815,12 @@ where
     S: std::future::Future + Send,
 {
     if form == Form::PerRecord {
-        return p.run(handler, shutdown).await;
+        return p.run(owned(handler), shutdown).await;
     }
     let handler = Arc::new(handler);
-    let batched = move |records: Vec<ottla::ConsumerRecord>, cancel: ottla::processor::Cancel| {
+    let batched = move |records: &[ottla::ConsumerRecord], cancel: ottla::processor::Cancel| {
         let handler = handler.clone();
+        let records = records.to_vec();
         async move {
             for (i, r) in records.into_iter().enumerate() {
                 handler(r, cancel.clone()).await.map_err(|e| match form {
@@ -865,7 +859,7 @@ async fn crash_one(seed: u64) {
         .collect();
     produce_values(&peer, topic, &values).await;
     let index = |r: &ottla::ConsumerRecord| -> u64 {
-        String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+        String::from_utf8_lossy(r.value().unwrap_or_default())
             .trim_start_matches('r')
             .parse()
             .unwrap_or(u64::MAX)
@@ -912,7 +906,7 @@ async fn crash_one(seed: u64) {
                     )),
                     _ => {
                         s.lock().unwrap().insert(i);
-                        f.lock().unwrap().insert((r.partition, r.offset));
+                        f.lock().unwrap().insert((r.partition(), r.offset()));
                         Ok(())
                     }
                 }
@@ -1064,13 +1058,13 @@ async fn mock_dlq_tools_inspect_and_replay() {
     };
     processor
         .run(
-            |r: ottla::ConsumerRecord, _| async move {
-                if r.value.as_deref().is_some_and(|v| v.starts_with(b"bad")) {
+            owned(|r: ottla::ConsumerRecord, _| async move {
+                if r.value().is_some_and(|v| v.starts_with(b"bad")) {
                     Err(ProcessError::permanent("Rejected", "bad order"))
                 } else {
                     Ok(())
                 }
-            },
+            }),
             done,
         )
         .await
@@ -1114,7 +1108,7 @@ async fn mock_dlq_tools_inspect_and_replay() {
     let started = Instant::now();
     while replayed.len() < 3 && started.elapsed() < Duration::from_secs(20) {
         if let Ok(Some(Ok(r))) = tokio::time::timeout(Duration::from_secs(2), back.recv()).await
-            && r.offset >= 3
+            && r.offset() >= 3
         {
             replayed.push(r);
         }
@@ -1122,7 +1116,7 @@ async fn mock_dlq_tools_inspect_and_replay() {
     assert_eq!(replayed.len(), 3);
     for r in &replayed {
         let names: Vec<String> = r
-            .headers
+            .headers_owned()
             .iter()
             .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
             .collect();
@@ -1131,8 +1125,8 @@ async fn mock_dlq_tools_inspect_and_replay() {
             vec!["trace-id".to_string(), REPLAY_COUNT.to_string()],
             "diagnostics stripped"
         );
-        assert!(r.value.as_deref().is_some_and(|v| v.starts_with(b"bad-")));
-        assert_eq!(r.headers[1].1.as_deref(), Some(&b"1"[..]));
+        assert!(r.value().is_some_and(|v| v.starts_with(b"bad-")));
+        assert_eq!(r.headers_owned()[1].1.as_deref(), Some(&b"1"[..]));
     }
 }
 
@@ -1166,13 +1160,12 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
     let attempts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let handler = {
         let (early, attempts) = (early.clone(), attempts.clone());
-        move |r: ottla::ConsumerRecord, _| {
+        owned(move |r: ottla::ConsumerRecord, _| {
             let (early, attempts) = (early.clone(), attempts.clone());
             async move {
-                let v =
-                    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+                let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
                 let hop = r
-                    .headers
+                    .headers_owned()
                     .iter()
                     .find(|(k, _)| &k[..] == RETRY_HOP.as_bytes())
                     .and_then(|(_, v)| v.as_deref())
@@ -1183,11 +1176,11 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
                         .duration_since(std::time::UNIX_EPOCH)
                         .unwrap()
                         .as_millis() as i64;
-                    if now < r.timestamp + wait {
+                    if now < r.timestamp() + wait {
                         early
                             .lock()
                             .unwrap()
-                            .push(format!("{v} on hop {h} after {} ms", now - r.timestamp));
+                            .push(format!("{v} on hop {h} after {} ms", now - r.timestamp()));
                     }
                 }
                 let n = {
@@ -1202,7 +1195,7 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
                     _ => Ok(()),
                 }
             }
-        }
+        })
     };
     let log = MetricsLog::default();
     let quick = RetryPolicy {
@@ -1255,7 +1248,7 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
     );
     let hop = e
         .record
-        .headers
+        .headers_owned()
         .iter()
         .find(|(k, _)| &k[..] == RETRY_HOP.as_bytes())
         .and_then(|(_, v)| v.clone());
@@ -1332,11 +1325,11 @@ async fn group_events(peer: &Peer, assignor: &'static str) {
                     .expect("processor");
             processor
                 .run(
-                    move |r: ottla::ConsumerRecord, _| {
+                    owned(move |r: ottla::ConsumerRecord, _| {
                         s.lock().unwrap().push(Seen::Handled(r.topic_partition()));
                         handled.fetch_add(1, Ordering::SeqCst);
                         async { Ok(()) }
-                    },
+                    }),
                     async move { stop.notified().await },
                 )
                 .await
@@ -1490,12 +1483,12 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     let (stuck_tx, stuck_rx) = tokio::sync::oneshot::channel::<()>();
     let signals = Arc::new(Mutex::new((Some(first_tx), Some(stuck_tx))));
-    let handler = move |r: ottla::ConsumerRecord, _cancel| {
+    let handler = owned(move |r: ottla::ConsumerRecord, _cancel| {
         let signals = signals.clone();
         async move {
             let signal = {
                 let mut s = signals.lock().expect("lock");
-                match r.offset {
+                match r.offset() {
                     1 => s.0.take(),
                     2 => s.1.take(),
                     _ => None,
@@ -1504,12 +1497,12 @@ async fn mock_shutdown_ends_within_its_timeout_committing_the_finished_prefix() 
             if let Some(tx) = signal {
                 let _ = tx.send(());
             }
-            if r.offset == 2 {
+            if r.offset() == 2 {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
             Ok(())
         }
-    };
+    });
     let bootstrap = peer.bootstrap();
     let shutdown = async move {
         let _ = first_rx.await;
@@ -1563,16 +1556,16 @@ async fn mock_an_attempt_past_the_processing_budget_is_a_transient_timeout() {
         .await
         .expect("processor");
     let counted = calls.clone();
-    let handler = move |r: ottla::ConsumerRecord, _cancel| {
+    let handler = owned(move |r: ottla::ConsumerRecord, _cancel| {
         let counted = counted.clone();
         async move {
-            if r.value.as_deref() == Some(&b"hangs"[..]) {
+            if r.value() == Some(&b"hangs"[..]) {
                 counted.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
             Ok(())
         }
-    };
+    });
     let l = log.clone();
     let done = async move {
         dead_lettered(&l, 1).await;
@@ -1624,20 +1617,22 @@ async fn mock_a_handler_stopped_on_cancellation_leaves_its_record_uncommitted() 
         .expect("processor");
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
     let started_tx = Arc::new(Mutex::new(Some(started_tx)));
-    let handler = move |r: ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
-        let started_tx = started_tx.clone();
-        async move {
-            if r.offset == 1 {
-                let tx = started_tx.lock().expect("lock").take();
-                if let Some(tx) = tx {
-                    let _ = tx.send(());
+    let handler = owned(
+        move |r: ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let started_tx = started_tx.clone();
+            async move {
+                if r.offset() == 1 {
+                    let tx = started_tx.lock().expect("lock").take();
+                    if let Some(tx) = tx {
+                        let _ = tx.send(());
+                    }
+                    cancel.cancelled().await;
+                    return Err(ProcessError::cancelled());
                 }
-                cancel.cancelled().await;
-                return Err(ProcessError::cancelled());
+                Ok(())
             }
-            Ok(())
-        }
-    };
+        },
+    );
     let shutdown = async move {
         let _ = started_rx.await;
     };
@@ -1737,12 +1732,12 @@ async fn mock_a_skipped_record_is_committed_counted_and_not_dead_lettered() {
         .build()
         .await
         .expect("processor");
-    let handler = |r: ottla::ConsumerRecord, _cancel| async move {
-        if r.value.as_deref() == Some(&b"garbled"[..]) {
+    let handler = owned(|r: ottla::ConsumerRecord, _cancel| async move {
+        if r.value() == Some(&b"garbled"[..]) {
             return Err(ProcessError::skip("ClickParse", "not a click event"));
         }
         Ok(())
-    };
+    });
     let l = log.clone();
     let done = async move {
         let finished = |m: &Metric| matches!(m, Metric::Processed { .. } | Metric::Skipped { .. });
@@ -1874,14 +1869,14 @@ fn tripping(
     breaker: ProcessorHandle,
     seen: Arc<Mutex<Vec<String>>>,
 ) -> impl Fn(
-    ottla::ConsumerRecord,
+    &ottla::ConsumerRecord,
     ottla::processor::Cancel,
 ) -> std::future::Ready<Result<(), ProcessError>>
 + Send
 + Sync
 + 'static {
-    move |r, _cancel| {
-        let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string();
+    move |r: &ottla::ConsumerRecord, _cancel| {
+        let value = String::from_utf8_lossy(r.value().unwrap_or_default()).to_string();
         if value == trip {
             breaker.pause_all();
         }

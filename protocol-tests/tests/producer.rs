@@ -188,9 +188,9 @@ async fn fidelity(peer: Peer) {
                 .expect("records")
                 .expect("ok");
             for r in &batch {
-                let i = index_of(r.partition, r.offset, partitions);
+                let i = index_of(r.partition(), r.offset(), partitions);
                 assert!(
-                    matches(i, r.key.as_deref(), r.value.as_deref(), &r.headers),
+                    matches(i, r.key(), r.value(), &r.headers_owned()),
                     "{codec}: {r:?}"
                 );
             }

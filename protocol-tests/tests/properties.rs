@@ -61,15 +61,9 @@ async fn consume_from_properties(peer: Peer, group: &str) {
             .expect("every record within 60 s")
             .expect("stream open")
             .expect("record");
-        let i = index_of(record.partition, record.offset, partitions);
+        let i = index_of(record.partition(), record.offset(), partitions);
         assert!(
-            i < total
-                && matches(
-                    i,
-                    record.key.as_deref(),
-                    record.value.as_deref(),
-                    &record.headers
-                ),
+            i < total && matches(i, record.key(), record.value(), &record.headers_owned()),
             "{record:?}"
         );
         assert!(seen.insert(i), "record {i} delivered twice");

@@ -149,7 +149,7 @@ async fn group_read_until(
                         let Ok(batch) = batch else { continue };
                         let mut t = tally.lock().unwrap();
                         for r in batch {
-                            *t.reads.entry((r.partition, r.offset)).or_default() += 1;
+                            *t.reads.entry((r.partition(), r.offset())).or_default() += 1;
                         }
                     }
                 }
@@ -1257,7 +1257,7 @@ async fn oauthbearer_tokens_are_refreshed_before_they_expire() {
         if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
         {
             let r = r.expect("no error while tokens rotate");
-            read.insert((r.partition, r.offset));
+            read.insert((r.partition(), r.offset()));
         }
     }
     assert_eq!(read, written);

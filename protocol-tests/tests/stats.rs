@@ -98,7 +98,7 @@ async fn consumer_stats_are_exact(peer: Peer) {
         };
         total += batch.len();
         for r in &batch {
-            *read.entry(r.partition).or_default() += 1;
+            *read.entry(r.partition()).or_default() += 1;
         }
         let stats = consumer.stats();
         assert_eq!(stats.records, total as u64, "{stats:?}");

@@ -55,7 +55,7 @@ async fn orders_are_consumed_from_the_moved_coordinator() -> anyhow::Result<()> 
         let Some(record) = next else {
             anyhow::bail!("the consumer stopped");
         };
-        assert_eq!(&*record?.topic, "orders");
+        assert_eq!(record?.topic(), "orders");
     }
     consumer.close().await?;
 

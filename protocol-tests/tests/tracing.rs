@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ottla::consumer::{Consumer, OffsetReset};
-use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, retry_topic};
+use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, owned, retry_topic};
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::trace::TraceContext;
 use protocol_tests::peer::Peer;
@@ -149,7 +149,7 @@ where
     F: std::future::Future<Output = Result<(), ProcessError>> + Send + 'static,
 {
     let done = until_dead_lettered(processor.handle(), want);
-    let stats = processor.run(handler, done).await.expect("run");
+    let stats = processor.run(owned(handler), done).await.expect("run");
     assert_eq!(stats.dead_lettered, want, "{stats:?}");
 }
 
@@ -226,7 +226,7 @@ async fn mock_a_dead_lettered_record_continues_its_trace_through_the_handler() {
     );
 
     let letters = read(&peer, "traced.dlq", 1).await;
-    let letter = trace_of(&letters[0].headers);
+    let letter = trace_of(&letters[0].headers_owned());
     assert_eq!(
         letter.trace_id_hex(),
         TRACE_ID,
@@ -238,10 +238,10 @@ async fn mock_a_dead_lettered_record_continues_its_trace_through_the_handler() {
         "and the handler's span is its parent"
     );
     assert!(letter.sampled);
-    assert_eq!(letters[0].value.as_deref(), Some(&b"poison"[..]));
+    assert_eq!(letters[0].value(), Some(&b"poison"[..]));
 
     let produced = read(&peer, "traced.out", 1).await;
-    let child = trace_of(&produced[0].headers);
+    let child = trace_of(&produced[0].headers_owned());
     assert_eq!(
         (child.trace_id_hex(), child.span_id_hex()),
         (TRACE_ID.to_string(), own),
@@ -295,7 +295,7 @@ async fn mock_a_record_keeps_one_trace_through_a_retry_topic_to_its_dead_letter(
         "the attempt on the retry topic is the first attempt's child"
     );
     let letters = read(&peer, "hopping.dlq", 1).await;
-    let letter = trace_of(&letters[0].headers);
+    let letter = trace_of(&letters[0].headers_owned());
     assert_eq!(letter.trace_id_hex(), TRACE_ID);
     assert_eq!(
         letter.span_id_hex(),
@@ -349,7 +349,7 @@ async fn mock_rebalances_commits_fetches_and_produces_have_spans() {
         .expect("a record within 20 s")
         .expect("open")
         .expect("record");
-    assert_eq!(record.value.as_deref(), Some(&b"one"[..]));
+    assert_eq!(record.value(), Some(&b"one"[..]));
     let mut second = member().await.expect("second");
     // The first member gives its partitions back and joins the second generation.
     let started = Instant::now();
@@ -476,16 +476,18 @@ async fn mock_a_batch_handlers_dead_letter_passes_the_records_own_trace_on() {
     let stats = processor
         .run_batch(
             10,
-            |records: Vec<ottla::ConsumerRecord>, _| async move {
-                match records
+            |records: &[ottla::ConsumerRecord], _| {
+                let traced = records
                     .iter()
-                    .position(|r| r.value.as_deref() == Some(&b"traced"[..]))
-                {
-                    Some(i) => Err(ottla::processor::BatchError::at(
-                        i,
-                        ProcessError::permanent("Rejected", "not this one"),
-                    )),
-                    None => Ok(()),
+                    .position(|r| r.value() == Some(&b"traced"[..]));
+                async move {
+                    match traced {
+                        Some(i) => Err(ottla::processor::BatchError::at(
+                            i,
+                            ProcessError::permanent("Rejected", "not this one"),
+                        )),
+                        None => Ok(()),
+                    }
                 }
             },
             done,
@@ -493,7 +495,7 @@ async fn mock_a_batch_handlers_dead_letter_passes_the_records_own_trace_on() {
         .await
         .expect("run");
     assert_eq!((stats.dead_lettered, stats.succeeded), (1, 2), "{stats:?}");
-    let letter = trace_of(&read(&peer, "batched.dlq", 1).await[0].headers);
+    let letter = trace_of(&read(&peer, "batched.dlq", 1).await[0].headers_owned());
     assert_eq!(
         (letter.trace_id_hex(), letter.span_id_hex()),
         (TRACE_ID.to_string(), SENDER_SPAN.to_string())

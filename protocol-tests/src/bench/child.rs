@@ -215,12 +215,8 @@ async fn ottla(job: &Job, per_record: bool, max_wait: Option<Duration>) -> anyho
                 .await
                 .context("the consumer stopped")?
                 .context("recv")?;
-            tally.see(
-                r.partition,
-                r.offset,
-                len(r.key.as_deref()) + len(r.value.as_deref()),
-            );
-            if r.offset % 4096 == 0 {
+            tally.see(r.partition(), r.offset(), len(r.key()) + len(r.value()));
+            if r.offset() % 4096 == 0 {
                 tally.progress();
             }
         }
@@ -231,11 +227,7 @@ async fn ottla(job: &Job, per_record: bool, max_wait: Option<Duration>) -> anyho
                 .await
                 .context("recv_batch")?;
             for r in &batch {
-                tally.see(
-                    r.partition,
-                    r.offset,
-                    len(r.key.as_deref()) + len(r.value.as_deref()),
-                );
+                tally.see(r.partition(), r.offset(), len(r.key()) + len(r.value()));
             }
             tally.progress();
         }
@@ -264,7 +256,7 @@ impl SharedTally {
         let mut part = part.lock().unwrap_or_else(|e| e.into_inner());
         let mut new = 0;
         for r in records {
-            new += u64::from(part.see(r.offset, len(r.key.as_deref()) + len(r.value.as_deref())));
+            new += u64::from(part.see(r.offset(), len(r.key()) + len(r.value())));
         }
         drop(part);
         if new == 0 {
@@ -320,7 +312,7 @@ async fn processor(job: &Job, batch: bool) -> anyhow::Result<Outcome> {
             PROCESSOR_BATCH,
             move |records, _cancel| {
                 if let Some(r) = records.first() {
-                    tally.see(r.partition, &records);
+                    tally.see(r.partition(), records);
                 }
                 async { Ok(()) }
             },
@@ -329,7 +321,7 @@ async fn processor(job: &Job, batch: bool) -> anyhow::Result<Outcome> {
     } else {
         tokio::spawn(processor.run(
             move |record, _cancel| {
-                tally.see(record.partition, std::slice::from_ref(&record));
+                tally.see(record.partition(), std::slice::from_ref(record));
                 async { Ok(()) }
             },
             forever,

@@ -491,7 +491,7 @@ async fn ottla_member(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
                     Ok(batch) => {
                         let mut log = lock(&ctx.log);
                         for r in &batch {
-                            log.push(Delivery { at, member: index, partition: r.partition, offset: r.offset });
+                            log.push(Delivery { at, member: index, partition: r.partition(), offset: r.offset() });
                         }
                     }
                     Err(ottla::Error::Closed) => bail!("the consumer closed"),

@@ -228,9 +228,9 @@ fn decode_ottla(chunks: &[Bytes], check_crcs: bool, t: &mut Tally) {
             let batch = batch.expect("ottla: batch");
             for record in batch.records() {
                 let record = record.expect("ottla: record");
-                touch(t, record.key.as_deref(), record.value.as_deref());
-                for (k, v) in &record.headers {
-                    touch_header(t, k, v.as_deref());
+                touch(t, record.key(), record.value());
+                for h in record.headers() {
+                    touch_header(t, h.key(), h.value());
                 }
             }
         }
@@ -565,9 +565,9 @@ impl Input {
                 );
                 for r in batch.records() {
                     let r = r.with_context(|| format!("chunk {i}"))?;
-                    touch(&mut t, r.key.as_deref(), r.value.as_deref());
-                    for (k, v) in &r.headers {
-                        touch_header(&mut t, k, v.as_deref());
+                    touch(&mut t, r.key(), r.value());
+                    for h in r.headers() {
+                        touch_header(&mut t, h.key(), h.value());
                     }
                 }
             }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ottla::consumer::OffsetReset;
-use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy};
+use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, owned};
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
 
@@ -90,20 +90,20 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
             let c = counts.clone();
             let started = Arc::new(Mutex::new(None::<Instant>));
             let s = started.clone();
-            let handler = move |r: ottla::ConsumerRecord, _| {
+            let handler = owned(move |r: ottla::ConsumerRecord, _| {
                 let (c, s) = (c.clone(), s.clone());
                 async move {
                     let t0 = *s.lock().unwrap().get_or_insert_with(Instant::now);
-                    if failing && r.partition == 0 && r.offset == 0 && t0.elapsed() < window {
+                    if failing && r.partition() == 0 && r.offset() == 0 && t0.elapsed() < window {
                         return Err(ProcessError::transient("Unavailable", "downstream down"));
                     }
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     if t0.elapsed() < window {
-                        *c.lock().unwrap().entry(r.partition).or_default() += 1;
+                        *c.lock().unwrap().entry(r.partition()).or_default() += 1;
                     }
                     Ok(())
                 }
-            };
+            });
             let stop = async move {
                 loop {
                     tokio::time::sleep(Duration::from_millis(100)).await;

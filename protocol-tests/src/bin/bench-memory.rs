@@ -222,7 +222,7 @@ fn consume() -> ExitCode {
             let batch = consumer.recv_batch(1000).await?;
             max_buffered = max_buffered.max(consumer.buffered_bytes());
             for r in &batch {
-                bytes += r.value.as_ref().map_or(0, |v| v.len() as u64);
+                bytes += r.value_bytes().as_ref().map_or(0, |v| v.len() as u64);
             }
             n += batch.len() as u64;
             drop(batch);

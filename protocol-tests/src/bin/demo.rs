@@ -222,9 +222,9 @@ fn prepare(
     max_retries: u32,
     verbose: bool,
 ) -> Result<(), ProcessError> {
-    let at = format!("p{}@{:<3}", record.partition, record.offset);
-    let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
-    let value = record.value.clone().unwrap_or_default();
+    let at = format!("p{}@{:<3}", record.partition(), record.offset());
+    let key = String::from_utf8_lossy(record.key().unwrap_or_default()).into_owned();
+    let value = record.value_bytes().unwrap_or_default();
     let say = |tag: &str, text: String| {
         if verbose {
             println!("  {tag:<6} {at} {key:<10} {text}");
@@ -414,7 +414,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let mut stop = stop_rx.clone();
         runs.push(tokio::spawn(processor.run(
             move |record, _cancel| {
-                let outcome = prepare(&record, &seen, max_retries, verbose);
+                let outcome = prepare(record, &seen, max_retries, verbose);
                 async move { outcome }
             },
             async move {
@@ -510,16 +510,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let r = &e.record;
         println!(
             "\n  {DLQ}/{}@{}  key {}  from {}",
-            r.partition,
-            r.offset,
-            String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()),
+            r.partition(),
+            r.offset(),
+            String::from_utf8_lossy(r.key().unwrap_or_default()),
             e.origin_id().unwrap_or_else(|| "?".into())
         );
         println!(
             "    value  {}",
-            String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+            String::from_utf8_lossy(r.value().unwrap_or_default())
         );
-        for (k, v) in &r.headers {
+        for (k, v) in &r.headers_owned() {
             let v = v
                 .as_deref()
                 .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -545,7 +545,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     let got_dlq: BTreeSet<String> = entries
         .iter()
-        .map(|e| String::from_utf8_lossy(e.record.key.as_deref().unwrap_or_default()).into_owned())
+        .map(|e| String::from_utf8_lossy(e.record.key().unwrap_or_default()).into_owned())
         .collect();
     let mut problems = Vec::new();
     // The first few of a list, and how many there are.

@@ -294,9 +294,9 @@ fn policy() -> RetryPolicy {
 /// The sequence number a record carries in its key (`<seq>`), checked against its
 /// value (`seq=<seq> ...`).
 pub fn seq_of(record: &ConsumerRecord) -> Option<u64> {
-    let key = record.key.as_deref()?;
+    let key = record.key()?;
     let seq: u64 = std::str::from_utf8(key).ok()?.parse().ok()?;
-    let value = record.value.as_deref()?;
+    let value = record.value()?;
     let expected = format!("seq={seq} ");
     value.starts_with(expected.as_bytes()).then_some(seq)
 }
@@ -320,12 +320,13 @@ type HandlerFuture =
 fn handler(
     ctx: Arc<MemberContext>,
     inc: usize,
-) -> impl Fn(ConsumerRecord, Cancel) -> HandlerFuture + Send + Sync + 'static {
-    move |record: ConsumerRecord, cancel: Cancel| {
+) -> impl Fn(&ConsumerRecord, Cancel) -> HandlerFuture + Send + Sync + 'static {
+    move |record: &ConsumerRecord, cancel: Cancel| {
         let ctx = ctx.clone();
+        let record = record.clone();
         Box::pin(async move {
             let journal = &ctx.journal;
-            let (partition, offset) = (record.partition, record.offset);
+            let (partition, offset) = (record.partition(), record.offset());
             let Some(seq) = seq_of(&record) else {
                 journal.violation(
                     super::journal::Check::Content,

@@ -11,6 +11,8 @@ use std::io::Read;
 
 use bytes::{Buf, Bytes};
 
+use super::record::{Headers, Span};
+
 /// A batch-level failure, naming where it happened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("record batch at offset {base_offset}: {kind}")]
@@ -190,6 +192,12 @@ impl RecordBatch {
         self.base_offset + (i64::from(self.last_offset_delta) + 1)
     }
 
+    /// The records' bytes (decompressed, if the batch was compressed): what the
+    /// spans of its [`Record`]s index.
+    pub fn data(&self) -> &Bytes {
+        &self.records
+    }
+
     /// The batch's records.
     pub fn records(&self) -> Records<'_> {
         Records {
@@ -202,19 +210,42 @@ impl RecordBatch {
     }
 }
 
-/// One record. Key, value and header values are slices of the response buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+/// One record, read in place: its key, value and headers are where they lie in the
+/// batch's bytes (checked, not copied).
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
     /// Its offset.
     pub offset: i64,
     /// Its timestamp (ms).
     pub timestamp: i64,
+    data: &'a [u8],
+    pub(crate) key: Span,
+    pub(crate) value: Span,
+    pub(crate) headers: Span,
+    pub(crate) header_count: u32,
+}
+
+impl<'a> Record<'a> {
     /// The key, or `None` for a null key.
-    pub key: Option<Bytes>,
+    #[inline]
+    pub fn key(&self) -> Option<&'a [u8]> {
+        self.key.get(self.data)
+    }
+
     /// The value, or `None` for a null value (a tombstone).
-    pub value: Option<Bytes>,
-    /// Headers in order; a header key is UTF-8 per the protocol, kept as bytes here.
-    pub headers: Vec<(Bytes, Option<Bytes>)>,
+    #[inline]
+    pub fn value(&self) -> Option<&'a [u8]> {
+        self.value.get(self.data)
+    }
+
+    /// The headers in order.
+    #[inline]
+    pub fn headers(&self) -> Headers<'a> {
+        Headers::new(
+            self.headers.get(self.data).unwrap_or_default(),
+            self.header_count,
+        )
+    }
 }
 
 /// Iterator over the batches of a fetch response's records field.
@@ -331,6 +362,12 @@ fn parse_batch(
         Compression::None => b.clone(),
         codec => decompress(codec, b, options.max_decompressed).map_err(err)?,
     };
+    // A record's fields are `u32` places in these bytes (and `u32::MAX` a null).
+    if records.len() >= u32::MAX as usize {
+        return Err(err(BatchErrorKind::TooLarge {
+            limit: u32::MAX as usize - 1,
+        }));
+    }
     Ok(RecordBatch {
         base_offset,
         partition_leader_epoch,
@@ -446,8 +483,8 @@ pub struct Records<'a> {
     last: i64,
 }
 
-impl Iterator for Records<'_> {
-    type Item = Result<Record, BatchError>;
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<Record<'a>, BatchError>;
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
@@ -480,55 +517,57 @@ impl Iterator for Records<'_> {
     }
 }
 
-/// Headers reserved for up front whatever the record's size: a claimed count costs at
-/// most this many entries (256 bytes) more than the record's own bytes.
-const HEADERS_RESERVED_ANYWAY: usize = 4;
-
-/// Reads the record at `data[*pos..]` and moves `pos` past it. The record is parsed
-/// from a byte slice; only the fields returned (key, value, header keys and values)
-/// become `Bytes`, each a slice of `data`.
+/// Reads the record at `data[*pos..]` and moves `pos` past it. Nothing is built: the
+/// key, value and headers are checked and kept as places in `data`.
 #[inline]
-fn read_record(data: &Bytes, pos: &mut usize, batch: &RecordBatch) -> Result<Record, BatchError> {
-    let err = |what| BatchError {
-        base_offset: batch.base_offset,
-        kind: BatchErrorKind::Malformed(what),
-    };
-    let mut buf: &[u8] = data.get(*pos..).unwrap_or_default();
-    let len = varint(&mut buf).ok_or(err("record length"))?;
+fn read_record<'a>(
+    data: &'a Bytes,
+    pos: &mut usize,
+    batch: &RecordBatch,
+) -> Result<Record<'a>, BatchError> {
+    #[cold]
+    fn malformed(batch: &RecordBatch, what: &'static str) -> BatchError {
+        BatchError {
+            base_offset: batch.base_offset,
+            kind: BatchErrorKind::Malformed(what),
+        }
+    }
+    let err = |what| malformed(batch, what);
+    let bytes: &'a [u8] = data;
+    let mut buf: &[u8] = bytes.get(*pos..).unwrap_or_default();
+    let len = varint(&mut buf).ok_or_else(|| err("record length"))?;
     let len = usize::try_from(len).map_err(|_| err("negative record length"))?;
     let Some(mut r) = buf.get(..len) else {
         return Err(err("record longer than the batch"));
     };
-    // `r` ends at `end` in `data`: a field's offset there is `end - r.len()`.
-    let end = data.len() - buf.len() + len;
+    // `r` ends at `end` in `data`: a field's place there is `end - r.len()`.
+    let end = bytes.len() - buf.len() + len;
     *pos = end;
     let Some((_attributes, rest)) = r.split_first() else {
         return Err(err("empty record"));
     };
     r = rest;
-    let timestamp_delta = varlong(&mut r).ok_or(err("timestamp delta"))?;
-    let offset_delta = varint(&mut r).ok_or(err("offset delta"))?;
-    let key = nullable_bytes(data, end, &mut r).ok_or(err("key"))?;
-    let value = nullable_bytes(data, end, &mut r).ok_or(err("value"))?;
-    let count = varint(&mut r).ok_or(err("header count"))?;
-    let count = usize::try_from(count).map_err(|_| err("negative header count"))?;
-    // A header takes at least two bytes (two lengths); in memory it takes 64. The
-    // reservation is bounded by the bytes left, so a claimed count costs no more memory
-    // than the record's own size (found by the hostile-broker tests: a 1 MiB record
-    // claiming 2^20 headers reserved 64 MiB), or than a few headers: reserving those
-    // spares the usual record with one or two short headers a regrowth.
-    if count > r.len() / 2 {
+    let timestamp_delta = varlong(&mut r).ok_or_else(|| err("timestamp delta"))?;
+    let offset_delta = varint(&mut r).ok_or_else(|| err("offset delta"))?;
+    let key = span(end, &mut r).ok_or_else(|| err("key"))?;
+    let value = span(end, &mut r).ok_or_else(|| err("value"))?;
+    let count = varint(&mut r).ok_or_else(|| err("header count"))?;
+    let count = u32::try_from(count).map_err(|_| err("negative header count"))?;
+    // A header takes at least two bytes (two lengths).
+    if count as usize > r.len() / 2 {
         return Err(err("more headers than bytes"));
     }
-    let mut headers = Vec::with_capacity(
-        count.min((r.len() / size_of::<(Bytes, Option<Bytes>)>()).max(HEADERS_RESERVED_ANYWAY)),
-    );
+    let headers = Span {
+        // Below `end`, which is at most the batch's length (checked under 4 GiB).
+        start: (end - r.len()) as u32,
+        len: r.len() as u32,
+    };
     for _ in 0..count {
-        let k = nullable_bytes(data, end, &mut r)
-            .ok_or(err("header key"))?
-            .ok_or(err("null header key"))?;
-        let v = nullable_bytes(data, end, &mut r).ok_or(err("header value"))?;
-        headers.push((k, v));
+        let k = span(end, &mut r).ok_or_else(|| err("header key"))?;
+        if k.is_null() {
+            return Err(err("null header key"));
+        }
+        span(end, &mut r).ok_or_else(|| err("header value"))?;
     }
     if !r.is_empty() {
         return Err(err("record has trailing bytes"));
@@ -544,20 +583,22 @@ fn read_record(data: &Bytes, pos: &mut usize, batch: &RecordBatch) -> Result<Rec
         .base_offset
         .checked_add(i64::from(offset_delta))
         .filter(|o| *o < i64::MAX)
-        .ok_or(err("record offset past the end of the log"))?;
+        .ok_or_else(|| err("record offset past the end of the log"))?;
     Ok(Record {
         offset,
         timestamp,
+        data: bytes,
         key,
         value,
         headers,
+        header_count: count,
     })
 }
 
 /// A zigzag varint (i32): a varlong that must fit an i32. One and two bytes, the usual
 /// lengths in a record, are read without a loop (and always fit).
 #[inline(always)]
-fn varint(b: &mut &[u8]) -> Option<i32> {
+pub(crate) fn varint(b: &mut &[u8]) -> Option<i32> {
     match **b {
         [b0, ref rest @ ..] if b0 < 0x80 => {
             *b = rest;
@@ -613,18 +654,22 @@ fn varlong_long(b: &mut &[u8]) -> Option<i64> {
 }
 
 /// Length-prefixed bytes, null for a negative length, read from `r` (which ends at
-/// `end` in `data`) and returned as a slice of `data`.
+/// `end` in the batch's bytes) and returned as their place there.
 #[inline(always)]
-fn nullable_bytes(data: &Bytes, end: usize, r: &mut &[u8]) -> Option<Option<Bytes>> {
+fn span(end: usize, r: &mut &[u8]) -> Option<Span> {
     let len = varint(r)?;
     let Ok(len) = usize::try_from(len) else {
-        return Some(None);
+        return Some(Span::NULL);
     };
     let rest = r.get(len..)?;
-    // `r` lies inside `data` and ends at `end`, so `start..start + len` does too.
+    // `r` lies inside the batch's bytes and ends at `end`, so `start..start + len`
+    // does too, and the batch is under 4 GiB.
     let start = end - r.len();
     *r = rest;
-    Some(Some(data.slice(start..start + len)))
+    Some(Span {
+        start: start as u32,
+        len: len as u32,
+    })
 }
 
 /// A transaction marker found in a fetched range.
@@ -752,7 +797,7 @@ impl CommittedFilter {
 /// The type of a control batch's marker: 0 abort, 1 commit.
 fn control_type(batch: &RecordBatch) -> Option<i16> {
     let record = batch.records().next()?.ok()?;
-    let key = record.key?;
+    let key = record.key()?;
     // Control record key: version (i16), type (i16).
     let t = key.get(2..4)?;
     Some(i16::from_be_bytes([t[0], t[1]]))
@@ -955,14 +1000,41 @@ mod tests {
         Bytes::from(b)
     }
 
+    /// A record's fields, copied out of its batch for the assertions.
+    #[derive(Debug)]
+    struct Read {
+        offset: i64,
+        timestamp: i64,
+        key: Option<Vec<u8>>,
+        value: Option<Vec<u8>>,
+        headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        /// Where the key starts in memory (to tell a slice from a copy).
+        key_at: Option<usize>,
+    }
+
     /// The records of the first batch in `bytes`, read with CRC checks off.
-    fn read_raw(bytes: Bytes) -> Vec<Result<Record, BatchError>> {
+    fn read_raw(bytes: Bytes) -> Vec<Result<Read, BatchError>> {
         let options = BatchOptions {
             check_crcs: false,
             ..BatchOptions::default()
         };
         let batch = Batches::new(bytes, options).next().unwrap().unwrap();
-        batch.records().collect()
+        batch
+            .records()
+            .map(|r| {
+                r.map(|r| Read {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: r.key().map(<[u8]>::to_vec),
+                    value: r.value().map(<[u8]>::to_vec),
+                    headers: r
+                        .headers()
+                        .map(|h| (h.key().to_vec(), h.value().map(<[u8]>::to_vec)))
+                        .collect(),
+                    key_at: r.key().map(|k| k.as_ptr() as usize),
+                })
+            })
+            .collect()
     }
 
     fn malformed(what: &'static str) -> BatchErrorKind {
@@ -977,7 +1049,7 @@ mod tests {
         // Empty key and value, no headers.
         let second: &[u8] = &[0, 0, 2, 0, 0, 0];
         let bytes = raw_batch(&[first, second]);
-        let records: Vec<Record> = read_raw(bytes.clone())
+        let records: Vec<Read> = read_raw(bytes.clone())
             .into_iter()
             .map(Result::unwrap)
             .collect();
@@ -987,15 +1059,11 @@ mod tests {
         assert_eq!(records[0].value, None);
         assert_eq!(
             records[0].headers,
-            [
-                (Bytes::from_static(b"h"), Some(Bytes::from_static(b"xy"))),
-                (Bytes::from_static(b"n"), None),
-            ]
+            [(b"h".to_vec(), Some(b"xy".to_vec())), (b"n".to_vec(), None)]
         );
-        // The key is a slice of the response bytes, not a copy.
-        let key = records[0].key.as_ref().unwrap();
+        // The key is read where it lies in the response bytes, not copied.
         let at = bytes.windows(2).position(|w| w == [2, b'k']).unwrap() + 1;
-        assert_eq!(key.as_ptr(), bytes[at..].as_ptr());
+        assert_eq!(records[0].key_at, Some(bytes[at..].as_ptr() as usize));
         assert_eq!(records[1].offset, 1);
         assert_eq!(records[1].key.as_deref(), Some(&b""[..]));
         assert_eq!(records[1].value.as_deref(), Some(&b""[..]));

@@ -23,7 +23,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
@@ -33,7 +32,8 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
-use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, Record, control_markers};
+use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, control_markers};
+use super::record::Shared;
 use super::request::{FetchParams, FetchTarget, IsolationLevel, fetch_request, forgotten_topics};
 use crate::proto::error_name;
 use crate::proto::group::consumer_protocol::TopicPartition;
@@ -87,48 +87,7 @@ impl Default for FetcherConfig {
     }
 }
 
-/// How a record's timestamp was set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimestampType {
-    /// Set by the producer.
-    CreateTime,
-    /// Set by the broker when it appended the batch.
-    LogAppendTime,
-}
-
-/// A record delivered to the application. Key, value and header values are slices of
-/// the Fetch response: no copy is made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsumerRecord {
-    /// The topic.
-    pub topic: Arc<str>,
-    /// The partition.
-    pub partition: i32,
-    /// The offset.
-    pub offset: i64,
-    /// The timestamp (ms since the epoch).
-    pub timestamp: i64,
-    /// How the timestamp was set.
-    pub timestamp_type: TimestampType,
-    /// The leader epoch of the batch, or `None` when the broker did not set one.
-    pub leader_epoch: Option<i32>,
-    /// The key (`None`: null).
-    pub key: Option<Bytes>,
-    /// The value (`None`: null, a tombstone).
-    pub value: Option<Bytes>,
-    /// Headers in order: key bytes (UTF-8 by the protocol) and value.
-    pub headers: Vec<(Bytes, Option<Bytes>)>,
-}
-
-impl ConsumerRecord {
-    /// This record's partition.
-    pub fn topic_partition(&self) -> TopicPartition {
-        TopicPartition {
-            topic: self.topic.to_string(),
-            partition: self.partition,
-        }
-    }
-}
+pub use super::record::{ConsumerRecord, ConsumerRecordBuilder, Header, Headers, TimestampType};
 
 /// Why a partition stopped. The partition stays assigned and stopped until the
 /// application seeks it.
@@ -274,12 +233,11 @@ struct Completed {
     /// The response this data came from (see [`Fetcher::charges`]).
     charge: u64,
     filter: Option<CommittedFilter>,
-    records: VecDeque<Record>,
+    records: VecDeque<ConsumerRecord>,
     /// A bad record found after good ones: the partition stops here once those are out.
     pending_error: Option<FetchError>,
     batch_epoch: i32,
     batch_end: i64,
-    timestamp_type: TimestampType,
     /// The [`Fetcher::dirty_round`] in which this partition was last put into `dirty`
     /// from here (0: never): one set lookup per round, not one clone per record.
     dirty_round: u64,
@@ -1020,7 +978,6 @@ impl Fetcher {
                 pending_error: None,
                 batch_epoch: -1,
                 batch_end: fetch_offset,
-                timestamp_type: TimestampType::CreateTime,
                 dirty_round: 0,
             });
             return counted;
@@ -1326,7 +1283,7 @@ impl Fetcher {
                 return Drain::Exhausted;
             };
             if let Some(record) = c.records.pop_front() {
-                let mut next = record.offset + 1;
+                let mut next = record.offset() + 1;
                 if c.records.is_empty() {
                     // Compaction may leave a gap at the end of a batch.
                     next = next.max(c.batch_end);
@@ -1340,17 +1297,7 @@ impl Fetcher {
                     c.dirty_round = self.dirty_round;
                     self.dirty.insert(c.tp.clone());
                 }
-                return Drain::Record(ConsumerRecord {
-                    topic: c.topic.clone(),
-                    partition: c.tp.partition,
-                    offset: record.offset,
-                    timestamp: record.timestamp,
-                    timestamp_type: c.timestamp_type,
-                    leader_epoch: (c.batch_epoch >= 0).then_some(c.batch_epoch),
-                    key: record.key,
-                    value: record.value,
-                    headers: record.headers,
-                });
+                return Drain::Record(record);
             }
             if let Some(error) = c.pending_error.take() {
                 s.position = Position::Stopped(Some((offset, c.batch_epoch)));
@@ -1392,24 +1339,36 @@ impl Fetcher {
             }
             c.batch_epoch = batch.partition_leader_epoch;
             c.batch_end = end;
-            c.timestamp_type = if batch.is_log_append_time() {
+            let timestamp_type = if batch.is_log_append_time() {
                 TimestampType::LogAppendTime
             } else {
                 TimestampType::CreateTime
             };
+            // The batch's records share one reference to its bytes (and its topic,
+            // partition and epoch): one reference count per record.
+            let shared = Shared::new(
+                c.topic.clone(),
+                c.tp.partition,
+                batch.partition_leader_epoch,
+                timestamp_type,
+                batch.data().clone(),
+            );
             for record in batch.records() {
                 match record {
                     Ok(r) if r.offset < offset => {}
-                    Ok(mut r) => {
-                        if batch.is_log_append_time() {
-                            r.timestamp = batch.max_timestamp;
-                        }
-                        c.records.push_back(r)
-                    }
+                    Ok(r) => c.records.push_back(ConsumerRecord::new(
+                        shared.clone(),
+                        r.offset,
+                        r.timestamp,
+                        r.key,
+                        r.value,
+                        r.headers,
+                        r.header_count,
+                    )),
                     Err(source) => {
                         // The records before the bad one are delivered; the partition
                         // stops right after them.
-                        let at = c.records.back().map_or(offset, |r| r.offset + 1);
+                        let at = c.records.back().map_or(offset, |r| r.offset() + 1);
                         c.pending_error = Some(FetchError::Corrupt {
                             topic: c.tp.topic.clone(),
                             partition: c.tp.partition,
@@ -1458,7 +1417,7 @@ mod tests {
     //! Scenario tests of the fetcher against hand-built responses. The same paths run
     //! against the mock cluster and tansu in `protocol-tests/tests/consumer.rs`.
 
-    use bytes::BytesMut;
+    use bytes::{Bytes, BytesMut};
     use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
     use kafka_protocol::messages::list_offsets_response::{
         ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -1603,7 +1562,7 @@ mod tests {
         std::iter::from_fn(|| f.next_record())
             .map(|r| {
                 let r = r.expect("a record");
-                (r.partition, r.offset)
+                (r.partition(), r.offset())
             })
             .collect()
     }
@@ -1866,8 +1825,8 @@ mod tests {
             token,
             response(0, vec![(0, 0, Some(Bytes::from(both)))]),
         );
-        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset)), Some(Ok(0)));
-        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset)), Some(Ok(1)));
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset())), Some(Ok(0)));
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset())), Some(Ok(1)));
         match f.next_record() {
             Some(Err(FetchError::Corrupt {
                 topic,

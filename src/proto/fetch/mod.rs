@@ -3,4 +3,5 @@
 
 pub mod batch;
 pub mod fetcher;
+pub mod record;
 pub mod request;

@@ -395,10 +395,12 @@ const RETRY_PARTITION: &str = "ottla.retry.partition";
 const RETRY_OFFSET: &str = "ottla.retry.offset";
 
 fn header_str(r: &ConsumerRecord, name: &str) -> Option<String> {
-    r.headers
-        .iter()
-        .find(|(k, _)| &k[..] == name.as_bytes())
-        .and_then(|(_, v)| v.as_deref())
+    if !r.has_headers() {
+        return None;
+    }
+    r.headers()
+        .first(name)
+        .and_then(|h| h.value())
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
@@ -417,8 +419,21 @@ fn origin_of(r: &ConsumerRecord) -> (String, i32, i64) {
         header_str(r, RETRY_OFFSET).and_then(|v| v.parse().ok()),
     ) {
         (Some(t), Some(p), Some(o)) => (t, p, o),
-        _ => (r.topic.to_string(), r.partition, r.offset),
+        _ => (r.topic().to_string(), r.partition(), r.offset()),
     }
+}
+
+/// A consumed record's headers, those `keep` keeps, as a produced record's (the
+/// values are shared, not copied).
+pub(crate) fn producer_headers(
+    headers: &[(Bytes, Option<Bytes>)],
+    keep: impl Fn(&[u8]) -> bool,
+) -> Vec<(String, Option<Bytes>)> {
+    headers
+        .iter()
+        .filter(|(k, _)| keep(k))
+        .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
+        .collect()
 }
 
 /// The dead-letter record of `record` for `topic`: its key and headers, its value (or
@@ -432,21 +447,18 @@ pub fn dead_letter_record(
     stamp: DlqTimestamp,
 ) -> ProducerRecord {
     let mut out = ProducerRecord::new(topic);
-    out.key = record.key.clone();
+    out.key = record.key_bytes();
     out.timestamp = Some(match stamp {
         DlqTimestamp::DeadLettered => letter.dead_lettered_ms,
-        DlqTimestamp::Original => record.timestamp,
+        DlqTimestamp::Original => record.timestamp(),
     });
-    out.headers = record
-        .headers
-        .iter()
-        .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
-        .collect();
+    let headers = record.headers_owned();
+    out.headers = producer_headers(&headers, |_| true);
     out.value = if format == DlqFormat::JsonEnvelope {
-        let (key, value) = (record.key.as_deref(), record.value.as_deref());
-        Some(Bytes::from(letter.envelope(key, value, &record.headers)))
+        let (key, value) = (record.key(), record.value());
+        Some(Bytes::from(letter.envelope(key, value, &headers)))
     } else {
-        record.value.clone()
+        record.value_bytes()
     };
     out.headers.extend(letter.headers(format));
     out
@@ -770,9 +782,9 @@ impl Lanes {
         // Records come in runs of one partition: one lane lookup per run.
         let mut records = records.into_iter().peekable();
         while let Some(first) = records.next() {
-            let (topic, partition) = (first.topic.clone(), first.partition);
+            let (topic, partition) = (first.topic_arc().clone(), first.partition());
             // A new lane owns nothing before its first record: committing from there.
-            let start = first.offset;
+            let start = first.offset();
             let lane = self
                 .lanes
                 .entry(first.topic_partition())
@@ -781,7 +793,7 @@ impl Lanes {
                     ..Lane::default()
                 });
             let run = std::iter::once(first).chain(std::iter::from_fn(|| {
-                records.next_if(|r| r.partition == partition && r.topic == topic)
+                records.next_if(|r| r.is_in(&topic, partition))
             }));
             if lane.releasing {
                 // Fetched before the pause took hold: the next owner reads them.
@@ -789,7 +801,7 @@ impl Lanes {
                 continue;
             }
             for r in run {
-                lane.tracker.deliver(r.offset);
+                lane.tracker.deliver(r.offset());
                 lane.queue.push_back(r);
             }
         }
@@ -813,7 +825,7 @@ impl Lanes {
             return;
         }
         for a in attempts.get(*reported..done).unwrap_or_default() {
-            lane.tracker.finish(a.record.offset);
+            lane.tracker.finish(a.record.offset());
         }
         let newly = (done - *reported) as u64;
         *reported = done;
@@ -940,7 +952,7 @@ impl Lanes {
                     info!(
                         target: LOG_TARGET,
                         consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition,
-                        offset = a.record.offset, error_type = %e.kind, error = %e.message,
+                        offset = a.record.offset(), error_type = %e.kind, error = %e.message,
                         "record skipped"
                     );
                 }
@@ -952,7 +964,7 @@ impl Lanes {
         let done = handled + usize::from(skipped);
         let mut rest = pending.split_off(done);
         for a in &pending {
-            lane.tracker.finish(a.record.offset);
+            lane.tracker.finish(a.record.offset());
         }
         let processed = handled.min(pending.len());
         if skipped {
@@ -999,8 +1011,8 @@ impl Lanes {
             return;
         };
         let (first, last) = (
-            attempts.first().map(|a| a.record.offset),
-            attempts.last().map(|a| a.record.offset),
+            attempts.first().map(|a| a.record.offset()),
+            attempts.last().map(|a| a.record.offset()),
         );
         warn!(
             target: LOG_TARGET,
@@ -1021,7 +1033,7 @@ impl Lanes {
         error: ProcessError,
         now: Now,
     ) {
-        let offset = attempt.record.offset;
+        let offset = attempt.record.offset();
         let class = self.config.classifier.classify(&error);
         let shown = class.unwrap_or(ErrorClass::Transient);
         self.metric(Metric::Error {
@@ -1152,14 +1164,10 @@ impl Lanes {
             .copied()
             .unwrap_or_default();
         let mut out = ProducerRecord::new(retry_topic(&origin_topic, delay));
-        out.key = record.key.clone();
-        out.value = record.value.clone();
-        out.headers = record
-            .headers
-            .iter()
-            .filter(|(k, _)| !k.starts_with(b"ottla.retry."))
-            .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.clone()))
-            .collect();
+        out.key = record.key_bytes();
+        out.value = record.value_bytes();
+        out.headers =
+            producer_headers(&record.headers_owned(), |k| !k.starts_with(b"ottla.retry."));
         for (k, v) in [
             (RETRY_HOP, hop.to_string()),
             (RETRY_TOPIC, origin_topic),
@@ -1183,8 +1191,8 @@ impl Lanes {
             topic: &origin_topic,
             partition: origin_partition,
             offset: origin_offset,
-            timestamp: record.timestamp,
-            timestamp_type: record.timestamp_type,
+            timestamp: record.timestamp(),
+            timestamp_type: record.timestamp_type(),
             group: &self.config.group,
             error: &error,
             class,
@@ -1220,7 +1228,7 @@ impl Lanes {
         let Some(lane) = self.lanes.get_mut(&tp) else {
             return;
         };
-        let offset = attempt.record.offset;
+        let offset = attempt.record.offset();
         match (result, to) {
             (Ok(()), Destination::Hop(hop)) => {
                 info!(
@@ -1610,13 +1618,13 @@ impl Lanes {
             Work::Idle => None,
             Work::Running {
                 attempts, reported, ..
-            } => attempts.get(*reported).map(|a| a.record.offset),
+            } => attempts.get(*reported).map(|a| a.record.offset()),
             Work::Waiting { attempt, .. }
             | Work::Forwarding { attempt, .. }
-            | Work::Halted { attempt, .. } => Some(attempt.record.offset),
+            | Work::Halted { attempt, .. } => Some(attempt.record.offset()),
         };
         work.into_iter()
-            .chain(lane.queue.front().map(|r| r.offset))
+            .chain(lane.queue.front().map(|r| r.offset()))
             .min()
     }
 }
@@ -1641,7 +1649,7 @@ fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Vec<Attempt> {
         let Some(record) = lane.queue.front() else {
             break;
         };
-        let solo = lane.solo_through.is_some_and(|o| record.offset <= o);
+        let solo = lane.solo_through.is_some_and(|o| record.offset() <= o);
         if !solo {
             lane.solo_through = None;
         }
@@ -1654,7 +1662,7 @@ fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Vec<Attempt> {
             .and_then(|i| config.retry_delays.get(i as usize));
         let wait = delay.map_or(0, |d| {
             record
-                .timestamp
+                .timestamp()
                 .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
                 .saturating_sub(now.unix_ms)
         });

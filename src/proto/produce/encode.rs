@@ -82,7 +82,7 @@ fn put_varint(out: &mut BytesMut, v: i64) {
     out.put_u8(z as u8);
 }
 
-fn put_bytes(out: &mut BytesMut, b: Option<&[u8]>) {
+pub(crate) fn put_bytes(out: &mut BytesMut, b: Option<&[u8]>) {
     match b {
         Some(b) => {
             put_varint(out, b.len() as i64);
@@ -221,12 +221,14 @@ mod tests {
             for (i, (r, w)) in read.iter().zip(&records).enumerate() {
                 assert_eq!(r.offset, i as i64);
                 assert_eq!(r.timestamp, w.timestamp);
-                assert_eq!(r.key, w.key);
-                assert_eq!(r.value, w.value);
+                assert_eq!(r.key(), w.key.as_deref());
+                assert_eq!(r.value(), w.value.as_deref());
                 let headers: Vec<(String, Option<Bytes>)> = r
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (String::from_utf8_lossy(k).to_string(), v.clone()))
+                    .headers()
+                    .map(|h| {
+                        let key = String::from_utf8_lossy(h.key()).to_string();
+                        (key, h.value().map(Bytes::copy_from_slice))
+                    })
                     .collect();
                 assert_eq!(headers, w.headers, "headers keep order and repeated keys");
             }

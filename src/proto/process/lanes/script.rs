@@ -35,13 +35,10 @@
 //!   behind work that never ends.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::{Action, BatchError, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
-use crate::proto::fetch::fetcher::{ConsumerRecord, TimestampType};
+use crate::proto::fetch::fetcher::ConsumerRecord;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::process::classify::ProcessError;
 use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
@@ -56,17 +53,10 @@ pub(super) fn tp(p: i32) -> TopicPartition {
 
 /// A record of partition `p` at `offset`, written at [`T0_MS`].
 pub(super) fn record(p: i32, offset: i64) -> ConsumerRecord {
-    ConsumerRecord {
-        topic: Arc::from("orders"),
-        partition: p,
-        offset,
-        timestamp: T0_MS,
-        timestamp_type: TimestampType::CreateTime,
-        leader_epoch: None,
-        key: None,
-        value: Some(Bytes::from_static(b"v")),
-        headers: Vec::new(),
-    }
+    ConsumerRecord::builder("orders", p, offset)
+        .timestamp(T0_MS)
+        .value("v")
+        .build()
 }
 
 /// The bytes of a script, read front to back; past the end, zeros.
@@ -331,7 +321,7 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 model.calls.push(Call {
                     ticket,
                     p,
-                    offsets: records.iter().map(|r| r.offset).collect(),
+                    offsets: records.iter().map(|r| r.offset()).collect(),
                     reported: 0,
                 });
             }
@@ -387,7 +377,7 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
                     .unfinished
                     .entry(p)
                     .or_default()
-                    .extend(records.iter().map(|r| r.offset));
+                    .extend(records.iter().map(|r| r.offset()));
             }
             lanes.deliver(records, *now);
         }

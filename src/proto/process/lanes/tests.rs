@@ -2,7 +2,6 @@
 //! actions, as `crate::processor`'s driver does. [`Lanes::check`] runs after every
 //! step.
 
-use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::script::{T0_MS, record, tp, two_retries};
@@ -98,7 +97,7 @@ fn dispatched(actions: &[Action]) -> (Ticket, Vec<i64>) {
         .filter_map(|a| match a {
             Action::Dispatch {
                 ticket, records, ..
-            } => Some((*ticket, records.iter().map(|r| r.offset).collect())),
+            } => Some((*ticket, records.iter().map(|r| r.offset()).collect())),
             _ => None,
         })
         .collect();
@@ -325,27 +324,14 @@ fn a_retry_topic_record_waits_for_its_time_pausing_only_its_partition() {
         ..config()
     });
     // Written to the retry topic 10 s ago: 20 s to wait.
-    let mut waiting = record(0, 7);
-    waiting.topic = Arc::from("orders.retry.30s");
-    waiting.timestamp = T0_MS - 10_000;
-    waiting.headers.extend([
-        (
-            Bytes::from_static(b"ottla.retry.hop"),
-            Some(Bytes::from_static(b"1")),
-        ),
-        (
-            Bytes::from_static(b"ottla.retry.topic"),
-            Some(Bytes::from_static(b"orders")),
-        ),
-        (
-            Bytes::from_static(b"ottla.retry.partition"),
-            Some(Bytes::from_static(b"2")),
-        ),
-        (
-            Bytes::from_static(b"ottla.retry.offset"),
-            Some(Bytes::from_static(b"41")),
-        ),
-    ]);
+    let waiting = ConsumerRecord::builder("orders.retry.30s", 0, 7)
+        .timestamp(T0_MS - 10_000)
+        .value("v")
+        .header("ottla.retry.hop", Some("1"))
+        .header("ottla.retry.topic", Some("orders"))
+        .header("ottla.retry.partition", Some("2"))
+        .header("ottla.retry.offset", Some("41"))
+        .build();
     let retry_tp = waiting.topic_partition();
     h.lanes.deliver(vec![waiting, record(1, 0)], h.now);
     let a = h.actions();
@@ -619,7 +605,7 @@ fn a_paused_partition_starts_nothing_until_resumed_and_the_others_go_on() {
         .filter_map(|a| match a {
             Action::Dispatch {
                 partition, records, ..
-            } => Some((partition.partition, records[0].offset)),
+            } => Some((partition.partition, records[0].offset())),
             _ => None,
         })
         .collect();
@@ -640,7 +626,7 @@ fn a_dead_letter_is_stamped_when_written_unless_asked_for_the_original_time() {
         partition: 3,
         offset: 41,
         timestamp: 1_000,
-        timestamp_type: r.timestamp_type,
+        timestamp_type: r.timestamp_type(),
         group: "g",
         error: &error,
         class: ErrorClass::Permanent,
@@ -648,10 +634,10 @@ fn a_dead_letter_is_stamped_when_written_unless_asked_for_the_original_time() {
         first_failure_ms: 90_000_000,
         dead_lettered_ms: 90_000_500,
     };
-    let r = ConsumerRecord {
-        timestamp: 1_000,
-        ..r
-    };
+    let r = ConsumerRecord::builder(r.topic(), r.partition(), r.offset())
+        .timestamp(1_000)
+        .value(r.value_bytes().unwrap_or_default())
+        .build();
     let format = DlqFormat::Apache;
     let out = dead_letter_record(
         "orders.dlq".into(),
@@ -715,14 +701,12 @@ fn hops_and_dead_letters_carry_the_failed_attempts_trace() {
         },
         ..config()
     });
-    let mut traced = record(0, 0);
-    traced.headers = vec![
-        (Bytes::from_static(b"a"), Some(Bytes::from_static(b"1"))),
-        (
-            Bytes::from_static(TRACEPARENT.as_bytes()),
-            Some(Bytes::from(sender.header())),
-        ),
-    ];
+    let traced = ConsumerRecord::builder("orders", 0, 0)
+        .timestamp(T0_MS)
+        .value("v")
+        .header("a", Some("1"))
+        .header(TRACEPARENT, Some(sender.header()))
+        .build();
     h.lanes.deliver(vec![traced], h.now);
     let a = h.actions();
     assert!(
@@ -763,13 +747,13 @@ fn hops_and_dead_letters_carry_the_failed_attempts_trace() {
     // The hop comes back on the retry topic and fails for good there: its dead letter
     // goes on from that attempt's context.
     let on_hop = sender.child(&[b"hop"]);
-    let mut back = record(0, 7);
-    back.topic = Arc::from(hop.topic.as_str());
-    back.headers = hop
-        .headers
-        .iter()
-        .map(|(k, v)| (Bytes::from(k.clone()), v.clone()))
-        .collect();
+    let mut back = ConsumerRecord::builder(&hop.topic, 0, 7)
+        .timestamp(T0_MS)
+        .value("v");
+    for (k, v) in &hop.headers {
+        back = back.header(k.clone(), v.clone());
+    }
+    let back = back.build();
     h.lanes.deliver(vec![back], h.now);
     h.actions();
     // It waits for its timestamp plus the topic's delay.
@@ -784,11 +768,11 @@ fn hops_and_dead_letters_carry_the_failed_attempts_trace() {
     assert_eq!(of_headers(&letter.headers), Some(on_hop));
 
     // Without a context from the driver, the record's own is copied as it was.
-    let mut plain = record(1, 0);
-    plain.headers = vec![(
-        Bytes::from_static(TRACEPARENT.as_bytes()),
-        Some(Bytes::from(sender.header())),
-    )];
+    let plain = ConsumerRecord::builder("orders", 1, 0)
+        .timestamp(T0_MS)
+        .value("v")
+        .header(TRACEPARENT, Some(sender.header()))
+        .build();
     h.lanes.deliver(vec![plain], h.now);
     let (t, _) = dispatched(&h.actions());
     let a = h.handled(t, Err(BatchError::at(0, ProcessError::malformed("x"))));
