@@ -2,7 +2,8 @@
 //! through ottla's in-place batch iterator (CRC32C checked, and not), `kafka-protocol`'s
 //! `RecordBatchDecoder` (owned records; it always checks the CRC) and a minimal walker
 //! that only follows lengths. Prints ns per record and, with `--callgrind`, instructions
-//! per record counted by `valgrind --tool=callgrind`.
+//! per record counted by `valgrind --tool=callgrind`, then issue 21's decode targets
+//! (`bench::targets`, as `bench` prints its own).
 //!
 //! ```text
 //! cargo run --release -p protocol-tests --no-default-features --bin bench-decode -- [--callgrind]
@@ -45,6 +46,7 @@ use ottla::proto::fetch::batch::{BatchOptions, Batches, Compression};
 use ottla::proto::fetch::request::{FetchParams, FetchTarget, fetch_request, fetched_partitions};
 use ottla::proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
 use protocol_tests::arg;
+use protocol_tests::bench::targets::{self, Outcome};
 use protocol_tests::peer::Peer;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureRecord, Producer};
@@ -56,7 +58,6 @@ const VALUE_LEN: usize = 100;
 const PARTITION_FETCH_BYTES: i32 = 1 << 20;
 /// Batch header length up to the first record (v2).
 const BATCH_HEADER: usize = 61;
-const TARGET_RATIO: f64 = 1.3;
 
 fn main() -> ExitCode {
     if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-decode") {
@@ -448,16 +449,12 @@ fn callgrind(input: &Path, iters: u64, reference: Tally) -> anyhow::Result<()> {
         crc / walker,
         (walker + crc) / walker
     );
-    let ratio = per_record(results[2].1) / walker;
-    println!(
-        "target: ottla (CRC on) within {TARGET_RATIO}x of the walker's instructions per record: {ratio:.2}x, {}",
-        if ratio <= TARGET_RATIO {
-            "met"
-        } else {
-            "not met"
-        }
-    );
     println!("profiles: callgrind_annotate {}", results[2].2.display());
+    let ottla = per_record(results[2].1);
+    targets::print(&[
+        Outcome::new(targets::DECODE, vec![(stem.clone(), ottla)]),
+        Outcome::new(targets::DECODE_WALKER, vec![(stem, ottla / walker)]),
+    ]);
     Ok(())
 }
 
