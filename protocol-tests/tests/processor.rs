@@ -1944,3 +1944,71 @@ async fn mock_a_paused_processor_stays_in_its_group_past_max_poll_interval() {
         "one generation, never left: {group:?}"
     );
 }
+
+/// A [`Handler`] whose future borrows the record across its awaits: every record is
+/// handled with its own bytes, a record that fails once is retried (the lane kept it
+/// while the handler borrowed its copy), and the partition is committed to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_handler_whose_future_borrows_the_record_handles_every_record() {
+    struct Borrowing {
+        seen: Arc<Mutex<Vec<(i64, String)>>>,
+        failed: Arc<Mutex<BTreeSet<i64>>>,
+    }
+    impl ottla::processor::Handler for Borrowing {
+        async fn handle(
+            &self,
+            record: &ottla::ConsumerRecord,
+            _cancel: ottla::processor::Cancel,
+        ) -> Result<(), ProcessError> {
+            // Borrowed from the record, held across an await.
+            let value = std::str::from_utf8(record.value().unwrap_or_default())
+                .map_err(|e| ProcessError::malformed(e.to_string()))?;
+            tokio::task::yield_now().await;
+            if value == "flaky" && self.failed.lock().unwrap().insert(record.offset()) {
+                return Err(ProcessError::transient("Busy", "once"));
+            }
+            self.seen
+                .lock()
+                .unwrap()
+                .push((record.offset(), value.to_string()));
+            Ok(())
+        }
+    }
+    let topic = "borrowed";
+    let peer = one_partition(topic);
+    let values = ["a", "b", "flaky", "c", "d"];
+    produce_to_0(&peer, topic, &values).await;
+    let seen: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
+    let handler = Borrowing {
+        seen: seen.clone(),
+        failed: Arc::default(),
+    };
+    let log = MetricsLog::default();
+    let quick = RetryPolicy {
+        default: RetryBackoff {
+            max_retries: 3,
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(20),
+            multiplier: 1.0,
+            jitter: false,
+            min_delay: Duration::ZERO,
+        },
+        ..RetryPolicy::default()
+    };
+    let processor = processor_for(&peer, "borrowing", topic, quick, &log, "range").await;
+    let s = seen.clone();
+    let done = async move {
+        until("every record", || s.lock().unwrap().len() >= 5).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let stats = processor.run_handler(handler, done).await.expect("run");
+    let seen = seen.lock().unwrap().clone();
+    let expected: Vec<(i64, String)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as i64, v.to_string()))
+        .collect();
+    assert_eq!(seen, expected, "in order, each with its own bytes");
+    assert_eq!((stats.succeeded, stats.retries), (5, 1), "{stats:?}");
+    assert_eq!(committed_offset(&peer, "borrowing", topic).await, 5);
+}
