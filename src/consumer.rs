@@ -1013,8 +1013,9 @@ impl Consumer {
     /// [`Consumer::resume`]. They stay assigned and the member keeps heartbeating.
     pub fn pause(&self, partitions: &[TopicPartition]) {
         let mut f = lock(&self.shared.fetcher);
+        let now = Instant::now().into_std();
         for tp in partitions {
-            f.pause(tp);
+            f.pause(now, tp);
         }
     }
 
@@ -1630,8 +1631,9 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
         } => {
             {
                 let mut f = lock(&d.shared.fetcher);
+                let now = Instant::now().into_std();
                 for tp in partitions {
-                    f.pause(tp);
+                    f.pause(now, tp);
                     f.discard_buffered(tp);
                 }
             }

@@ -245,7 +245,7 @@ proptest! {
         f.handle_fetch(now, token, response);
         for (i, tp) in tps.iter().enumerate() {
             match (moves[i % moves.len()], i % 3) {
-                (true, 0) => f.pause(tp),
+                (true, 0) => f.pause(now, tp),
                 (true, _) => f.seek(tp, offsets[(i + 1) % offsets.len()] + 1),
                 _ => {}
             }

@@ -215,7 +215,8 @@ struct PartitionState {
     leader: Option<NodeId>,
     leader_epoch: i32,
     position: Position,
-    paused: bool,
+    /// `Some(since)`: paused by the application since then.
+    paused: Option<Instant>,
     high_watermark: i64,
     last_stable_offset: i64,
     log_start_offset: i64,
@@ -373,7 +374,7 @@ impl Fetcher {
                     leader: None,
                     leader_epoch: -1,
                     position,
-                    paused: false,
+                    paused: None,
                     high_watermark: -1,
                     last_stable_offset: -1,
                     log_start_offset: -1,
@@ -490,17 +491,19 @@ impl Fetcher {
     }
 
     /// Stops fetching a partition; its buffered records are held back until
-    /// [`Fetcher::resume`].
-    pub fn pause(&mut self, tp: &TopicPartition) {
+    /// [`Fetcher::resume`]. `now` is when: a Fetch that would only long-poll waits up
+    /// to `fetch.max.wait.ms` from then for a paused partition with data to get
+    /// (see [`Fetcher::poll_timeout`]).
+    pub fn pause(&mut self, now: Instant, tp: &TopicPartition) {
         if let Some(s) = self.partitions.get_mut(tp) {
-            s.paused = true;
+            s.paused.get_or_insert(now);
         }
     }
 
     /// Resumes a paused partition.
     pub fn resume(&mut self, tp: &TopicPartition) {
         if let Some(s) = self.partitions.get_mut(tp) {
-            s.paused = false;
+            s.paused = None;
         }
     }
 
@@ -508,7 +511,7 @@ impl Fetcher {
     pub fn paused(&self) -> Vec<TopicPartition> {
         self.partitions
             .iter()
-            .filter(|(_, s)| s.paused)
+            .filter(|(_, s)| s.paused.is_some())
             .map(|(tp, _)| tp.clone())
             .collect()
     }
@@ -633,7 +636,7 @@ impl Fetcher {
 
     fn fetchable(&self, now: Instant, s: &PartitionState) -> bool {
         matches!(s.position, Position::At { .. })
-            && !s.paused
+            && s.paused.is_none()
             && s.buffered.is_none()
             && s.leader.is_some()
             && s.retry_at.is_none_or(|t| now >= t)
@@ -652,12 +655,29 @@ impl Fetcher {
     /// for `fetch.max.wait.ms`, and the waiting partitions could not be fetched again
     /// until it returns, so the fetch waits (at most `fetch.max.wait.ms` after that data
     /// came) for them to drain and then goes out with them. Paused partitions' data
-    /// counts too. `Some(deadline)` while deferred.
+    /// counts too, and so does a partition paused (within that wait) with data still
+    /// to get: the Processor pauses a full lane's partition after draining it and
+    /// resumes it moments later, and a long poll sent meanwhile held it back for
+    /// `fetch.max.wait.ms` (the 1 KiB stall in docs/benchmarks.md). `Some(deadline)`
+    /// while deferred.
     fn deferred(&self, now: Instant, node: NodeId) -> Option<Instant> {
         let wait =
             Duration::from_millis(u64::try_from(self.config.params.max_wait_ms).unwrap_or(0));
         let committed = self.config.params.isolation == IsolationLevel::ReadCommitted;
+        let caught_up = |s: &PartitionState| {
+            let end = if committed && s.last_stable_offset >= 0 {
+                s.last_stable_offset
+            } else {
+                s.high_watermark
+            };
+            matches!(s.position, Position::At { offset, .. } if end >= 0 && offset >= end)
+        };
         let mut deadline: Option<Instant> = None;
+        let mut hold_until = |until: Instant| {
+            if now < until {
+                deadline = Some(deadline.map_or(until, |d| d.min(until)));
+            }
+        };
         for s in self.partitions.values() {
             if s.leader != Some(node) {
                 continue;
@@ -666,20 +686,15 @@ impl Fetcher {
                 // Paused ones too: a pause to hold back delivery (the Processor's lanes
                 // do it when full) usually ends within moments, and a long one costs the
                 // other partitions at most this one wait.
-                if now < since + wait {
-                    deadline = Some(deadline.map_or(since + wait, |d| d.min(since + wait)));
+                hold_until(since + wait);
+            } else if let Some(since) = s.paused {
+                // Likewise a pause of a partition that has more to fetch; a pause of a
+                // caught-up one (or a long one, past the wait) holds nothing back.
+                if !caught_up(s) && matches!(s.position, Position::At { .. }) {
+                    hold_until(since + wait);
                 }
-            } else if self.fetchable(now, s) {
-                let end = if committed && s.last_stable_offset >= 0 {
-                    s.last_stable_offset
-                } else {
-                    s.high_watermark
-                };
-                let caught_up =
-                    matches!(s.position, Position::At { offset, .. } if end >= 0 && offset >= end);
-                if !caught_up {
-                    return None;
-                }
+            } else if self.fetchable(now, s) && !caught_up(s) {
+                return None;
             }
         }
         deadline
@@ -1206,7 +1221,7 @@ impl Fetcher {
                 .completed
                 .get(i)
                 .and_then(|c| self.partitions.get(&c.tp))
-                .is_some_and(|s| s.paused);
+                .is_some_and(|s| s.paused.is_some());
             if paused {
                 i += 1;
                 continue;
@@ -1656,7 +1671,7 @@ mod tests {
             0,
             vec![(0, 0, Some(batch(0, 2))), (1, 0, Some(batch(0, 2)))],
         ));
-        f.pause(&tp(0));
+        f.pause(now, &tp(0));
         assert_eq!(drain(&mut f), vec![(1, 0), (1, 1)]);
         f.claim_fetches(now);
         let (req, _) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
@@ -1952,7 +1967,7 @@ mod tests {
         // buffer and resumes it moments later: without holding back, the caught-up
         // partitions' Fetch long-polled and the resumed one waited behind it.
         let (mut f, now) = buffered_and_caught_up();
-        f.pause(&tp(0));
+        f.pause(now, &tp(0));
         assert_eq!(f.claim_fetches(now), vec![]);
         // A pause that lasts: partition 1 is fetched once the wait is over, and every
         // time after.
@@ -1961,6 +1976,57 @@ mod tests {
         let (_, token) = f.build_fetch(late, NodeId(1), 16).expect("a fetch");
         f.handle_fetch(late, token, response_hw(55, vec![(1, None, 0)]));
         assert_eq!(f.claim_fetches(late), vec![NodeId(1)]);
+    }
+
+    #[test]
+    fn a_partition_paused_with_data_to_get_defers_a_fetch_that_would_only_long_poll() {
+        // The 1 KiB stall: the Processor drained partition 0 into a lane, paused it
+        // (the lane was full) and resumed it a moment later. Partition 1 is at the
+        // log end, so a Fetch sent meanwhile long-polled for fetch.max.wait.ms and
+        // partition 0, resumed, waited behind it.
+        let (mut f, now) = after_first_fetch(response_hw(
+            55,
+            vec![(0, Some(batch(0, 3)), 10), (1, None, 0)],
+        ));
+        assert_eq!(drain(&mut f), vec![(0, 0), (0, 1), (0, 2)]);
+        f.pause(now, &tp(0));
+        assert_eq!(f.claim_fetches(now), vec![], "only a long poll is possible");
+        let wait = Duration::from_millis(500);
+        assert_eq!(f.poll_timeout(), Some(now + wait));
+        let later = now + Duration::from_millis(5);
+        f.resume(&tp(0));
+        assert_eq!(f.claim_fetches(later), vec![NodeId(1)]);
+        let (req, token) = f.build_fetch(later, NodeId(1), 16).expect("a fetch");
+        assert_eq!(sent(&req), vec![(0, 3)], "partition 0 goes out at once");
+        f.handle_fetch(later, token, response_hw(55, vec![(0, None, 10)]));
+        // A pause that lasts holds the others back once, for the wait, no longer.
+        f.pause(later, &tp(0));
+        assert_eq!(f.claim_fetches(later), vec![]);
+        assert_eq!(f.claim_fetches(later + wait), vec![NodeId(1)]);
+    }
+
+    #[test]
+    fn a_paused_partition_at_the_log_end_holds_nothing_back() {
+        let (mut f, now) = after_first_fetch(response_hw(
+            55,
+            vec![(0, Some(batch(0, 3)), 3), (1, None, 10)],
+        ));
+        assert_eq!(drain(&mut f), vec![(0, 0), (0, 1), (0, 2)]);
+        f.pause(now, &tp(0));
+        assert_eq!(
+            f.claim_fetches(now),
+            vec![NodeId(1)],
+            "partition 1 has data to get"
+        );
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(now, token, response_hw(55, vec![(1, None, 0)]));
+        let (mut g, now) = after_first_fetch(response_hw(
+            55,
+            vec![(0, Some(batch(0, 3)), 3), (1, None, 0)],
+        ));
+        assert_eq!(drain(&mut g), vec![(0, 0), (0, 1), (0, 2)]);
+        g.pause(now, &tp(0));
+        assert_eq!(g.claim_fetches(now), vec![NodeId(1)], "nothing to wait for");
     }
 
     #[test]
