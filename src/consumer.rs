@@ -36,6 +36,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -644,6 +645,7 @@ impl ConsumerBuilder {
             waker: Mutex::new(None),
             wake_driver: Notify::new(),
             app: Mutex::new(AppState::default()),
+            revoke_pending: AtomicBool::new(false),
         });
         let (commands, rx) = mpsc::unbounded_channel();
         let (events_tx, events) = crate::event_queue::channel();
@@ -700,6 +702,8 @@ struct Shared {
     /// Buffer room freed, or a pause lifted: the task may fetch again.
     wake_driver: Notify,
     app: Mutex<AppState>,
+    /// Set after `AppState::revoking` is: a poll reads the flag, not the lock.
+    revoke_pending: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -823,6 +827,10 @@ impl Consumer {
         self.note_alive();
         lock(&self.shared.fetcher).mark_consumed();
         if self.manual_revocation {
+            return;
+        }
+        // A flag first: a lock per poll cost `recv` more than the record it returned.
+        if !self.shared.revoke_pending.swap(false, Ordering::AcqRel) {
             return;
         }
         let revoking = lock(&self.shared.app).revoking.take();
@@ -1638,6 +1646,7 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
                 }
             }
             lock(&d.shared.app).revoking = Some((*generation, partitions.clone()));
+            d.shared.revoke_pending.store(true, Ordering::Release);
             d.shared.wake_app();
         }
         Event::Lost { partitions, .. } => {

@@ -262,7 +262,20 @@ fn run_child(
     limit: Duration,
     log: Option<&Path>,
 ) -> anyhow::Result<Sample> {
-    let mut child = Command::new(exe)
+    // OTTLA_BENCH_CHILD_WRAP runs each child under a tool, for instance
+    // `valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p` (then give a long
+    // `--timeout`): the instructions of one client's whole consume.
+    let wrap = std::env::var("OTTLA_BENCH_CHILD_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    let mut command = match words.next() {
+        Some(tool) => {
+            let mut c = Command::new(tool);
+            c.args(words).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

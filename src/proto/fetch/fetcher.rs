@@ -223,6 +223,37 @@ struct PartitionState {
     retry_at: Option<Instant>,
     /// Fetched data of this partition waits in the buffer, since this time.
     buffered: Option<Instant>,
+    /// What [`Fetcher::consumed`] reports while `moved_round` is the current round:
+    /// the position as the round began. In a later round, the position itself.
+    consumed: Option<(i64, i32)>,
+    /// The last [`Fetcher::mark_consumed`] round in which the position moved (0: none).
+    moved_round: u64,
+}
+
+impl PartitionState {
+    /// What [`Fetcher::consumed`] reports in `round`: the position as of the round's
+    /// start. Marking a round is one increment, not a set of the partitions that moved
+    /// (a lookup, an insert and a name cloned per record `recv` delivered).
+    fn consumed_in(&self, round: u64) -> Option<(i64, i32)> {
+        if self.moved_round == round {
+            return self.consumed;
+        }
+        match self.position {
+            Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch))) => {
+                Some((offset, epoch))
+            }
+            _ => self.consumed,
+        }
+    }
+
+    /// Moves the position, keeping what the round began with for [`Fetcher::consumed`].
+    fn set_position(&mut self, round: u64, position: Position) {
+        if self.moved_round != round {
+            self.consumed = self.consumed_in(round);
+            self.moved_round = round;
+        }
+        self.position = position;
+    }
 }
 
 /// One partition's fetched data, drained record by record.
@@ -239,9 +270,6 @@ struct Completed {
     pending_error: Option<FetchError>,
     batch_epoch: i32,
     batch_end: i64,
-    /// The [`Fetcher::dirty_round`] in which this partition was last put into `dirty`
-    /// from here (0: never): one set lookup per round, not one clone per record.
-    dirty_round: u64,
 }
 
 /// What one fetch session (KIP-227) with a broker holds.
@@ -308,11 +336,8 @@ pub struct Fetcher {
     errors: VecDeque<FetchError>,
     events: VecDeque<FetcherEvent>,
     metadata_needed: bool,
-    /// Partitions whose position moved since [`Fetcher::mark_consumed`].
-    dirty: BTreeSet<TopicPartition>,
     /// Counts the calls of [`Fetcher::mark_consumed`], from 1.
-    dirty_round: u64,
-    consumed: BTreeMap<TopicPartition, (i64, i32)>,
+    round: u64,
     /// The earliest end of a deferred fetch (see [`Fetcher::deferred`]), as of the last
     /// [`Fetcher::claim_fetches`].
     deferred_until: Option<Instant>,
@@ -338,9 +363,7 @@ impl Fetcher {
             errors: VecDeque::new(),
             events: VecDeque::new(),
             metadata_needed: false,
-            dirty: BTreeSet::new(),
-            dirty_round: 1,
-            consumed: BTreeMap::new(),
+            round: 1,
             deferred_until: None,
             rotation: 0,
         }
@@ -380,6 +403,8 @@ impl Fetcher {
                     log_start_offset: -1,
                     retry_at: None,
                     buffered: None,
+                    consumed: None,
+                    moved_round: 0,
                 },
             );
         }
@@ -431,8 +456,6 @@ impl Fetcher {
                     out.push((tp.clone(), offset, epoch));
                 }
             }
-            self.consumed.remove(tp);
-            self.dirty.remove(tp);
         }
         let gone: BTreeSet<&TopicPartition> = partitions.iter().collect();
         self.drop_completed(|c| gone.contains(&c.tp));
@@ -458,17 +481,17 @@ impl Fetcher {
             self.reset_position(tp, ResetReason::NoCommittedOffset)
         };
         if let Some(s) = self.partitions.get_mut(tp) {
-            s.position = position;
+            s.set_position(self.round, position);
+            // The committed offset is what was consumed, from now on.
+            s.consumed = Some((offset, leader_epoch));
         }
-        self.consumed.insert(tp.clone(), (offset, leader_epoch));
     }
 
     /// Moves a partition to `offset` (also restarts a stopped partition).
     pub fn seek(&mut self, tp: &TopicPartition, offset: i64) {
         if let Some(s) = self.partitions.get_mut(tp) {
-            s.position = Position::At { offset, epoch: -1 };
+            s.set_position(self.round, Position::At { offset, epoch: -1 });
             s.retry_at = None;
-            self.dirty.insert(tp.clone());
         }
         self.drop_completed(|c| &c.tp == tp);
     }
@@ -478,7 +501,7 @@ impl Fetcher {
         if self.partitions.contains_key(tp) {
             let position = self.reset_position(tp, ResetReason::Requested);
             if let Some(s) = self.partitions.get_mut(tp) {
-                s.position = position;
+                s.set_position(self.round, position);
             }
         }
         self.drop_completed(|c| &c.tp == tp);
@@ -550,23 +573,19 @@ impl Fetcher {
     /// Records that the application finished everything delivered so far (it came back
     /// for more): those positions become the ones [`Fetcher::consumed`] reports.
     pub fn mark_consumed(&mut self) {
-        self.dirty_round += 1;
-        for tp in std::mem::take(&mut self.dirty) {
-            if let Some(Position::At { offset, epoch } | Position::Stopped(Some((offset, epoch)))) =
-                self.partitions.get(&tp).map(|s| &s.position)
-            {
-                self.consumed.insert(tp, (*offset, *epoch));
-            }
-        }
+        self.round += 1;
     }
 
     /// Positions as of the last [`Fetcher::mark_consumed`], for partitions in `only`
     /// (all when `None`); partitions never delivered from are left out.
     pub fn consumed(&self, only: Option<&[TopicPartition]>) -> Vec<(TopicPartition, i64, i32)> {
-        self.consumed
+        self.partitions
             .iter()
-            .filter(|(tp, (offset, _))| *offset >= 0 && only.is_none_or(|o| o.contains(tp)))
-            .map(|(tp, (o, e))| (tp.clone(), *o, *e))
+            .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+            .filter_map(|(tp, s)| {
+                let (offset, epoch) = s.consumed_in(self.round)?;
+                (offset >= 0).then(|| (tp.clone(), offset, epoch))
+            })
             .collect()
     }
 
@@ -993,7 +1012,6 @@ impl Fetcher {
                 pending_error: None,
                 batch_epoch: -1,
                 batch_end: fetch_offset,
-                dirty_round: 0,
             });
             return counted;
         }
@@ -1008,7 +1026,7 @@ impl Fetcher {
                     },
                 );
                 if let Some(s) = self.partitions.get_mut(tp) {
-                    s.position = position;
+                    s.set_position(self.round, position);
                 }
             }
             _ if needs_metadata_refresh(code)
@@ -1025,7 +1043,7 @@ impl Fetcher {
                 | ResponseError::CorruptMessage
                 | ResponseError::UnsupportedCompressionType,
             ) => {
-                s.position = Position::Stopped(Some((fetch_offset, -1)));
+                s.set_position(self.round, Position::Stopped(Some((fetch_offset, -1))));
                 self.stop(FetchError::Broker {
                     topic: tp.topic.clone(),
                     partition: tp.partition,
@@ -1089,7 +1107,7 @@ impl Fetcher {
             if s.leader != Some(node) || s.retry_at.is_some_and(|t| now < t) {
                 continue;
             }
-            s.position = Position::Resetting(node, reason);
+            s.set_position(self.round, Position::Resetting(node, reason));
             let mut p = ListOffsetsPartition::default()
                 .with_partition_index(tp.partition)
                 .with_timestamp(timestamp);
@@ -1130,7 +1148,7 @@ impl Fetcher {
         for s in self.partitions.values_mut() {
             if let Position::Resetting(n, reason) = s.position {
                 if n == node {
-                    s.position = Position::NeedsReset(reason);
+                    s.set_position(self.round, Position::NeedsReset(reason));
                     s.retry_at = Some(retry_at);
                 }
             }
@@ -1166,12 +1184,14 @@ impl Fetcher {
                 }
                 answered.insert(tp.clone());
                 if p.error_code == 0 && p.offset >= 0 {
-                    s.position = Position::At {
-                        offset: p.offset,
-                        epoch: p.leader_epoch,
-                    };
+                    s.set_position(
+                        self.round,
+                        Position::At {
+                            offset: p.offset,
+                            epoch: p.leader_epoch,
+                        },
+                    );
                     s.retry_at = None;
-                    self.dirty.insert(tp.clone());
                     debug!(%tp, offset = p.offset, ?reason, "position reset");
                     self.events.push_back(FetcherEvent::OffsetReset {
                         partition: tp,
@@ -1180,13 +1200,13 @@ impl Fetcher {
                     });
                     continue;
                 }
-                s.position = Position::NeedsReset(reason);
+                s.set_position(self.round, Position::NeedsReset(reason));
                 s.retry_at = Some(retry_at);
                 if needs_metadata_refresh(p.error_code) {
                     s.leader = None;
                     self.need_metadata();
                 } else if p.error_code == ResponseError::TopicAuthorizationFailed.code() {
-                    s.position = Position::Stopped(None);
+                    s.set_position(self.round, Position::Stopped(None));
                     self.stop(FetchError::Broker {
                         topic: tp.topic.clone(),
                         partition: tp.partition,
@@ -1200,7 +1220,7 @@ impl Fetcher {
         for (tp, s) in &mut self.partitions {
             if let Position::Resetting(n, reason) = s.position {
                 if n == node && !answered.contains(tp) {
-                    s.position = Position::NeedsReset(reason);
+                    s.set_position(self.round, Position::NeedsReset(reason));
                     s.retry_at = Some(retry_at);
                 }
             }
@@ -1212,29 +1232,14 @@ impl Fetcher {
     /// The next record (or error) for the application, from partitions that are not
     /// paused. `None`: nothing buffered is deliverable now.
     pub fn next_record(&mut self) -> Option<Result<ConsumerRecord, FetchError>> {
-        if let Some(e) = self.errors.pop_front() {
-            return Some(Err(e));
+        let mut one = None;
+        match self.drain(|r| {
+            one = Some(r);
+            true
+        }) {
+            Some(e) => Some(Err(e)),
+            None => one.map(Ok),
         }
-        let mut i = 0;
-        while i < self.completed.len() {
-            let paused = self
-                .completed
-                .get(i)
-                .and_then(|c| self.partitions.get(&c.tp))
-                .is_some_and(|s| s.paused.is_some());
-            if paused {
-                i += 1;
-                continue;
-            }
-            match self.drain_one(i) {
-                Drain::Record(r) => return Some(Ok(r)),
-                Drain::Error(e) => return Some(Err(e)),
-                Drain::Exhausted => {
-                    self.remove_completed(i);
-                }
-            }
-        }
-        None
     }
 
     /// Up to `max` records (stops early at an error, which is returned after them on the
@@ -1244,17 +1249,40 @@ impl Fetcher {
         max: usize,
         out: &mut Vec<ConsumerRecord>,
     ) -> Option<FetchError> {
-        while out.len() < max {
-            match self.next_record() {
-                Some(Ok(r)) => out.push(r),
-                Some(Err(e)) => {
-                    if out.is_empty() {
-                        return Some(e);
-                    }
-                    self.errors.push_front(e);
-                    break;
-                }
-                None => break,
+        if out.len() >= max {
+            return None;
+        }
+        // Reserved once (up to 512): growing by doubling copied the records again.
+        out.reserve((max - out.len()).min(512));
+        let had = !out.is_empty();
+        let mut added = false;
+        let error = self.drain(|r| {
+            out.push(r);
+            added = true;
+            out.len() >= max
+        })?;
+        if had || added {
+            // Records first: the error comes on the next call.
+            self.errors.push_front(error);
+            return None;
+        }
+        Some(error)
+    }
+
+    /// Hands records of the partitions that are not paused to `take` until it returns
+    /// true (full) or nothing deliverable is left; an error ends it. Each partition's
+    /// state is looked up once per run of its records, not once per record.
+    fn drain(&mut self, mut take: impl FnMut(ConsumerRecord) -> bool) -> Option<FetchError> {
+        if let Some(e) = self.errors.pop_front() {
+            return Some(e);
+        }
+        let mut i = 0;
+        while i < self.completed.len() {
+            match self.drain_run(i, &mut take) {
+                Drain::Full => return None,
+                Drain::Error(e) => return Some(e),
+                Drain::Paused => i += 1,
+                Drain::Exhausted => self.remove_completed(i),
             }
         }
         None
@@ -1286,13 +1314,17 @@ impl Fetcher {
         }
     }
 
-    fn drain_one(&mut self, i: usize) -> Drain {
+    /// Hands the records of `completed[i]` to `take`, decoding its batches as it goes.
+    fn drain_run(&mut self, i: usize, take: &mut impl FnMut(ConsumerRecord) -> bool) -> Drain {
         let Some(c) = self.completed.get_mut(i) else {
             return Drain::Exhausted;
         };
         let Some(s) = self.partitions.get_mut(&c.tp) else {
             return Drain::Exhausted;
         };
+        if s.paused.is_some() {
+            return Drain::Paused;
+        }
         loop {
             let Position::At { offset, .. } = s.position else {
                 return Drain::Exhausted;
@@ -1303,19 +1335,20 @@ impl Fetcher {
                     // Compaction may leave a gap at the end of a batch.
                     next = next.max(c.batch_end);
                 }
-                s.position = Position::At {
-                    offset: next,
-                    epoch: c.batch_epoch,
-                };
-                // Once per round: a clone per record is an allocation and a free.
-                if c.dirty_round != self.dirty_round {
-                    c.dirty_round = self.dirty_round;
-                    self.dirty.insert(c.tp.clone());
+                s.set_position(
+                    self.round,
+                    Position::At {
+                        offset: next,
+                        epoch: c.batch_epoch,
+                    },
+                );
+                if take(record) {
+                    return Drain::Full;
                 }
-                return Drain::Record(record);
+                continue;
             }
             if let Some(error) = c.pending_error.take() {
-                s.position = Position::Stopped(Some((offset, c.batch_epoch)));
+                s.set_position(self.round, Position::Stopped(Some((offset, c.batch_epoch))));
                 warn!(%error, "partition stopped");
                 self.events
                     .push_back(FetcherEvent::PartitionStopped(error.clone()));
@@ -1330,7 +1363,7 @@ impl Fetcher {
                         offset: source.base_offset.max(offset),
                         source,
                     };
-                    s.position = Position::Stopped(Some((offset, c.batch_epoch)));
+                    s.set_position(self.round, Position::Stopped(Some((offset, c.batch_epoch))));
                     warn!(%error, "partition stopped");
                     self.events
                         .push_back(FetcherEvent::PartitionStopped(error.clone()));
@@ -1345,11 +1378,13 @@ impl Fetcher {
             let admitted = c.filter.as_mut().is_none_or(|f| f.admit(&batch)) && !batch.is_control();
             if !admitted {
                 // Control batches and aborted transactions are skipped, position and all.
-                s.position = Position::At {
-                    offset: end,
-                    epoch: batch.partition_leader_epoch,
-                };
-                self.dirty.insert(c.tp.clone());
+                s.set_position(
+                    self.round,
+                    Position::At {
+                        offset: end,
+                        epoch: batch.partition_leader_epoch,
+                    },
+                );
                 continue;
             }
             c.batch_epoch = batch.partition_leader_epoch;
@@ -1397,18 +1432,27 @@ impl Fetcher {
             }
             if c.records.is_empty() && c.pending_error.is_none() {
                 // Every record was before the position (or the batch was empty).
-                s.position = Position::At {
-                    offset: end,
-                    epoch: batch.partition_leader_epoch,
-                };
+                s.set_position(
+                    self.round,
+                    Position::At {
+                        offset: end,
+                        epoch: batch.partition_leader_epoch,
+                    },
+                );
             }
         }
     }
 }
 
+/// How a run of one partition's buffered records ended.
 enum Drain {
-    Record(ConsumerRecord),
+    /// The taker is full.
+    Full,
+    /// The partition stopped here.
     Error(FetchError),
+    /// The partition is paused: its records wait.
+    Paused,
+    /// Nothing left of this fetched data.
     Exhausted,
 }
 
@@ -1822,6 +1866,48 @@ mod tests {
             f.build_fetch(later, NodeId(2), 16).expect("still node 2")
         };
         assert_eq!(sent(&req), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn a_batch_of_records_ends_before_the_error_which_comes_next() {
+        // next_records hands out the good records and keeps the error for the next
+        // call, also when `out` held records before the call.
+        let corrupt_after_two = || {
+            let (mut f, now) = started(FetcherConfig::default());
+            f.claim_fetches(now);
+            let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+            let mut bad = batch(2, 2).to_vec();
+            let last = bad.len() - 1;
+            bad[last] ^= 0x40;
+            let mut both = batch(0, 2).to_vec();
+            both.extend_from_slice(&bad);
+            f.handle_fetch(
+                now,
+                token,
+                response(0, vec![(0, 0, Some(Bytes::from(both)))]),
+            );
+            f
+        };
+        let mut f = corrupt_after_two();
+        let mut out = Vec::new();
+        assert_eq!(f.next_records(10, &mut out), None, "records first");
+        assert_eq!(out.iter().map(|r| r.offset()).collect::<Vec<_>>(), [0, 1]);
+        assert!(matches!(
+            f.next_records(10, &mut Vec::new()),
+            Some(FetchError::Corrupt { offset: 2, .. })
+        ));
+        // A caller's `out` that already holds a record: the error waits too.
+        let mut f = corrupt_after_two();
+        let mut out = Vec::new();
+        assert_eq!(f.next_records(1, &mut out), None);
+        assert_eq!(f.next_records(5, &mut out), None, "out is not empty");
+        assert_eq!(out.len(), 2);
+        let mut fresh = Vec::new();
+        assert!(matches!(
+            f.next_records(5, &mut fresh),
+            Some(FetchError::Corrupt { .. })
+        ));
+        assert!(fresh.is_empty());
     }
 
     #[test]

