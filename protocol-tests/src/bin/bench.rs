@@ -23,6 +23,10 @@
 //! still 3 runs (about 90 s; the flags above override any of it). `--child-logs DIR` keeps each child's
 //! stderr there (its log, with `RUST_LOG` set). Clients known not to work on a broker
 //! (`Client::known_blocker`) are listed as n/a without running, unless `--try-all`.
+//! `OTTLA_BENCH_CHILD_WRAP` runs every child under a tool, for an instruction profile
+//! of one client's whole consume:
+//! `OTTLA_BENCH_CHILD_WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p"`
+//! with a long `--timeout` (docs/benchmarks.md, issue 21).
 
 use std::process::ExitCode;
 

@@ -1869,6 +1869,51 @@ mod tests {
     }
 
     #[test]
+    fn consumed_positions_are_those_of_the_last_poll() {
+        // What a commit reads: everything delivered before the application came back
+        // (mark_consumed), never the record it holds now.
+        let (mut f, now) = after_first_fetch(response_hw(
+            55,
+            vec![(0, Some(batch(0, 3)), 3), (1, None, 0)],
+        ));
+        let at = |f: &Fetcher| f.consumed(Some(&[tp(0)]));
+        assert_eq!(
+            at(&f),
+            vec![(tp(0), 0, -1)],
+            "the committed offset, at once"
+        );
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset())), Some(Ok(0)));
+        assert_eq!(
+            at(&f),
+            vec![(tp(0), 0, -1)],
+            "record 0 is in the application's hands"
+        );
+        f.mark_consumed();
+        assert_eq!(at(&f), vec![(tp(0), 1, 4)]);
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset())), Some(Ok(1)));
+        assert_eq!(f.next_record().map(|r| r.map(|r| r.offset())), Some(Ok(2)));
+        assert_eq!(at(&f), vec![(tp(0), 1, 4)], "two more in hand, one poll");
+        f.mark_consumed();
+        f.mark_consumed();
+        assert_eq!(
+            at(&f),
+            vec![(tp(0), 3, 4)],
+            "rounds without records keep it"
+        );
+        // A seek counts from the next poll, as a delivery does.
+        f.seek(&tp(0), 1);
+        assert_eq!(at(&f), vec![(tp(0), 3, 4)]);
+        f.mark_consumed();
+        assert_eq!(at(&f), vec![(tp(0), 1, -1)]);
+        assert_eq!(
+            f.consumed(None),
+            vec![(tp(0), 1, -1), (tp(1), 0, -1)],
+            "every partition with a position"
+        );
+        let _ = now;
+    }
+
+    #[test]
     fn a_batch_of_records_ends_before_the_error_which_comes_next() {
         // next_records hands out the good records and keeps the error for the next
         // call, also when `out` held records before the call.
