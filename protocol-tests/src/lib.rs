@@ -55,3 +55,20 @@ pub fn arg(name: &str, default: u64) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// A retry policy of `max_retries` retries 20 ms apart, without jitter: for the suites
+/// that wait for a record's retries and dead letter.
+pub fn quick_retries(max_retries: u32) -> ottla::processor::RetryPolicy {
+    use ottla::processor::{RetryBackoff, RetryPolicy};
+    RetryPolicy {
+        default: RetryBackoff {
+            max_retries,
+            initial: std::time::Duration::from_millis(20),
+            max: std::time::Duration::from_millis(20),
+            multiplier: 1.0,
+            jitter: false,
+            min_delay: std::time::Duration::ZERO,
+        },
+        ..RetryPolicy::default()
+    }
+}

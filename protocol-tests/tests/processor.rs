@@ -1198,17 +1198,7 @@ async fn mock_retry_topics_wait_their_delay_then_dead_letter() {
         })
     };
     let log = MetricsLog::default();
-    let quick = RetryPolicy {
-        default: RetryBackoff {
-            max_retries: 1,
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(20),
-            multiplier: 1.0,
-            jitter: false,
-            min_delay: Duration::ZERO,
-        },
-        ..RetryPolicy::default()
-    };
+    let quick = protocol_tests::quick_retries(1);
     let processor = test_builder(&peer, "rt", topic, quick)
         .retry_topics(delays)
         .commit_interval(Some(Duration::from_millis(100)))
@@ -1984,17 +1974,7 @@ async fn mock_a_handler_whose_future_borrows_the_record_handles_every_record() {
         failed: Arc::default(),
     };
     let log = MetricsLog::default();
-    let quick = RetryPolicy {
-        default: RetryBackoff {
-            max_retries: 3,
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(20),
-            multiplier: 1.0,
-            jitter: false,
-            min_delay: Duration::ZERO,
-        },
-        ..RetryPolicy::default()
-    };
+    let quick = protocol_tests::quick_retries(3);
     let processor = processor_for(&peer, "borrowing", topic, quick, &log, "range").await;
     let s = seen.clone();
     let done = async move {

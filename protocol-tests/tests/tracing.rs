@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ottla::consumer::{Consumer, OffsetReset};
-use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, owned, retry_topic};
+use ottla::processor::{ProcessError, Processor, owned, retry_topic};
 use ottla::producer::{Producer, ProducerRecord};
 use ottla::trace::TraceContext;
 use protocol_tests::peer::Peer;
@@ -128,20 +128,6 @@ fn field<'a>(span: &'a SpanSeen, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{name} missing in {span:?}"))
 }
 
-fn quick(max_retries: u32) -> RetryPolicy {
-    RetryPolicy {
-        default: RetryBackoff {
-            max_retries,
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(20),
-            multiplier: 1.0,
-            jitter: false,
-            min_delay: Duration::ZERO,
-        },
-        ..RetryPolicy::default()
-    }
-}
-
 /// Runs `processor` with `handler` until `want` records were dead-lettered (or 60 s).
 async fn run_until_dead_lettered<H, F>(processor: Processor, want: u64, handler: H)
 where
@@ -170,7 +156,7 @@ async fn mock_a_dead_lettered_record_continues_its_trace_through_the_handler() {
     produce_traced(&peer, "traced", "poison").await;
 
     let processor = Processor::builder(&peer.bootstrap(), "traced-group", ["traced"])
-        .retry_policy(quick(2))
+        .retry_policy(protocol_tests::quick_retries(2))
         .consumer(|c| c.offset_reset(OffsetReset::Earliest))
         .build()
         .await
@@ -266,7 +252,7 @@ async fn mock_a_record_keeps_one_trace_through_a_retry_topic_to_its_dead_letter(
     }
     produce_traced(&peer, topic, "always fails").await;
     let processor = Processor::builder(&peer.bootstrap(), "hopping-group", [topic])
-        .retry_policy(quick(0))
+        .retry_policy(protocol_tests::quick_retries(0))
         .retry_topics(vec![delay])
         .consumer(|c| c.offset_reset(OffsetReset::Earliest))
         .build()
@@ -467,7 +453,7 @@ async fn mock_a_batch_handlers_dead_letter_passes_the_records_own_trace_on() {
     }
     producer.close().await;
     let processor = Processor::builder(&peer.bootstrap(), "batched-group", ["batched"])
-        .retry_policy(quick(0))
+        .retry_policy(protocol_tests::quick_retries(0))
         .consumer(|c| c.offset_reset(OffsetReset::Earliest))
         .build()
         .await
