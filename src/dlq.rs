@@ -47,7 +47,7 @@ pub struct DlqEntry {
 }
 
 fn header<'a>(r: &'a ConsumerRecord, name: &str) -> Option<&'a [u8]> {
-    r.headers().first(name).and_then(|h| h.value())
+    r.header(name).and_then(|h| h.value())
 }
 
 fn text(r: &ConsumerRecord, name: &str) -> Option<String> {

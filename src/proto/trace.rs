@@ -104,19 +104,15 @@ pub fn of_headers<K: AsRef<[u8]>, V: AsRef<[u8]>>(
 
 /// The trace context a consumed record carries ([`of_headers`], read in place).
 pub fn of_record(record: &crate::proto::fetch::record::ConsumerRecord) -> Option<TraceContext> {
-    if !record.has_headers() {
-        return None;
-    }
     record
-        .headers()
-        .first(TRACEPARENT)
+        .header(TRACEPARENT)
         .and_then(|h| h.value())
         .and_then(TraceContext::parse)
 }
 
 /// Whether a consumed record has a `traceparent` header ([`has_header`], read in place).
 pub fn record_has_header(record: &crate::proto::fetch::record::ConsumerRecord) -> bool {
-    record.has_headers() && record.headers().first(TRACEPARENT).is_some()
+    record.header(TRACEPARENT).is_some()
 }
 
 /// Whether `headers` has a `traceparent` header (valid or not: a record that names its

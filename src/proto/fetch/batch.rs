@@ -11,7 +11,7 @@ use std::io::Read;
 
 use bytes::{Buf, Bytes};
 
-use super::record::{Headers, Span};
+use super::record::{Headers, Span, nullable};
 
 /// A batch-level failure, naming where it happened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -657,18 +657,15 @@ fn varlong_long(b: &mut &[u8]) -> Option<i64> {
 /// `end` in the batch's bytes) and returned as their place there.
 #[inline(always)]
 fn span(end: usize, r: &mut &[u8]) -> Option<Span> {
-    let len = varint(r)?;
-    let Ok(len) = usize::try_from(len) else {
+    let Some(field) = nullable(r)? else {
         return Some(Span::NULL);
     };
-    let rest = r.get(len..)?;
-    // `r` lies inside the batch's bytes and ends at `end`, so `start..start + len`
-    // does too, and the batch is under 4 GiB.
-    let start = end - r.len();
-    *r = rest;
+    // `r` lies inside the batch's bytes and ends at `end`; the field ends where `r`
+    // now starts. The batch is under 4 GiB.
+    let start = end - r.len() - field.len();
     Some(Span {
         start: start as u32,
-        len: len as u32,
+        len: field.len() as u32,
     })
 }
 

@@ -1406,15 +1406,7 @@ impl Fetcher {
             for record in batch.records() {
                 match record {
                     Ok(r) if r.offset < offset => {}
-                    Ok(r) => c.records.push_back(ConsumerRecord::new(
-                        shared.clone(),
-                        r.offset,
-                        r.timestamp,
-                        r.key,
-                        r.value,
-                        r.headers,
-                        r.header_count,
-                    )),
+                    Ok(r) => c.records.push_back(ConsumerRecord::new(shared.clone(), &r)),
                     Err(source) => {
                         // The records before the bad one are delivered; the partition
                         // stops right after them.

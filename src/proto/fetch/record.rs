@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::batch::varint;
+use super::batch::{Record, varint};
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::produce::encode::put_bytes;
 
@@ -125,23 +125,17 @@ impl Span {
 }
 
 impl ConsumerRecord {
-    pub(crate) fn new(
-        shared: Arc<Shared>,
-        offset: i64,
-        timestamp: i64,
-        key: Span,
-        value: Span,
-        headers: Span,
-        header_count: u32,
-    ) -> Self {
+    /// The record `r` of the batch whose bytes and coordinates `shared` holds.
+    #[inline]
+    pub(crate) fn new(shared: Arc<Shared>, r: &Record<'_>) -> Self {
         Self {
             shared,
-            offset,
-            timestamp,
-            key,
-            value,
-            headers,
-            header_count,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+            header_count: r.header_count,
         }
     }
 
@@ -229,6 +223,16 @@ impl ConsumerRecord {
             rest: self.headers.get(&self.shared.data).unwrap_or_default(),
             remaining: self.header_count,
         }
+    }
+
+    /// The first header named `key` (`headers().first(key)`), with the usual record,
+    /// which has no header, answered by one comparison before any parsing.
+    #[inline]
+    pub fn header(&self, key: &str) -> Option<Header<'_>> {
+        if self.header_count == 0 {
+            return None;
+        }
+        self.headers().first(key)
     }
 
     /// Whether the record has any header.
@@ -497,15 +501,15 @@ impl ConsumerRecordBuilder {
             self.timestamp_type,
             data.freeze(),
         );
-        ConsumerRecord::new(
+        ConsumerRecord {
             shared,
-            self.offset,
-            self.timestamp,
+            offset: self.offset,
+            timestamp: self.timestamp,
             key,
             value,
             headers,
-            to_u32(self.headers.len()),
-        )
+            header_count: to_u32(self.headers.len()),
+        }
     }
 }
 
@@ -556,6 +560,8 @@ mod tests {
             Some(&b"2"[..])
         );
         assert!(r.headers().first("c").is_none());
+        assert_eq!(r.header("a").and_then(|h| h.value()), Some(&b"1"[..]));
+        assert!(r.header("c").is_none());
         assert_eq!(
             r.headers_owned(),
             vec![
@@ -575,6 +581,7 @@ mod tests {
         assert_eq!(r.value_bytes(), None);
         assert!(!r.has_headers());
         assert_eq!(r.headers().count(), 0);
+        assert!(r.header("k").is_none());
         assert_eq!(r.leader_epoch(), None);
     }
 

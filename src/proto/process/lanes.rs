@@ -394,12 +394,9 @@ const RETRY_TOPIC: &str = "ottla.retry.topic";
 const RETRY_PARTITION: &str = "ottla.retry.partition";
 const RETRY_OFFSET: &str = "ottla.retry.offset";
 
+#[inline]
 fn header_str(r: &ConsumerRecord, name: &str) -> Option<String> {
-    if !r.has_headers() {
-        return None;
-    }
-    r.headers()
-        .first(name)
+    r.header(name)
         .and_then(|h| h.value())
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
@@ -407,9 +404,6 @@ fn header_str(r: &ConsumerRecord, name: &str) -> Option<String> {
 /// The retry hop of a record (0: not from a retry topic).
 #[inline]
 fn hop_of(r: &ConsumerRecord) -> u32 {
-    if !r.has_headers() {
-        return 0;
-    }
     header_str(r, RETRY_HOP)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
