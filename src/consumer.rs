@@ -714,6 +714,9 @@ struct AppState {
     fatal: Option<Error>,
     /// A TLS or authentication failure not yet reported to the application.
     security: Option<Error>,
+    /// A group error the member keeps retrying through ([`Error::GroupRetrying`]), not
+    /// yet reported to the application; a newer one replaces it.
+    group_retrying: Option<Error>,
     /// The task has stopped.
     stopped: bool,
     /// Last known committed offsets.
@@ -876,6 +879,9 @@ impl Consumer {
                 if let Some(e) = app.security.take() {
                     return Poll::Ready(Err(e));
                 }
+                if let Some(e) = app.group_retrying.take() {
+                    return Poll::Ready(Err(e));
+                }
                 if app.stopped {
                     return Poll::Ready(Err(Error::Closed));
                 }
@@ -917,6 +923,9 @@ impl Consumer {
                     return Poll::Ready(Some(Err(e)));
                 }
                 if let Some(e) = app.security.take() {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                if let Some(e) = app.group_retrying.take() {
                     return Poll::Ready(Some(Err(e)));
                 }
                 if app.stopped {
@@ -1654,6 +1663,10 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
         }
         Event::Fatal(e) => {
             lock(&d.shared.app).fatal = Some(Error::Group(e.clone()));
+            d.shared.wake_app();
+        }
+        Event::Error(e) => {
+            lock(&d.shared.app).group_retrying = Some(Error::GroupRetrying(e.clone()));
             d.shared.wake_app();
         }
         _ => {}

@@ -397,6 +397,12 @@ pub enum Error {
     /// The group member failed for good.
     #[error(transparent)]
     Group(#[from] crate::proto::group::member::GroupError),
+    /// The group member was refused something it keeps asking for (a topic ACL on the
+    /// heartbeat, a group ACL on FindCoordinator): not fatal, the consumer goes on and
+    /// recovers by itself once the ACL is granted. Returned once per refusal, as the
+    /// Java client throws these from `poll`.
+    #[error(transparent)]
+    GroupRetrying(crate::proto::group::member::GroupError),
     /// A commit failed.
     #[error(transparent)]
     Commit(#[from] crate::proto::group::member::CommitError),

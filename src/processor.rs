@@ -1418,6 +1418,11 @@ impl Processor {
                         None
                     }
                     ConsumerEvent::Group(Event::Fatal(e)) => Some(Err(Error::Group(e))),
+                    ConsumerEvent::Group(Event::Error(error)) => {
+                        warn!(%error, "the group member was refused; it keeps retrying");
+                        self.metric(Metric::GroupRetrying { error });
+                        None
+                    }
                     _ => None,
                 },
                 Some(control) = self.controls.recv() => {
@@ -1467,6 +1472,9 @@ impl Processor {
                         error!(error = %e, "partition stopped; its records are not committed past this point");
                         None
                     }
+                    // Reported through the group's event (`Metric::GroupRetrying`); the
+                    // member keeps going.
+                    Err(Error::GroupRetrying(_)) => None,
                     Err(e) => Some(Err(e)),
                 },
             };

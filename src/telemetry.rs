@@ -76,6 +76,9 @@ pub mod names {
     pub const SKIPPED: &str = "skipped";
     /// Records sent on to a retry topic, by `group` and `hop`.
     pub const RETRY_TOPIC_COUNT: &str = "retry_topic.count";
+    /// Refusals the group member keeps retrying through (a missing topic or group
+    /// ACL, `Metric::GroupRetrying`), by `group` and `api`.
+    pub const GROUP_REFUSED: &str = "group.refused";
     /// Partition offsets committed (one per partition per commit; a commit of two
     /// partitions counts 2), by `group`.
     pub const COMMITS: &str = "commits";
@@ -126,6 +129,7 @@ pub mod names {
         ERROR_COUNT,
         SKIPPED,
         RETRY_TOPIC_COUNT,
+        GROUP_REFUSED,
         COMMITS,
         PARTITIONS_HALTED,
         QUEUE_DEPTH,
@@ -146,6 +150,7 @@ mod on {
 
     use super::*;
     use crate::driver::lock;
+    use crate::proto::group::member::GroupError;
 
     fn labels(group: &str, more: &[(&'static str, String)]) -> Vec<Label> {
         let mut out = vec![Label::new("group", group.to_string())];
@@ -278,6 +283,14 @@ mod on {
                 ),
                 Metric::RetryTopic { hop, .. } => {
                     self.count(names::RETRY_TOPIC_COUNT, &[("hop", hop.to_string())]);
+                }
+                Metric::GroupRetrying { error } => {
+                    let api = match error {
+                        GroupError::Broker { api, .. }
+                        | GroupError::TopicAuthorization { api, .. } => *api,
+                        _ => "other",
+                    };
+                    self.count(names::GROUP_REFUSED, &[("api", api.to_string())]);
                 }
                 Metric::Committed { .. } => self.commits.increment(1),
                 Metric::Halted { partitions } => self.halted.set(*partitions as f64),

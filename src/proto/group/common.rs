@@ -276,6 +276,25 @@ impl<S, C> Core<S, C> {
         self.fail(error)
     }
 
+    /// A refusal the application must hear of while the member keeps going
+    /// ([`Event::Error`]): logged and reported, nothing lost.
+    pub(crate) fn refused_not_fatal(
+        &mut self,
+        api: &'static str,
+        code: i16,
+        hint: Option<&'static str>,
+    ) {
+        let error = GroupError::Broker {
+            group: self.config.group_id.clone(),
+            api,
+            code,
+            name: crate::proto::error_name(code),
+            hint,
+        };
+        warn!(group = %self.config.group_id, %error, "refused; retrying after the backoff");
+        self.events.push_back(Event::Error(error));
+    }
+
     /// A fatal error: every owned partition is lost, and the error is reported and
     /// returned for the member to close with.
     pub(crate) fn fail(&mut self, error: GroupError) -> GroupError {
@@ -499,7 +518,10 @@ macro_rules! member_surface {
             self.advance(now);
         }
 
-        /// A FindCoordinator answer: a refusal the member's `reaction` table calls
+        /// A FindCoordinator answer: GROUP_AUTHORIZATION_FAILED is reported
+        /// ([`Event::Error`]) and the lookup goes on after the backoff, so a granted
+        /// ACL is enough (Java throws it from `poll` and looks the coordinator up
+        /// again on the next one); another refusal the member's `reaction` table calls
         /// fatal closes it; a coordinator found is the member's own to take up
         /// (`coordinator_found`).
         fn on_find_coordinator(
@@ -510,6 +532,15 @@ macro_rules! member_surface {
             node: (i32, String, i32),
         ) {
             match self.core.coordinator_answer(now, id, error, node) {
+                $crate::proto::group::common::Lookup::Refused(code)
+                    if code == kafka_protocol::ResponseError::GroupAuthorizationFailed.code() =>
+                {
+                    // A lookup answered after the member closed reports nothing.
+                    if self.closed().is_none() {
+                        self.core
+                            .refused_not_fatal("FindCoordinator", code, hint(code))
+                    }
+                }
                 $crate::proto::group::common::Lookup::Refused(code)
                     if reaction(code) == Reaction::Fatal =>
                 {

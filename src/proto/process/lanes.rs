@@ -371,6 +371,13 @@ pub enum Metric {
         /// The partitions.
         partitions: Vec<TopicPartition>,
     },
+    /// The group member was refused something it keeps asking for (a missing topic or
+    /// group ACL): the Processor goes on, and so does the member, which recovers by
+    /// itself once the ACL is granted. Reported at each refusal.
+    GroupRetrying {
+        /// What the broker refused, naming the setting or ACL to change.
+        error: crate::proto::group::member::GroupError,
+    },
 }
 
 /// `<topic>.retry.<delay>`, the delay as `500ms`, `30s`, `5m` or `1h`.

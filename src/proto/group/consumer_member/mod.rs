@@ -24,7 +24,13 @@
 //!    the application committing what it finished first;
 //! 3. takes what the target adds ([`Event::Assigned`]) and fetches its committed
 //!    offsets;
-//! 4. acknowledges at once with a heartbeat carrying what it owns now.
+//! 4. acknowledges at once with a heartbeat carrying what it owns now, after every
+//!    new target, even one that changed nothing the member owned (the broker waits
+//!    for that acknowledgement before it moves on).
+//!
+//! The owned partitions are kept by topic id, with the names they were assigned
+//! under (Java's `LocalAssignment` and `assignedTopicNamesCache`): what a heartbeat
+//! reports never depends on the metadata of the moment.
 //!
 //! The broker gives a partition to its new owner only once the old owner acknowledged
 //! giving it back, so no partition is ever owned twice; the member only ever holds
@@ -37,8 +43,9 @@
 //! | [`Timer::Coordinator`] | the coordinator is unknown and no lookup is in flight | a FindCoordinator is due (after backoff) |
 //! | [`Timer::Request`] | a FindCoordinator or a heartbeat is in flight | the answer is overdue: treated as a failure |
 //! | [`Timer::Heartbeat`] | in the group (or joining), coordinator known, no heartbeat in flight | the next heartbeat is due: at once to join, acknowledge or leave, else every interval the broker gives |
-//! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost and the member rejoins |
-//! | [`Timer::Progress`] | the member is in the group | the application has not come back within `max_poll_interval`: the member leaves |
+//! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: every partition is lost and the member rejoins |
+//! | [`Timer::Session`] | in the group with a heartbeat answered | `session.timeout.ms` since the last heartbeat the broker accepted was sent: the broker has expired the member, so every partition is lost, the coordinator is looked up again and the member rejoins with epoch 0 |
+//! | [`Timer::Progress`] | the member is in the group | the application has not come back within `max_poll_interval`: the member leaves (once the coordinator is known) |
 //! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned | the retry is due |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,6 +95,16 @@ pub struct ConsumerGroupMember {
     /// Ids already asked for in a [`Event::MetadataNeeded`], so one unknown id asks once
     /// per metadata answer.
     asked_ids: BTreeSet<Uuid>,
+    /// The names of the topics the member owns partitions of, as they were when
+    /// assigned: the acknowledgement reports them by id even while metadata has lost
+    /// the topic (Java's `assignedTopicNamesCache`).
+    assigned_names: BTreeMap<Uuid, String>,
+    /// A target arrived since the last acknowledgement: the next heartbeat carries the
+    /// owned partitions, at once, even if they did not change.
+    ack_owed: bool,
+    /// A heartbeat went out since the member last left: the broker may know it, so
+    /// closing sends a leave.
+    announced: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,10 +120,18 @@ enum State {
         deadline: Instant,
     },
     /// Left after a progress timeout; rejoins on the application's next progress.
-    Suspended,
-    /// The leave heartbeat is in flight (or about to be sent).
+    /// `leave_owed`: the leave heartbeat (with that epoch) waits for the coordinator
+    /// to be found; `rejoin`: the application came back meanwhile, so the member
+    /// rejoins right after sending it.
+    Suspended {
+        leave_owed: Option<i32>,
+        rejoin: bool,
+    },
+    /// Closing: the leave heartbeat is in flight, or (`unsent`, with its epoch) waits
+    /// for the coordinator to be found, until `deadline`.
     Leaving {
         deadline: Instant,
+        unsent: Option<i32>,
     },
     Closed(Option<GroupError>),
 }
@@ -114,10 +139,23 @@ enum State {
 #[derive(Debug, Clone)]
 struct Heartbeat {
     next_at: Instant,
-    /// The heartbeat in flight and when it is overdue.
-    in_flight: Option<(RequestId, Instant)>,
+    /// The heartbeat in flight.
+    in_flight: Option<InFlight>,
     /// Heartbeats failed in a row, for the KIP-580 backoff.
     failures: u32,
+    /// When the last heartbeat the broker accepted was sent, while in the group. The
+    /// broker renewed the member's session when it read that request, no earlier than
+    /// this, so the session cannot have lapsed before `last_ok + session.timeout.ms`
+    /// on the broker's clock either.
+    last_ok: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    id: RequestId,
+    sent_at: Instant,
+    /// When the answer is overdue.
+    deadline: Instant,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +192,13 @@ enum Reaction {
     /// FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: the partitions are lost; rejoin with
     /// epoch 0 and the same member id.
     Fenced,
+    /// GROUP_ID_NOT_FOUND: the group is gone (deleted, or its coordinator lost it) or
+    /// is a classic group. To a member in the group: lost and rejoin with epoch 0,
+    /// which creates the group again; to a join: fatal (a classic group of that id).
+    GroupGone,
+    /// TOPIC_AUTHORIZATION_FAILED: reported to the application, retried after the
+    /// backoff (KAFKA-18813).
+    TopicAuthorization,
     /// Configuration or a broker that cannot serve this member: closed, sticky.
     Fatal,
 }
@@ -163,6 +208,8 @@ fn reaction(code: i16) -> Reaction {
     match ResponseError::try_from_code(code) {
         Some(E::NotCoordinator | E::CoordinatorNotAvailable) => Reaction::Rediscover,
         Some(E::FencedMemberEpoch | E::UnknownMemberId) => Reaction::Fenced,
+        Some(E::GroupIdNotFound) => Reaction::GroupGone,
+        Some(E::TopicAuthorizationFailed) => Reaction::TopicAuthorization,
         Some(
             E::GroupAuthorizationFailed
             | E::InvalidRequest
@@ -174,8 +221,7 @@ fn reaction(code: i16) -> Reaction {
             | E::InvalidRegularExpression
             | E::InvalidGroupId,
         ) => Reaction::Fatal,
-        // COORDINATOR_LOAD_IN_PROGRESS and TOPIC_AUTHORIZATION_FAILED retry in Java
-        // too. Java closes the member on codes it does not expect; ottla retries them
+        // COORDINATOR_LOAD_IN_PROGRESS retries in Java too. Java closes the member on codes it does not expect; ottla retries them
         // after the backoff with a warning, as its classic member does, since a
         // member that stays can recover and one that closed cannot.
         _ => Reaction::Retry,
@@ -198,6 +244,9 @@ fn hint(code: i16) -> Option<&'static str> {
         E::GroupAuthorizationFailed => Some("the principal lacks READ on the group"),
         E::GroupMaxSizeReached => Some("the group has group.max.size members already"),
         E::InvalidRegularExpression => Some("the subscription's regular expression is invalid"),
+        E::GroupIdNotFound => Some(
+            "a classic group with this group.id exists and the broker does not convert it (group.consumer.migration.policy); use group.protocol=classic or another group.id",
+        ),
         _ => None,
     }
 }
@@ -216,11 +265,15 @@ impl ConsumerGroupMember {
                 next_at: now,
                 in_flight: None,
                 failures: 0,
+                last_ok: None,
             },
             sent_fields: None,
             target: BTreeMap::new(),
             names: BTreeMap::new(),
             asked_ids: BTreeSet::new(),
+            assigned_names: BTreeMap::new(),
+            ack_owed: false,
+            announced: false,
         };
         member.advance(now);
         member
@@ -234,7 +287,7 @@ impl ConsumerGroupMember {
             State::Joining => StateKind::Joining,
             State::Stable => StateKind::Stable,
             State::Revoking { .. } => StateKind::Revoking,
-            State::Suspended => StateKind::Suspended,
+            State::Suspended { .. } => StateKind::Suspended,
             State::Leaving { .. } => StateKind::Leaving,
             State::Closed(_) => StateKind::Closed,
         }
@@ -250,31 +303,40 @@ impl ConsumerGroupMember {
     /// The earliest armed timer and when it fires.
     pub fn next_timer(&self) -> Option<(Timer, Instant)> {
         let mut timers: Vec<(Timer, Instant)> = Vec::new();
-        let active = !matches!(self.state, State::Closed(_) | State::Suspended);
-        if active {
+        // The coordinator is looked up while the member has something to send it: in
+        // the group, or owing a leave.
+        let looking = match &self.state {
+            State::Closed(_) => false,
+            State::Suspended { leave_owed, .. } => leave_owed.is_some(),
+            State::Leaving { unsent, .. } => unsent.is_some(),
+            State::Joining | State::Stable | State::Revoking { .. } => true,
+        };
+        if looking {
             timers.extend(self.core.coordinator.timer());
         }
-        if let State::Leaving { deadline } = &self.state {
+        if let State::Leaving { deadline, .. } = &self.state {
             timers.push((Timer::Request, *deadline));
-        }
-        if active && self.coordinator().is_some() {
-            match self.heartbeat.in_flight {
-                Some((_, deadline)) => timers.push((Timer::Request, deadline)),
-                // Joining and acknowledging go at once from `advance`; what is left to
-                // wait for is the interval or a failure's backoff.
-                None if !matches!(self.state, State::Leaving { .. }) => {
-                    timers.push((Timer::Heartbeat, self.heartbeat.next_at))
-                }
-                None => {}
-            }
-        }
-        if let State::Revoking { deadline, .. } = &self.state {
-            timers.push((Timer::Revocation, *deadline));
         }
         let in_group = matches!(
             self.state,
             State::Joining | State::Stable | State::Revoking { .. }
         );
+        // Only where `advance` sends one: a timer that fires and does nothing stays in
+        // the past and spins the driver.
+        if in_group && self.coordinator().is_some() {
+            match self.heartbeat.in_flight {
+                Some(f) => timers.push((Timer::Request, f.deadline)),
+                // Joining and acknowledging go at once from `advance`; what is left to
+                // wait for is the interval or a failure's backoff.
+                None => timers.push((Timer::Heartbeat, self.heartbeat.next_at)),
+            }
+        }
+        if let Some(at) = self.session_deadline() {
+            timers.push((Timer::Session, at));
+        }
+        if let State::Revoking { deadline, .. } = &self.state {
+            timers.push((Timer::Revocation, *deadline));
+        }
         if in_group {
             timers.push((Timer::Progress, self.core.progress_deadline()));
         }
@@ -290,26 +352,31 @@ impl ConsumerGroupMember {
 
     /// The clock moved; fire whatever is due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let revocation_overdue = match &self.state {
-            State::Revoking {
-                deadline,
-                partitions,
-                ..
-            } if now >= *deadline => Some(partitions.clone()),
-            _ => None,
-        };
-        if let Some(partitions) = revocation_overdue {
+        if matches!(&self.state, State::Revoking { deadline, .. } if now >= *deadline) {
+            // Every partition is lost, not only those under revocation: the member
+            // rejoins as a new incarnation and owns nothing (Java's
+            // `transitionToFenced`). Losing only the revoked ones left the kept ones
+            // with the application, fetched and handled after the rejoin.
             warn!(group = %self.core.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
-            self.core.lose(partitions, LostReason::RevocationTimedOut);
-            self.state = State::Stable;
-            self.fence(now, "revocation timed out");
+            self.fence(now, LostReason::RevocationTimedOut, "revocation timed out");
         }
-        if matches!(self.state, State::Leaving { deadline } if now >= deadline) {
+        if self.session_deadline().is_some_and(|at| now >= at) {
+            // No heartbeat accepted for a session: the broker has expired this member
+            // and handed its partitions on (it starts its clock no earlier than the
+            // request this member sent). Keeping them, as the Java client does, leaves
+            // a zombie handling partitions another member owns until the coordinator
+            // answers again; as the classic member, they are lost here and the member
+            // rejoins under the same id once the coordinator is found again.
+            warn!(group = %self.core.config.group_id, member = %self.core.member_id, session = ?self.core.config.session_timeout, "no heartbeat accepted within the session timeout; partitions lost, rediscovering the coordinator and rejoining");
+            self.fence(now, LostReason::SessionLapsed, "session lapsed");
+            self.mark_coordinator_unknown(now);
+        }
+        if matches!(self.state, State::Leaving { deadline, .. } if now >= deadline) {
             self.close(None);
         }
-        if let Some((id, deadline)) = self.heartbeat.in_flight {
-            if now >= deadline {
-                self.handle_failure(now, id, Failure::Timeout);
+        if let Some(f) = self.heartbeat.in_flight {
+            if now >= f.deadline {
+                self.handle_failure(now, f.id, Failure::Timeout);
             }
         }
         if let Some(id) = self.core.coordinator.overdue(now) {
@@ -346,15 +413,16 @@ impl ConsumerGroupMember {
                     assignment,
                 },
             ) => {
-                if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
-                    return None;
-                }
+                // Only the heartbeat in flight counts: one the member gave up on (it was
+                // fenced, or moved coordinators since) says nothing about the member now.
+                let f = self.heartbeat.in_flight.filter(|f| f.id == id)?;
                 self.heartbeat.in_flight = None;
                 if error != 0 {
                     self.on_heartbeat_error(now, epoch, error, error_message);
                 } else {
                     self.on_heartbeat(
                         now,
+                        f.sent_at,
                         fields,
                         member_id,
                         member_epoch,
@@ -392,7 +460,7 @@ impl ConsumerGroupMember {
             // Taken by `handle_failure` (`member_surface!`).
             Sent::FindCoordinator | Sent::OffsetFetch { .. } => {}
             Sent::Heartbeat { .. } => {
-                if self.heartbeat.in_flight.map(|(r, _)| r) != Some(id) {
+                if self.heartbeat.in_flight.map(|f| f.id) != Some(id) {
                     return;
                 }
                 self.heartbeat.in_flight = None;
@@ -433,11 +501,17 @@ impl ConsumerGroupMember {
     /// after a progress timeout.
     pub fn note_progress(&mut self, now: Instant) {
         self.core.last_progress = now;
-        if matches!(self.state, State::Suspended) {
-            self.state = State::Joining;
-            self.epoch = JOIN_EPOCH;
-            self.sent_fields = None;
-            self.heartbeat.next_at = now;
+        match &mut self.state {
+            // The leave must reach the broker first, or the rejoin meets the member's
+            // old incarnation (fenced, again and again, until its session ends).
+            State::Suspended {
+                leave_owed: Some(_),
+                rejoin,
+            } => *rejoin = true,
+            State::Suspended {
+                leave_owed: None, ..
+            } => self.rejoin(now),
+            _ => {}
         }
         self.advance(now);
     }
@@ -454,6 +528,7 @@ impl ConsumerGroupMember {
             _ => return,
         };
         self.core.give_back(&partitions);
+        self.prune_names();
         self.state = State::Stable;
         self.reconcile(now);
         self.advance(now);
@@ -498,9 +573,20 @@ impl ConsumerGroupMember {
         if matches!(self.state, State::Closed(_) | State::Leaving { .. }) {
             return;
         }
-        // In the group with any epoch: the librdkafka mock answers a join with epoch 0
-        // while the new member's partitions are still held by others.
-        let joined = matches!(self.state, State::Stable | State::Revoking { .. });
+        // In the group with any epoch (the librdkafka mock answers a join with epoch 0
+        // while the new member's partitions are still held by others), or joining: a
+        // join the broker may have read made this member one of the group's, which
+        // would otherwise hold partitions for a session (Java leaves from JOINING too).
+        // A leave owed since a progress timeout goes now, on the way out.
+        let owed = match &self.state {
+            State::Suspended { leave_owed, .. } => *leave_owed,
+            _ => None,
+        };
+        let joined = self.announced
+            && matches!(
+                self.state,
+                State::Joining | State::Stable | State::Revoking { .. }
+            );
         let epoch = match membership {
             Membership::Default if self.core.config.instance_id.is_some() => {
                 Some(STATIC_LEAVE_EPOCH)
@@ -508,17 +594,24 @@ impl ConsumerGroupMember {
             Membership::Default | Membership::Leave => Some(LEAVE_EPOCH),
             Membership::Remain => None,
         };
+        let epoch = match (epoch, joined) {
+            (Some(epoch), true) => Some(epoch),
+            (Some(_), false) => owed,
+            (None, _) => None,
+        };
         self.core.owned.clear();
+        self.assigned_names.clear();
         self.core.fetch = None;
-        match (self.coordinator(), epoch, joined) {
-            (Some(node), Some(epoch), true) => {
-                self.send_leave(node, epoch, "the consumer is closing");
-                self.state = State::Leaving {
-                    deadline: now + self.core.config.close_timeout,
-                };
-            }
-            _ => self.close(None),
-        }
+        self.heartbeat.in_flight = None;
+        let Some(epoch) = epoch else {
+            return self.close(None);
+        };
+        // Sent now, or once the coordinator is found, within the close timeout.
+        self.state = State::Leaving {
+            deadline: now + self.core.config.close_timeout,
+            unsent: Some(epoch),
+        };
+        self.advance(now);
     }
 
     // ----- private -----
@@ -536,21 +629,37 @@ impl ConsumerGroupMember {
             .min(self.core.config.request_timeout)
     }
 
-    /// The owned set changed since the broker last heard it.
+    /// An acknowledgement is due: a target arrived, or the owned set changed, since
+    /// the broker last heard it.
     fn ack_due(&self) -> bool {
         matches!(self.state, State::Stable)
-            && self
-                .sent_fields
-                .as_ref()
-                .is_some_and(|f| f.owned != self.core.owned)
+            && (self.ack_owed
+                || self
+                    .sent_fields
+                    .as_ref()
+                    .is_some_and(|f| f.owned != self.core.owned))
+    }
+
+    /// When the session lapses without a heartbeat accepted: in the group, once one
+    /// was (`session.timeout.ms`, which the consumer protocol does not send: set it to
+    /// the broker's `group.consumer.session.timeout.ms`, 45 s by default on Kafka as
+    /// here).
+    fn session_deadline(&self) -> Option<Instant> {
+        if !matches!(self.state, State::Stable | State::Revoking { .. }) {
+            return None;
+        }
+        Some(self.heartbeat.last_ok? + self.core.config.session_timeout)
     }
 
     /// Sends whatever is due. Called after every input.
     fn advance(&mut self, now: Instant) {
-        if matches!(
-            self.state,
-            State::Closed(_) | State::Suspended | State::Leaving { .. }
-        ) {
+        let looking = match &self.state {
+            State::Closed(_) => false,
+            State::Suspended { leave_owed, .. } => leave_owed.is_some(),
+            State::Leaving { unsent, .. } => unsent.is_some(),
+            State::Joining | State::Stable | State::Revoking { .. } => true,
+        };
+        if !looking {
             return;
         }
         self.core
@@ -559,6 +668,26 @@ impl ConsumerGroupMember {
         let Some(node) = self.coordinator() else {
             return;
         };
+        match &mut self.state {
+            State::Leaving { unsent, .. } => {
+                if let Some(epoch) = unsent.take() {
+                    self.send_leave(node, epoch, "the consumer is closing");
+                }
+                return;
+            }
+            State::Suspended { leave_owed, rejoin } => {
+                let (owed, rejoin) = (leave_owed.take(), *rejoin);
+                if let Some(epoch) = owed {
+                    self.send_leave(node, epoch, "consumer poll timeout has expired");
+                }
+                if !rejoin {
+                    return;
+                }
+                // The application came back while the leave waited: it went first.
+                self.rejoin(now);
+            }
+            _ => {}
+        }
         if let Some((id, offsets)) = self.core.commits.next() {
             let request = GroupRequest::OffsetCommit {
                 group: self.core.config.group_id.clone(),
@@ -592,8 +721,8 @@ impl ConsumerGroupMember {
 
     /// A heartbeat: every field when joining or after an error (the broker needs the
     /// subscription and rebalance timeout to place a member it does not know); the
-    /// owned partitions whenever they changed since the broker last heard them; the
-    /// rest left out (null: unchanged).
+    /// owned partitions whenever they changed since the broker last heard them, or a
+    /// target is to be acknowledged; the rest left out (null: unchanged).
     fn send_heartbeat(&mut self, now: Instant, node: NodeId) {
         let joining = matches!(self.state, State::Joining);
         let epoch = if joining { JOIN_EPOCH } else { self.epoch };
@@ -615,7 +744,8 @@ impl ConsumerGroupMember {
         } else {
             (None, None)
         };
-        let topic_partitions = (full || owned_changed).then(|| self.owned_by_id());
+        let topic_partitions = (full || owned_changed || self.ack_owed).then(|| self.owned_by_id());
+        self.ack_owed = false;
         let request = GroupRequest::ConsumerGroupHeartbeat {
             group: self.core.config.group_id.clone(),
             member_id: self.core.member_id.clone(),
@@ -649,7 +779,12 @@ impl ConsumerGroupMember {
             request,
             Sent::Heartbeat { epoch, fields },
         );
-        self.heartbeat.in_flight = Some((id, now + self.heartbeat_timeout()));
+        self.announced = true;
+        self.heartbeat.in_flight = Some(InFlight {
+            id,
+            sent_at: now,
+            deadline: now + self.heartbeat_timeout(),
+        });
         self.heartbeat.next_at = now + self.interval;
     }
 
@@ -671,15 +806,20 @@ impl ConsumerGroupMember {
             },
             Sent::Leave,
         );
+        self.announced = false;
         self.heartbeat.in_flight = None;
     }
 
-    /// The owned partitions by topic id, for the acknowledgement. A partition whose
-    /// topic id is unknown cannot be owned: ownership only comes from an assignment
-    /// by id.
+    /// The owned partitions by topic id, for the acknowledgement, through the names
+    /// they were assigned under: never through the metadata of the moment, which may
+    /// have lost a topic (a topic-level error) while the member still holds it, and
+    /// the broker would read the omission as a release.
     fn owned_by_id(&self) -> Vec<(Uuid, Vec<i32>)> {
-        let ids: BTreeMap<&str, Uuid> =
-            self.names.iter().map(|(id, n)| (n.as_str(), *id)).collect();
+        let ids: BTreeMap<&str, Uuid> = self
+            .assigned_names
+            .iter()
+            .map(|(id, n)| (n.as_str(), *id))
+            .collect();
         let mut out: BTreeMap<Uuid, Vec<i32>> = BTreeMap::new();
         for tp in &self.core.owned {
             if let Some(id) = ids.get(tp.topic.as_str()) {
@@ -687,6 +827,18 @@ impl ConsumerGroupMember {
             }
         }
         out.into_iter().collect()
+    }
+
+    /// A topic's name: from the assignment it was taken under, else from metadata.
+    fn name_of(&self, id: &Uuid) -> Option<&String> {
+        self.assigned_names.get(id).or_else(|| self.names.get(id))
+    }
+
+    /// Forgets the names of topics the member no longer owns a partition of.
+    fn prune_names(&mut self) {
+        let owned = &self.core.owned;
+        self.assigned_names
+            .retain(|_, name| owned.iter().any(|tp| tp.topic == *name));
     }
 
     fn coordinator_found(&mut self, now: Instant) {
@@ -699,9 +851,11 @@ impl ConsumerGroupMember {
         self.sent_fields = None;
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_heartbeat(
         &mut self,
         now: Instant,
+        sent_at: Instant,
         fields: SentFields,
         member_id: Option<String>,
         member_epoch: i32,
@@ -709,7 +863,10 @@ impl ConsumerGroupMember {
         assignment: Option<Vec<(Uuid, Vec<i32>)>>,
     ) {
         self.heartbeat.failures = 0;
-        if matches!(self.state, State::Suspended | State::Closed(_)) {
+        if !matches!(
+            self.state,
+            State::Joining | State::Stable | State::Revoking { .. }
+        ) {
             return;
         }
         self.sent_fields = Some(fields);
@@ -730,6 +887,7 @@ impl ConsumerGroupMember {
         if member_epoch < 0 {
             return;
         }
+        self.heartbeat.last_ok = Some(sent_at);
         let joined = matches!(self.state, State::Joining);
         self.epoch = member_epoch;
         if joined {
@@ -748,10 +906,20 @@ impl ConsumerGroupMember {
             });
         }
         if let Some(assignment) = assignment {
-            self.target = assignment
+            let target: BTreeMap<Uuid, BTreeSet<i32>> = assignment
                 .into_iter()
                 .map(|(id, ps)| (id, ps.into_iter().collect()))
                 .collect();
+            // A new target is acknowledged once reconciled, whatever it changed: one
+            // that revokes only partitions this member never took (their topic id
+            // unresolved) changes nothing owned, and the broker waits for the
+            // acknowledgement until the rebalance timeout, then fences the member.
+            // Java's `maybeReconcile` acknowledges the same way; the same target again
+            // (a full heartbeat's answer) is not new.
+            if target != self.target {
+                self.ack_owed = true;
+                self.target = target;
+            }
         }
         self.reconcile(now);
     }
@@ -777,8 +945,26 @@ impl ConsumerGroupMember {
                 if error != ResponseError::CoordinatorLoadInProgress.code() {
                     warn!(group = %self.core.config.group_id, error = %error_name(error), ?message, "heartbeat refused; retrying after the backoff");
                 }
-                self.heartbeat.failures += 1;
-                self.heartbeat.next_at = now + self.core.backoff.delay(self.heartbeat.failures);
+                self.back_off(now);
+            }
+            Reaction::TopicAuthorization => {
+                let error = GroupError::TopicAuthorization {
+                    group: self.core.config.group_id.clone(),
+                    api: "ConsumerGroupHeartbeat",
+                    topics: self.subscription(),
+                    message,
+                };
+                warn!(group = %self.core.config.group_id, %error, "heartbeat refused; retrying after the backoff");
+                self.core.events.push_back(Event::Error(error));
+                self.back_off(now);
+            }
+            Reaction::Fenced if sent_epoch == JOIN_EPOCH => {
+                // A join fenced: the broker still holds an older incarnation of this
+                // member id (a leave that never arrived). Nothing is owned; ask again
+                // after the backoff rather than at once, which would spin against the
+                // broker until that incarnation's session ends.
+                self.fence(now, LostReason::FencedEpoch, "join fenced");
+                self.back_off(now);
             }
             Reaction::Fenced => {
                 let why = if error == ResponseError::UnknownMemberId.code() {
@@ -786,23 +972,58 @@ impl ConsumerGroupMember {
                 } else {
                     LostReason::FencedEpoch
                 };
-                self.core.lose_all(why);
-                self.fence(now, "fenced by the coordinator");
+                self.fence(now, why, "fenced by the coordinator");
             }
-            Reaction::Fatal => self.fatal("ConsumerGroupHeartbeat", error),
+            // The group is gone (deleted, or lost by its coordinator): a join creates
+            // it again. Java closes the member here; a member that rejoins recovers.
+            Reaction::GroupGone if sent_epoch != JOIN_EPOCH => {
+                self.fence(now, LostReason::UnknownMember, "the group is gone");
+            }
+            Reaction::GroupGone | Reaction::Fatal => self.fatal("ConsumerGroupHeartbeat", error),
         }
     }
 
-    /// The member is out of the group (its partitions already given up): rejoin at
-    /// once with epoch 0 and the same member id.
-    fn fence(&mut self, now: Instant, reason: &str) {
-        info!(group = %self.core.config.group_id, member = %self.core.member_id, reason, "rejoining with epoch 0");
+    /// The next heartbeat waits for the KIP-580 backoff.
+    fn back_off(&mut self, now: Instant) {
+        self.heartbeat.failures += 1;
+        self.heartbeat.next_at = now + self.core.backoff.delay(self.heartbeat.failures);
+    }
+
+    /// What the member subscribes to, for an error message: the topics, or the regex.
+    fn subscription(&self) -> Vec<String> {
+        let mut topics = self.core.config.topics.clone();
+        topics.extend(
+            self.core
+                .config
+                .topic_regex
+                .iter()
+                .map(|r| format!("/{r}/")),
+        );
+        topics
+    }
+
+    /// The member is out of the group: every owned partition is lost (`reason`), the
+    /// heartbeat in flight is given up (a late answer must not put the member back at
+    /// its old epoch), and it rejoins at once with epoch 0 and the same member id (as
+    /// Java's `transitionToFenced`).
+    fn fence(&mut self, now: Instant, reason: LostReason, why: &str) {
+        info!(group = %self.core.config.group_id, member = %self.core.member_id, why, "rejoining with epoch 0");
+        self.core.lose_all(reason);
+        self.rejoin(now);
+    }
+
+    /// Joining again with epoch 0, owning nothing.
+    fn rejoin(&mut self, now: Instant) {
         self.core.owned.clear();
+        self.assigned_names.clear();
         self.target.clear();
         self.core.fetch = None;
         self.epoch = JOIN_EPOCH;
         self.sent_fields = None;
+        self.ack_owed = false;
         self.state = State::Joining;
+        self.heartbeat.in_flight = None;
+        self.heartbeat.last_ok = None;
         self.heartbeat.next_at = now;
     }
 
@@ -816,7 +1037,7 @@ impl ConsumerGroupMember {
         let mut assigned = BTreeSet::new();
         let mut unknown = Vec::new();
         for (id, partitions) in &self.target {
-            match self.names.get(id) {
+            match self.name_of(id) {
                 Some(name) => assigned.extend(
                     partitions
                         .iter()
@@ -837,17 +1058,13 @@ impl ConsumerGroupMember {
                 topics: self.core.config.topics.clone(),
             });
         }
-        // While some of the target's ids are unknown, an owned partition of a topic
-        // metadata no longer names may be one of them: it stays until the names come.
-        let unresolved = self.target.keys().any(|id| !self.names.contains_key(id));
+        // Every owned partition's topic id is known (`assigned_names`), so what the
+        // target drops is exact, whatever metadata says now.
         let revoked: Vec<TopicPartition> = self
             .core
             .owned
             .iter()
-            .filter(|tp| {
-                !assigned.contains(*tp)
-                    && (!unresolved || self.names.values().any(|n| *n == tp.topic))
-            })
+            .filter(|tp| !assigned.contains(*tp))
             .cloned()
             .collect();
         if !revoked.is_empty() {
@@ -866,6 +1083,13 @@ impl ConsumerGroupMember {
         let added: Vec<TopicPartition> = assigned.difference(&self.core.owned).cloned().collect();
         if added.is_empty() {
             return;
+        }
+        for (id, partitions) in &self.target {
+            if let Some(name) = self.name_of(id).cloned() {
+                if added.iter().any(|tp| tp.topic == name) && !partitions.is_empty() {
+                    self.assigned_names.insert(*id, name);
+                }
+            }
         }
         self.core.owned.extend(added.iter().cloned());
         debug!(group = %self.core.config.group_id, epoch = self.epoch, ?added, "assigned");
@@ -953,23 +1177,25 @@ impl ConsumerGroupMember {
     fn progress_timeout(&mut self, now: Instant) {
         self.core.progress_timed_out();
         // As Java: a leave heartbeat whose answer is not waited for; the member
-        // rejoins with epoch 0 on the application's next progress.
-        let joined = matches!(self.state, State::Stable | State::Revoking { .. });
-        if let (Some(node), true) = (self.coordinator(), joined) {
-            let epoch = if self.core.config.instance_id.is_some() {
-                STATIC_LEAVE_EPOCH
-            } else {
-                LEAVE_EPOCH
-            };
-            self.send_leave(node, epoch, "consumer poll timeout has expired");
-        }
+        // rejoins with epoch 0 on the application's next progress. With the
+        // coordinator unknown now, the leave goes once it is found, before any rejoin.
+        let joined = self.announced
+            && matches!(
+                self.state,
+                State::Joining | State::Stable | State::Revoking { .. }
+            );
+        let epoch = if self.core.config.instance_id.is_some() {
+            STATIC_LEAVE_EPOCH
+        } else {
+            LEAVE_EPOCH
+        };
         self.core.lose_all(LostReason::ProgressTimeout);
-        self.target.clear();
-        self.core.fetch = None;
-        self.epoch = JOIN_EPOCH;
-        self.sent_fields = None;
-        self.state = State::Suspended;
-        self.heartbeat.next_at = now;
+        self.rejoin(now);
+        self.state = State::Suspended {
+            leave_owed: joined.then_some(epoch),
+            rejoin: false,
+        };
+        self.advance(now);
     }
 
     fn mark_coordinator_unknown(&mut self, now: Instant) {
@@ -984,6 +1210,7 @@ impl ConsumerGroupMember {
         self.core.fail_queued(&error);
         let clean = error.is_none();
         self.core.owned.clear();
+        self.assigned_names.clear();
         self.core.fetch = None;
         self.heartbeat.in_flight = None;
         self.state = State::Closed(error);

@@ -90,7 +90,11 @@ impl Harness<ConsumerGroupMember> {
     }
     /// Joined with epoch 1 and partitions `ps`, acknowledged, offsets fetched.
     fn stable(ps: Vec<i32>) -> H {
-        let mut h = H::new(config());
+        Self::stable_with(config(), ps)
+    }
+    /// [`H::stable`] with config `c`.
+    fn stable_with(c: GroupConfig, ps: Vec<i32>) -> H {
+        let mut h = H::new(c);
         h.coordinator_found(2);
         let (id, join) = h.heartbeat();
         assert_eq!(join.epoch, 0);
@@ -279,6 +283,9 @@ fn joining_an_unknown_topic_id_asks_for_metadata_and_assigns_once_named() {
         matches!(&ev[..], [Event::Joined { .. }, Event::MetadataNeeded { topics }] if topics == &vec![TOPIC.to_string()]),
         "{ev:?}"
     );
+    // The new target is acknowledged at once with what the member holds: nothing yet.
+    let (first, ack) = h.heartbeat();
+    assert_eq!(ack.owned, Some(vec![]));
     h.no_request();
     h.m.set_topic_ids(h.now, BTreeMap::from([(topic_id(), TOPIC.to_string())]));
     let ev = h.events();
@@ -286,6 +293,9 @@ fn joining_an_unknown_topic_id_asks_for_metadata_and_assigns_once_named() {
         matches!(&ev[..], [Event::Assigned { added, .. }] if added == &vec![tp(0)]),
         "{ev:?}"
     );
+    let fetch = h.request();
+    assert!(matches!(fetch.request, GroupRequest::OffsetFetch { .. }));
+    h.answer(first, 1, None);
     let (_, ack) = h.heartbeat();
     assert_eq!(ack.owned, Some(vec![(topic_id(), vec![0])]));
 }
@@ -656,4 +666,465 @@ fn joining_with_a_regex_sends_it_beside_the_names_and_only_on_a_full_heartbeat()
     h.answer(id, 1, Some(vec![0]));
     let (_, ack) = h.heartbeat();
     assert_eq!((ack.names, ack.regex), (None, None));
+}
+
+// ----- Held to the Java client's rules (issue 30); each failed before its fix -----
+
+fn other_topic_id() -> Uuid {
+    Uuid::from_u128(0x2222)
+}
+
+/// An answer with epoch `epoch` and the assignment `topics` (by topic id).
+fn ok_topics(epoch: i32, topics: Vec<(Uuid, Vec<i32>)>) -> GroupResponse {
+    let mut r = ok(epoch, None);
+    if let GroupResponse::ConsumerGroupHeartbeat { assignment, .. } = &mut r {
+        *assignment = Some(topics);
+    }
+    r
+}
+
+fn find_coordinator_refused(code: i16) -> GroupResponse {
+    GroupResponse::FindCoordinator {
+        error: code,
+        node_id: -1,
+        host: String::new(),
+        port: -1,
+    }
+}
+
+/// Answers every heartbeat waiting with `epoch` and no assignment, drops the rest;
+/// the epochs the heartbeats carried.
+fn answer_heartbeats(h: &mut H, epoch: i32) -> Vec<i32> {
+    let mut sent = Vec::new();
+    while let Some(out) = h.m.poll_request() {
+        if let GroupRequest::ConsumerGroupHeartbeat { member_epoch, .. } = out.request {
+            sent.push(member_epoch);
+            h.answer(out.id, epoch, None);
+        }
+    }
+    sent
+}
+
+#[test]
+fn revoking_timed_out_loses_every_partition_not_only_the_revoked_ones() {
+    // Finding 1: the kept partitions were cleared with no event, so the Consumer and
+    // the Processor went on fetching and handling them after the epoch-0 rejoin.
+    let mut h = H::stable(vec![0, 1, 2]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![0]));
+    h.events();
+    let mut lost = Vec::new();
+    for _ in 0..12 {
+        h.advance(Duration::from_secs(3));
+        h.m.note_progress(h.now);
+        lost.extend(
+            h.events()
+                .into_iter()
+                .filter(|e| matches!(e, Event::Lost { .. })),
+        );
+        if h.m.state() == StateKind::Joining {
+            break;
+        }
+        answer_heartbeats(&mut h, 2);
+    }
+    assert_eq!(
+        lost,
+        vec![Event::Lost {
+            partitions: vec![tp(0), tp(1), tp(2)],
+            reason: LostReason::RevocationTimedOut,
+        }]
+    );
+    assert_eq!(h.m.assignment(), vec![]);
+}
+
+#[test]
+fn revoking_timed_out_gives_up_the_heartbeat_in_flight_so_its_late_answer_cannot_restore_the_old_epoch()
+ {
+    // Finding 1, second half: a success for a heartbeat sent before the fence put the
+    // member back in Stable at its old epoch, with no epoch-0 rejoin.
+    let mut h = H::stable(vec![0, 1]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![0]));
+    h.events();
+    // Heartbeats every 3 s, answered, until the one sent 27 s in, which the broker
+    // holds past the rebalance timeout (30 s).
+    let mut held = None;
+    for step in 1..=9 {
+        h.advance(Duration::from_secs(3));
+        h.m.note_progress(h.now);
+        if step < 9 {
+            answer_heartbeats(&mut h, 2);
+        } else {
+            held = Some(h.heartbeat().0);
+        }
+    }
+    h.advance(Duration::from_secs(3));
+    let ev = h.events();
+    assert!(lost(&ev, LostReason::RevocationTimedOut), "{ev:?}");
+    let (join, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0, "the rejoin goes at once");
+    h.answer(held.expect("a held heartbeat"), 2, None);
+    assert_eq!(h.events(), vec![], "the late answer is ignored");
+    assert_eq!(h.m.state(), StateKind::Joining);
+    assert_eq!(h.m.epoch(), None);
+    h.answer(join, 3, Some(vec![1]));
+    let ev = h.events();
+    assert!(
+        matches!(
+            &ev[..],
+            [Event::Joined { generation: 3, .. }, Event::Assigned { .. }]
+        ),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn joining_member_closing_sends_a_leave_so_no_ghost_holds_partitions() {
+    // Finding 2: a consumer closed while its join was in flight left a member the
+    // broker had taken in, holding partitions until its session expired.
+    let mut h = H::new(config());
+    h.coordinator_found(2);
+    let (_join, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0);
+    h.m.leave(h.now);
+    let out = h.request();
+    assert!(
+        matches!(
+            &out.request,
+            GroupRequest::ConsumerGroupHeartbeat {
+                member_epoch: -1,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(h.m.state(), StateKind::Leaving);
+    h.respond(out.id, ok(-1, None));
+    assert_eq!(h.events(), vec![Event::Left]);
+}
+
+#[test]
+fn joining_member_closing_before_any_heartbeat_closes_at_once() {
+    let mut h = H::new(config());
+    let _lookup = h.request();
+    h.m.leave(h.now);
+    assert_eq!(h.events(), vec![Event::Left]);
+    h.no_request();
+}
+
+#[test]
+fn stable_member_closing_with_the_coordinator_unknown_leaves_once_it_is_found() {
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::NotCoordinator.code()));
+    h.m.leave(h.now);
+    assert_eq!(h.m.state(), StateKind::Leaving);
+    h.advance(h.m.config().retry_backoff);
+    h.find_coordinator(3);
+    let out = h.request();
+    assert!(
+        matches!(
+            &out.request,
+            GroupRequest::ConsumerGroupHeartbeat {
+                member_epoch: -1,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn stable_progress_timeout_with_the_coordinator_unknown_leaves_once_it_is_found_then_rejoins() {
+    // Finding 2: the poll-timer leave was sent only if the coordinator was known at
+    // that instant; otherwise the rejoin met the old incarnation, was fenced, and
+    // went again at once, until the old session expired.
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::NotCoordinator.code()));
+    // Every lookup goes unanswered (the brokers are away) past max.poll.interval.ms.
+    for _ in 0..400 {
+        h.advance(Duration::from_millis(100));
+        h.requests();
+        if h.m.state() == StateKind::Suspended {
+            break;
+        }
+    }
+    h.progress_timed_out();
+    assert!(h.m.poll_timeout().is_some(), "still looking, for the leave");
+    // The application comes back before the coordinator is found.
+    h.m.note_progress(h.now);
+    assert_eq!(h.m.state(), StateKind::Suspended);
+    let lookup = (0..200)
+        .find_map(|_| {
+            h.advance(Duration::from_millis(100));
+            h.requests()
+                .into_iter()
+                .find(|o| matches!(o.request, GroupRequest::FindCoordinator { .. }))
+        })
+        .expect("a lookup");
+    h.found(lookup.id, 3);
+    let epochs: Vec<i32> = h
+        .requests()
+        .into_iter()
+        .filter_map(|o| match o.request {
+            GroupRequest::ConsumerGroupHeartbeat { member_epoch, .. } => Some(member_epoch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(epochs, vec![-1, 0], "the leave, then the rejoin");
+    assert_eq!(h.m.state(), StateKind::Joining);
+}
+
+#[test]
+fn joining_fenced_rejoins_after_the_backoff_not_at_once() {
+    // Finding 2: a join fenced because the broker still held the member's older
+    // incarnation went again at once, in a loop, until that session ended.
+    let mut h = H::new(config());
+    h.coordinator_found(2);
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::FencedMemberEpoch.code()));
+    h.no_request();
+    h.advance(Duration::from_millis(200));
+    let (_, again) = h.heartbeat();
+    assert_eq!(again.epoch, 0);
+}
+
+#[test]
+fn stable_target_revoking_only_a_partition_never_taken_is_still_acknowledged_at_once() {
+    // Finding 3: the member took nothing of a topic whose id it could not resolve;
+    // when the broker took that partition back, the owned set did not change, no
+    // acknowledgement went out, and the broker waited for one until the rebalance
+    // timeout, then fenced the member.
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(
+        id,
+        ok_topics(2, vec![(topic_id(), vec![0]), (other_topic_id(), vec![0])]),
+    );
+    let ev = h.events();
+    assert!(matches!(&ev[..], [Event::MetadataNeeded { .. }]), "{ev:?}");
+    let (ack, hb) = h.heartbeat();
+    assert_eq!(hb.owned, Some(vec![(topic_id(), vec![0])]));
+    h.respond(ack, ok_topics(3, vec![(topic_id(), vec![0])]));
+    assert_eq!(h.events(), vec![]);
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 3);
+    assert_eq!(hb.owned, Some(vec![(topic_id(), vec![0])]), "acknowledged");
+}
+
+#[test]
+fn stable_same_target_again_is_not_acknowledged_again() {
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 2, Some(vec![0]));
+    assert_eq!(h.events(), vec![]);
+    h.no_request();
+}
+
+#[test]
+fn stable_topic_authorization_failed_is_reported_naming_the_topic_and_retried_keeping_the_partitions()
+ {
+    // Finding 4: only logged before, so a consumer missing a topic ACL sat idle.
+    let mut h = H::stable(vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::TopicAuthorizationFailed.code()));
+    let ev = h.events();
+    let [Event::Error(e)] = &ev[..] else {
+        panic!("{ev:?}")
+    };
+    assert!(
+        matches!(e, GroupError::TopicAuthorization { topics, .. } if topics == &vec![TOPIC.to_string()]),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("DESCRIBE") && text.contains("for topic(s) t"),
+        "{text}"
+    );
+    assert_eq!(h.m.state(), StateKind::Stable);
+    assert_eq!(h.m.assignment(), vec![tp(0)]);
+    h.no_request();
+    h.advance(Duration::from_millis(200));
+    let (id, hb) = h.heartbeat();
+    assert_eq!(
+        hb.names,
+        Some(vec![TOPIC.into()]),
+        "every field after an error"
+    );
+    h.answer(id, 1, None);
+    assert_eq!(h.events(), vec![]);
+}
+
+#[test]
+fn stable_group_id_not_found_loses_everything_and_rejoins_with_epoch_0() {
+    // Finding 5: retried for ever with the partitions kept. The group is gone (deleted,
+    // or lost by its coordinator): the partitions are lost and a join creates it again.
+    let mut h = H::stable(vec![0, 1]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::GroupIdNotFound.code()));
+    assert_eq!(
+        h.events(),
+        vec![Event::Lost {
+            partitions: vec![tp(0), tp(1)],
+            reason: LostReason::UnknownMember,
+        }]
+    );
+    let (_, rejoin) = h.heartbeat();
+    assert_eq!(rejoin.epoch, 0);
+}
+
+#[test]
+fn joining_group_id_not_found_is_fatal_and_names_the_classic_group() {
+    // To a join, GROUP_ID_NOT_FOUND means a classic group of that id that the broker
+    // does not convert: no join can succeed, as Java says.
+    let mut h = H::new(config());
+    h.coordinator_found(2);
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::GroupIdNotFound.code()));
+    let ev = h.events();
+    let [Event::Fatal(e)] = &ev[..] else {
+        panic!("{ev:?}")
+    };
+    assert!(e.to_string().contains("group.protocol=classic"), "{e}");
+    assert_eq!(h.m.state(), StateKind::Closed);
+}
+
+#[test]
+fn stable_owned_topic_missing_from_metadata_is_still_reported_and_assigned_by_id() {
+    // Finding 6: the owned set was mapped to ids through the metadata of the moment;
+    // during a topic-level metadata error a full heartbeat reported nothing owned,
+    // which the broker can read as a release.
+    let mut h = H::stable(vec![0, 1]);
+    h.m.set_topic_ids(h.now, BTreeMap::new());
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::NotCoordinator.code()));
+    h.advance(h.m.config().retry_backoff);
+    h.coordinator_found(3);
+    let (id, hb) = h.heartbeat();
+    assert_eq!(hb.owned, Some(vec![(topic_id(), vec![0, 1])]));
+    // A target that adds a partition of that topic is assigned under the name it
+    // already has.
+    h.answer(id, 2, Some(vec![0, 1, 2]));
+    let ev = h.events();
+    assert!(
+        matches!(&ev[..], [Event::Assigned { added, .. }] if added == &vec![tp(2)]),
+        "{ev:?}"
+    );
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.owned, Some(vec![(topic_id(), vec![0, 1, 2])]));
+}
+
+#[test]
+fn finding_the_coordinator_group_authorization_failed_is_reported_and_the_lookup_goes_on() {
+    // Finding 7: it closed the member, so a granted ACL did not help.
+    let mut h = H::new(config());
+    let out = h.request();
+    h.respond(
+        out.id,
+        find_coordinator_refused(ResponseError::GroupAuthorizationFailed.code()),
+    );
+    let ev = h.events();
+    assert!(
+        matches!(
+            &ev[..],
+            [Event::Error(GroupError::Broker {
+                api: "FindCoordinator",
+                code: 30,
+                ..
+            })]
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(h.m.state(), StateKind::Joining);
+    h.advance(Duration::from_millis(200));
+    h.coordinator_found(2);
+    let (_, join) = h.heartbeat();
+    assert_eq!(join.epoch, 0);
+}
+
+#[test]
+fn stable_no_heartbeat_accepted_for_the_session_loses_everything_and_rejoins() {
+    // The zombie window: a member whose coordinator went silent kept its partitions
+    // for as long as the silence lasted, while the broker expired it after the session
+    // and handed them on (chaos seed 99120031: 309 handler starts beside another
+    // member's). Now it gives them up a session after the last heartbeat the broker
+    // accepted was sent, no later than the broker's own expiry.
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    let mut h = H::stable_with(c, vec![0, 1]);
+    let accepted = h.now;
+    // Heartbeats answered keep the session, however long.
+    for _ in 0..5 {
+        h.advance(Duration::from_secs(3));
+        let (id, _) = h.heartbeat();
+        h.answer(id, 1, None);
+    }
+    assert!(h.events().is_empty());
+    let last_accepted = h.now;
+    assert!(last_accepted > accepted);
+    // Then the coordinator goes silent: nothing is answered any more.
+    let mut lapsed_at = None;
+    for _ in 0..100 {
+        h.advance(Duration::from_millis(100));
+        h.requests();
+        let ev = h.events();
+        if lost(&ev, LostReason::SessionLapsed) {
+            assert!(
+                matches!(&ev[..], [Event::Lost { partitions, .. }] if partitions.len() == 2),
+                "{ev:?}"
+            );
+            lapsed_at = Some(h.now);
+            break;
+        }
+    }
+    assert_eq!(lapsed_at, Some(last_accepted + Duration::from_secs(6)));
+    assert_eq!(h.m.assignment(), vec![]);
+    assert_eq!(h.m.state(), StateKind::Joining);
+    assert_eq!(h.m.coordinator(), None, "looked up again");
+    // Once found, it rejoins with epoch 0 under the same member id.
+    let lookup = (0..100)
+        .find_map(|_| {
+            h.advance(Duration::from_millis(100));
+            h.requests()
+                .into_iter()
+                .find(|o| matches!(o.request, GroupRequest::FindCoordinator { .. }))
+        })
+        .expect("a lookup");
+    h.found(lookup.id, 3);
+    h.events();
+    let (_, rejoin) = h.heartbeat();
+    assert_eq!(rejoin.epoch, 0);
+    assert_eq!(rejoin.owned, Some(vec![]));
+}
+
+#[test]
+fn stable_session_counts_from_when_the_accepted_heartbeat_was_sent_not_answered() {
+    // The broker renews the session when it reads the request: an answer that took
+    // 2 s to arrive renewed a session that began up to 2 s before it arrived.
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    let mut h = H::stable_with(c, vec![0]);
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    let sent = h.now;
+    h.advance(Duration::from_millis(2_000));
+    h.answer(id, 1, None);
+    // Nothing answered from here on.
+    while h.now < sent + Duration::from_millis(5_900) {
+        h.advance(Duration::from_millis(100));
+        h.requests();
+    }
+    assert!(h.events().is_empty());
+    h.advance(Duration::from_millis(100));
+    assert!(lost(&h.events(), LostReason::SessionLapsed));
 }

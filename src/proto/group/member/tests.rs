@@ -1930,3 +1930,37 @@ fn closing_member_still_joins_a_rebalance() {
         "{join:?}"
     );
 }
+
+#[test]
+fn unjoined_find_coordinator_group_authorization_failed_is_reported_and_the_lookup_goes_on() {
+    // Issue 30, finding 7: it closed the member (both protocols share the lookup), so
+    // granting the ACL did not help; Java reports it from `poll` and looks again.
+    let mut h = H::new(config("range"));
+    let lookup = h.request();
+    h.respond(
+        lookup.id,
+        GroupResponse::FindCoordinator {
+            error: ResponseError::GroupAuthorizationFailed.code(),
+            node_id: -1,
+            host: String::new(),
+            port: -1,
+        },
+    );
+    let ev = h.events();
+    assert!(
+        matches!(
+            &ev[..],
+            [Event::Error(GroupError::Broker {
+                api: "FindCoordinator",
+                code: 30,
+                ..
+            })]
+        ),
+        "{ev:?}"
+    );
+    assert_ne!(h.m.state(), StateKind::Closed);
+    h.advance(Duration::from_millis(200));
+    // The ACL was granted meanwhile: the member joins.
+    h.join_alone();
+    assert_eq!(h.m.assignment().len(), 4);
+}

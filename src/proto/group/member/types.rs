@@ -206,7 +206,9 @@ pub enum Failure {
 /// Why partitions were lost (taken away without a chance to commit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LostReason {
-    /// The broker no longer knows this member id (UNKNOWN_MEMBER_ID).
+    /// The broker no longer knows this member id (UNKNOWN_MEMBER_ID; under KIP-848
+    /// also GROUP_ID_NOT_FOUND to a member already in the group: the group itself is
+    /// gone, and the member rejoins with epoch 0).
     UnknownMember,
     /// The generation is no longer valid (ILLEGAL_GENERATION).
     IllegalGeneration,
@@ -275,6 +277,25 @@ pub enum GroupError {
         group: String,
         /// What the broker said.
         detail: String,
+    },
+    /// The broker refused the member access to topics it subscribes to
+    /// (TOPIC_AUTHORIZATION_FAILED on ConsumerGroupHeartbeat). Not fatal: the member
+    /// stays and asks again, so granting the ACL is enough (KAFKA-18813).
+    #[error(
+        "group {group}: {api} failed with TOPIC_AUTHORIZATION_FAILED (code 29) for topic(s) {}: the principal lacks DESCRIBE on them (and READ to consume); grant the ACL, the member keeps retrying{}",
+        topics.join(","),
+        message.as_deref().map(|m| format!(" (broker: {m})")).unwrap_or_default()
+    )]
+    TopicAuthorization {
+        /// The group id.
+        group: String,
+        /// The API that was refused.
+        api: &'static str,
+        /// The topics the member subscribes to (the broker does not say which of them
+        /// it refused; its message may).
+        topics: Vec<String>,
+        /// The broker's error message, if any.
+        message: Option<String>,
     },
     /// The member was closed.
     #[error("group {group}: member closed")]
@@ -345,6 +366,7 @@ impl CommitError {
 
 /// What the member tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// The coordinator was found (or changed).
     CoordinatorFound {
@@ -419,6 +441,11 @@ pub enum Event {
     Left,
     /// A fatal error; the member is closed.
     Fatal(GroupError),
+    /// An error the application must hear of while the member keeps running and
+    /// retrying: a missing topic ACL on the heartbeat (TOPIC_AUTHORIZATION_FAILED), a
+    /// missing group ACL on FindCoordinator. Once the ACL is granted the member goes
+    /// on by itself. The Java client throws these from `poll` and keeps going too.
+    Error(GroupError),
 }
 
 /// The member's timers (see the table in the module docs).
