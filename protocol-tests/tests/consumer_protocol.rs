@@ -461,3 +461,339 @@ async fn mock_regex_subscription_reads_the_matching_topics_only() {
     );
     consumer.close().await.expect("close");
 }
+
+/// TOPIC_AUTHORIZATION_FAILED on the heartbeat (injected: the principal lost DESCRIBE
+/// on the topic) reaches the application: `recv_batch` returns
+/// `Error::GroupRetrying` naming the topic and the ACL, once per refusal. The member
+/// is not closed and keeps its partitions; once the broker stops refusing (the ACL
+/// granted again) it goes on, and every record is read once. Before, the refusal was
+/// only logged and a consumer missing its ACL sat idle (issue 30, finding 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_topic_authorization_failed_is_returned_by_recv_and_the_member_goes_on() {
+    const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    let records = 600;
+    let mock = mock_with(records).await;
+    let mut consumer = builder(&mock.bootstrap(), "topic-acl")
+        .max_partition_fetch_bytes(512)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while seen.owned().len() != PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "never assigned: {:?}",
+            seen.events
+        );
+        read_for(&mut consumer, &mut seen, Duration::from_millis(100)).await;
+    }
+    mock.push_request_errors(
+        CONSUMER_GROUP_HEARTBEAT,
+        &[TOPIC_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED],
+    );
+    let mut refusals = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (seen.records.len() as u64) < records || refusals.len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "{} records, refusals {refusals:?}",
+            seen.records.len()
+        );
+        match tokio::time::timeout(Duration::from_millis(100), consumer.recv_batch(100)).await {
+            Err(_) => {}
+            Ok(Ok(batch)) => {
+                for r in batch {
+                    *seen.records.entry((r.partition(), r.offset())).or_default() += 1;
+                }
+            }
+            Ok(Err(ottla::Error::GroupRetrying(e))) => refusals.push(e.to_string()),
+            Ok(Err(e)) => panic!("not a retrying group error: {e}"),
+        }
+        while let Some(ConsumerEvent::Group(e)) = consumer.try_event() {
+            seen.events.push((Instant::now(), e));
+        }
+    }
+    println!("topic ACL refused on the heartbeat: recv returned {refusals:?}");
+    assert!(
+        refusals
+            .iter()
+            .all(|r| r.contains(TOPIC) && r.contains("DESCRIBE")),
+        "{refusals:?}"
+    );
+    let lost: Vec<_> = seen
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::Lost { .. } | Event::Fatal(_)))
+        .collect();
+    assert!(lost.is_empty(), "the member kept its partitions: {lost:?}");
+    assert_eq!(seen.owned().len(), PARTITIONS as usize);
+    assert!(
+        seen.records.values().all(|n| *n == 1),
+        "no record read twice"
+    );
+    consumer.close().await.expect("close");
+}
+
+// ----- A coordinator whose broker goes silent (issue 30) -----
+//
+// The mock's form of a black hole: the coordinator's broker still takes requests but
+// holds every answer for `SILENCE` (`MockCluster::set_rtt`), while the coordinator
+// moves to another broker at the same moment, as the chaos runner's `silent` fault
+// does. The member must notice, find the new coordinator and be a working member
+// again; each test prints the time it took beside the Java client's bound for the
+// same state (the Java member waits `request.timeout.ms` for any answer, then looks
+// the coordinator up again, and has no session clock of its own).
+
+/// The mock's consumer-group session, and the members' `session.timeout.ms`.
+const SILENT_SESSION: Duration = Duration::from_secs(6);
+/// The mock's consumer-group heartbeat interval.
+const SILENT_INTERVAL: Duration = Duration::from_millis(500);
+/// The members' `request.timeout.ms` (Java's bound in every state).
+const SILENT_REQUEST: Duration = Duration::from_secs(5);
+/// How long the old coordinator's broker holds its answers.
+const SILENCE: Duration = Duration::from_secs(20);
+
+async fn silent_mock(group: &str, records: u64) -> MockCluster {
+    let mock = mock_with(records).await;
+    mock.set_group_consumer_heartbeat_interval(SILENT_INTERVAL)
+        .expect("interval");
+    mock.set_group_consumer_session_timeout(SILENT_SESSION)
+        .expect("session");
+    mock.set_group_coordinator(group, 1).expect("coordinator");
+    mock
+}
+
+fn silent_builder(mock: &MockCluster, group: &str) -> ConsumerBuilder {
+    let client = ottla::ClientConfig::new(&mock.bootstrap()).with_request_timeout(SILENT_REQUEST);
+    builder(&mock.bootstrap(), group)
+        .client_config(client)
+        .session_timeout(SILENT_SESSION)
+}
+
+/// Silences broker 1 (the coordinator) and moves the coordinator to broker 2; when.
+fn silence(mock: &MockCluster, group: &str) -> Instant {
+    mock.set_rtt(1, SILENCE).expect("rtt");
+    mock.set_group_coordinator(group, 2).expect("move");
+    Instant::now()
+}
+
+/// The first event at or after `since` that `pick` matches, and when.
+fn first_after(seen: &Seen, since: Instant, pick: impl Fn(&Event) -> bool) -> Option<Instant> {
+    seen.events
+        .iter()
+        .find(|(at, e)| *at >= since && pick(e))
+        .map(|(at, _)| *at)
+}
+
+/// Stable: the heartbeat to the silent broker is given up after two of the broker's
+/// intervals (Java waits `request.timeout.ms`), the new coordinator is found and
+/// heartbeated with every field. If that takes longer than a session, the partitions
+/// are given up first (the broker has expired the member meanwhile) and the member
+/// rejoins; otherwise it keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_silent_coordinator_while_stable_is_left_within_the_java_bound() {
+    let group = "silent-stable";
+    let mock = silent_mock(group, 0).await;
+    let mut a = silent_builder(&mock, group)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while seen.owned().len() != PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "never assigned: {:?}",
+            seen.events
+        );
+        read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
+    }
+    let silenced = silence(&mock, group);
+    let deadline = silenced + Duration::from_secs(25);
+    let found = loop {
+        assert!(
+            Instant::now() < deadline,
+            "never found broker 2: {:?}",
+            seen.events
+        );
+        read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
+        let found = first_after(
+            &seen,
+            silenced,
+            |e| matches!(e, Event::CoordinatorFound { node, .. } if node.0 == 2),
+        );
+        if let Some(at) = found {
+            break at;
+        }
+    };
+    // Working again: heartbeating broker 2 with the partitions (kept, or back).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while seen.owned().len() != PARTITIONS as usize {
+        assert!(
+            Instant::now() < deadline,
+            "never working again: {:?}",
+            seen.events
+        );
+        read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
+    }
+    let lapsed = first_after(&seen, silenced, |e| {
+        matches!(
+            e,
+            Event::Lost {
+                reason: LostReason::SessionLapsed,
+                ..
+            }
+        )
+    });
+    println!(
+        "consumer protocol, silent coordinator while stable: the new coordinator found after {:?}, {} (Java: the heartbeat waits request.timeout.ms = {SILENT_REQUEST:?}, then a lookup; partitions kept whatever the broker did)",
+        found - silenced,
+        match lapsed {
+            Some(at) => format!(
+                "partitions given up {:?} in (session {SILENT_SESSION:?})",
+                at - silenced
+            ),
+            None => "partitions kept".into(),
+        }
+    );
+    assert!(
+        found - silenced <= SILENT_REQUEST + SILENT_INTERVAL * 2 + Duration::from_secs(2),
+        "found after {:?}",
+        found - silenced
+    );
+    if let Some(at) = lapsed {
+        assert!(at - silenced <= SILENT_SESSION + Duration::from_secs(1));
+    }
+    mock.set_rtt(1, Duration::ZERO).expect("rtt");
+    a.close().await.expect("close");
+}
+
+/// Joining: the join heartbeat is held; it is given up after `request.timeout.ms` at
+/// most (before the first answer the member knows no interval of the broker's), and
+/// the member joins at the new coordinator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_silent_coordinator_while_joining_is_left_within_the_java_bound() {
+    let group = "silent-joining";
+    let mock = silent_mock(group, 0).await;
+    let mut a = silent_builder(&mock, group)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // Silenced as soon as the member found broker 1: its join is on the way.
+    let silenced = loop {
+        assert!(Instant::now() < deadline, "never found broker 1");
+        read_for(&mut a, &mut seen, Duration::from_millis(5)).await;
+        if seen
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, Event::CoordinatorFound { node, .. } if node.0 == 1))
+        {
+            break silence(&mock, group);
+        }
+    };
+    let deadline = silenced + Duration::from_secs(25);
+    while seen.owned().len() != PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "never joined: {:?}", seen.events);
+        read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
+    }
+    let took = Instant::now() - silenced;
+    let joined_at_1 = seen
+        .events
+        .iter()
+        .any(|(at, e)| *at < silenced && matches!(e, Event::Joined { .. }));
+    println!(
+        "consumer protocol, silent coordinator while joining: assigned at the new coordinator {took:?} after the silence began{} (Java: request.timeout.ms = {SILENT_REQUEST:?}, then a lookup and a join)",
+        if joined_at_1 {
+            " (the join had been answered before it)"
+        } else {
+            ""
+        }
+    );
+    assert!(
+        took <= SILENT_REQUEST * 2 + Duration::from_secs(3),
+        "took {took:?}"
+    );
+    mock.set_rtt(1, Duration::ZERO).expect("rtt");
+    a.close().await.expect("close");
+}
+
+/// Revoking: a member asked to give partitions back finishes while its coordinator
+/// is silent. Its acknowledgement reaches the new coordinator, and the second member
+/// is given the partitions only after the first gave them up (acknowledged, or lost
+/// when a session passed without an answer): at no moment do both own one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_silent_coordinator_while_revoking_hands_over_without_a_double_owner() {
+    let group = "silent-revoking";
+    let mock = silent_mock(group, 0).await;
+    let mut a = silent_builder(&mock, group)
+        .manual_revocation()
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen_a = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while seen_a.owned().len() != PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "a never assigned");
+        read_for(&mut a, &mut seen_a, Duration::from_millis(100)).await;
+    }
+    let mut b = silent_builder(&mock, group)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen_b = Seen::default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (epoch, revoked) = loop {
+        assert!(Instant::now() < deadline, "a was never asked to give back");
+        read_for(&mut a, &mut seen_a, Duration::from_millis(50)).await;
+        read_for(&mut b, &mut seen_b, Duration::from_millis(50)).await;
+        let asked = seen_a.events.iter().find_map(|(_, e)| match e {
+            Event::RevokeRequested {
+                generation,
+                partitions,
+            } => Some((*generation, partitions.clone())),
+            _ => None,
+        });
+        if let Some(asked) = asked {
+            break asked;
+        }
+    };
+    let silenced = silence(&mock, group);
+    // a's application finishes a second later, while the coordinator is silent.
+    read_for(&mut a, &mut seen_a, Duration::from_millis(500)).await;
+    read_for(&mut b, &mut seen_b, Duration::from_millis(500)).await;
+    a.complete_revocation(epoch, revoked.clone());
+    let released = Instant::now();
+    // Ownership over time, checked on every step: never one partition in both.
+    let deadline = silenced + Duration::from_secs(30);
+    loop {
+        read_for(&mut a, &mut seen_a, Duration::from_millis(50)).await;
+        read_for(&mut b, &mut seen_b, Duration::from_millis(50)).await;
+        let (oa, ob) = (seen_a.owned(), seen_b.owned());
+        assert!(
+            oa.is_disjoint(&ob),
+            "a owns {oa:?} and b {ob:?} at once\na: {:?}\nb: {:?}",
+            seen_a.events,
+            seen_b.events
+        );
+        if oa.len() + ob.len() == PARTITIONS as usize && !ob.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the handover never completed: a {oa:?}, b {ob:?}"
+        );
+    }
+    println!(
+        "consumer protocol, silent coordinator while revoking: handover complete {:?} after the silence began, {:?} after a released; a owns {:?}, b {:?} (Java: request.timeout.ms = {SILENT_REQUEST:?} before the acknowledgement is sent again)",
+        Instant::now() - silenced,
+        released.elapsed(),
+        seen_a.owned(),
+        seen_b.owned()
+    );
+    mock.set_rtt(1, Duration::ZERO).expect("rtt");
+    a.close().await.expect("close");
+    b.close().await.expect("close");
+}
