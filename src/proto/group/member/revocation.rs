@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::proto::backoff::Backoff;
 
-use super::types::{CommitError, GroupConfig};
+use kafka_protocol::ResponseError;
+
+use super::types::{CommitError, GroupConfig, GroupProtocol};
 
 /// The commit of the partitions being revoked, tried again while it may still succeed.
 ///
@@ -48,11 +50,26 @@ impl RevocationCommit {
     }
 
     /// How long after the member asked for its partitions back their commit may still
-    /// be tried: half the rebalance timeout (`max.poll.interval.ms`). The Java client's
-    /// `onJoinPrepare` retries until its rebalance timeout; the other half is left for
-    /// the member to rejoin before its own revocation deadline.
+    /// be tried.
+    ///
+    /// Classic protocol: half the shorter of the session timeout and the rebalance
+    /// timeout (`max.poll.interval.ms`), less a heartbeat interval. The JoinGroup waits
+    /// for this commit, and the join phase it must reach is bounded by what the broker
+    /// allows: Kafka waits for the rebalance timeout, but the librdkafka mock closes the
+    /// round session timeout - 1 s after it began and expels whoever has not rejoined;
+    /// the round may have begun a heartbeat interval before this member heard of it.
+    /// The Java client's `onJoinPrepare` retries until its rebalance timeout, which on
+    /// such a broker costs the member its place and starts the next round.
+    ///
+    /// Consumer protocol (KIP-848): half the rebalance timeout. There is no join
+    /// phase; the broker waits up to the rebalance timeout for the member to
+    /// acknowledge the revocation in a heartbeat.
     pub fn budget(config: &GroupConfig) -> Duration {
-        config.max_poll_interval / 2
+        match config.protocol {
+            GroupProtocol::Classic => (config.session_timeout.min(config.max_poll_interval) / 2)
+                .saturating_sub(config.heartbeat_interval),
+            GroupProtocol::Consumer => config.max_poll_interval / 2,
+        }
     }
 
     /// Until when an attempt may start.
@@ -61,14 +78,23 @@ impl RevocationCommit {
     }
 
     /// An attempt, made at `now`, was refused with `error`.
+    ///
+    /// Given up at once: without the generation (it ended, or the answer came after it
+    /// did); on an error that is not retriable; and on REBALANCE_IN_PROGRESS. Kafka
+    /// answers that only once the join phase is over, the librdkafka mock for as long
+    /// as it lasts: either way the commit cannot succeed before this member has
+    /// rejoined, and waiting for it keeps the JoinGroup from the round (the Java
+    /// client's `onJoinPrepare` goes on to join: its RebalanceInProgressException is not
+    /// retriable). Otherwise tried again after the backoff while that starts before
+    /// [`RevocationCommit::deadline`].
     pub fn handle_failure(&mut self, now: Instant, error: &CommitError) -> RevocationStep {
         self.attempts += 1;
         let attempts = self.attempts;
-        // Without the generation (it ended, or the answer came after it did) another
-        // try cannot help.
+        let rebalancing = matches!(error, CommitError::Broker { code, .. }
+            if *code == ResponseError::RebalanceInProgress.code());
         let hopeless = matches!(error, CommitError::NoGeneration | CommitError::Stale { .. });
         let after = self.backoff.delay(attempts);
-        if hopeless || !error.is_retriable() || now + after >= self.deadline {
+        if rebalancing || hopeless || !error.is_retriable() || now + after >= self.deadline {
             return RevocationStep::GiveUp { attempts };
         }
         RevocationStep::Retry { after }
