@@ -1029,11 +1029,11 @@ async fn ottla_beside_librdkafka_under_load(peer_kind: &str) {
             Happened::Joined(g) => Some(*g),
             _ => None,
         })
-        .last();
+        .next_back();
     let rounds = match (
         before,
         joined(peer_joined).next(),
-        joined(peer_joined).last(),
+        joined(peer_joined).next_back(),
     ) {
         // From the generation ottla held when the peer came to its last one.
         (Some(before), _, Some(last)) => (last - before) as u64,
