@@ -6,8 +6,9 @@
 #     - the client peers `confluent-kafka` (bundles librdkafka) and `kafka-python`,
 #       which `protocol-tests/peers/py_member.py` drives for mixed consumer groups;
 #   - from Debian, when missing (this needs root): `python3` and `python3-pip`,
-#     `stunnel4` (TLS in front of tansu) and the `openssl` command (the TLS suites'
-#     certificates);
+#     `stunnel4` (TLS in front of tansu), the `openssl` command (the TLS suites'
+#     certificates) and `kcat` (librdkafka 2.0.2: a librdkafka member of the mixed
+#     groups on the mock; its tests say they are skipped without it);
 #   - a SASL-capable tansu 0.6.0, built from source (`cargo install --features libsql`,
 #     about 5 min on 2 cores, once) into `${OTTLA_PEER_CACHE:-$HOME/.cache/ottla-peers}`,
 #     outside the clone, so later runs on the same machine reuse it.
@@ -59,7 +60,7 @@ sys.exit(0 if getattr(mod, "__version__", None) == sys.argv[2] else 1)
 PY
 }
 
-# --- Debian packages: python3 and pip (the Python peers), stunnel4 and openssl (TLS) ---
+# --- Debian packages: python3 and pip (the Python peers), stunnel4 and openssl (TLS), kcat ---
 debian_packages=()
 command -v python3 >/dev/null 2>&1 || debian_packages+=(python3)
 # pip only matters when something is to be installed into $target (checked quickly here,
@@ -73,6 +74,7 @@ if ! command -v stunnel4 >/dev/null 2>&1 && ! command -v stunnel >/dev/null 2>&1
     debian_packages+=(stunnel4)
 fi
 command -v openssl >/dev/null 2>&1 || debian_packages+=(openssl)
+command -v kcat >/dev/null 2>&1 || debian_packages+=(kcat)
 if ((${#debian_packages[@]})); then
     if [[ "$(id -u)" -ne 0 ]]; then
         echo "install-peers: the test peers need the Debian packages ${debian_packages[*]};" \

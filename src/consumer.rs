@@ -68,7 +68,7 @@ pub use crate::proto::group::member::{
 };
 use crate::proto::group::member::{
     DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
-    check_heartbeat,
+    RevocationCommit, RevocationStep, check_heartbeat,
 };
 pub use crate::proto::group::messages::CommitOffset;
 pub use crate::proto::metadata::NodeId;
@@ -608,7 +608,7 @@ impl ConsumerBuilder {
             retry_backoff: self.client.retry_backoff,
             ..self.fetcher.clone()
         });
-        let mut revocation_retry = None;
+        let mut group_config = None;
         let group = match &self.group_id {
             Some(id) => {
                 let mut config =
@@ -629,10 +629,7 @@ impl ConsumerBuilder {
                 if let Some(f) = &self.tweak_group {
                     f(&mut config);
                 }
-                revocation_retry = Some(RevocationRetry {
-                    backoff: (config.retry_backoff, config.retry_backoff_max, config.seed),
-                    budget: config.max_poll_interval / 2,
-                });
+                group_config = Some(Arc::new(config.clone()));
                 Some(GroupHandle::spawn(cluster.clone(), config))
             }
             None => {
@@ -665,7 +662,8 @@ impl ConsumerBuilder {
             commands: rx,
             events: events_tx,
             auto_commit: self.auto_commit,
-            revocation_retry,
+            group_config,
+            revoke_requested_at: None,
             metadata_backoff: crate::proto::backoff::Backoff::new(
                 self.client.retry_backoff,
                 self.client.retry_backoff_max,
@@ -1396,56 +1394,43 @@ struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     events: crate::event_queue::EventSender,
     auto_commit: Option<Duration>,
-    /// With a group: how the commit at a revocation is retried.
-    revocation_retry: Option<RevocationRetry>,
+    /// With a group: its configuration, from which the commit at a revocation takes
+    /// its bound ([`RevocationCommit`]).
+    group_config: Option<Arc<GroupConfig>>,
+    /// When the member last asked for partitions back (the revocation commit's clock
+    /// starts there).
+    revoke_requested_at: Option<Instant>,
     /// The pace of metadata refreshes that fail (`retry.backoff.ms` doubling to
     /// `retry.backoff.max.ms`, as the Java client's, KIP-580).
     metadata_backoff: crate::proto::backoff::Backoff,
 }
 
-/// How the commit made at a revocation is retried ([`commit_before_revocation`]).
-#[derive(Debug, Clone, Copy)]
-struct RevocationRetry {
-    /// `retry.backoff.ms`, `retry.backoff.max.ms`, the jitter seed.
-    backoff: (Duration, Duration, u64),
-    /// How long to keep trying: half the rebalance timeout (`max.poll.interval.ms`).
-    budget: Duration,
-}
-
-/// The commit of the partitions being revoked, retried while it may still succeed (the
-/// coordinator moving, the request lost, a retriable broker error) with the KIP-580
-/// backoff, for at most half the rebalance timeout: the Java client's `onJoinPrepare`
-/// retries until its rebalance timeout; here the other half is left for the member to
-/// rejoin before its own revocation deadline. Tried once, a revocation overlapping a
+/// The commit of the partitions being revoked, retried as [`RevocationCommit`] says
+/// (the rule and its bound live there, sans-IO). Tried once, a revocation overlapping a
 /// coordinator move handed partitions over at an older offset, and up to a commit
 /// interval of records was processed twice.
 async fn commit_before_revocation(
     group: &GroupCommander,
     shared: &Shared,
     positions: Vec<(TopicPartition, i64, i32)>,
-    retry: RevocationRetry,
+    mut retry: RevocationCommit,
 ) {
-    let deadline = Instant::now() + retry.budget;
-    let (initial, max, seed) = retry.backoff;
-    let mut backoff = crate::proto::backoff::Backoff::new(initial, max, seed);
-    let mut attempts = 0u32;
     loop {
-        attempts += 1;
         let ticket = commit_ticket(shared);
         let err = match group.start_commit(to_commit(positions.clone())).await {
             Ok(done) => return remember_committed(shared, &done, ticket),
             Err(e) => e,
         };
-        // Without the generation (it ended, or the answer came after it did) another
-        // try cannot help.
-        let hopeless = matches!(err, CommitError::NoGeneration | CommitError::Stale { .. });
-        let wait = backoff.delay(attempts);
-        if hopeless || !err.is_retriable() || Instant::now() + wait >= deadline {
-            warn!(error = %err, attempts, "commit before revocation failed; the next owner starts at the last committed offset");
-            return;
+        match retry.handle_failure(Instant::now().into_std(), &err) {
+            RevocationStep::GiveUp { attempts } => {
+                warn!(error = %err, attempts, "commit before revocation failed; the next owner starts at the last committed offset");
+                return;
+            }
+            RevocationStep::Retry { after } => {
+                debug!(error = %err, ?after, "commit before revocation failed; retrying");
+                tokio::time::sleep(after).await;
+            }
         }
-        debug!(error = %err, attempts, ?wait, "commit before revocation failed; retrying");
-        tokio::time::sleep(wait).await;
     }
 }
 
@@ -1559,7 +1544,8 @@ async fn drive(mut d: Driver) {
             command = d.commands.recv() => match command {
                 Some(Command::RevocationReady { generation, partitions }) => {
                     let (shared, commander, auto) = (d.shared.clone(), d.commander.clone(), d.auto_commit.is_some());
-                    let retry = d.revocation_retry;
+                    let asked_at = d.revoke_requested_at.take().unwrap_or_else(Instant::now);
+                    let retry = d.group_config.as_ref().map(|c| RevocationCommit::new(c, asked_at.into_std()));
                     tasks.spawn(async move {
                         let positions = {
                             let mut f = lock(&shared.fetcher);
@@ -1654,6 +1640,7 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
                     f.discard_buffered(tp);
                 }
             }
+            d.revoke_requested_at = Some(Instant::now());
             lock(&d.shared.app).revoking = Some((*generation, partitions.clone()));
             d.shared.revoke_pending.store(true, Ordering::Release);
             d.shared.wake_app();

@@ -34,6 +34,7 @@
 mod coordinator;
 mod errors;
 mod join;
+mod revocation;
 mod stable;
 mod state;
 mod timers;
@@ -50,6 +51,7 @@ use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::NodeId;
 use errors::{Reaction, hint, reaction};
+pub use revocation::{RevocationCommit, RevocationStep};
 use state::{Generation, Sent, State};
 pub use types::{
     CommitError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT,

@@ -1964,3 +1964,146 @@ fn unjoined_find_coordinator_group_authorization_failed_is_reported_and_the_look
     h.join_alone();
     assert_eq!(h.m.assignment().len(), 4);
 }
+// ----- the commit at revocation (issue 30) -----
+
+/// Session 6 s, heartbeat 1 s and the default rebalance timeout (5 min): the eager
+/// ottla member of issue 30.
+fn short_session(assignor: &str) -> GroupConfig {
+    let mut c = config(assignor);
+    c.session_timeout = Duration::from_secs(6);
+    c.heartbeat_interval = Duration::from_secs(1);
+    c.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL;
+    c
+}
+
+impl Harness<GroupMember> {
+    /// Answers every waiting heartbeat with REBALANCE_IN_PROGRESS (the broker is in
+    /// its join phase) and returns the other requests.
+    fn heartbeats_rebalancing(&mut self) -> Vec<Outgoing> {
+        let mut others = Vec::new();
+        for r in self.requests() {
+            if matches!(r.request, GroupRequest::Heartbeat { .. }) {
+                let error = ResponseError::RebalanceInProgress.code();
+                self.respond(r.id, GroupResponse::Heartbeat { error });
+            } else {
+                others.push(r);
+            }
+        }
+        others
+    }
+}
+
+/// An eager member that owns 4 partitions is asked for them back (a heartbeat answered
+/// REBALANCE_IN_PROGRESS) and commits them before giving them back, as the `Consumer`
+/// does: each attempt is answered `answer` 10 ms later, every heartbeat meanwhile
+/// REBALANCE_IN_PROGRESS, and [`RevocationCommit`] decides whether and when to try
+/// again. Returns the attempts made and how long after the member asked it sent its
+/// JoinGroup.
+fn revoke_committing(c: GroupConfig, answer: ResponseError) -> (u32, Duration) {
+    let mut h = H::new(c.clone());
+    let generation = h.join_alone();
+    h.events();
+    let _fetch = h.request();
+    let hb = h.heartbeat();
+    let error = ResponseError::RebalanceInProgress.code();
+    h.respond(hb.id, GroupResponse::Heartbeat { error });
+    assert!(
+        matches!(h.events()[..], [Event::RevokeRequested { .. }]),
+        "asked to revoke"
+    );
+    let asked_at = h.now;
+    let mut retry = RevocationCommit::new(&c, asked_at);
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let id = h.commit_one(0, 5).expect("a revoking member commits");
+        let sent = h.heartbeats_rebalancing();
+        assert!(
+            matches!(&sent[..], [r] if r.id == id && matches!(r.request, GroupRequest::OffsetCommit { .. })),
+            "{sent:?}"
+        );
+        h.advance(Duration::from_millis(10));
+        assert!(h.heartbeats_rebalancing().is_empty());
+        let partitions = vec![(tp(0), answer.code())];
+        h.respond(id, GroupResponse::OffsetCommit { partitions });
+        let refused = h.events().into_iter().find_map(|e| match e {
+            Event::CommitCompleted { result: Err(e), .. } => Some(e),
+            _ => None,
+        });
+        let refused = refused.expect("the commit is refused");
+        match retry.handle_failure(h.now, &refused) {
+            RevocationStep::Retry { after } => {
+                h.advance(after);
+                assert!(h.heartbeats_rebalancing().is_empty());
+            }
+            RevocationStep::GiveUp { attempts: n } => {
+                assert_eq!(n, attempts);
+                break;
+            }
+        }
+        assert_eq!(h.m.state(), StateKind::Revoking, "still in the group");
+    }
+    h.m.complete_revocation(h.now, generation);
+    let join = h.request();
+    assert!(
+        matches!(join.request, GroupRequest::JoinGroup { .. }),
+        "{join:?}"
+    );
+    (attempts, h.now - asked_at)
+}
+
+#[test]
+fn revoking_commit_rebalance_in_progress_is_not_retried_and_the_join_goes_out_at_once() {
+    // The librdkafka mock refuses every commit while its join phase lasts and closes
+    // the round session timeout - 1 s after it began. Retrying the refused commit held
+    // the JoinGroup back until after the round had closed without this member, which
+    // was expelled, and whose rejoin began the next round (issue 30). Kafka refuses a
+    // commit with REBALANCE_IN_PROGRESS only once the join phase is over; either way
+    // it cannot succeed before this member has rejoined, and the Java client's
+    // `onJoinPrepare` goes on to the JoinGroup (RebalanceInProgressException is not
+    // retriable).
+    let (attempts, join_after) =
+        revoke_committing(short_session("range"), ResponseError::RebalanceInProgress);
+    assert_eq!(attempts, 1);
+    assert!(
+        join_after <= Duration::from_millis(10),
+        "JoinGroup {join_after:?} after the revocation began"
+    );
+}
+
+#[test]
+fn revoking_commit_retriable_errors_are_retried_within_half_the_session_less_a_heartbeat() {
+    // A retriable refusal (the coordinator loading) is tried again, but the JoinGroup
+    // still goes out before the mock's join window (session - 1 s) could close, even
+    // for a round that began a heartbeat interval before this member heard of it.
+    let c = short_session("range");
+    let (attempts, join_after) =
+        revoke_committing(c.clone(), ResponseError::CoordinatorLoadInProgress);
+    assert!(attempts > 2, "retried: {attempts} attempts");
+    assert!(
+        join_after <= RevocationCommit::budget(&c),
+        "JoinGroup {join_after:?} after the revocation began"
+    );
+    let window = c.session_timeout - Duration::from_secs(1) - c.heartbeat_interval;
+    assert!(join_after < window, "{join_after:?} >= {window:?}");
+}
+
+#[test]
+fn revocation_commit_budget_is_half_the_shorter_of_session_and_rebalance_timeout_less_a_heartbeat()
+{
+    let mut c = config("range");
+    c.session_timeout = DEFAULT_SESSION_TIMEOUT;
+    c.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL;
+    c.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL;
+    // 45 s / 2 - 3 s.
+    assert_eq!(RevocationCommit::budget(&c), Duration::from_millis(19_500));
+    c.max_poll_interval = Duration::from_secs(10);
+    assert_eq!(RevocationCommit::budget(&c), Duration::from_secs(2));
+    // A heartbeat interval longer than half the session leaves one attempt.
+    c.session_timeout = Duration::from_secs(4);
+    assert_eq!(RevocationCommit::budget(&c), Duration::ZERO);
+    // KIP-848 has no join phase: the member acknowledges the revocation in its next
+    // heartbeat, and the broker waits for it up to the rebalance timeout.
+    c.protocol = GroupProtocol::Consumer;
+    assert_eq!(RevocationCommit::budget(&c), Duration::from_secs(5));
+}
