@@ -337,8 +337,11 @@ impl ConsumerBuilder {
     /// consumer group protocol (Kafka 4.0+), where the broker assigns and a rebalance
     /// moves only the partitions that change owner. On a broker without it the consumer
     /// fails with an error naming this setting. The assignors
-    /// ([`ConsumerBuilder::assignors`]) and `session.timeout.ms`/`heartbeat.interval.ms`
-    /// are the classic protocol's; the broker sets them for the consumer protocol.
+    /// ([`ConsumerBuilder::assignors`]) and `heartbeat.interval.ms` are the classic
+    /// protocol's; the broker sets them for the consumer protocol. `session.timeout.ms`
+    /// is not sent either, but the member reads it as the broker's
+    /// `group.consumer.session.timeout.ms`: after that long with no heartbeat accepted
+    /// it gives its partitions up and rejoins (no zombie behind a silent coordinator).
     pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
         self.group_protocol = protocol;
         self
@@ -411,7 +414,9 @@ impl ConsumerBuilder {
         self
     }
 
-    /// `session.timeout.ms` (default 45 s).
+    /// `session.timeout.ms` (default 45 s). Under `group.protocol=consumer` it is not
+    /// sent: set it to the broker's `group.consumer.session.timeout.ms`, which bounds
+    /// how long the member keeps its partitions without a heartbeat accepted.
     pub fn session_timeout(mut self, t: Duration) -> Self {
         self.session_timeout = t;
         self

@@ -569,6 +569,7 @@ fn silent_builder(mock: &MockCluster, group: &str) -> ConsumerBuilder {
     builder(&mock.bootstrap(), group)
         .client_config(client)
         .session_timeout(SILENT_SESSION)
+        .heartbeat_interval(SILENT_INTERVAL)
 }
 
 /// Silences broker 1 (the coordinator) and moves the coordinator to broker 2; when.
@@ -669,48 +670,52 @@ async fn mock_silent_coordinator_while_stable_is_left_within_the_java_bound() {
     a.close().await.expect("close");
 }
 
-/// Joining: the join heartbeat is held; it is given up after `request.timeout.ms` at
-/// most (before the first answer the member knows no interval of the broker's), and
-/// the member joins at the new coordinator.
+/// Joining: the coordinator's broker is silent from the start, so the member's join
+/// heartbeat is held; the coordinator moves once the member has found the old one. The
+/// join is given up after `request.timeout.ms` at most (before the first answer the
+/// member knows no interval of the broker's), and the member joins at the new
+/// coordinator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_silent_coordinator_while_joining_is_left_within_the_java_bound() {
     let group = "silent-joining";
     let mock = silent_mock(group, 0).await;
+    mock.set_rtt(1, SILENCE).expect("rtt");
+    let silenced = Instant::now();
     let mut a = silent_builder(&mock, group)
         .build()
         .await
         .expect("consumer");
     let mut seen = Seen::default();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    // Silenced as soon as the member found broker 1: its join is on the way.
-    let silenced = loop {
-        assert!(Instant::now() < deadline, "never found broker 1");
+    let deadline = silenced + Duration::from_secs(25);
+    let moved = loop {
+        assert!(
+            Instant::now() < deadline,
+            "never found broker 1: {:?}",
+            seen.events
+        );
         read_for(&mut a, &mut seen, Duration::from_millis(5)).await;
         if seen
             .events
             .iter()
             .any(|(_, e)| matches!(e, Event::CoordinatorFound { node, .. } if node.0 == 1))
         {
-            break silence(&mock, group);
+            mock.set_group_coordinator(group, 2).expect("move");
+            break Instant::now();
         }
     };
-    let deadline = silenced + Duration::from_secs(25);
     while seen.owned().len() != PARTITIONS as usize {
         assert!(Instant::now() < deadline, "never joined: {:?}", seen.events);
         read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
     }
-    let took = Instant::now() - silenced;
+    let took = Instant::now() - moved;
     let joined_at_1 = seen
         .events
         .iter()
-        .any(|(at, e)| *at < silenced && matches!(e, Event::Joined { .. }));
+        .any(|(at, e)| *at < moved && matches!(e, Event::Joined { .. }));
+    assert!(!joined_at_1, "the join was answered: {:?}", seen.events);
     println!(
-        "consumer protocol, silent coordinator while joining: assigned at the new coordinator {took:?} after the silence began{} (Java: request.timeout.ms = {SILENT_REQUEST:?}, then a lookup and a join)",
-        if joined_at_1 {
-            " (the join had been answered before it)"
-        } else {
-            ""
-        }
+        "consumer protocol, silent coordinator while joining: assigned at the new coordinator {took:?} after the move ({:?} after the start) (Java: request.timeout.ms = {SILENT_REQUEST:?}, then a lookup and a join)",
+        silenced.elapsed()
     );
     assert!(
         took <= SILENT_REQUEST * 2 + Duration::from_secs(3),
@@ -766,11 +771,29 @@ async fn mock_silent_coordinator_while_revoking_hands_over_without_a_double_owne
     read_for(&mut b, &mut seen_b, Duration::from_millis(500)).await;
     a.complete_revocation(epoch, revoked.clone());
     let released = Instant::now();
+    let mut completed = 1;
     // Ownership over time, checked on every step: never one partition in both.
     let deadline = silenced + Duration::from_secs(30);
     loop {
         read_for(&mut a, &mut seen_a, Duration::from_millis(50)).await;
         read_for(&mut b, &mut seen_b, Duration::from_millis(50)).await;
+        // Later revocations (a member whose session lapsed behind the silence rejoins,
+        // and the broker rebalances again) are finished at once.
+        let asked: Vec<(i32, Vec<_>)> = seen_a
+            .events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::RevokeRequested {
+                    generation,
+                    partitions,
+                } => Some((*generation, partitions.clone())),
+                _ => None,
+            })
+            .collect();
+        for (generation, partitions) in asked.into_iter().skip(completed) {
+            a.complete_revocation(generation, partitions);
+            completed += 1;
+        }
         let (oa, ob) = (seen_a.owned(), seen_b.owned());
         assert!(
             oa.is_disjoint(&ob),
@@ -786,12 +809,28 @@ async fn mock_silent_coordinator_while_revoking_hands_over_without_a_double_owne
             "the handover never completed: a {oa:?}, b {ob:?}"
         );
     }
+    let lapses = |seen: &Seen| {
+        seen.events
+            .iter()
+            .filter(|(_, e)| {
+                matches!(
+                    e,
+                    Event::Lost {
+                        reason: LostReason::SessionLapsed,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
     println!(
-        "consumer protocol, silent coordinator while revoking: handover complete {:?} after the silence began, {:?} after a released; a owns {:?}, b {:?} (Java: request.timeout.ms = {SILENT_REQUEST:?} before the acknowledgement is sent again)",
+        "consumer protocol, silent coordinator while revoking: handover complete {:?} after the silence began, {:?} after a released; a owns {:?}, b {:?}; sessions lapsed behind the silence: a {}, b {} (Java: request.timeout.ms = {SILENT_REQUEST:?} before the acknowledgement is sent again, and no session clock)",
         Instant::now() - silenced,
         released.elapsed(),
         seen_a.owned(),
-        seen_b.owned()
+        seen_b.owned(),
+        lapses(&seen_a),
+        lapses(&seen_b)
     );
     mock.set_rtt(1, Duration::ZERO).expect("rtt");
     a.close().await.expect("close");
