@@ -5,12 +5,24 @@
 //! group's invariants held, and prints the figures.
 //!
 //! ```text
-//! cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer]
+//! cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]
 //! ```
 //!
 //! With `--group-protocol consumer` the members speak KIP-848 (mock only); every fault
 //! kind applies, errors going on ConsumerGroupHeartbeat instead of the classic group
 //! requests ([`schedule::injected_apis`]).
+//!
+//! **Load.** A run on a busy machine meets ottla with its timers firing late. Two flags
+//! make that load part of the run, and both are replayed by [`Config::replay_command`]:
+//!
+//! - `--contention N` spins N busy threads beside the members for the whole run (until
+//!   every member has left), so the members' threads, the mock's and the producer's
+//!   compete for the cores;
+//! - `--stall D` starves each member's own runtime (a current-thread runtime, so one
+//!   blocked task stops everything in it: timers, heartbeats, handlers, I/O): a task on
+//!   it blocks the thread for up to `D` about every `--stall-every` (default 1 s), both
+//!   drawn from the seed and the incarnation ([`member::stall_at`]). Keep `D` well below
+//!   the session timeout: a member blocked for longer is expelled as a zombie would be.
 //!
 //! [`run`] is the whole run; the `chaos` binary parses its command line with
 //! [`Config::from_args`] and prints the [`Report`]; `tests/chaos.rs` runs it briefly.
@@ -122,6 +134,13 @@ pub struct Config {
     pub verbose: bool,
     /// Print a progress line this often (`None`: never).
     pub progress: Option<Duration>,
+    /// Busy threads spinning beside the members for the whole run (`--contention`).
+    pub contention: usize,
+    /// The longest a member's runtime is blocked at a time (`--stall`; `None`: never).
+    pub stall: Option<Duration>,
+    /// About how often a member's runtime is blocked when `stall` is set: the gaps are
+    /// drawn between half and one and a half of it.
+    pub stall_every: Duration,
 }
 
 impl Default for Config {
@@ -152,6 +171,9 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(90),
             verbose: false,
             progress: Some(Duration::from_secs(10)),
+            contention: 0,
+            stall: None,
+            stall_every: Duration::from_secs(1),
         }
     }
 }
@@ -197,6 +219,13 @@ chaos: an ottla consumer group under injected faults; checks that nothing is los
                         partition per Fetch, so small batches and long waits drain a backlog slowly)
   --drain-timeout D     how long members may take to commit everything at the end (default 90s)
   --progress D          a progress line this often, 0 for none (default 10s)
+  --contention N        N busy threads spin beside the members for the whole run, so that timers
+                        fire late as on a loaded machine (env OTTLA_CHAOS_CONTENTION; default 0)
+  --stall D             starve each member's runtime: block its thread for up to D (drawn from the
+                        seed) about every --stall-every; keep D well below the session timeout
+                        (env OTTLA_CHAOS_STALL; default none)
+  --stall-every D       the mean gap between a member's stalls (default 1s; gaps drawn from half to
+                        one and a half of it)
   -v, --verbose         print every fault as it is applied
   RUST_LOG              ottla's logs on stderr (default: none), with member thread names
 
@@ -224,6 +253,12 @@ impl Config {
         }
         if let Some(v) = env("OTTLA_CHAOS_MEMBERS") {
             c.members = v.trim().parse().context("OTTLA_CHAOS_MEMBERS")?;
+        }
+        if let Some(v) = env("OTTLA_CHAOS_CONTENTION") {
+            c.contention = v.trim().parse().context("OTTLA_CHAOS_CONTENTION")?;
+        }
+        if let Some(v) = env("OTTLA_CHAOS_STALL") {
+            c.stall = parse_stall(&v).context("OTTLA_CHAOS_STALL")?;
         }
         let mut rates: Vec<String> = env("OTTLA_CHAOS_RATES").into_iter().collect();
         let mut i = 0;
@@ -276,6 +311,9 @@ impl Config {
                     c.fetch_max_wait = parse_duration(&value).with_context(bad)?
                 }
                 "--drain-timeout" => c.drain_timeout = parse_duration(&value).with_context(bad)?,
+                "--contention" => c.contention = value.parse().with_context(bad)?,
+                "--stall" => c.stall = parse_stall(&value).with_context(bad)?,
+                "--stall-every" => c.stall_every = parse_duration(&value).with_context(bad)?,
                 "--progress" => {
                     let d = parse_duration(&value).with_context(bad)?;
                     c.progress = (!d.is_zero()).then_some(d);
@@ -332,6 +370,12 @@ impl Config {
         }
         if self.session_timeout < Duration::from_millis(600) {
             bail!("--session-timeout must be at least 600ms");
+        }
+        if self.stall.is_some() && self.stall_every < Duration::from_millis(10) {
+            bail!("--stall-every must be at least 10ms");
+        }
+        if self.stall.is_some_and(|s| s >= self.session_timeout) {
+            bail!("--stall must be shorter than the session timeout");
         }
         for p in [self.fates.transient, self.fates.permanent, self.fates.slow] {
             if !(0.0..1.0).contains(&p) {
@@ -446,8 +490,26 @@ impl Config {
                 format_duration(self.session_timeout)
             ));
         }
+        if self.contention != defaults.contention {
+            cmd.push_str(&format!(" --contention {}", self.contention));
+        }
+        if let Some(stall) = self.stall {
+            cmd.push_str(&format!(" --stall {}", format_duration(stall)));
+            if self.stall_every != defaults.stall_every {
+                cmd.push_str(&format!(
+                    " --stall-every {}",
+                    format_duration(self.stall_every)
+                ));
+            }
+        }
         cmd
     }
+}
+
+/// `--stall`: a duration, `0` for none.
+fn parse_stall(v: &str) -> anyhow::Result<Option<Duration>> {
+    let d = parse_duration(v)?;
+    Ok((!d.is_zero()).then_some(d))
 }
 
 fn parse_protocol(v: &str) -> anyhow::Result<GroupProtocol> {
@@ -529,12 +591,21 @@ pub struct Report {
     pub drain_time: Duration,
     /// Copies found in the dead-letter topic.
     pub dlq_records: u64,
+    /// The command line that replays this run ([`Config::replay_command`]).
+    pub replay: String,
 }
 
 impl Report {
     /// Nothing lost and every check passed.
     pub fn passed(&self) -> bool {
         self.analysis.lost == 0 && self.analysis.violation_count == 0
+    }
+
+    /// The line to print right before the [`summary`](Self::summary): the replay
+    /// command when the run failed, so that it is the first thing read after the
+    /// summary scrolls by; `None` when it passed.
+    pub fn replay_line(&self) -> Option<String> {
+        (!self.passed()).then(|| format!("chaos: replay with: {}", self.replay))
     }
 
     /// Faults applied, all kinds.
@@ -733,6 +804,9 @@ impl std::fmt::Display for Report {
 /// faults for `config.duration`, drain, stop, check. `Err` only when the run could not
 /// be set up; findings are in the [`Report`].
 pub async fn run(config: Config) -> anyhow::Result<Report> {
+    // First, so that a run that hangs or is killed can still be replayed.
+    let replay = config.replay_command();
+    println!("chaos: replay with: {replay}");
     let capture = capture::install();
     let assignor = config.assignor();
     let shown_assignor = assignor
@@ -790,7 +864,6 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         config.fates.permanent,
         config.fates.slow
     );
-    println!("chaos: replay with: {}", config.replay_command());
     if !capture {
         println!(
             "chaos: another tracing subscriber is installed; ottla's warnings are not counted"
@@ -809,8 +882,24 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         commit_interval: config.commit_interval,
         session_timeout: config.session_timeout,
         fetch_max_wait: config.fetch_max_wait,
+        stall: config.stall.map(|max| (max, config.stall_every)),
         journal: journal.clone(),
     });
+    let contention = Contention::start(config.contention);
+    if config.contention > 0 || config.stall.is_some() {
+        println!(
+            "chaos: load: {} busy threads; member stalls {}",
+            config.contention,
+            match config.stall {
+                Some(d) => format!(
+                    "up to {} about every {}",
+                    format_duration(d),
+                    format_duration(config.stall_every)
+                ),
+                None => "off".into(),
+            }
+        );
+    }
 
     // Committed offsets read back from the broker.
     let polling = Arc::new(AtomicBool::new(true));
@@ -942,6 +1031,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         );
     }
     runner.leave_all().await;
+    drop(contention);
     polling.store(false, Ordering::SeqCst);
     let _ = tokio::task::spawn_blocking(move || poller.join()).await;
 
@@ -974,7 +1064,46 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         drained,
         drain_time,
         dlq_records: dlq.len() as u64,
+        replay,
     })
+}
+
+/// Busy threads that spin until dropped (`--contention`).
+struct Contention {
+    spinning: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Contention {
+    fn start(n: usize) -> Contention {
+        let spinning = Arc::new(AtomicBool::new(true));
+        let threads = (0..n)
+            .filter_map(|i| {
+                let spinning = spinning.clone();
+                std::thread::Builder::new()
+                    .name(format!("chaos-spin{i}"))
+                    .spawn(move || {
+                        let mut x: u64 = i as u64;
+                        while spinning.load(Ordering::Relaxed) {
+                            for _ in 0..100_000 {
+                                x = std::hint::black_box(x.wrapping_mul(6364136223846793005) ^ 1);
+                            }
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        Contention { spinning, threads }
+    }
+}
+
+impl Drop for Contention {
+    fn drop(&mut self) {
+        self.spinning.store(false, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 fn print_progress(
@@ -1354,5 +1483,103 @@ mod tests {
         assert!(Config::from_args(&args(&["--assignor", "sticky"]), env).is_err());
         assert!(Config::from_args(&args(&["--broker", "tansu"]), env).is_err());
         assert!(Config::from_args(&args(&["--group-protocol", "eager"]), |_| None).is_err());
+    }
+
+    #[test]
+    fn contention_and_stalls_are_flags_replayed_and_bounded_by_the_session() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = Config::from_args(&args(&["--seed", "3"]), |_| None).unwrap();
+        assert_eq!((c.contention, c.stall), (0, None));
+        assert!(!c.replay_command().contains("--contention"));
+        assert!(!c.replay_command().contains("--stall"));
+        let c = Config::from_args(
+            &args(&[
+                "--contention",
+                "2",
+                "--stall",
+                "300ms",
+                "--stall-every",
+                "2s",
+            ]),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(c.contention, 2);
+        assert_eq!(c.stall, Some(Duration::from_millis(300)));
+        let replay = c.replay_command();
+        assert!(replay.contains("--contention 2"), "{replay}");
+        assert!(
+            replay.contains("--stall 300ms --stall-every 2s"),
+            "{replay}"
+        );
+        // The replay command parses back to the same load.
+        let words: Vec<String> = replay
+            .split(' ')
+            .skip_while(|w| *w != "--")
+            .skip(1)
+            .map(String::from)
+            .collect();
+        let again = Config::from_args(&words, |_| None).unwrap();
+        assert_eq!(
+            (again.contention, again.stall, again.stall_every),
+            (2, Some(Duration::from_millis(300)), Duration::from_secs(2))
+        );
+        let env = |k: &str| match k {
+            "OTTLA_CHAOS_CONTENTION" => Some("3".to_string()),
+            "OTTLA_CHAOS_STALL" => Some("0".to_string()),
+            _ => None,
+        };
+        let c = Config::from_args(&[], env).unwrap();
+        assert_eq!((c.contention, c.stall), (3, None));
+        // A stall as long as the session would expel the member, not merely starve it.
+        assert!(Config::from_args(&args(&["--stall", "3s"]), |_| None).is_err());
+        assert!(
+            Config::from_args(&args(&["--stall", "3s", "--session-timeout", "6s"]), |_| {
+                None
+            })
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn stalls_are_drawn_from_the_seed_within_their_bounds() {
+        let (max, every) = (Duration::from_millis(400), Duration::from_secs(1));
+        for k in 0..1000 {
+            let (gap, block) = member::stall_at(9, 2, k, max, every);
+            assert_eq!((gap, block), member::stall_at(9, 2, k, max, every));
+            assert!(gap >= every / 2 && gap <= every * 3 / 2, "{gap:?}");
+            assert!(block <= max, "{block:?}");
+        }
+        assert_ne!(
+            member::stall_at(9, 2, 0, max, every),
+            member::stall_at(9, 3, 0, max, every)
+        );
+    }
+
+    #[test]
+    fn a_failing_report_gives_its_replay_line() {
+        let report = |violations: u64| Report {
+            seed: 1,
+            group_protocol: GroupProtocol::Classic,
+            assignor: "range".into(),
+            analysis: Analysis {
+                violation_count: violations,
+                ..Analysis::default()
+            },
+            moves: 0,
+            faults: BTreeMap::new(),
+            ownership_checked: true,
+            drained: true,
+            drain_time: Duration::ZERO,
+            dlq_records: 0,
+            replay: "cargo run --release -p protocol-tests --bin chaos -- --seed 1".into(),
+        };
+        assert_eq!(report(0).replay_line(), None);
+        assert_eq!(
+            report(2).replay_line().as_deref(),
+            Some(
+                "chaos: replay with: cargo run --release -p protocol-tests --bin chaos -- --seed 1"
+            )
+        );
     }
 }

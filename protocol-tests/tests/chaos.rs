@@ -2,14 +2,17 @@
 //! kind is injected, nothing is lost, and every invariant holds, once with the classic
 //! group protocol and once with the consumer protocol (KIP-848). The `chaos` binary
 //! runs the same core for longer (`--duration 10m`, `--group-protocol consumer`);
-//! `OTTLA_CHAOS_SEED` replays another seed here.
+//! `OTTLA_CHAOS_SEED` replays another seed here, and `OTTLA_CHAOS_CONTENTION` and
+//! `OTTLA_CHAOS_STALL` add the runner's load (`--contention`, `--stall`). A failing run
+//! prints its replay command first and again right before its summary, and every
+//! assertion message carries it.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ottla::consumer::GroupProtocol;
 use protocol_tests::chaos::schedule::{self, Action, FaultKind};
-use protocol_tests::chaos::{Config, Report, run};
+use protocol_tests::chaos::{Config, Report, parse_duration, run};
 
 /// Every fault kind at a rate that makes it happen within a short run.
 fn short_config(group_protocol: GroupProtocol, seed: u64) -> Config {
@@ -18,6 +21,11 @@ fn short_config(group_protocol: GroupProtocol, seed: u64) -> Config {
         seed: protocol_tests::env_number("OTTLA_CHAOS_SEED", seed),
         group_protocol,
         progress: None,
+        contention: protocol_tests::env_number("OTTLA_CHAOS_CONTENTION", 0) as usize,
+        stall: std::env::var("OTTLA_CHAOS_STALL")
+            .ok()
+            .map(|v| parse_duration(&v).expect("OTTLA_CHAOS_STALL: a duration"))
+            .filter(|d| !d.is_zero()),
         ..Config::default()
     };
     for (kind, rate) in [
@@ -65,10 +73,18 @@ async fn run_briefly(config: Config) -> Report {
     let replay = config.replay_command();
     let report = run(config)
         .await
-        .expect("the chaos run could not be set up");
-    println!("{report}\n{}", report.summary());
+        .unwrap_or_else(|e| panic!("the chaos run could not be set up: {e:#}\nreplay: {replay}"));
+    println!("{report}");
+    if let Some(line) = report.replay_line() {
+        println!("{line}");
+    }
+    println!("{}", report.summary());
     let a = &report.analysis;
-    assert!(a.produced > 1000, "too little was produced: {}", a.produced);
+    assert!(
+        a.produced > 1000,
+        "too little was produced: {}\nreplay: {replay}",
+        a.produced
+    );
     assert_eq!(
         a.lost, 0,
         "lost records: {:#?}\nreplay: {replay}",
@@ -79,9 +95,18 @@ async fn run_briefly(config: Config) -> Report {
         "violations: {:#?}\nreplay: {replay}",
         a.violations
     );
-    assert!(report.ownership_checked, "no generation was learnt");
-    assert!(report.drained);
-    assert!(a.generations >= 2, "no rebalance happened");
+    assert!(
+        report.ownership_checked,
+        "no generation was learnt\nreplay: {replay}"
+    );
+    assert!(
+        report.drained,
+        "the committed offsets did not reach the log end\nreplay: {replay}"
+    );
+    assert!(
+        a.generations >= 2,
+        "no rebalance happened\nreplay: {replay}"
+    );
     report
 }
 

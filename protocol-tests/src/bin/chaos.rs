@@ -1,10 +1,11 @@
 //! The chaos runner: an ottla consumer group under injected faults.
 //!
-//! `cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer]`
+//! `cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]`
 //!
 //! See `protocol_tests::chaos` for what it does and checks, and `--help` for every
-//! flag. The last line printed is a one-line summary; the exit status is non-zero
-//! when a record was lost or a check failed.
+//! flag. The first line printed is the command that replays the run; the last is a
+//! one-line summary, and when the run failed the replay command comes again right
+//! before it. The exit status is non-zero when a record was lost or a check failed.
 
 use std::process::ExitCode;
 
@@ -25,9 +26,14 @@ async fn main() -> ExitCode {
         }
     };
     let seed = config.seed;
+    let replay = config.replay_command();
     match run(config).await {
         Ok(report) => {
             println!("{report}");
+            // A failing run's replay command comes right before its summary.
+            if let Some(line) = report.replay_line() {
+                println!("{line}");
+            }
             println!("{}", report.summary());
             if report.passed() {
                 ExitCode::SUCCESS
@@ -37,6 +43,7 @@ async fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("chaos: the run could not be set up: {e:#}");
+            println!("chaos: replay with: {replay}");
             println!("lost=? duplicates=? moves=? rebalances=? faults=? seed={seed} result=ERROR");
             ExitCode::from(2)
         }

@@ -8,6 +8,10 @@
 //!   LeaveGroup, sockets closed, as when a process dies.
 //!
 //! The handler reports every call to the journal and fails on purpose as the seed says.
+//!
+//! With `--stall`, a task on the member's runtime blocks its thread now and then
+//! ([`stall_at`]): the runtime is starved as on a busy machine, and every timer in it
+//! fires late.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +62,8 @@ pub struct MemberContext {
     pub session_timeout: Duration,
     /// `fetch.max.wait.ms`.
     pub fetch_max_wait: Duration,
+    /// Member stalls: the longest block and the mean gap between blocks (`None`: none).
+    pub stall: Option<(Duration, Duration)>,
     /// The journal.
     pub journal: Arc<Journal>,
 }
@@ -122,6 +128,9 @@ impl Member {
                         return;
                     }
                 };
+                if let Some((max, every)) = ctx.stall {
+                    runtime.spawn(stall(ctx.seed, inc, max, every));
+                }
                 let (how, expected) = runtime.block_on(life(&ctx, slot, inc, stop_rx));
                 // A crash drops every task here, unpolled: nothing more is sent.
                 drop(runtime);
@@ -156,6 +165,33 @@ impl Member {
             }
             Err(_) => false,
         }
+    }
+}
+
+/// The `k`th stall of incarnation `inc`: how long after the previous one it comes
+/// (between half and one and a half of `every`) and how long it blocks (up to `max`),
+/// drawn from the seed, so that a replay stalls the same members alike.
+pub fn stall_at(
+    seed: u64,
+    inc: usize,
+    k: u64,
+    max: Duration,
+    every: Duration,
+) -> (Duration, Duration) {
+    let h = mix(mix(mix(seed, 4), inc as u64), k);
+    let gap = every.mul_f64(0.5 + unit(h));
+    let block = max.mul_f64(unit(mix(h, 1)));
+    (gap, block)
+}
+
+/// Blocks the member's (current-thread) runtime now and then for ever: nothing else
+/// in it runs meanwhile, and its timers fire late.
+async fn stall(seed: u64, inc: usize, max: Duration, every: Duration) {
+    for k in 0.. {
+        let (gap, block) = stall_at(seed, inc, k, max, every);
+        tokio::time::sleep(gap).await;
+        // On purpose: a blocking call on the runtime's only thread.
+        std::thread::sleep(block);
     }
 }
 
