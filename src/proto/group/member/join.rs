@@ -127,6 +127,7 @@ impl GroupMember {
             generation,
             next_at: now + self.core.config.heartbeat_interval,
             in_flight: None,
+            sent_at: now,
             last_ok: now,
             failures: 0,
         };

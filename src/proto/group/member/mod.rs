@@ -468,6 +468,7 @@ impl GroupMember {
             );
             if let Some(hb) = self.state.heartbeat_mut() {
                 hb.in_flight = Some(id);
+                hb.sent_at = now;
                 hb.next_at = now + self.core.config.heartbeat_interval;
             }
         }

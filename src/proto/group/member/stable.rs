@@ -40,8 +40,10 @@ impl GroupMember {
         }
         // REBALANCE_IN_PROGRESS is an answer from a broker that still counts this member
         // in: it renews the session as a success does.
+        // From when it was sent, not answered: an answer read late (a slow network, a
+        // starved runtime) must not stretch the session past the broker's.
         if error == 0 || error == ResponseError::RebalanceInProgress.code() {
-            hb.last_ok = now;
+            hb.last_ok = hb.last_ok.max(hb.sent_at);
         }
         if error == 0 {
             hb.failures = 0;

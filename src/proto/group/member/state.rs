@@ -109,6 +109,11 @@ pub(super) struct Heartbeat {
     pub(super) generation: i32,
     pub(super) next_at: Instant,
     pub(super) in_flight: Option<RequestId>,
+    /// When the heartbeat in flight was sent: the broker renews the session when it
+    /// reads it, no earlier.
+    pub(super) sent_at: Instant,
+    /// The start of the session as the broker counts it, at the latest: when the last
+    /// heartbeat it accepted was sent (or the generation's JoinGroup answer came).
     pub(super) last_ok: Instant,
     /// Heartbeats failed in a row: the retry waits `retry.backoff.ms` doubling to
     /// `retry.backoff.max.ms` (KIP-580), as the Java client's `Heartbeat.failHeartbeat`.

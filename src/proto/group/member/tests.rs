@@ -2107,3 +2107,58 @@ fn revocation_commit_budget_is_half_the_shorter_of_session_and_rebalance_timeout
     c.protocol = GroupProtocol::Consumer;
     assert_eq!(RevocationCommit::budget(&c), Duration::from_secs(5));
 }
+
+// ----- the session clock under load (issue 30: classic chaos violations) -----
+
+/// Steps by 100 ms answering nothing until the session lapses; when it did.
+fn until_lapse(h: &mut H) -> Instant {
+    for _ in 0..400 {
+        h.advance(Duration::from_millis(100));
+        h.requests();
+        if lost(&h.events(), LostReason::SessionLapsed) {
+            return h.now;
+        }
+    }
+    panic!("the session never lapsed");
+}
+
+#[test]
+fn stable_session_counts_from_when_the_accepted_heartbeat_was_sent_not_answered() {
+    // The broker renews the session when it reads a heartbeat. An answer read 3 s late
+    // (a starved runtime, a slow network) set the member's clock 3 s after the broker's:
+    // for those 3 s it handled partitions the broker had already handed on.
+    let mut h = stable("range");
+    let hb = h.heartbeat();
+    let sent = h.now;
+    h.advance(Duration::from_secs(3));
+    h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+    let lapsed = until_lapse(&mut h);
+    assert_eq!(lapsed, sent + Duration::from_secs(10));
+}
+
+#[test]
+fn stable_coordinator_found_again_does_not_renew_the_session() {
+    // Finding the coordinator again renews nothing on the broker. Taking it for a
+    // renewal (as Java's `resetSessionTimeout`) gave a member that found a moved
+    // coordinator but could not heartbeat it a session more than the broker did.
+    let mut h = stable("range");
+    let hb = h.heartbeat();
+    let accepted = h.now;
+    h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+    let hb = h.heartbeat();
+    h.respond(
+        hb.id,
+        GroupResponse::Heartbeat {
+            error: ResponseError::NotCoordinator.code(),
+        },
+    );
+    h.advance(Duration::from_secs(4));
+    let lookup = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::FindCoordinator { .. }))
+        .expect("a lookup");
+    h.found(lookup.id, 3);
+    let lapsed = until_lapse(&mut h);
+    assert_eq!(lapsed, accepted + Duration::from_secs(10));
+}
