@@ -697,10 +697,8 @@ fn cooperative_joining_unanswered_for_a_session_loses_the_kept_partitions() {
 /// (`rd_kafka_cgrp_update_session_timeout`). A coordinator found is not an answer from
 /// the coordinator.
 ///
-/// Fails until `coordinator_found` stops restarting the session clock; run with
-/// `--ignored`.
+/// Failed while `coordinator_found` restarted the session clock (fixed in issue 30).
 #[test]
-#[ignore = "issue 30: a coordinator found restarts the session clock; fails until fixed"]
 fn stable_coordinator_found_again_and_again_with_no_answer_still_lapses_the_session() {
     let mut h = H::stable_leader();
     let mut events = Vec::new();
