@@ -748,9 +748,12 @@ impl Harness {
                 model.rebalancing = false;
             }
             Event::Fatal(_) | Event::Left => model.revoking = None,
+            // A refusal the member outlives (Event::Error) changes nothing owned.
             Event::CoordinatorFound { .. }
             | Event::ProgressTimeout { .. }
-            | Event::MetadataNeeded { .. } => {}
+            | Event::MetadataNeeded { .. }
+            | Event::Error(_) => {}
+            other => return Err(format!("an event the model does not know: {other:?}")),
         }
         Ok(())
     }

@@ -108,6 +108,16 @@ async fn read_paced(
     }
 }
 
+/// Reads from `consumer` into `seen` until it owns every partition; panics naming
+/// `what` after `within`.
+async fn until_owns_all(consumer: &mut Consumer, seen: &mut Seen, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while seen.owned().len() != PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "{what}: {:?}", seen.events);
+        read_for(consumer, seen, Duration::from_millis(100)).await;
+    }
+}
+
 /// tansu 0.6.0 has no ConsumerGroupHeartbeat. The consumer does not hang: its first
 /// receive fails with an error that names the API and the setting to change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,15 +489,13 @@ async fn mock_topic_authorization_failed_is_returned_by_recv_and_the_member_goes
         .await
         .expect("consumer");
     let mut seen = Seen::default();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while seen.owned().len() != PARTITIONS as usize {
-        assert!(
-            Instant::now() < deadline,
-            "never assigned: {:?}",
-            seen.events
-        );
-        read_for(&mut consumer, &mut seen, Duration::from_millis(100)).await;
-    }
+    until_owns_all(
+        &mut consumer,
+        &mut seen,
+        Duration::from_secs(15),
+        "never assigned",
+    )
+    .await;
     mock.push_request_errors(
         CONSUMER_GROUP_HEARTBEAT,
         &[TOPIC_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED],
@@ -601,15 +609,7 @@ async fn mock_silent_coordinator_while_stable_is_left_within_the_java_bound() {
         .await
         .expect("consumer");
     let mut seen = Seen::default();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while seen.owned().len() != PARTITIONS as usize {
-        assert!(
-            Instant::now() < deadline,
-            "never assigned: {:?}",
-            seen.events
-        );
-        read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
-    }
+    until_owns_all(&mut a, &mut seen, Duration::from_secs(15), "never assigned").await;
     let silenced = silence(&mock, group);
     let deadline = silenced + Duration::from_secs(25);
     let found = loop {
@@ -629,15 +629,13 @@ async fn mock_silent_coordinator_while_stable_is_left_within_the_java_bound() {
         }
     };
     // Working again: heartbeating broker 2 with the partitions (kept, or back).
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while seen.owned().len() != PARTITIONS as usize {
-        assert!(
-            Instant::now() < deadline,
-            "never working again: {:?}",
-            seen.events
-        );
-        read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
-    }
+    until_owns_all(
+        &mut a,
+        &mut seen,
+        Duration::from_secs(15),
+        "never working again",
+    )
+    .await;
     let lapsed = first_after(&seen, silenced, |e| {
         matches!(
             e,

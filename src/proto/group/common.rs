@@ -266,13 +266,7 @@ impl<S, C> Core<S, C> {
         code: i16,
         hint: Option<&'static str>,
     ) -> GroupError {
-        let error = GroupError::Broker {
-            group: self.config.group_id.clone(),
-            api,
-            code,
-            name: crate::proto::error_name(code),
-            hint,
-        };
+        let error = self.broker_error(api, code, hint);
         self.fail(error)
     }
 
@@ -284,15 +278,20 @@ impl<S, C> Core<S, C> {
         code: i16,
         hint: Option<&'static str>,
     ) {
-        let error = GroupError::Broker {
+        let error = self.broker_error(api, code, hint);
+        warn!(group = %self.config.group_id, %error, "refused; retrying after the backoff");
+        self.events.push_back(Event::Error(error));
+    }
+
+    /// The group's error for `code` answered to `api`.
+    fn broker_error(&self, api: &'static str, code: i16, hint: Option<&'static str>) -> GroupError {
+        GroupError::Broker {
             group: self.config.group_id.clone(),
             api,
             code,
             name: crate::proto::error_name(code),
             hint,
-        };
-        warn!(group = %self.config.group_id, %error, "refused; retrying after the backoff");
-        self.events.push_back(Event::Error(error));
+        }
     }
 
     /// A fatal error: every owned partition is lost, and the error is reported and
