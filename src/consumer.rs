@@ -68,7 +68,7 @@ pub use crate::proto::group::member::{
 };
 use crate::proto::group::member::{
     DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
-    RevocationCommit, RevocationStep, check_heartbeat,
+    PendingRevocation, RevocationCommit, RevocationStep, check_heartbeat,
 };
 pub use crate::proto::group::messages::CommitOffset;
 pub use crate::proto::metadata::NodeId;
@@ -669,6 +669,7 @@ impl ConsumerBuilder {
             auto_commit: self.auto_commit,
             group_config,
             revoke_requested_at: None,
+            revocation: PendingRevocation::default(),
             metadata_backoff: crate::proto::backoff::Backoff::new(
                 self.client.retry_backoff,
                 self.client.retry_backoff_max,
@@ -1405,6 +1406,9 @@ struct Driver {
     /// When the member last asked for partitions back (the revocation commit's clock
     /// starts there).
     revoke_requested_at: Option<Instant>,
+    /// Which of the partitions asked back are still the revocation's when the
+    /// application finishes it.
+    revocation: PendingRevocation,
     /// The pace of metadata refreshes that fail (`retry.backoff.ms` doubling to
     /// `retry.backoff.max.ms`, as the Java client's, KIP-580).
     metadata_backoff: crate::proto::backoff::Backoff,
@@ -1548,6 +1552,9 @@ async fn drive(mut d: Driver) {
             }
             command = d.commands.recv() => match command {
                 Some(Command::RevocationReady { generation, partitions }) => {
+                    // Only what is still this revocation's: a partition lost and assigned
+                    // again meanwhile is the new assignment's.
+                    let partitions = d.revocation.ready(generation, &partitions);
                     let (shared, commander, auto) = (d.shared.clone(), d.commander.clone(), d.auto_commit.is_some());
                     let asked_at = d.revoke_requested_at.take().unwrap_or_else(Instant::now);
                     let retry = d.group_config.as_ref().map(|c| RevocationCommit::new(c, asked_at.into_std()));
@@ -1620,6 +1627,7 @@ async fn next_group_event(group: &mut Option<GroupHandle>) -> Option<Event> {
 fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
     match &event {
         Event::Assigned { added, .. } => {
+            d.revocation.assigned(added);
             lock(&d.shared.fetcher).assign(added, true);
         }
         Event::CommittedOffsets { offsets, .. } => {
@@ -1646,11 +1654,13 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
                 }
             }
             d.revoke_requested_at = Some(Instant::now());
+            d.revocation.asked(*generation, partitions);
             lock(&d.shared.app).revoking = Some((*generation, partitions.clone()));
             d.shared.revoke_pending.store(true, Ordering::Release);
             d.shared.wake_app();
         }
         Event::Lost { partitions, .. } => {
+            d.revocation.lost(partitions);
             lock(&d.shared.fetcher).unassign(partitions);
         }
         Event::Fatal(e) => {

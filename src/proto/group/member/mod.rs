@@ -51,7 +51,7 @@ use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::NodeId;
 use errors::{Reaction, hint, reaction};
-pub use revocation::{RevocationCommit, RevocationStep};
+pub use revocation::{PendingRevocation, RevocationCommit, RevocationStep};
 use state::{Generation, Sent, State};
 pub use types::{
     CommitError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT,

@@ -2162,3 +2162,25 @@ fn stable_coordinator_found_again_does_not_renew_the_session() {
     let lapsed = until_lapse(&mut h);
     assert_eq!(lapsed, accepted + Duration::from_secs(10));
 }
+
+#[test]
+fn pending_revocation_finished_after_a_fence_and_a_regrant_stops_nothing_regranted() {
+    // Chaos under load, consumer protocol (seed 216083087, `lost=721 drained=false`):
+    // asked to give p4 and p5 back at epoch 7, the member was fenced (Lost p3-p5),
+    // rejoined and got p5 back; the application then finished the old revocation, and
+    // the Consumer stopped fetching p5 on its word, for good.
+    let mut r = super::PendingRevocation::default();
+    r.asked(7, &[tp(2), tp(3)]);
+    r.lost(&[tp(1), tp(2), tp(3)]);
+    r.assigned(&[tp(3)]);
+    assert_eq!(r.ready(7, &[tp(2), tp(3)]), vec![]);
+    // A revocation finished as asked stops what it asked for, once.
+    r.asked(9, &[tp(0), tp(1)]);
+    assert_eq!(r.ready(8, &[tp(0), tp(1)]), vec![], "another generation's");
+    assert_eq!(r.ready(9, &[tp(0), tp(1)]), vec![tp(0), tp(1)]);
+    assert_eq!(r.ready(9, &[tp(0), tp(1)]), vec![]);
+    // Lost meanwhile, not assigned again: nothing left to stop or commit.
+    r.asked(10, &[tp(0)]);
+    r.lost(&[tp(0)]);
+    assert_eq!(r.ready(10, &[tp(0)]), vec![]);
+}
