@@ -359,6 +359,7 @@ impl ConsumerGroupMember {
             // with the application, fetched and handled after the rejoin.
             warn!(group = %self.core.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
             self.fence(now, LostReason::RevocationTimedOut, "revocation timed out");
+            self.leave_before_rejoining();
         }
         if self.session_deadline().is_some_and(|at| now >= at) {
             // No heartbeat accepted for a session: the broker has expired this member
@@ -370,6 +371,7 @@ impl ConsumerGroupMember {
             warn!(group = %self.core.config.group_id, member = %self.core.member_id, session = ?self.core.config.session_timeout, "no heartbeat accepted within the session timeout; partitions lost, rediscovering the coordinator and rejoining");
             self.fence(now, LostReason::SessionLapsed, "session lapsed");
             self.mark_coordinator_unknown(now);
+            self.leave_before_rejoining();
         }
         if matches!(self.state, State::Leaving { deadline, .. } if now >= deadline) {
             self.close(None);
@@ -1010,6 +1012,30 @@ impl ConsumerGroupMember {
         info!(group = %self.core.config.group_id, member = %self.core.member_id, why, "rejoining with epoch 0");
         self.core.lose_all(reason);
         self.rejoin(now);
+    }
+
+    /// The member gave its partitions up on its own clock (a session lapsed, a
+    /// revocation timed out), so the broker may still count it in, with those
+    /// partitions. A join (epoch 0) under the same member id would then meet that
+    /// incarnation: a broker before KAFKA-19233 fences it until the session ends, and
+    /// the librdkafka mock answered it with the old epoch and no assignment, so the
+    /// broker held the partitions for a member that owned none and they stalled for
+    /// good (chaos, consumer protocol, seed 216083087). The member leaves first (epoch
+    /// -1, or -2 for a static member, whose partitions the broker then keeps for it),
+    /// once the coordinator is known, and rejoins right after.
+    fn leave_before_rejoining(&mut self) {
+        if !self.announced {
+            return;
+        }
+        let epoch = if self.core.config.instance_id.is_some() {
+            STATIC_LEAVE_EPOCH
+        } else {
+            LEAVE_EPOCH
+        };
+        self.state = State::Suspended {
+            leave_owed: Some(epoch),
+            rejoin: true,
+        };
     }
 
     /// Joining again with epoch 0, owning nothing.
