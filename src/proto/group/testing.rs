@@ -113,6 +113,19 @@ impl<M: Machine> Harness<M> {
         );
     }
 
+    /// Refuses FindCoordinator `id` with `code`.
+    pub fn lookup_refused(&mut self, id: RequestId, code: i16) {
+        self.respond(
+            id,
+            GroupResponse::FindCoordinator {
+                error: code,
+                node_id: -1,
+                host: String::new(),
+                port: -1,
+            },
+        );
+    }
+
     /// The next request must be a FindCoordinator to any broker; answers it with
     /// `node`.
     #[track_caller]

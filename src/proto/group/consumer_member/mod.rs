@@ -303,15 +303,7 @@ impl ConsumerGroupMember {
     /// The earliest armed timer and when it fires.
     pub fn next_timer(&self) -> Option<(Timer, Instant)> {
         let mut timers: Vec<(Timer, Instant)> = Vec::new();
-        // The coordinator is looked up while the member has something to send it: in
-        // the group, or owing a leave.
-        let looking = match &self.state {
-            State::Closed(_) => false,
-            State::Suspended { leave_owed, .. } => leave_owed.is_some(),
-            State::Leaving { unsent, .. } => unsent.is_some(),
-            State::Joining | State::Stable | State::Revoking { .. } => true,
-        };
-        if looking {
+        if self.has_business() {
             timers.extend(self.core.coordinator.timer());
         }
         if let State::Leaving { deadline, .. } = &self.state {
@@ -653,15 +645,20 @@ impl ConsumerGroupMember {
         Some(self.heartbeat.last_ok? + self.core.config.session_timeout)
     }
 
-    /// Sends whatever is due. Called after every input.
-    fn advance(&mut self, now: Instant) {
-        let looking = match &self.state {
+    /// Whether the member has something to send the coordinator, so looks it up: in
+    /// the group (or joining), or owing a leave.
+    fn has_business(&self) -> bool {
+        match &self.state {
             State::Closed(_) => false,
             State::Suspended { leave_owed, .. } => leave_owed.is_some(),
             State::Leaving { unsent, .. } => unsent.is_some(),
             State::Joining | State::Stable | State::Revoking { .. } => true,
-        };
-        if !looking {
+        }
+    }
+
+    /// Sends whatever is due. Called after every input.
+    fn advance(&mut self, now: Instant) {
+        if !self.has_business() {
             return;
         }
         self.core
@@ -1221,7 +1218,6 @@ impl ConsumerGroupMember {
             leave_owed: joined.then_some(epoch),
             rejoin: false,
         };
-        self.advance(now);
     }
 
     fn mark_coordinator_unknown(&mut self, now: Instant) {

@@ -683,15 +683,6 @@ fn ok_topics(epoch: i32, topics: Vec<(Uuid, Vec<i32>)>) -> GroupResponse {
     r
 }
 
-fn find_coordinator_refused(code: i16) -> GroupResponse {
-    GroupResponse::FindCoordinator {
-        error: code,
-        node_id: -1,
-        host: String::new(),
-        port: -1,
-    }
-}
-
 /// Answers every heartbeat waiting with `epoch` and no assignment, drops the rest;
 /// the epochs the heartbeats carried.
 fn answer_heartbeats(h: &mut H, epoch: i32) -> Vec<i32> {
@@ -1032,10 +1023,7 @@ fn finding_the_coordinator_group_authorization_failed_is_reported_and_the_lookup
     // Finding 7: it closed the member, so a granted ACL did not help.
     let mut h = H::new(config());
     let out = h.request();
-    h.respond(
-        out.id,
-        find_coordinator_refused(ResponseError::GroupAuthorizationFailed.code()),
-    );
+    h.lookup_refused(out.id, ResponseError::GroupAuthorizationFailed.code());
     let ev = h.events();
     assert!(
         matches!(

@@ -707,15 +707,7 @@ fn closed_late_fatal_find_coordinator_answer_keeps_the_clean_close() {
     ));
     h.m.leave(h.now);
     assert_eq!(h.events(), vec![Event::Left]);
-    h.respond(
-        lookup.id,
-        GroupResponse::FindCoordinator {
-            error: ResponseError::GroupAuthorizationFailed.code(),
-            node_id: -1,
-            host: String::new(),
-            port: -1,
-        },
-    );
+    h.lookup_refused(lookup.id, ResponseError::GroupAuthorizationFailed.code());
     assert_eq!(h.events(), vec![]);
     assert_eq!(h.m.state(), StateKind::Closed);
     assert_eq!(h.m.error(), None);
@@ -1937,15 +1929,7 @@ fn unjoined_find_coordinator_group_authorization_failed_is_reported_and_the_look
     // granting the ACL did not help; Java reports it from `poll` and looks again.
     let mut h = H::new(config("range"));
     let lookup = h.request();
-    h.respond(
-        lookup.id,
-        GroupResponse::FindCoordinator {
-            error: ResponseError::GroupAuthorizationFailed.code(),
-            node_id: -1,
-            host: String::new(),
-            port: -1,
-        },
-    );
+    h.lookup_refused(lookup.id, ResponseError::GroupAuthorizationFailed.code());
     let ev = h.events();
     assert!(
         matches!(
