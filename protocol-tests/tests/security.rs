@@ -192,11 +192,21 @@ fn assert_exactly_once(tally: &Tally, expect: &BTreeSet<(i32, i64)>) {
         missing.first()
     );
     let twice: Vec<_> = tally.reads.iter().filter(|(_, n)| **n > 1).collect();
+    // Per partition, the first and last offset read twice: where a rebalance or a lost
+    // commit sent a reader back.
+    let mut spans: BTreeMap<i32, (i64, i64, usize)> = BTreeMap::new();
+    for ((p, o), _) in &twice {
+        let e = spans.entry(*p).or_insert((*o, *o, 0));
+        e.0 = e.0.min(*o);
+        e.1 = e.1.max(*o);
+        e.2 += 1;
+    }
     assert!(
         twice.is_empty(),
-        "{} records read twice, e.g. {:?}",
+        "{} records read twice, e.g. {:?}; per partition (first, last, count): {spans:?}; group events: {:#?}",
         twice.len(),
-        twice.first()
+        twice.first(),
+        tally.changes
     );
 }
 
@@ -732,7 +742,7 @@ async fn scram_over_sasl_ssl_through_stunnel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_sessions_are_renewed_without_a_rebalance() {
     let logs =
-        protocol_tests::log_capture::LogCapture::install("warn,ottla::driver::connection=info")
+        protocol_tests::log_capture::LogCapture::install("warn,ottla::driver::connection=info,ottla::proto::group=info,ottla::driver::group=info,ottla::consumer=info")
             .expect("log capture");
     let secs = protocol_tests::env_number("OTTLA_REAUTH_SECS", 180);
     let broker = SaslTansu::start_with(&scram_users().topic("renewed", 6)).expect("SASL tansu");
@@ -755,6 +765,10 @@ async fn tansu_sessions_are_renewed_without_a_rebalance() {
         "only {} records written",
         expect.len()
     );
+    if tally.reads.values().any(|n| *n > 1) {
+        // What the members said while it went wrong (warnings and the connections).
+        eprintln!("{}", logs.text());
+    }
     assert_exactly_once(&tally, &expect);
     assert_no_rebalance_once_settled(&tally);
 
