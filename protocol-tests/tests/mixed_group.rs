@@ -688,29 +688,46 @@ impl Drop for Busy {
     }
 }
 
-/// kcat (Debian's, librdkafka 2.0.2) as a balanced consumer (`-G`) with librdkafka's
-/// default assignors and automatic commits, printing `partition offset` per record.
-struct Kcat {
+/// A group member in another process that prints `partition offset` per record on
+/// stdout, and `assigned: [P], [P] ...` / `revoked:` lines on stderr: kcat (Debian's,
+/// librdkafka 2.0.2) as a balanced consumer (`-G`) with librdkafka's default assignors
+/// and automatic commits, or `protocol-tests/peers/sarama_member` (sarama 1.22, range,
+/// automatic commits of every record it printed).
+struct CliPeer {
     child: std::process::Child,
     records: Arc<Mutex<Vec<(i32, i64)>>>,
-    /// Its stderr: `% Group ... rebalanced ...: assigned: topic [0], ...` and errors.
+    /// Its stderr: the assignment lines and errors.
     stderr: Arc<Mutex<Vec<String>>>,
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
-impl Kcat {
-    /// `None` when there is no `kcat` on the PATH.
-    fn spawn(bootstrap: &str, group: &str, topic: &str) -> Option<Self> {
-        use std::io::BufRead;
-        use std::process::{Command, Stdio};
+impl CliPeer {
+    /// kcat; `None` when there is no `kcat` on the PATH.
+    fn kcat(bootstrap: &str, group: &str, topic: &str) -> Option<Self> {
         let commit = LOAD_COMMIT_INTERVAL.as_millis().to_string();
-        let mut child = Command::new("kcat")
+        let mut command = std::process::Command::new("kcat");
+        command
             .args(["-b", bootstrap, "-G", group, "-u", "-f", "%p %o\\n"])
             .args(["-X", "client.id=kcat", "-X", "session.timeout.ms=6000"])
             .args(["-X", "heartbeat.interval.ms=500"])
             .args(["-X", &format!("auto.commit.interval.ms={commit}")])
             .args(["-X", "auto.offset.reset=earliest"])
-            .arg(topic)
+            .arg(topic);
+        Self::spawn(command)
+    }
+
+    /// The sarama member (its session, heartbeat and commit intervals are kcat's);
+    /// `None` when `scripts/install-peers.sh` did not build it.
+    fn sarama(bootstrap: &str, group: &str, topic: &str) -> Option<Self> {
+        let mut command = std::process::Command::new(sarama_member()?);
+        command.args([bootstrap, group, topic]);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: std::process::Command) -> Option<Self> {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -762,7 +779,7 @@ impl Kcat {
         owned
     }
 
-    /// SIGTERM: kcat closes its consumer (commits and leaves) and exits.
+    /// SIGTERM: the peer closes its consumer (commits and leaves) and exits.
     fn close(mut self) {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -782,38 +799,49 @@ impl Kcat {
     }
 }
 
-impl Drop for Kcat {
+/// The sarama member `scripts/install-peers.sh` builds (`.peers/sarama_member`), if it
+/// is there.
+fn sarama_member() -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(".peers")
+        .join("sarama_member");
+    path.is_file().then_some(path)
+}
+
+impl Drop for CliPeer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-/// The librdkafka member of the load test.
+/// The other member of the load test: librdkafka (confluent-kafka or kcat) or sarama.
 enum LoadPeer {
     Confluent(PyMember),
-    Kcat(Kcat),
+    /// kcat or sarama.
+    Cli(CliPeer),
 }
 
 impl LoadPeer {
     fn records(&self) -> Vec<(i32, i64)> {
         match self {
             LoadPeer::Confluent(p) => p.records().into_iter().map(|(_, p, o)| (p, o)).collect(),
-            LoadPeer::Kcat(k) => k.records.lock().unwrap().clone(),
+            LoadPeer::Cli(k) => k.records.lock().unwrap().clone(),
         }
     }
 
     fn assignment(&self) -> BTreeSet<i32> {
         match self {
             LoadPeer::Confluent(p) => p.assignment().into_iter().map(|(_, p)| p).collect(),
-            LoadPeer::Kcat(k) => k.assignment(),
+            LoadPeer::Cli(k) => k.assignment(),
         }
     }
 
     fn lines(&self) -> Vec<String> {
         match self {
             LoadPeer::Confluent(p) => p.lines(),
-            LoadPeer::Kcat(k) => k.stderr.lock().unwrap().clone(),
+            LoadPeer::Cli(k) => k.stderr.lock().unwrap().clone(),
         }
     }
 
@@ -822,7 +850,7 @@ impl LoadPeer {
             LoadPeer::Confluent(mut p) => {
                 let _ = p.leave_and_exit();
             }
-            LoadPeer::Kcat(k) => k.close(),
+            LoadPeer::Cli(k) => k.close(),
         }
     }
 }
@@ -838,14 +866,15 @@ enum Happened {
 /// Issue 30, "a rebalance every 10 seconds": an eager ottla member (`range,roundrobin`,
 /// session 6 s, automatic commits every 500 ms) reads a 6-partition topic of the
 /// librdkafka mock while 1,500 records/s arrive and two threads keep the CPU busy; a
-/// librdkafka member (`peer`) joins 1 s later. The mock refuses every commit while
-/// its join phase lasts and closes the round session timeout - 1 s after it began.
+/// member of another client (`peer`: librdkafka or sarama) joins 1 s later. The mock
+/// refuses every commit while its join phase lasts and closes the round session
+/// timeout - 1 s after it began.
 /// When ottla kept retrying its commit at revocation through those refusals, it sent
 /// its JoinGroup after the round had closed without it, was expelled, and its rejoin
 /// started the next round: the group never settled. Here the group must settle within
 /// a round of the peer's arrival and then stay as it is; no record may be lost, and
 /// records read twice are bounded by the refused-commit windows.
-async fn ottla_beside_librdkafka_under_load(peer_kind: &str) {
+async fn ottla_beside_a_peer_under_load(peer_kind: &str) {
     protocol_tests::init_tracing();
     let m = MockCluster::new(3).expect("mock");
     m.cap_group_apis().expect("caps");
@@ -954,7 +983,10 @@ async fn ottla_beside_librdkafka_under_load(peer_kind: &str) {
             .spawn()
             .expect("confluent-kafka member"),
         ),
-        "kcat" => LoadPeer::Kcat(Kcat::spawn(&bootstrap, &group, TOPIC_LOAD).expect("kcat")),
+        "kcat" => LoadPeer::Cli(CliPeer::kcat(&bootstrap, &group, TOPIC_LOAD).expect("kcat")),
+        "sarama" => {
+            LoadPeer::Cli(CliPeer::sarama(&bootstrap, &group, TOPIC_LOAD).expect("sarama member"))
+        }
         other => panic!("no peer {other}"),
     };
     if let LoadPeer::Confluent(p) = &peer {
@@ -1118,7 +1150,7 @@ async fn ottla_beside_librdkafka_under_load(peer_kind: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_ottla_range_beside_confluent_joining_under_load_settles_in_one_round() {
-    ottla_beside_librdkafka_under_load("confluent").await;
+    ottla_beside_a_peer_under_load("confluent").await;
 }
 
 /// The same with kcat (Debian's `kcat`, librdkafka 2.0.2; `scripts/install-peers.sh`
@@ -1133,5 +1165,20 @@ async fn mock_ottla_range_beside_kcat_joining_under_load_settles_in_one_round() 
         eprintln!("SKIPPED: no kcat on the PATH (bash scripts/install-peers.sh installs it)");
         return;
     }
-    ottla_beside_librdkafka_under_load("kcat").await;
+    ottla_beside_a_peer_under_load("kcat").await;
+}
+
+/// The same with sarama (Go, 1.22 from Debian; `scripts/install-peers.sh` builds
+/// `protocol-tests/peers/sarama_member` into `.peers/`). Its only assignor is `range`,
+/// which ottla's `range,roundrobin` shares. Skipped, saying so, where it was not built
+/// (no Go toolchain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_ottla_range_beside_sarama_joining_under_load_settles_in_one_round() {
+    if sarama_member().is_none() {
+        eprintln!(
+            "SKIPPED: no .peers/sarama_member (bash scripts/install-peers.sh builds it with Debian's Go and sarama)"
+        );
+        return;
+    }
+    ottla_beside_a_peer_under_load("sarama").await;
 }
