@@ -137,6 +137,9 @@ struct Partition {
     starts_per_second: Vec<u32>,
     /// The highest committed offset reported by a metrics hook, by whom, when.
     committed: Option<(i64, usize, f64)>,
+    /// The generation (or epoch) its committer was in when the hook reported it: a
+    /// regression across generations may be the hooks' order, not the broker's.
+    committed_generation: Option<i32>,
     commits: u64,
     /// Every offset below this one is finished.
     finished_below: i64,
@@ -556,6 +559,7 @@ impl Journal {
         let at = self.now();
         let mut j = self.lock();
         let name = j.name(inc);
+        let generation = j.incarnations.get(inc).and_then(|i| i.generation);
         let mut found = Vec::new();
         {
             let Inner {
@@ -568,13 +572,22 @@ impl Journal {
             if let Some((last, by, when)) = p.committed
                 && offset < last
             {
-                found.push((
-                    Check::Regression,
-                    format!(
-                        "t={at:.1}s: committed offset of partition {partition} went back from {last} to {offset} ({name}; {last} was committed at t={when:.1}s by "
-                    ),
-                    Some(by),
-                ));
+                let then = p.committed_generation;
+                let message = format!(
+                    "t={at:.1}s: committed offset of partition {partition} went back from {last} to {offset} ({name} in generation {generation:?}; {last} was committed at t={when:.1}s in generation {then:?} by "
+                );
+                // The hooks report a commit when its answer is read, not when the broker
+                // took it. A commit made in an older generation (or member epoch) than
+                // the one that committed higher was taken while its committer still
+                // held that generation: the broker refuses a commit from a generation
+                // (epoch) that is no longer the member's, and the partition moves on
+                // only with a new one. So it was taken before the higher commit, and
+                // its answer came late (a silent broker holds answers back, not
+                // requests: seed 487768142). The broker reads check the order the
+                // broker saw. The same generation, or a newer one, is a regression.
+                let late = matches!((generation, then), (Some(g), Some(t)) if g < t);
+                let check = (!late).then_some(Check::Regression);
+                found.push((check, message, Some(by)));
             }
             while p.finished_below < offset
                 && offsets
@@ -585,7 +598,7 @@ impl Journal {
             }
             if p.finished_below < offset {
                 found.push((
-                    Check::UnfinishedCommit,
+                    Some(Check::UnfinishedCommit),
                     format!(
                         "t={at:.1}s: {name} committed {partition}@{offset} while offset {} was not finished",
                         p.finished_below
@@ -595,6 +608,7 @@ impl Journal {
             }
             if p.committed.is_none_or(|c| offset >= c.0) {
                 p.committed = Some((offset, inc, at));
+                p.committed_generation = generation;
             }
         }
         for (check, message, by) in found {
@@ -602,7 +616,12 @@ impl Journal {
                 Some(by) => format!("{message}{})", j.name(by)),
                 None => message,
             };
-            j.violation(check, message);
+            match check {
+                Some(check) => j.violation(check, message),
+                None => j
+                    .notes
+                    .push(format!("late commit answer, not a regression: {message}")),
+            }
         }
     }
 
@@ -940,6 +959,42 @@ mod tests {
         j.handler_started(n, 0, 1, 1);
         let a = j.analyse(&BTreeSet::new());
         assert_eq!(a.violation_count, 2, "{:?}", a.violations);
+    }
+
+    #[test]
+    fn a_lower_commit_answered_late_from_an_older_generation_is_a_note_not_a_regression() {
+        let (j, m) = journal_with_member();
+        j.member_log(m, "joined".into(), Some(5));
+        let n = j.incarnation_started("m1.0".into());
+        j.member_log(n, "joined".into(), Some(6));
+        let o = j.incarnation_started("m2.0".into());
+        j.member_log(o, "joined".into(), Some(6));
+        for off in 0..20 {
+            j.acked(off as u64, 0, off);
+            j.handler_started(n, 0, off, off as u64);
+            j.handled(n, 0, off);
+            j.handler_finished(n, 0);
+        }
+        j.committed(n, 0, 20);
+        // m0.0's commit of 15, taken in generation 5 before the partition moved, is
+        // reported after m1.0's of 20 in generation 6: the broker took it first.
+        j.committed(m, 0, 15);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.violation_count, 0, "{:?}", a.violations);
+        assert!(
+            a.notes.iter().any(|n| n.contains("late commit answer")),
+            "{:?}",
+            a.notes
+        );
+        // The same generation going back is a regression.
+        j.committed(o, 0, 12);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            a.checks.get(&Check::Regression),
+            Some(&1),
+            "{:?}",
+            a.violations
+        );
     }
 
     #[test]
