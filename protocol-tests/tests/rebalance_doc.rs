@@ -646,16 +646,17 @@ fn eager_revoking_heartbeats_on_and_joining_sends_none_until_the_join_answer() {
 /// coordinator, the group forms generations without the member and hands its partitions
 /// to others, while the member handles them for as long as the JoinGroup may take
 /// (`max.poll.interval.ms` + 5 s: 35 s here, 5 min by default): records redone below a
-/// successor's commit. The member should lose what it kept once a session passes with no
-/// answer from the coordinator, as it does in a generation.
+/// successor's commit. The member loses what it kept once a session passes with no
+/// answer from the coordinator, as it does in a generation (Java and librdkafka keep
+/// them: docs/rebalance.md).
 ///
-/// Fails until the classic member keeps its session clock through a cooperative rejoin;
-/// run with `--ignored`.
+/// Failed while the session clock stopped at the JoinGroup (fixed in issue 30).
 #[test]
-#[ignore = "issue 30: a cooperative member in Joining has no session clock; fails until fixed"]
 fn cooperative_joining_unanswered_for_a_session_loses_the_kept_partitions() {
     let mut h = H::follower("cooperative-sticky", 7, &[0, 1]);
     let hb = h.heartbeat();
+    // The session runs from when the last accepted heartbeat was sent.
+    let renewed = h.now;
     h.respond(
         hb.id,
         GroupResponse::Heartbeat {
@@ -670,18 +671,41 @@ fn cooperative_joining_unanswered_for_a_session_loses_the_kept_partitions() {
     // The coordinator answers nothing (silent) for a session and a second. The
     // application keeps coming back for records.
     let mut lost = Vec::new();
+    let mut lost_at = None;
+    let mut after = Vec::new();
     for _ in 0..110 {
         h.m.note_progress(h.now);
         h.advance(Duration::from_millis(100));
-        h.requests();
-        lost.extend(h.events());
+        let requests = h.requests();
+        let events = h.events();
+        if lost_at.is_none()
+            && ottla::proto::group::testing::lost(&events, LostReason::SessionLapsed)
+        {
+            lost_at = Some(h.now.duration_since(renewed));
+        } else if lost_at.is_some() {
+            after.extend(requests);
+        }
+        lost.extend(events);
     }
+    let lost_at = lost_at.unwrap_or_else(|| {
+        panic!(
+            "a session (10 s) with no answer while joining, and the partitions are still owned: {lost:?}, assignment {:?}",
+            h.m.assignment()
+        )
+    });
+    // Kept for the session, not a moment less (a join phase may last that long).
     assert!(
-        ottla::proto::group::testing::lost(&lost, LostReason::SessionLapsed),
-        "a session (10 s) with no answer while joining, and the partitions are still owned: {lost:?}, assignment {:?}",
-        h.m.assignment()
+        lost_at >= Duration::from_secs(10) && lost_at <= Duration::from_millis(10_100),
+        "lost {lost_at:?} after the last heartbeat was sent"
     );
     assert!(h.m.assignment().is_empty());
+    // And it looks the coordinator up again, to rejoin under its member id.
+    assert!(
+        after
+            .iter()
+            .any(|o| matches!(o.request, GroupRequest::FindCoordinator { .. })),
+        "no rediscovery after the lapse: {after:?}"
+    );
 }
 
 /// Issue 30, found by the chaos runner under load (`chaos --duration 40s --seed 488062273

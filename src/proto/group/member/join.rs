@@ -131,6 +131,7 @@ impl GroupMember {
             last_ok: now,
             failures: 0,
         };
+        self.kept_session = None;
         let request = GroupRequest::SyncGroup {
             group: self.core.config.group_id.clone(),
             generation,

@@ -21,7 +21,7 @@
 //! | [`Timer::Join`] | `Unjoined`, coordinator known | JoinGroup is due (after backoff) |
 //! | [`Timer::Request`] | a FindCoordinator, JoinGroup, SyncGroup or LeaveGroup is in flight | the response is overdue: treated as a failure |
 //! | [`Timer::Heartbeat`] | a generation is live or being synced (from the JoinGroup answer on, as in the Java client), no heartbeat in flight | the next heartbeat is due |
-//! | [`Timer::Session`] | as the heartbeat | no successful heartbeat for `session_timeout`: the partitions are lost, the coordinator is looked up again and the member rejoins under the same member id |
+//! | [`Timer::Session`] | as the heartbeat, and while a cooperative member rejoins with partitions kept | no successful heartbeat for `session_timeout`: the partitions are lost, the coordinator is looked up again and the member rejoins under the same member id |
 //! | [`Timer::Revocation`] | waiting for the application to finish a revocation | the rebalance timeout ran out: the partitions are lost |
 //! | [`Timer::Progress`] | the member is in the group | the application has not come back for records within `max_poll_interval` |
 //! | [`Timer::OffsetFetch`] | an OffsetFetch must be retried for partitions still owned, coordinator known | the retry is due |
@@ -89,6 +89,11 @@ pub struct GroupMember {
     /// Closing, the member lost its generation: it does not join again, and the
     /// LeaveGroup that follows goes out at once.
     rejoin_held: bool,
+    /// While a cooperative member rejoins with the partitions it keeps (no heartbeat
+    /// from its JoinGroup to the next generation): the start of its session as the
+    /// broker last renewed it, the send time of the last heartbeat accepted.
+    /// [`Timer::Session`] runs on from it until the next generation starts.
+    kept_session: Option<Instant>,
 }
 
 impl GroupMember {
@@ -112,6 +117,7 @@ impl GroupMember {
             failures: 0,
             closing: false,
             rejoin_held: false,
+            kept_session: None,
         };
         member.advance(now);
         member

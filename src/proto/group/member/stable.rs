@@ -247,7 +247,11 @@ impl GroupMember {
         };
         // Heartbeats stop (with the state that holds them) until the next generation
         // forms: from its JoinGroup on, the broker counts a member as alive until the
-        // rebalance completes.
+        // rebalance completes. A member that keeps partitions while it rejoins keeps
+        // its session clock (see `session_lapsed`).
+        if let Some(hb) = self.state.heartbeat() {
+            self.kept_session = Some(hb.last_ok);
+        }
         self.state = State::Unjoined {
             join_at,
             reason: reason.to_string(),
@@ -264,6 +268,7 @@ impl GroupMember {
         reason: &str,
     ) {
         self.core.lose_all(why);
+        self.kept_session = None;
         self.leave_generation();
         if forget_member {
             self.core.member_id.clear();

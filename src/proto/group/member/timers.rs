@@ -52,6 +52,8 @@ impl GroupMember {
                 Timer::Session,
                 hb.last_ok + self.core.config.session_timeout,
             ));
+        } else if let Some(at) = self.kept_session_deadline() {
+            timers.push((Timer::Session, at));
         }
         if let Some(at) = self.metadata_at.filter(|_| in_group) {
             timers.push((Timer::Metadata, at));
@@ -127,15 +129,36 @@ impl GroupMember {
         // it keeps its member id: if the coordinator still knows it, the rejoin is
         // that member's, and if not, UNKNOWN_MEMBER_ID gives a fresh one; forgetting
         // the id here left a ghost the next join phase waited a whole session for.
-        let lapsed = self
-            .state
-            .heartbeat_mut()
-            .is_some_and(|hb| now >= hb.last_ok + self.core.config.session_timeout);
+        //
+        // A cooperative member rejoining with the partitions it keeps has no heartbeat
+        // from its JoinGroup to the next generation, and the clock runs on from the
+        // last heartbeat accepted: a JoinGroup left unanswered for a session is a
+        // silent coordinator, or one that moved (the librdkafka mock closes the join
+        // phase a session after it began, and expels who has not rejoined). Java and
+        // librdkafka check no session there (librdkafka only in its steady state) and
+        // keep the partitions until the join answer or its timeout
+        // (`max.poll.interval.ms` + 5 s): handled twice meanwhile (chaos under load).
+        // The cost: on Kafka, which holds a JoinGroup up to the rebalance timeout, a
+        // join phase longer than a session (a slow member) makes this member give its
+        // partitions up and take them back from the last commit.
+        let lapsed = match self.state.heartbeat_mut() {
+            Some(hb) => now >= hb.last_ok + self.core.config.session_timeout,
+            None => self.kept_session_deadline().is_some_and(|at| now >= at),
+        };
         if lapsed {
             warn!(group = %self.core.config.group_id, member = %self.core.member_id, "no successful heartbeat within the session timeout; partitions lost, rediscovering the coordinator and rejoining");
             self.core.mark_coordinator_unknown(now);
             self.reset(now, LostReason::SessionLapsed, false, "session lapsed");
         }
+    }
+
+    /// When the session of a member rejoining with partitions kept runs out: armed only
+    /// while it has no heartbeat and still owns partitions.
+    fn kept_session_deadline(&self) -> Option<Instant> {
+        let rejoining = matches!(self.state, State::Unjoined { .. } | State::Joining { .. });
+        self.kept_session
+            .filter(|_| rejoining && !self.core.owned.is_empty())
+            .map(|at| at + self.core.config.session_timeout)
     }
 
     /// JoinGroup, SyncGroup, LeaveGroup and FindCoordinator past their deadlines.
