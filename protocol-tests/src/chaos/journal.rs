@@ -105,6 +105,9 @@ struct Inner {
     notes: Vec<String>,
     violations: Vec<String>,
     checks: BTreeMap<Check, u64>,
+    /// Partition -> the incarnations its last assignments went to and have not taken
+    /// back (from the metrics hooks), with when and in which generation.
+    holders: BTreeMap<i32, BTreeMap<usize, (f64, i32)>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -382,6 +385,28 @@ impl Journal {
             j.generations.insert(g);
             if let Some(i) = j.incarnations.get_mut(inc) {
                 i.generation = Some(g);
+            }
+        }
+    }
+
+    /// The metrics hook of `inc` reported `partitions` assigned in `generation`.
+    pub fn assigned(&self, inc: usize, partitions: &[i32], generation: i32) {
+        let at = self.now();
+        let mut j = self.lock();
+        for p in partitions {
+            j.holders
+                .entry(*p)
+                .or_default()
+                .insert(inc, (at, generation));
+        }
+    }
+
+    /// The metrics hook of `inc` reported `partitions` revoked or lost.
+    pub fn released(&self, inc: usize, partitions: &[i32]) {
+        let mut j = self.lock();
+        for p in partitions {
+            if let Some(h) = j.holders.get_mut(p) {
+                h.remove(&inc);
             }
         }
     }
@@ -715,8 +740,22 @@ impl Journal {
                     Some(per_second[lo..hi].iter().sum::<u32>().to_string())
                 })
                 .collect();
+            // Who holds it now, as the members' own reports say.
+            let holders: Vec<String> = j
+                .holders
+                .get(p)
+                .into_iter()
+                .flatten()
+                .filter(|(inc, _)| j.incarnations.get(**inc).is_some_and(|i| i.ended.is_none()))
+                .map(|(inc, (at, g))| format!("{} since t={at:.1}s (generation {g})", j.name(*inc)))
+                .collect();
+            let held = if holders.is_empty() {
+                "held by no live member".to_string()
+            } else {
+                format!("held by {}", holders.join(", "))
+            };
             out.push(format!(
-                "partition {p}: log end {t}, {committed}; {last}; handler starts per 10 s up to t={end}s: [{}]",
+                "partition {p}: log end {t}, {committed}; {last}; {held}; handler starts per 10 s up to t={end}s: [{}]",
                 recent.join(" ")
             ));
         }

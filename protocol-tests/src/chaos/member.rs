@@ -266,8 +266,17 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
         // epoch of its latest assignment tags what it handles from then on (a partition
         // goes to a new owner at a later epoch than the one its old owner got it in).
         // Under the classic protocol it is the generation just joined.
-        Metric::Assigned { generation, .. } => {
+        Metric::Assigned {
+            generation,
+            partitions,
+        } => {
+            let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
+            journal.assigned(inc, &ps, generation);
             journal.member_log(inc, "assigned".into(), Some(generation))
+        }
+        Metric::Revoked { partitions, .. } | Metric::Lost { partitions } => {
+            let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
+            journal.released(inc, &ps);
         }
         _ => {}
     };
