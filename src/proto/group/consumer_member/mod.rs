@@ -119,13 +119,20 @@ enum State {
         partitions: Vec<TopicPartition>,
         deadline: Instant,
     },
-    /// Left after a progress timeout; rejoins on the application's next progress.
-    /// `leave_owed`: the leave heartbeat (with that epoch) waits for the coordinator
-    /// to be found; `rejoin`: the application came back meanwhile, so the member
-    /// rejoins right after sending it.
+    /// Out of the group on its own clock (a progress timeout, a session lapse, a
+    /// revocation timeout): rejoins on the application's next progress (`rejoin`
+    /// once it came back, or at once after a lapse). `leave_owed`: the leave
+    /// heartbeat (with that epoch) must reach the broker first; it goes once the
+    /// coordinator is known, and again to the next coordinator if it goes unanswered
+    /// (`leave_sent`: in flight, overdue at that instant), until it is answered or
+    /// until `give_up_at`, a session after the last heartbeat sent, when the broker
+    /// has expired the member anyway. `why`: the leave's reason.
     Suspended {
         leave_owed: Option<i32>,
         rejoin: bool,
+        leave_sent: Option<(RequestId, Instant)>,
+        give_up_at: Instant,
+        why: &'static str,
     },
     /// Closing: the leave heartbeat is in flight, or (`unsent`, with its epoch) waits
     /// for the coordinator to be found, until `deadline`.
@@ -148,6 +155,9 @@ struct Heartbeat {
     /// this, so the session cannot have lapsed before `last_ok + session.timeout.ms`
     /// on the broker's clock either.
     last_ok: Option<Instant>,
+    /// When the last heartbeat (a leave aside) was sent, answered or not: the broker
+    /// may have read it, and renewed the session then.
+    last_sent: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -266,6 +276,7 @@ impl ConsumerGroupMember {
                 in_flight: None,
                 failures: 0,
                 last_ok: None,
+                last_sent: None,
             },
             sent_fields: None,
             target: BTreeMap::new(),
@@ -309,6 +320,18 @@ impl ConsumerGroupMember {
         if let State::Leaving { deadline, .. } = &self.state {
             timers.push((Timer::Request, *deadline));
         }
+        if let State::Suspended {
+            leave_owed: Some(_),
+            leave_sent,
+            give_up_at,
+            ..
+        } = &self.state
+        {
+            timers.push((Timer::Request, *give_up_at));
+            if let Some((_, overdue)) = leave_sent {
+                timers.push((Timer::Request, *overdue));
+            }
+        }
         let in_group = matches!(
             self.state,
             State::Joining | State::Stable | State::Revoking { .. }
@@ -351,7 +374,10 @@ impl ConsumerGroupMember {
             // with the application, fetched and handled after the rejoin.
             warn!(group = %self.core.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
             self.fence(now, LostReason::RevocationTimedOut, "revocation timed out");
-            self.leave_before_rejoining();
+            self.leave_before_rejoining(
+                now,
+                "the revocation was not completed within the rebalance timeout",
+            );
         }
         if self.session_deadline().is_some_and(|at| now >= at) {
             // No heartbeat accepted for a session: the broker has expired this member
@@ -363,11 +389,12 @@ impl ConsumerGroupMember {
             warn!(group = %self.core.config.group_id, member = %self.core.member_id, session = ?self.core.config.session_timeout, "no heartbeat accepted within the session timeout; partitions lost, rediscovering the coordinator and rejoining");
             self.fence(now, LostReason::SessionLapsed, "session lapsed");
             self.mark_coordinator_unknown(now);
-            self.leave_before_rejoining();
+            self.leave_before_rejoining(now, "no heartbeat accepted within the session timeout");
         }
         if matches!(self.state, State::Leaving { deadline, .. } if now >= deadline) {
             self.close(None);
         }
+        self.leave_owed_due(now);
         if let Some(f) = self.heartbeat.in_flight {
             if now >= f.deadline {
                 self.handle_failure(now, f.id, Failure::Timeout);
@@ -431,6 +458,7 @@ impl ConsumerGroupMember {
                 if matches!(self.state, State::Leaving { .. }) {
                     self.close(None);
                 }
+                self.leave_answered(now, id);
             }
             (Sent::Commit { epoch, offsets }, GroupResponse::OffsetCommit { partitions }) => {
                 self.on_commit(now, id, epoch, offsets, partitions)
@@ -479,6 +507,16 @@ impl ConsumerGroupMember {
                 if matches!(self.state, State::Leaving { .. }) {
                     self.close(None);
                 }
+                // A leave owed before a rejoin goes again, to the coordinator found
+                // next.
+                if let State::Suspended { leave_sent, .. } = &mut self.state {
+                    if leave_sent.is_some_and(|(sent, _)| sent == id) {
+                        *leave_sent = None;
+                        if same_coordinator {
+                            self.mark_coordinator_unknown(now);
+                        }
+                    }
+                }
             }
             Sent::Commit { epoch, .. } => {
                 self.core.commit_failed(id, failure);
@@ -501,6 +539,7 @@ impl ConsumerGroupMember {
             State::Suspended {
                 leave_owed: Some(_),
                 rejoin,
+                ..
             } => *rejoin = true,
             State::Suspended {
                 leave_owed: None, ..
@@ -674,17 +713,37 @@ impl ConsumerGroupMember {
                 }
                 return;
             }
-            State::Suspended { leave_owed, rejoin } => {
-                let (owed, rejoin) = (leave_owed.take(), *rejoin);
-                if let Some(epoch) = owed {
-                    self.send_leave(node, epoch, "consumer poll timeout has expired");
+            State::Suspended {
+                leave_owed: Some(epoch),
+                leave_sent,
+                why,
+                ..
+            } => {
+                // The rejoin waits for the leave's answer (`leave_answered`).
+                if leave_sent.is_none() {
+                    let (epoch, why) = (*epoch, *why);
+                    let id = self.send_leave(node, epoch, why);
+                    // Overdue well within the session it may be retried for.
+                    let overdue = now
+                        + self
+                            .heartbeat_timeout()
+                            .min(self.core.config.session_timeout / 3);
+                    if let State::Suspended { leave_sent, .. } = &mut self.state {
+                        *leave_sent = Some((id, overdue));
+                    }
                 }
-                if !rejoin {
-                    return;
-                }
-                // The application came back while the leave waited: it went first.
-                self.rejoin(now);
+                return;
             }
+            State::Suspended {
+                leave_owed: None,
+                rejoin: false,
+                ..
+            } => return,
+            State::Suspended {
+                leave_owed: None,
+                rejoin: true,
+                ..
+            } => self.rejoin(now),
             _ => {}
         }
         if let Some((id, offsets)) = self.core.commits.next() {
@@ -779,6 +838,7 @@ impl ConsumerGroupMember {
             Sent::Heartbeat { epoch, fields },
         );
         self.announced = true;
+        self.heartbeat.last_sent = Some(now);
         self.heartbeat.in_flight = Some(InFlight {
             id,
             sent_at: now,
@@ -787,9 +847,9 @@ impl ConsumerGroupMember {
         self.heartbeat.next_at = now + self.interval;
     }
 
-    fn send_leave(&mut self, node: NodeId, epoch: i32, reason: &str) {
+    fn send_leave(&mut self, node: NodeId, epoch: i32, reason: &str) -> RequestId {
         debug!(group = %self.core.config.group_id, member = %self.core.member_id, epoch, reason, "leaving");
-        self.core.send(
+        let id = self.core.send(
             Target::Coordinator(node),
             GroupRequest::ConsumerGroupHeartbeat {
                 group: self.core.config.group_id.clone(),
@@ -807,6 +867,7 @@ impl ConsumerGroupMember {
         );
         self.announced = false;
         self.heartbeat.in_flight = None;
+        id
     }
 
     /// The owned partitions by topic id, for the acknowledgement, through the names
@@ -1020,7 +1081,7 @@ impl ConsumerGroupMember {
     /// good (chaos, consumer protocol, seed 216083087). The member leaves first (epoch
     /// -1, or -2 for a static member, whose partitions the broker then keeps for it),
     /// once the coordinator is known, and rejoins right after.
-    fn leave_before_rejoining(&mut self) {
+    fn leave_before_rejoining(&mut self, now: Instant, why: &'static str) {
         if !self.announced {
             return;
         }
@@ -1032,7 +1093,70 @@ impl ConsumerGroupMember {
         self.state = State::Suspended {
             leave_owed: Some(epoch),
             rejoin: true,
+            leave_sent: None,
+            give_up_at: self.leave_give_up_at(now),
+            why,
         };
+    }
+
+    /// Until when a leave owed before a rejoin is worth sending: a session from now,
+    /// so at least a session after the last heartbeat sent (the broker may have read
+    /// it without its answer reaching this member: a silent broker holds answers
+    /// back). By then the broker has expired the member anyway, and a join under the
+    /// same id is a new member's.
+    fn leave_give_up_at(&self, now: Instant) -> Instant {
+        debug_assert!(self.heartbeat.last_sent.is_none_or(|at| at <= now));
+        now + self.core.config.session_timeout
+    }
+
+    /// The answer to leave `id` came: a rejoin waiting for it goes now.
+    fn leave_answered(&mut self, now: Instant, id: RequestId) {
+        let State::Suspended {
+            leave_owed,
+            leave_sent,
+            rejoin,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        if leave_sent.is_none_or(|(sent, _)| sent != id) {
+            return;
+        }
+        *leave_owed = None;
+        *leave_sent = None;
+        if *rejoin {
+            self.rejoin(now);
+            self.advance(now);
+        }
+    }
+
+    /// A leave owed before a rejoin: its answer overdue (sent again to the next
+    /// coordinator), or no longer needed (`give_up_at`).
+    fn leave_owed_due(&mut self, now: Instant) {
+        let State::Suspended {
+            leave_owed: leave_owed @ Some(_),
+            leave_sent,
+            give_up_at,
+            rejoin,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        if now >= *give_up_at {
+            debug!(group = %self.core.config.group_id, member = %self.core.member_id, "the leave went unanswered for a session; the broker has expired this member, rejoining");
+            *leave_owed = None;
+            *leave_sent = None;
+            if *rejoin {
+                self.rejoin(now);
+            }
+            return;
+        }
+        if leave_sent.is_some_and(|(_, overdue)| now >= overdue) {
+            *leave_sent = None;
+            self.mark_coordinator_unknown(now);
+        }
     }
 
     /// Joining again with epoch 0, owning nothing.
@@ -1213,10 +1337,14 @@ impl ConsumerGroupMember {
             LEAVE_EPOCH
         };
         self.core.lose_all(LostReason::ProgressTimeout);
+        let give_up_at = self.leave_give_up_at(now);
         self.rejoin(now);
         self.state = State::Suspended {
             leave_owed: joined.then_some(epoch),
             rejoin: false,
+            leave_sent: None,
+            give_up_at,
+            why: "consumer poll timeout has expired",
         };
     }
 

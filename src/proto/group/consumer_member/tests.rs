@@ -754,11 +754,17 @@ fn revoking_timed_out_gives_up_the_heartbeat_in_flight_so_its_late_answer_cannot
     h.advance(Duration::from_secs(3));
     let ev = h.events();
     assert!(lost(&ev, LostReason::RevocationTimedOut), "{ev:?}");
-    // The broker may still count the member in: it leaves, then rejoins at once.
-    let (_, leave) = h.heartbeat();
+    // The broker may still count the member in: it leaves, then rejoins once the
+    // leave is answered.
+    let (leave_id, leave) = h.heartbeat();
     assert_eq!(leave.epoch, -1);
+    assert!(
+        h.requests().is_empty(),
+        "the rejoin waits for the leave's answer"
+    );
+    h.answer(leave_id, -1, None);
     let (join, hb) = h.heartbeat();
-    assert_eq!(hb.epoch, 0, "the rejoin goes at once");
+    assert_eq!(hb.epoch, 0, "the rejoin goes once the leave is answered");
     h.answer(held.expect("a held heartbeat"), 2, None);
     assert_eq!(h.events(), vec![], "the late answer is ignored");
     assert_eq!(h.m.state(), StateKind::Joining);
@@ -862,15 +868,18 @@ fn stable_progress_timeout_with_the_coordinator_unknown_leaves_once_it_is_found_
         })
         .expect("a lookup");
     h.found(lookup.id, 3);
-    let epochs: Vec<i32> = h
-        .requests()
-        .into_iter()
-        .filter_map(|o| match o.request {
-            GroupRequest::ConsumerGroupHeartbeat { member_epoch, .. } => Some(member_epoch),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(epochs, vec![-1, 0], "the leave, then the rejoin");
+    h.events();
+    let (leave, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, -1, "the leave first");
+    h.no_request();
+    assert_eq!(
+        h.m.state(),
+        StateKind::Suspended,
+        "the rejoin waits for its answer"
+    );
+    h.answer(leave, -1, None);
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0, "then the rejoin");
     assert_eq!(h.m.state(), StateKind::Joining);
 }
 
@@ -1094,8 +1103,10 @@ fn stable_no_heartbeat_accepted_for_the_session_loses_everything_and_rejoins() {
         .expect("a lookup");
     h.found(lookup.id, 3);
     h.events();
-    let (_, leave) = h.heartbeat();
+    let (leave_id, leave) = h.heartbeat();
     assert_eq!(leave.epoch, -1);
+    h.no_request();
+    h.answer(leave_id, -1, None);
     let (_, rejoin) = h.heartbeat();
     assert_eq!(rejoin.epoch, 0);
     assert_eq!(rejoin.owned, Some(vec![]));
@@ -1121,4 +1132,126 @@ fn stable_session_counts_from_when_the_accepted_heartbeat_was_sent_not_answered(
     assert!(h.events().is_empty());
     h.advance(Duration::from_millis(100));
     assert!(lost(&h.events(), LostReason::SessionLapsed));
+}
+
+/// Advances in 100 ms steps until a FindCoordinator goes out, and answers it with `node`.
+fn rediscover(h: &mut H, node: i32) {
+    let lookup = (0..200)
+        .find_map(|_| {
+            h.advance(Duration::from_millis(100));
+            h.requests()
+                .into_iter()
+                .find(|o| matches!(o.request, GroupRequest::FindCoordinator { .. }))
+        })
+        .expect("a lookup");
+    h.found(lookup.id, node);
+    h.events();
+}
+
+/// A member whose session lapsed against a silent coordinator: the lapse, the lookup,
+/// and the leave sent to the coordinator found (node 3); returns the leave's id.
+fn lapsed_and_leaving(h: &mut H) -> RequestId {
+    for _ in 0..100 {
+        h.advance(Duration::from_millis(100));
+        h.requests();
+        if lost(&h.events(), LostReason::SessionLapsed) {
+            break;
+        }
+    }
+    assert_eq!(h.m.assignment(), vec![]);
+    rediscover(h, 3);
+    let (leave, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, -1);
+    leave
+}
+
+#[test]
+fn session_lapse_leave_unanswered_goes_again_to_the_next_coordinator_before_the_rejoin() {
+    // Chaos, consumer protocol, seed 487768142: after a lapse the leave went to a
+    // silent broker and was never read; the join followed at once, met the member's
+    // old incarnation at the next coordinator (the librdkafka mock answered it with no
+    // assignment while it still gave the member its old partitions), and those
+    // partitions stalled for good. The rejoin now waits for the leave's answer; a
+    // leave left unanswered goes again to the coordinator found next.
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    let mut h = H::stable_with(c, vec![0, 1]);
+    let _first = lapsed_and_leaving(&mut h);
+    // Not answered: no rejoin meanwhile, and the leave is given up as overdue.
+    let mut sent = Vec::new();
+    for _ in 0..30 {
+        h.advance(Duration::from_millis(100));
+        sent.extend(h.requests());
+        if h.m.coordinator().is_none() {
+            break;
+        }
+    }
+    assert!(
+        !sent.iter().any(|o| matches!(
+            o.request,
+            GroupRequest::ConsumerGroupHeartbeat {
+                member_epoch: 0,
+                ..
+            }
+        )),
+        "a rejoin before the leave was answered: {sent:?}"
+    );
+    assert_eq!(
+        h.m.coordinator(),
+        None,
+        "the leave's coordinator is looked up again"
+    );
+    assert_eq!(h.m.state(), StateKind::Suspended);
+    rediscover(&mut h, 1);
+    let (second, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, -1, "the leave again, to the next coordinator");
+    h.no_request();
+    h.answer(second, -1, None);
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0, "then the rejoin");
+    assert_eq!(h.m.state(), StateKind::Joining);
+}
+
+#[test]
+fn session_lapse_leave_never_answered_rejoins_a_session_later() {
+    // Bounded: a leave that no coordinator answers stops being owed a session after it
+    // was first owed (by then the broker has expired the member: its clock started no
+    // later than the last heartbeat sent), and the member rejoins.
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    let mut h = H::stable_with(c, vec![0]);
+    let _ = lapsed_and_leaving(&mut h);
+    let owed_since = h.now;
+    let mut rejoined_at = None;
+    for _ in 0..200 {
+        h.advance(Duration::from_millis(100));
+        let mut out = h.requests();
+        // Lookups answered with the same silent coordinator, which reads nothing.
+        if let Some(i) = out
+            .iter()
+            .position(|o| matches!(o.request, GroupRequest::FindCoordinator { .. }))
+        {
+            let lookup = out.remove(i);
+            h.found(lookup.id, 3);
+            h.events();
+            out.extend(h.requests());
+        }
+        if out.iter().any(|o| {
+            matches!(
+                o.request,
+                GroupRequest::ConsumerGroupHeartbeat {
+                    member_epoch: 0,
+                    ..
+                }
+            )
+        }) {
+            rejoined_at = Some(h.now);
+            break;
+        }
+    }
+    let waited = rejoined_at.expect("a rejoin").duration_since(owed_since);
+    assert!(
+        waited <= Duration::from_secs(6) && waited >= Duration::from_secs(5),
+        "rejoined {waited:?} after the leave was first owed"
+    );
 }
