@@ -77,7 +77,8 @@ const STATIC_LEAVE_EPOCH: i32 = -2;
 pub struct ConsumerGroupMember {
     /// What both protocols' members hold; commits wait there as offsets, sent with the
     /// epoch of the moment they go out.
-    core: Core<Sent, Vec<CommitOffset>>,
+    /// Queued commits carry the incarnation they were made in.
+    core: Core<Sent, QueuedCommit>,
     state: State,
     /// The epoch the broker gave in its last answer (0 before the first).
     epoch: i32,
@@ -105,6 +106,26 @@ pub struct ConsumerGroupMember {
     /// A heartbeat went out since the member last left: the broker may know it, so
     /// closing sends a leave.
     announced: bool,
+    /// Counts the member's epoch-0 rejoins: what it owns now is that incarnation's. A
+    /// commit made in an earlier one is never sent, nor sent again, with a later
+    /// epoch (see [`QueuedCommit`]).
+    incarnation: u64,
+}
+
+/// A commit waiting for the wire, or sent: its offsets, and the incarnation of the
+/// member that made them. The offsets of an incarnation that lost its partitions must
+/// not land with the next one's epoch: the next one may have taken the same partitions
+/// back and fetched an older committed offset meanwhile, and a late commit would then
+/// pass records it had not handled yet, and put the offset back when it commits its
+/// own (chaos, consumer protocol, seed 773873162: a commit at epoch 9 answered
+/// STALE_MEMBER_EPOCH was sent again at epoch 13, after a session lapse and a rejoin
+/// that got the same partition back and fetched 769; it landed at 783 and the
+/// member redid 769-782 below it).
+#[derive(Debug, Clone)]
+struct QueuedCommit {
+    incarnation: u64,
+    epoch: i32,
+    offsets: Vec<CommitOffset>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +205,8 @@ enum Sent {
     Leave,
     Commit {
         epoch: i32,
+        /// The member's incarnation that made it ([`QueuedCommit`]).
+        incarnation: u64,
         offsets: Vec<CommitOffset>,
     },
     OffsetFetch {
@@ -285,6 +308,7 @@ impl ConsumerGroupMember {
             assigned_names: BTreeMap::new(),
             ack_owed: false,
             announced: false,
+            incarnation: 0,
         };
         member.advance(now);
         member
@@ -460,9 +484,14 @@ impl ConsumerGroupMember {
                 }
                 self.leave_answered(now, id);
             }
-            (Sent::Commit { epoch, offsets }, GroupResponse::OffsetCommit { partitions }) => {
-                self.on_commit(now, id, epoch, offsets, partitions)
-            }
+            (
+                Sent::Commit {
+                    epoch,
+                    incarnation,
+                    offsets,
+                },
+                GroupResponse::OffsetCommit { partitions },
+            ) => self.on_commit(now, id, epoch, incarnation, offsets, partitions),
             (sent, response) => return Some((sent, response)),
         }
         None
@@ -576,7 +605,12 @@ impl ConsumerGroupMember {
         self.core
             .may_commit(self.closed(), self.epoch(), &offsets)?;
         let id = self.core.outbox.reserve();
-        self.core.commits.push(id, offsets);
+        let commit = QueuedCommit {
+            incarnation: self.incarnation,
+            epoch: self.epoch,
+            offsets,
+        };
+        self.core.commits.push(id, commit);
         self.advance(now);
         Ok(id)
     }
@@ -746,7 +780,23 @@ impl ConsumerGroupMember {
             } => self.rejoin(now),
             _ => {}
         }
-        if let Some((id, offsets)) = self.core.commits.next() {
+        while let Some((id, commit)) = self.core.commits.next() {
+            if commit.incarnation != self.incarnation {
+                // Made before the partitions were lost: it goes nowhere.
+                self.core.commits.settled(id);
+                self.core.events.push_back(Event::CommitCompleted {
+                    id,
+                    result: Err(CommitError::Stale {
+                        generation: commit.epoch,
+                    }),
+                });
+                continue;
+            }
+            let QueuedCommit {
+                incarnation,
+                offsets,
+                ..
+            } = commit;
             let request = GroupRequest::OffsetCommit {
                 group: self.core.config.group_id.clone(),
                 generation: self.epoch,
@@ -756,12 +806,14 @@ impl ConsumerGroupMember {
             };
             let sent = Sent::Commit {
                 epoch: self.epoch,
+                incarnation,
                 offsets,
             };
             let epoch = self.core.coordinator.epoch();
             self.core
                 .outbox
                 .send_as(id, Target::Coordinator(node), request, sent, epoch);
+            break;
         }
         let due = self.heartbeat.in_flight.is_none()
             && (now >= self.heartbeat.next_at
@@ -1161,6 +1213,7 @@ impl ConsumerGroupMember {
 
     /// Joining again with epoch 0, owning nothing.
     fn rejoin(&mut self, now: Instant) {
+        self.incarnation += 1;
         self.core.owned.clear();
         self.assigned_names.clear();
         self.target.clear();
@@ -1259,6 +1312,7 @@ impl ConsumerGroupMember {
         now: Instant,
         id: RequestId,
         epoch: i32,
+        incarnation: u64,
         offsets: Vec<CommitOffset>,
         partitions: Vec<(TopicPartition, i16)>,
     ) {
@@ -1272,16 +1326,23 @@ impl ConsumerGroupMember {
         };
         // STALE_MEMBER_EPOCH: the epoch moved on while the commit was on its way (a
         // heartbeat answer bumped it). The same offsets go again with the new epoch
-        // if the member still owns them (Java retries with the latest epoch too).
+        // if the member still owns them (Java retries with the latest epoch too), and
+        // has owned them since: not after a rejoin ([`QueuedCommit`]).
         if code == ResponseError::StaleMemberEpoch.code()
             && self.epoch != epoch
+            && incarnation == self.incarnation
             && matches!(self.state, State::Stable | State::Revoking { .. })
             && offsets
                 .iter()
                 .all(|o| self.core.owned.contains(&o.partition))
         {
             debug!(group = %self.core.config.group_id, old = epoch, new = self.epoch, "commit had a stale epoch; sending it again");
-            self.core.commits.retry(id, offsets);
+            let commit = QueuedCommit {
+                incarnation,
+                epoch,
+                offsets,
+            };
+            self.core.commits.retry(id, commit);
             return;
         }
         let result = Err(CommitError::Broker {

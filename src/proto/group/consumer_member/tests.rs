@@ -1255,3 +1255,70 @@ fn session_lapse_leave_never_answered_rejoins_a_session_later() {
         "rejoined {waited:?} after the leave was first owed"
     );
 }
+
+#[test]
+fn commit_of_an_incarnation_that_lost_its_partitions_never_lands_with_the_next_ones_epoch() {
+    // Chaos, consumer protocol, seed 773873162: a commit at epoch 9, answered
+    // STALE_MEMBER_EPOCH after a session lapse and a rejoin that got the same
+    // partition back (epoch 13, committed offset fetched at 769), was sent again with
+    // epoch 13 and landed at 783: the member redid 769-782 below its own commit.
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    let mut h = H::stable_with(c, vec![0]);
+    let offsets = |o| {
+        vec![CommitOffset {
+            partition: tp(0),
+            offset: o,
+            leader_epoch: -1,
+            metadata: None,
+        }]
+    };
+    let first = h.m.commit(h.now, offsets(783)).unwrap();
+    let on_wire = h.request();
+    assert!(matches!(
+        on_wire.request,
+        GroupRequest::OffsetCommit { generation: 1, .. }
+    ));
+    // A second one waits behind it.
+    let second = h.m.commit(h.now, offsets(790)).unwrap();
+    h.no_request();
+    // The coordinator goes silent: the session lapses, the member leaves and rejoins,
+    // and gets partition 0 back at epoch 3.
+    let leave = lapsed_and_leaving(&mut h);
+    h.answer(leave, -1, None);
+    let (join, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0);
+    h.answer(join, 3, Some(vec![0]));
+    h.events();
+    assert_eq!(h.m.assignment(), vec![tp(0)]);
+    // Now the first commit's answer: the epoch it carried is stale.
+    h.respond(
+        on_wire.id,
+        GroupResponse::OffsetCommit {
+            partitions: vec![(tp(0), ResponseError::StaleMemberEpoch.code())],
+        },
+    );
+    let events = h.events();
+    let commits: Vec<_> = h
+        .requests()
+        .into_iter()
+        .filter(|o| matches!(o.request, GroupRequest::OffsetCommit { .. }))
+        .collect();
+    assert!(commits.is_empty(), "sent with the new epoch: {commits:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::CommitCompleted { id, result: Err(_) } if *id == first)),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(e, Event::CommitCompleted { id, result: Err(CommitError::Stale { generation: 1 }) } if *id == second)),
+        "the queued one fails too: {events:?}"
+    );
+    // A commit of the new incarnation goes, with its epoch.
+    h.m.commit(h.now, offsets(769)).unwrap();
+    assert!(matches!(
+        h.request().request,
+        GroupRequest::OffsetCommit { generation: 3, .. }
+    ));
+}
