@@ -919,6 +919,9 @@ pub(crate) struct PendingFetch {
     pub(crate) generation: i32,
     partitions: BTreeSet<TopicPartition>,
     in_flight: Option<RequestId>,
+    /// Partitions granted (again) while the fetch in flight was out: its answer may
+    /// predate their last owner's final commit, so they wait for the next fetch.
+    regranted: BTreeSet<TopicPartition>,
     retry_at: Instant,
     /// OffsetFetches failed in a row, for the KIP-580 backoff.
     failures: u32,
@@ -957,10 +960,15 @@ impl PendingFetch {
             generation,
             partitions: BTreeSet::new(),
             in_flight: None,
+            regranted: BTreeSet::new(),
             retry_at: now,
             failures: 0,
         });
         pending.generation = generation;
+        let added: Vec<TopicPartition> = added.into_iter().collect();
+        if pending.in_flight.is_some() {
+            pending.regranted.extend(added.iter().cloned());
+        }
         pending.partitions.extend(added);
         pending.partitions.retain(|p| owned.contains(p));
     }
@@ -1001,6 +1009,7 @@ impl PendingFetch {
             return false;
         }
         self.in_flight = None;
+        self.regranted.clear();
         self.back_off(now, backoff);
         true
     }
@@ -1024,6 +1033,12 @@ impl PendingFetch {
             return Fetched::Stale;
         }
         self.in_flight = None;
+        // A partition granted again while this was out (revoked, its final commit
+        // made, then given back) is asked for again: the broker may have answered
+        // before that commit landed, and the answer came late (a held response).
+        // Applied, it sent the member back below its own commit (chaos, consumer
+        // protocol, seed 773873162).
+        let regranted = std::mem::take(&mut self.regranted);
         let code = if error != 0 {
             error
         } else {
@@ -1038,10 +1053,11 @@ impl PendingFetch {
         }
         self.failures = 0;
         // Partitions granted after the request went out stay pending for the next one.
-        self.partitions.retain(|p| !asked.contains(p));
+        self.partitions
+            .retain(|p| !asked.contains(p) || regranted.contains(p));
         let offsets = partitions
             .into_iter()
-            .filter(|p| asked.contains(&p.0) && owned.contains(&p.0))
+            .filter(|p| asked.contains(&p.0) && owned.contains(&p.0) && !regranted.contains(&p.0))
             .map(|(tp, offset, epoch, _)| (tp, offset, epoch))
             .collect();
         Fetched::Offsets {
@@ -1055,4 +1071,47 @@ impl PendingFetch {
 /// `d` in milliseconds for a request field, saturating.
 pub(crate) fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod pending_fetch_tests {
+    use super::*;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
+    }
+
+    #[test]
+    fn an_answer_to_a_fetch_sent_before_a_partition_was_granted_again_is_not_applied_to_it() {
+        // Chaos, consumer protocol, seed 773873162: p5's committed offset was asked
+        // for, p5 was revoked (its final commit at 786) and granted again, and the
+        // first answer (774, held back by the broker) arrived after: the member
+        // started again at 774, below its own commit.
+        let now = Instant::now();
+        let owned: BTreeSet<TopicPartition> = [tp(0), tp(5)].into_iter().collect();
+        let mut fetch = None;
+        PendingFetch::grant(&mut fetch, now, 9, [tp(0), tp(5)], &owned);
+        let f = fetch.as_mut().expect("pending");
+        let asked = f.due(now).expect("due");
+        f.sent(RequestId(1));
+        PendingFetch::grant(&mut fetch, now, 11, [tp(5)], &owned);
+        let f = fetch.as_mut().expect("pending");
+        let answer = f.on_answer(
+            RequestId(1),
+            &asked,
+            0,
+            vec![(tp(0), 100, -1, 0), (tp(5), 774, -1, 0)],
+            &owned,
+        );
+        assert_eq!(
+            answer,
+            Fetched::Offsets {
+                generation: 11,
+                offsets: vec![(tp(0), 100, -1)],
+                done: false,
+            }
+        );
+        // p5 is asked for again.
+        assert_eq!(f.due(now), Some([tp(5)].into_iter().collect()));
+    }
 }
