@@ -478,11 +478,11 @@ impl ConsumerGroupMember {
             }
             // The answer to a leave is not looked at (Java ignores it too): the member
             // is gone either way.
-            (Sent::Leave, GroupResponse::ConsumerGroupHeartbeat { .. }) => {
+            (Sent::Leave, GroupResponse::ConsumerGroupHeartbeat { error, .. }) => {
                 if matches!(self.state, State::Leaving { .. }) {
                     self.close(None);
                 }
-                self.leave_answered(now, id);
+                self.leave_answered(now, id, error);
             }
             (
                 Sent::Commit {
@@ -1161,8 +1161,10 @@ impl ConsumerGroupMember {
         now + self.core.config.session_timeout
     }
 
-    /// The answer to leave `id` came: a rejoin waiting for it goes now.
-    fn leave_answered(&mut self, now: Instant, id: RequestId) {
+    /// The answer to leave `id` came, with `error`: a rejoin waiting for it goes now,
+    /// unless the leave did not reach the group (the broker is not, or not yet, its
+    /// coordinator); then it goes again to the coordinator found next.
+    fn leave_answered(&mut self, now: Instant, id: RequestId, error: i16) {
         let State::Suspended {
             leave_owed,
             leave_sent,
@@ -1173,6 +1175,20 @@ impl ConsumerGroupMember {
             return;
         };
         if leave_sent.is_none_or(|(sent, _)| sent != id) {
+            return;
+        }
+        let unread = [
+            ResponseError::NotCoordinator,
+            ResponseError::CoordinatorNotAvailable,
+            ResponseError::CoordinatorLoadInProgress,
+        ]
+        .iter()
+        .any(|e| e.code() == error);
+        if unread {
+            // Chaos, seed 848527062: a leave answered NOT_COORDINATOR was taken as
+            // done, the join met the old incarnation and the group stalled.
+            *leave_sent = None;
+            self.mark_coordinator_unknown(now);
             return;
         }
         *leave_owed = None;

@@ -1322,3 +1322,24 @@ fn commit_of_an_incarnation_that_lost_its_partitions_never_lands_with_the_next_o
         GroupRequest::OffsetCommit { generation: 3, .. }
     ));
 }
+
+#[test]
+fn session_lapse_leave_answered_not_coordinator_goes_again_before_the_rejoin() {
+    // Chaos, consumer protocol, seed 848527062: the leave was answered
+    // NOT_COORDINATOR (the coordinator had moved), taken as done, and the join met the
+    // old incarnation at the next coordinator: no assignment for the member, every
+    // partition held for it by the mock, the whole group stalled.
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    let mut h = H::stable_with(c, vec![0, 1]);
+    let leave = lapsed_and_leaving(&mut h);
+    h.respond(leave, refused(ResponseError::NotCoordinator.code()));
+    assert_eq!(h.m.state(), StateKind::Suspended, "no rejoin yet");
+    assert_eq!(h.m.coordinator(), None, "looked up again");
+    rediscover(&mut h, 1);
+    let (again, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, -1, "the leave again");
+    h.answer(again, -1, None);
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0, "then the rejoin");
+}
