@@ -1084,7 +1084,17 @@ impl ConsumerGroupMember {
                 } else {
                     LostReason::FencedEpoch
                 };
+                let fenced = why == LostReason::FencedEpoch;
                 self.fence(now, why, "fenced by the coordinator");
+                // FENCED_MEMBER_EPOCH leaves the member's incarnation on the broker with
+                // its partitions (Kafka and the mock alike); UNKNOWN_MEMBER_ID says it is
+                // gone. A bare epoch-0 join then meets that incarnation: a broker before
+                // KAFKA-19233 fences it until the session ends, and the librdkafka mock
+                // answered it with the incarnation's epoch and no assignment while it
+                // held the partitions for it: stalled for good (chaos seed 340586618).
+                if fenced {
+                    self.leave_before_rejoining(now, "fenced by the coordinator");
+                }
             }
             // The group is gone (deleted, or lost by its coordinator): a join creates
             // it again. Java closes the member here; a member that rejoins recovers.

@@ -313,6 +313,13 @@ fn stable_fenced_member_epoch_loses_everything_and_rejoins_with_epoch_0_and_the_
             reason: LostReason::FencedEpoch,
         }]
     );
+    // The fenced incarnation stays on the broker with its partitions: the member
+    // leaves it first (chaos seed 340586618: a bare rejoin met it on the mock, got no
+    // assignment, and its partitions stalled for good), and rejoins on the answer.
+    let (leave, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, -1);
+    h.no_request();
+    h.answer(leave, -1, None);
     let (_, rejoin) = h.heartbeat();
     assert_eq!(rejoin.epoch, 0);
     assert_eq!(rejoin.owned, Some(vec![]));
