@@ -985,6 +985,17 @@ mod tests {
         assert_eq!(a.lost, 1);
     }
 
+    /// `inc` handles partition 0's `offsets` (sequence numbers equal to the offsets),
+    /// each acknowledged by the broker first.
+    fn handle(j: &Journal, inc: usize, offsets: std::ops::Range<i64>) {
+        for o in offsets {
+            j.acked(o as u64, 0, o);
+            j.handler_started(inc, 0, o, o as u64);
+            j.handled(inc, 0, o);
+            j.handler_finished(inc, 0);
+        }
+    }
+
     #[test]
     fn regressions_and_double_owners_are_violations() {
         let (j, m) = journal_with_member();
@@ -1008,12 +1019,7 @@ mod tests {
         j.member_log(n, "joined".into(), Some(6));
         let o = j.incarnation_started("m2.0".into());
         j.member_log(o, "joined".into(), Some(6));
-        for off in 0..20 {
-            j.acked(off as u64, 0, off);
-            j.handler_started(n, 0, off, off as u64);
-            j.handled(n, 0, off);
-            j.handler_finished(n, 0);
-        }
+        handle(&j, n, 0..20);
         j.committed(n, 0, 20);
         // m0.0's commit of 15, taken in generation 5 before the partition moved, is
         // reported after m1.0's of 20 in generation 6: the broker took it first.
@@ -1039,12 +1045,7 @@ mod tests {
     #[test]
     fn redone_records_above_the_commit_are_duplicates_within_the_bound() {
         let (j, m) = journal_with_member();
-        for o in 0..5 {
-            j.acked(o as u64, 0, o);
-            j.handler_started(m, 0, o, o as u64);
-            j.handled(m, 0, o);
-            j.handler_finished(m, 0);
-        }
+        handle(&j, m, 0..5);
         j.committed(m, 0, 2);
         let n = j.incarnation_started("m1.0".into());
         j.member_log(n, "synced".into(), Some(2));

@@ -146,8 +146,8 @@ enum State {
     /// heartbeat (with that epoch) must reach the broker first; it goes once the
     /// coordinator is known, and again to the next coordinator if it goes unanswered
     /// (`leave_sent`: in flight, overdue at that instant), until it is answered or
-    /// until `give_up_at`, a session after the last heartbeat sent, when the broker
-    /// has expired the member anyway. `why`: the leave's reason.
+    /// until `give_up_at`, a session after it was first owed (so after the last
+    /// heartbeat sent), when the broker has expired the member anyway. `why`: the leave's reason.
     Suspended {
         leave_owed: Option<i32>,
         rejoin: bool,
@@ -176,9 +176,6 @@ struct Heartbeat {
     /// this, so the session cannot have lapsed before `last_ok + session.timeout.ms`
     /// on the broker's clock either.
     last_ok: Option<Instant>,
-    /// When the last heartbeat (a leave aside) was sent, answered or not: the broker
-    /// may have read it, and renewed the session then.
-    last_sent: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -299,7 +296,6 @@ impl ConsumerGroupMember {
                 in_flight: None,
                 failures: 0,
                 last_ok: None,
-                last_sent: None,
             },
             sent_fields: None,
             target: BTreeMap::new(),
@@ -536,15 +532,9 @@ impl ConsumerGroupMember {
                 if matches!(self.state, State::Leaving { .. }) {
                     self.close(None);
                 }
-                // A leave owed before a rejoin goes again, to the coordinator found
-                // next.
-                if let State::Suspended { leave_sent, .. } = &mut self.state {
-                    if leave_sent.is_some_and(|(sent, _)| sent == id) {
-                        *leave_sent = None;
-                        if same_coordinator {
-                            self.mark_coordinator_unknown(now);
-                        }
-                    }
+                if matches!(&self.state, State::Suspended { leave_sent: Some((sent, _)), .. } if *sent == id)
+                {
+                    self.leave_unread(now, same_coordinator);
                 }
             }
             Sent::Commit { epoch, .. } => {
@@ -890,7 +880,6 @@ impl ConsumerGroupMember {
             Sent::Heartbeat { epoch, fields },
         );
         self.announced = true;
-        self.heartbeat.last_sent = Some(now);
         self.heartbeat.in_flight = Some(InFlight {
             id,
             sent_at: now,
@@ -1167,7 +1156,6 @@ impl ConsumerGroupMember {
     /// back). By then the broker has expired the member anyway, and a join under the
     /// same id is a new member's.
     fn leave_give_up_at(&self, now: Instant) -> Instant {
-        debug_assert!(self.heartbeat.last_sent.is_none_or(|at| at <= now));
         now + self.core.config.session_timeout
     }
 
@@ -1197,9 +1185,7 @@ impl ConsumerGroupMember {
         if unread {
             // Chaos, seed 848527062: a leave answered NOT_COORDINATOR was taken as
             // done, the join met the old incarnation and the group stalled.
-            *leave_sent = None;
-            self.mark_coordinator_unknown(now);
-            return;
+            return self.leave_unread(now, true);
         }
         *leave_owed = None;
         *leave_sent = None;
@@ -1232,7 +1218,18 @@ impl ConsumerGroupMember {
             return;
         }
         if leave_sent.is_some_and(|(_, overdue)| now >= overdue) {
+            self.leave_unread(now, true);
+        }
+    }
+
+    /// The leave owed before a rejoin did not reach the group (no answer, or the
+    /// broker is not its coordinator): it goes again, to the coordinator found next
+    /// (`coordinator_at_fault`: the one it went to is given up on).
+    fn leave_unread(&mut self, now: Instant, coordinator_at_fault: bool) {
+        if let State::Suspended { leave_sent, .. } = &mut self.state {
             *leave_sent = None;
+        }
+        if coordinator_at_fault {
             self.mark_coordinator_unknown(now);
         }
     }

@@ -1066,9 +1066,7 @@ fn stable_no_heartbeat_accepted_for_the_session_loses_everything_and_rejoins() {
     // and handed them on (chaos seed 99120031: 309 handler starts beside another
     // member's). Now it gives them up a session after the last heartbeat the broker
     // accepted was sent, no later than the broker's own expiry.
-    let mut c = config();
-    c.session_timeout = Duration::from_secs(6);
-    let mut h = H::stable_with(c, vec![0, 1]);
+    let mut h = stable_with_a_6_s_session(vec![0, 1]);
     let accepted = h.now;
     // Heartbeats answered keep the session, however long.
     for _ in 0..5 {
@@ -1123,9 +1121,7 @@ fn stable_no_heartbeat_accepted_for_the_session_loses_everything_and_rejoins() {
 fn stable_session_counts_from_when_the_accepted_heartbeat_was_sent_not_answered() {
     // The broker renews the session when it reads the request: an answer that took
     // 2 s to arrive renewed a session that began up to 2 s before it arrived.
-    let mut c = config();
-    c.session_timeout = Duration::from_secs(6);
-    let mut h = H::stable_with(c, vec![0]);
+    let mut h = stable_with_a_6_s_session(vec![0]);
     h.advance(Duration::from_secs(3));
     let (id, _) = h.heartbeat();
     let sent = h.now;
@@ -1139,6 +1135,13 @@ fn stable_session_counts_from_when_the_accepted_heartbeat_was_sent_not_answered(
     assert!(h.events().is_empty());
     h.advance(Duration::from_millis(100));
     assert!(lost(&h.events(), LostReason::SessionLapsed));
+}
+
+/// A member in the group owning `partitions`, its session 6 s.
+fn stable_with_a_6_s_session(partitions: Vec<i32>) -> H {
+    let mut c = config();
+    c.session_timeout = Duration::from_secs(6);
+    H::stable_with(c, partitions)
 }
 
 /// Advances in 100 ms steps until a FindCoordinator goes out, and answers it with `node`.
@@ -1180,9 +1183,7 @@ fn session_lapse_leave_unanswered_goes_again_to_the_next_coordinator_before_the_
     // assignment while it still gave the member its old partitions), and those
     // partitions stalled for good. The rejoin now waits for the leave's answer; a
     // leave left unanswered goes again to the coordinator found next.
-    let mut c = config();
-    c.session_timeout = Duration::from_secs(6);
-    let mut h = H::stable_with(c, vec![0, 1]);
+    let mut h = stable_with_a_6_s_session(vec![0, 1]);
     let _first = lapsed_and_leaving(&mut h);
     // Not answered: no rejoin meanwhile, and the leave is given up as overdue.
     let mut sent = Vec::new();
@@ -1224,9 +1225,7 @@ fn session_lapse_leave_never_answered_rejoins_a_session_later() {
     // Bounded: a leave that no coordinator answers stops being owed a session after it
     // was first owed (by then the broker has expired the member: its clock started no
     // later than the last heartbeat sent), and the member rejoins.
-    let mut c = config();
-    c.session_timeout = Duration::from_secs(6);
-    let mut h = H::stable_with(c, vec![0]);
+    let mut h = stable_with_a_6_s_session(vec![0]);
     let _ = lapsed_and_leaving(&mut h);
     let owed_since = h.now;
     let mut rejoined_at = None;
@@ -1269,9 +1268,7 @@ fn commit_of_an_incarnation_that_lost_its_partitions_never_lands_with_the_next_o
     // STALE_MEMBER_EPOCH after a session lapse and a rejoin that got the same
     // partition back (epoch 13, committed offset fetched at 769), was sent again with
     // epoch 13 and landed at 783: the member redid 769-782 below its own commit.
-    let mut c = config();
-    c.session_timeout = Duration::from_secs(6);
-    let mut h = H::stable_with(c, vec![0]);
+    let mut h = stable_with_a_6_s_session(vec![0]);
     let offsets = |o| {
         vec![CommitOffset {
             partition: tp(0),
@@ -1336,9 +1333,7 @@ fn session_lapse_leave_answered_not_coordinator_goes_again_before_the_rejoin() {
     // NOT_COORDINATOR (the coordinator had moved), taken as done, and the join met the
     // old incarnation at the next coordinator: no assignment for the member, every
     // partition held for it by the mock, the whole group stalled.
-    let mut c = config();
-    c.session_timeout = Duration::from_secs(6);
-    let mut h = H::stable_with(c, vec![0, 1]);
+    let mut h = stable_with_a_6_s_session(vec![0, 1]);
     let leave = lapsed_and_leaving(&mut h);
     h.respond(leave, refused(ResponseError::NotCoordinator.code()));
     assert_eq!(h.m.state(), StateKind::Suspended, "no rejoin yet");
