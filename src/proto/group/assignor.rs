@@ -20,6 +20,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::consumer_protocol::{Assignment, Subscription, TopicPartition};
 
+mod sticky;
+
 /// How partitions move in a rebalance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RebalanceProtocol {
@@ -461,7 +463,7 @@ impl Assignor for StickyAssignor {
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
         // Eager: every member gave everything back before joining, so nothing is held
         // back (Java's `StickyAssignor` has no `adjustAssignment`).
-        let (result, _) = sticky_assign(partitions_per_topic, partition_racks, members)?;
+        let result = sticky_assign(partitions_per_topic, partition_racks, members, false)?;
         Ok(finish(result))
     }
 }
@@ -508,7 +510,6 @@ impl Assignor for CooperativeStickyAssignor {
         partition_racks: &PartitionRacks,
         members: &[MemberSubscription],
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
-        let (mut result, claims) = sticky_assign(partitions_per_topic, partition_racks, members)?;
         // KIP-429: a partition someone else still holds is left out until its holders
         // have revoked it (Java: `CooperativeStickyAssignor.adjustAssignment` removes the
         // "partitions transferring ownership"). That covers a partition moving to a new
@@ -520,16 +521,13 @@ impl Assignor for CooperativeStickyAssignor {
         // of `partitionsWithMultiplePreviousOwners` as transferring). Java's general case
         // (`computePartitionsTransferringOwnership`) would let one of two such claimants
         // keep it if the balance happened to pick it; we never do.
-        for (member, list) in result.iter_mut() {
-            list.retain(|p| claims.may_have(member, p));
-        }
+        let result = sticky_assign(partitions_per_topic, partition_racks, members, true)?;
         Ok(finish(result))
     }
 }
 
 /// Members' racks and the racks of partitions' replicas (KIP-881). A member or
-/// partition without a rack matches nothing; [`RackView::none`] knows no racks at all,
-/// and then every answer is the rack-less one.
+/// partition without a rack matches nothing.
 #[derive(Debug, Default)]
 struct RackView<'a> {
     /// The rack of each member that named one (an empty `rack_id` is none, as in Java).
@@ -538,10 +536,6 @@ struct RackView<'a> {
 }
 
 impl<'a> RackView<'a> {
-    fn none() -> Self {
-        Self::default()
-    }
-
     fn new(partitions: &'a PartitionRacks, members: &[&'a MemberSubscription]) -> Self {
         let members = members
             .iter()
@@ -560,7 +554,7 @@ impl<'a> RackView<'a> {
         }
     }
 
-    /// Whether any member named a rack (never, for [`RackView::none`]).
+    /// Whether any member named a rack.
     fn knows_racks(&self) -> bool {
         !self.members.is_empty()
     }
@@ -611,7 +605,7 @@ impl<'a> RackView<'a> {
     }
 
     /// How well `member` is placed to read `p`: 2 in a rack with a replica, 1 without a
-    /// rack (unknown), 0 in a rack without one. Always 1 with [`RackView::none`].
+    /// rack (unknown), 0 in a rack without one.
     fn score(&self, member: &str, p: &TopicPartition) -> i32 {
         match self.rack(member) {
             None => 1,
@@ -621,95 +615,68 @@ impl<'a> RackView<'a> {
     }
 }
 
-/// Who held each partition when the members joined, resolved as the Java client does.
-#[derive(Debug, Default)]
-struct Claims {
-    /// The previous owner a partition sticks to: its only claimant from the newest
-    /// generation that claimed it, if that member still subscribes to the topic.
-    sticky: BTreeMap<TopicPartition, String>,
-    /// Every partition some member claims, with the one member that may keep it in a
-    /// cooperative round (`None`: nobody may have it this round).
-    held: BTreeMap<TopicPartition, Option<String>>,
-}
-
-impl Claims {
-    /// Reads the claims of `sorted` (owned partitions from the subscription, else the
-    /// eager sticky user data) on the partitions of `partitions_per_topic`.
-    ///
-    /// As the Java client (`AbstractStickyAssignor.allSubscriptionsEqual`), the claim
-    /// from the newest generation wins and two claims from that same generation cancel
-    /// each other out (`partitionsWithMultiplePreviousOwners`). A claim on a topic its
-    /// member no longer subscribes to takes part in that contest but never makes the
-    /// member a sticky owner (`GeneralAssignmentBuilder.assignOwnedPartitions` drops it).
-    fn read(partitions_per_topic: &BTreeMap<String, i32>, sorted: &[&MemberSubscription]) -> Self {
-        let exists = |p: &TopicPartition| {
-            partitions_per_topic
-                .get(&p.topic)
-                .is_some_and(|&n| p.partition >= 0 && p.partition < n)
-        };
-        // partition -> (newest generation, its only claimant, if only one)
-        let mut newest: BTreeMap<TopicPartition, (i32, Option<&MemberSubscription>)> =
-            BTreeMap::new();
-        for &m in sorted {
-            let s = &m.subscription;
-            let (owned, generation) = if !s.owned_partitions.is_empty() {
-                (s.owned_partitions.clone(), s.generation_id)
-            } else {
-                match s
-                    .user_data
-                    .as_ref()
-                    .and_then(|d| decode_sticky_user_data(d.clone()))
-                {
-                    Some((previous, g)) => (previous, g.unwrap_or(s.generation_id)),
-                    None => (Vec::new(), s.generation_id),
-                }
-            };
-            for p in owned.into_iter().filter(|p| exists(p)) {
-                match newest.get(&p) {
-                    Some((g, _)) if *g > generation => {}
-                    Some((g, Some(other)))
-                        if *g == generation && other.member_id != m.member_id =>
-                    {
-                        newest.insert(p, (generation, None));
-                    }
-                    Some((g, None)) if *g == generation => {}
-                    _ => {
-                        newest.insert(p, (generation, Some(m)));
-                    }
-                }
-            }
-        }
-        let mut claims = Claims::default();
-        for (p, (_, owner)) in newest {
-            let owner = owner.filter(|m| subscribes(m, &p.topic));
-            if let Some(m) = owner {
-                claims.sticky.insert(p.clone(), m.member_id.clone());
-            }
-            claims.held.insert(p, owner.map(|m| m.member_id.clone()));
-        }
-        claims
-    }
-
-    /// Whether `member` may have `p` in a cooperative round: nobody holds it, or
-    /// `member` holds it and nobody contests that.
-    fn may_have(&self, member: &str, p: &TopicPartition) -> bool {
-        match self.held.get(p) {
-            None => true,
-            Some(keeper) => keeper.as_deref() == Some(member),
-        }
-    }
-}
-
-/// The balanced sticky assignment, and the claims it started from.
+/// The balanced sticky assignment, per member (every member has an entry), with the
+/// partitions a cooperative round must hold back already left out when `cooperative`.
 ///
-/// 1. Previous owners keep their partitions (the sticky owners of [`Claims`]). With
-///    racks, not a partition whose owner's rack holds no replica of it while another
+/// Claims are resolved as the Java client does ([`sticky::Claims::read`]). Without
+/// racks (or where racks cannot help) the assignment is [`sticky::assign`]'s, near-
+/// linear in the number of partitions: owners keep what they own, the rest goes to the
+/// least loaded subscribers, then single moves balance it in Java's sense. With racks,
+/// [`sticky_assign_with_racks`].
+fn sticky_assign(
+    partitions_per_topic: &BTreeMap<String, i32>,
+    partition_racks: &PartitionRacks,
+    members: &[MemberSubscription],
+    cooperative: bool,
+) -> Result<BTreeMap<String, Vec<TopicPartition>>, AssignError> {
+    let sorted = sorted_members(members)?;
+    let index = sticky::Index::new(partitions_per_topic, sorted);
+    let claims = sticky::Claims::read(&index);
+    let racks = RackView::new(partition_racks, &index.members);
+    let mut result = empty_result(members);
+    if racks.knows_racks() && racks.applies(index.members.iter().copied(), index.all()) {
+        let position: BTreeMap<&str, u32> = index
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.member_id.as_str(), i as u32))
+            .collect();
+        for (member, mut list) in sticky_assign_with_racks(&index, &claims, &racks) {
+            if cooperative {
+                let m = position[member.as_str()];
+                list.retain(|p| {
+                    let i = index
+                        .topic(&p.topic)
+                        .and_then(|t| index.partition(t, p.partition));
+                    i.is_none_or(|i| claims.may_have(m, i))
+                });
+            }
+            result.insert(member, list);
+        }
+    } else {
+        for (m, partitions) in sticky::assign(&index, &claims).into_iter().enumerate() {
+            let m = m as u32;
+            let list = index.names(
+                partitions
+                    .into_iter()
+                    .filter(|&p| !cooperative || claims.may_have(m, p)),
+            );
+            result.insert(index.members[m as usize].member_id.clone(), list);
+        }
+    }
+    Ok(result)
+}
+
+/// The balanced sticky assignment with racks (KIP-881).
+///
+/// 1. Previous owners keep their partitions (the sticky owners of [`sticky::Claims`]).
+///    Not a partition whose owner's rack holds no replica of it while another
 ///    subscriber's rack does: rack locality comes before stickiness, as in Java, whose
 ///    builders' `assignOwnedPartitions` drop every owned partition that
 ///    `RackInfo.racksMismatch`. Unlike Java, an owner keeps a misaligned partition no
 ///    subscriber could read locally, since moving it would gain nothing.
-/// 2. With racks, the partitions left that some subscriber's rack holds go to the least
-///    loaded such subscriber, those with the fewest such subscribers first (Java:
+/// 2. The partitions left that some subscriber's rack holds go to the least loaded
+///    such subscriber, those with the fewest such subscribers first (Java:
 ///    `sortPartitionsByRackConsumers`, then the rack-matching first pass of
 ///    `assignRackAwareRoundRobin` / `balance`).
 /// 3. The rest go to the least loaded subscriber.
@@ -717,28 +684,18 @@ impl Claims {
 ///    could take, one moves. Each move lowers the sum of squared loads, so this ends,
 ///    where Java's `isBalanced` holds. Moves that improve rack locality go first, then
 ///    those that keep it; among equals, a partition that was not the member's before.
-///    With racks, chains of moves too ([`find_chain`]), which makes the loads optimal,
-///    so that rack awareness never costs balance. (Without racks the assignment stays
-///    what it always was, balanced in Java's sense only: with unequal subscriptions a
-///    chain could sometimes do better.)
-fn sticky_assign(
-    partitions_per_topic: &BTreeMap<String, i32>,
-    partition_racks: &PartitionRacks,
-    members: &[MemberSubscription],
-) -> Result<(BTreeMap<String, Vec<TopicPartition>>, Claims), AssignError> {
-    let sorted = sorted_members(members)?;
-    let claims = Claims::read(partitions_per_topic, &sorted);
-    let all: Vec<TopicPartition> = partitions_per_topic
-        .iter()
-        .filter(|(t, _)| sorted.iter().any(|m| subscribes(m, t)))
-        .flat_map(|(t, &n)| (0..n.max(0)).map(|p| TopicPartition::new(t.clone(), p)))
-        .collect();
-    let racks = RackView::new(partition_racks, &sorted);
-    let racks = if racks.applies(sorted.iter().copied(), all.iter().cloned()) {
-        racks
-    } else {
-        RackView::none()
-    };
+///    Then chains of moves too ([`find_chain`]), which makes the loads optimal, so
+///    that rack awareness never costs balance.
+///
+/// This is the straightforward form, quadratic or worse in the group's size; large
+/// groups with racks are left for later (issue 36 measured the rack-less case).
+fn sticky_assign_with_racks(
+    index: &sticky::Index,
+    claims: &sticky::Claims,
+    racks: &RackView,
+) -> BTreeMap<String, Vec<TopicPartition>> {
+    let sorted = &index.members;
+    let all: Vec<TopicPartition> = index.all().collect();
     let subscribers = |p: &TopicPartition| -> Vec<&MemberSubscription> {
         sorted
             .iter()
@@ -756,13 +713,18 @@ fn sticky_assign(
         |result: &BTreeMap<String, Vec<TopicPartition>>, m: &str| result.get(m).map_or(0, Vec::len);
 
     // 1. Owners keep what they own.
-    let previous: BTreeMap<TopicPartition, String> = claims
-        .sticky
+    let previous: BTreeMap<TopicPartition, String> = all
         .iter()
+        .zip(&claims.sticky)
+        .filter(|(_, owner)| **owner != sticky::NOBODY)
+        .map(|(p, owner)| (p, &sorted[*owner as usize].member_id))
         .filter(|(p, owner)| !racks.mismatch(owner, p) || local(p).is_empty())
         .map(|(p, owner)| (p.clone(), owner.clone()))
         .collect();
-    let mut result = empty_result(members);
+    let mut result: BTreeMap<String, Vec<TopicPartition>> = sorted
+        .iter()
+        .map(|m| (m.member_id.clone(), Vec::new()))
+        .collect();
     for (p, owner) in &previous {
         if let Some(list) = result.get_mut(owner) {
             list.push(p.clone());
@@ -771,25 +733,23 @@ fn sticky_assign(
     let mut unowned: Vec<&TopicPartition> =
         all.iter().filter(|p| !previous.contains_key(*p)).collect();
 
-    // 2. With racks, to a subscriber in a rack with a replica.
-    if racks.knows_racks() {
-        let mut by_choice: Vec<(Vec<&MemberSubscription>, &TopicPartition)> = unowned
+    // 2. To a subscriber in a rack with a replica.
+    let mut by_choice: Vec<(Vec<&MemberSubscription>, &TopicPartition)> = unowned
+        .iter()
+        .map(|p| (local(p), *p))
+        .filter(|(l, _)| !l.is_empty())
+        .collect();
+    by_choice.sort_by_key(|(l, _)| l.len());
+    for (candidates, p) in by_choice {
+        let target = candidates
             .iter()
-            .map(|p| (local(p), *p))
-            .filter(|(l, _)| !l.is_empty())
-            .collect();
-        by_choice.sort_by_key(|(l, _)| l.len());
-        for (candidates, p) in by_choice {
-            let target = candidates
-                .iter()
-                .min_by_key(|m| load(&result, &m.member_id))
-                .map(|m| m.member_id.clone());
-            if let Some(list) = target.and_then(|t| result.get_mut(&t)) {
-                list.push(p.clone());
-            }
+            .min_by_key(|m| load(&result, &m.member_id))
+            .map(|m| m.member_id.clone());
+        if let Some(list) = target.and_then(|t| result.get_mut(&t)) {
+            list.push(p.clone());
         }
-        unowned.retain(|p| local(p).is_empty());
     }
+    unowned.retain(|p| local(p).is_empty());
 
     // 3. The rest to the least loaded subscriber.
     for p in unowned {
@@ -817,8 +777,7 @@ fn sticky_assign(
             let mut candidates: Vec<TopicPartition> = result.get(from).cloned().unwrap_or_default();
             let sticky = |p: &TopicPartition| previous.get(p).is_some_and(|o| o == from);
             candidates.sort_by_key(|p| sticky(p));
-            // (lost locality, sticky), lowest first; without racks the first that can
-            // move at all.
+            // (lost locality, sticky), lowest first.
             let mut best: Option<((i32, bool), TopicPartition, String)> = None;
             for p in candidates {
                 let here = racks.score(from, &p);
@@ -831,9 +790,6 @@ fn sticky_assign(
                 if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
                     best = Some((key, p, to.member_id.clone()));
                 }
-                if !racks.knows_racks() {
-                    break;
-                }
             }
             if let Some((_, p, to)) = best {
                 step = Some((from, p, to));
@@ -842,15 +798,14 @@ fn sticky_assign(
         }
         let moves = match step {
             Some((from, p, to)) => vec![(p, from.to_string(), to)],
-            // With racks, also chains of moves, so that the result is as balanced as
-            // can be: never less balanced than without racks.
-            None if racks.knows_racks() => {
-                let Some(chain) = find_chain(&sorted, &result, &racks, &previous) else {
+            // Also chains of moves, so that the result is as balanced as can be: never
+            // less balanced than without racks.
+            None => {
+                let Some(chain) = find_chain(sorted, &result, racks, &previous) else {
                     break;
                 };
                 chain
             }
-            None => break,
         };
         for (p, from, to) in moves {
             if let Some(list) = result.get_mut(&from) {
@@ -861,7 +816,7 @@ fn sticky_assign(
             }
         }
     }
-    Ok((result, claims))
+    result
 }
 
 /// Moves `a → b → … → c`, each handing one partition to a subscriber of its topic,
@@ -947,32 +902,42 @@ fn encode_sticky_user_data(previous: &[TopicPartition], generation: i32) -> Byte
 }
 
 /// Reads [`encode_sticky_user_data`]'s layout (the generation is absent in v0).
-fn decode_sticky_user_data(mut b: Bytes) -> Option<(Vec<TopicPartition>, Option<i32>)> {
-    let topics = usize::try_from(get_i32(&mut b)?).ok()?;
+#[cfg(test)]
+fn decode_sticky_user_data(b: Bytes) -> Option<(Vec<TopicPartition>, Option<i32>)> {
     let mut out = Vec::new();
+    let generation = decode_sticky_user_data_with(&b, |t, p| out.push(TopicPartition::new(t, p)))?;
+    Some((out, generation))
+}
+
+/// Walks [`encode_sticky_user_data`]'s layout, calling `f(topic, partition)` for each
+/// partition, and returns the generation (absent in v0); `None` if the data is
+/// malformed, possibly after some calls of `f` (validate with a no-op `f` first).
+fn decode_sticky_user_data_with(b: &Bytes, mut f: impl FnMut(&str, i32)) -> Option<Option<i32>> {
+    let mut b: &[u8] = b;
+    let topics = usize::try_from(get_i32(&mut b)?).ok()?;
     for _ in 0..topics {
         let len = usize::try_from(get_i16(&mut b)?).ok()?;
         if b.remaining() < len {
             return None;
         }
-        let topic = String::from_utf8(b.split_to(len).to_vec()).ok()?;
+        let topic = std::str::from_utf8(&b[..len]).ok()?;
+        b.advance(len);
         let n = usize::try_from(get_i32(&mut b)?).ok()?;
         if b.remaining() < n.checked_mul(4)? {
             return None;
         }
         for _ in 0..n {
-            out.push(TopicPartition::new(topic.clone(), b.get_i32()));
+            f(topic, b.get_i32());
         }
     }
-    let generation = get_i32(&mut b);
-    Some((out, generation))
+    Some(get_i32(&mut b))
 }
 
-fn get_i32(b: &mut Bytes) -> Option<i32> {
+fn get_i32(b: &mut &[u8]) -> Option<i32> {
     (b.remaining() >= 4).then(|| b.get_i32())
 }
 
-fn get_i16(b: &mut Bytes) -> Option<i16> {
+fn get_i16(b: &mut &[u8]) -> Option<i16> {
     (b.remaining() >= 2).then(|| b.get_i16())
 }
 
@@ -1937,6 +1902,225 @@ mod tests {
 
             let coop = CooperativeStickyAssignor.assign_with_racks(&topics, &racks, &members).unwrap();
             check_cooperative_round(&topics, &members, &coop)?;
+        }
+    }
+
+    /// `topics` topics of `per` partitions; `members` members, each subscribed to all
+    /// of them (`overlap` false) or, for `overlap`, even members to the first two thirds
+    /// and odd members to the last two thirds.
+    fn large_group(
+        topics: usize,
+        per: i32,
+        members: usize,
+        overlap: bool,
+    ) -> (BTreeMap<String, i32>, Vec<MemberSubscription>) {
+        let names: Vec<String> = (0..topics).map(|t| format!("t{t:02}")).collect();
+        let counts = names.iter().map(|t| (t.clone(), per)).collect();
+        let members = (0..members)
+            .map(|i| {
+                let range = match (overlap, i % 2) {
+                    (false, _) => 0..topics,
+                    (true, 0) => 0..topics * 2 / 3,
+                    (true, _) => topics / 3..topics,
+                };
+                let subs: Vec<&str> = names[range].iter().map(String::as_str).collect();
+                member(&format!("m{i:03}"), &subs)
+            })
+            .collect();
+        (counts, members)
+    }
+
+    /// Every member reports what `r` gave it, as ottla's members do: owned partitions
+    /// for the cooperative assignor, the sticky user data for the eager one.
+    fn report(
+        members: &mut [MemberSubscription],
+        r: &BTreeMap<String, Assignment>,
+        a: &dyn Assignor,
+        generation: i32,
+    ) {
+        for m in members.iter_mut() {
+            let owned = r[&m.member_id].partitions.clone();
+            m.subscription.user_data = a.subscription_user_data(&owned, generation);
+            m.subscription.generation_id = generation;
+            m.subscription.owned_partitions = match a.protocol() {
+                RebalanceProtocol::Cooperative => owned,
+                RebalanceProtocol::Eager => Vec::new(),
+            };
+        }
+    }
+
+    fn owners(r: &BTreeMap<String, Assignment>) -> BTreeMap<TopicPartition, String> {
+        r.iter()
+            .flat_map(|(m, a)| a.partitions.iter().map(move |p| (p.clone(), m.clone())))
+            .collect()
+    }
+
+    #[test]
+    fn sticky_second_round_with_a_member_gone_keeps_every_partition_that_can_stay() {
+        // 60 topics × 50 partitions over 97 members, then one member leaves: the others
+        // keep all they had and share out the leaver's, within one of each other.
+        for overlap in [false, true] {
+            for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+                let (topics, mut members) = large_group(60, 50, 97, overlap);
+                let first = a.assign(&topics, &members).unwrap();
+                check_exactly_once(&topics, &members, &first).unwrap();
+                check_balanced(&members, &first).unwrap();
+                if !overlap {
+                    let l = loads(&first);
+                    assert!(l[l.len() - 1] - l[0] <= 1, "{}: {l:?}", a.name());
+                }
+                report(&mut members, &first, a, 1);
+                let gone = members.remove(40);
+                let second = a.assign(&topics, &members).unwrap();
+                let case = format!("{} overlap {overlap}", a.name());
+                // Nothing was held elsewhere, so even the cooperative round gives all.
+                check_exactly_once(&topics, &members, &second).unwrap();
+                check_balanced(&members, &second).unwrap();
+                let l = loads(&second);
+                assert!(l[l.len() - 1] - l[0] <= 1, "{case}: {l:?}");
+                let now = owners(&second);
+                for (p, owner) in owners(&first) {
+                    if owner != gone.member_id {
+                        assert_eq!(now[&p], owner, "{case}: {p} moved");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sticky_second_round_with_a_member_joining_moves_only_what_balance_needs() {
+        let (topics, mut members) = large_group(40, 50, 63, false);
+        for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+            let first = a.assign(&topics, &members).unwrap();
+            let mut next = members.clone();
+            report(&mut next, &first, a, 1);
+            next.push(member(
+                "m999",
+                &members[0]
+                    .subscription
+                    .topics
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            ));
+            let second = a.assign(&topics, &next).unwrap();
+            let share = 2000 / 64;
+            for m in &members {
+                let before: BTreeSet<_> = first[&m.member_id].partitions.iter().collect();
+                let after = &second[&m.member_id].partitions;
+                assert!(
+                    after.iter().all(|p| before.contains(p)),
+                    "{}: {} gained",
+                    a.name(),
+                    m.member_id
+                );
+                assert!(
+                    after.len() >= share,
+                    "{}: {} gave up more than it had to",
+                    a.name(),
+                    m.member_id
+                );
+            }
+            match a.protocol() {
+                // The joiner gets what the others gave up, in the next round for the
+                // cooperative assignor.
+                RebalanceProtocol::Eager => assert!(second["m999"].partitions.len() >= share),
+                RebalanceProtocol::Cooperative => assert!(second["m999"].partitions.is_empty()),
+            }
+        }
+        let _ = &mut members;
+    }
+
+    #[test]
+    fn sticky_ignores_malformed_user_data() {
+        let topics = counts(&[("t", 4)]);
+        let mut a = member("a", &["t"]);
+        let full = encode_sticky_user_data(&[TopicPartition::new("t", 3)], 2);
+        // Cut inside the partition list: the claim is dropped whole, not half read.
+        a.subscription.user_data = Some(full.slice(..full.len() - 6));
+        let b = member("b", &["t"]);
+        let r = StickyAssignor
+            .assign(&topics, &[a.clone(), b.clone()])
+            .unwrap();
+        assert_eq!(
+            r,
+            StickyAssignor
+                .assign(&topics, &[member("a", &["t"]), b])
+                .unwrap()
+        );
+    }
+
+    /// Larger groups than [`arb_group`]: up to 12 topics of up to 40 partitions, up to
+    /// 24 members with random subscriptions (so several topic groups).
+    fn arb_wide_group() -> impl Strategy<Value = (BTreeMap<String, i32>, Vec<MemberSubscription>)> {
+        let topics = prop::collection::btree_map("[a-l]", 0i32..40, 1..12);
+        (topics, 1usize..24).prop_flat_map(|(topics, n)| {
+            let names: Vec<String> = topics.keys().cloned().collect();
+            let subs =
+                prop::collection::vec(prop::sample::subsequence(names.clone(), 1..=names.len()), n);
+            (Just(topics), subs).prop_map(|(topics, subs)| {
+                let members = subs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, ts)| {
+                        let names: Vec<&str> = ts.iter().map(String::as_str).collect();
+                        member(&format!("m{i:02}"), &names)
+                    })
+                    .collect();
+                (topics, members)
+            })
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn sticky_without_racks_is_balanced_in_javas_sense_over_rounds(
+            (topics, members) in arb_wide_group(),
+            leave in any::<prop::sample::Index>(),
+            join in any::<bool>(),
+        ) {
+            for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+                let mut members = members.clone();
+                let first = a.assign(&topics, &members).unwrap();
+                check_exactly_once(&topics, &members, &first)?;
+                check_balanced(&members, &first)?;
+                report(&mut members, &first, a, 1);
+                if members.len() > 1 {
+                    members.remove(leave.index(members.len()));
+                }
+                if join {
+                    let mut m = members[0].clone();
+                    m.member_id = "late".into();
+                    m.subscription.owned_partitions.clear();
+                    m.subscription.user_data = None;
+                    m.subscription.generation_id = -1;
+                    members.push(m);
+                }
+                let second = a.assign(&topics, &members).unwrap();
+                match a.protocol() {
+                    RebalanceProtocol::Eager => {
+                        check_exactly_once(&topics, &members, &second)?;
+                        check_balanced(&members, &second)?;
+                    }
+                    RebalanceProtocol::Cooperative => {
+                        // Each round gives only what nobody else holds; what it holds
+                        // back finds its owner within a few rounds (balancing may move
+                        // a partition it had to give to a member at the same load as
+                        // another), and then the assignment is whole and balanced.
+                        let mut r = second;
+                        let mut generation = 1;
+                        for _ in 0..4 {
+                            check_cooperative_round(&topics, &members, &r)?;
+                            generation += 1;
+                            report(&mut members, &r, a, generation);
+                            r = a.assign(&topics, &members).unwrap();
+                        }
+                        check_exactly_once(&topics, &members, &r)?;
+                        check_balanced(&members, &r)?;
+                    }
+                }
+            }
         }
     }
 }

@@ -1,0 +1,516 @@
+//! The sticky assignors' engine in index form, near-linear in the number of partitions
+//! (issue 36).
+//!
+//! Topics and members become numbers: a partition is its position in the list of
+//! every partition of the subscribed topics (topics in name order), a member its
+//! position in Java's member order. Topics with the same subscribers form a *topic
+//! group*: the partitions of one group are interchangeable for balance, so the
+//! assignor reasons per group, and per partition only when it hands partitions out.
+//!
+//! [`assign`] is the rack-less sticky assignment:
+//!
+//! 1. previous owners keep their partitions ([`Claims::sticky`]);
+//! 2. the partitions left go, group by group (the groups with the fewest subscribers
+//!    first, since they have the least choice; with several groups, in sixteen turns
+//!    of a sixteenth of each group), to the least loaded subscribers of their group:
+//!    the count is poured over the subscribers' loads like water ([`water_fill`]),
+//!    then the partitions are dealt round the members that take some, so that each
+//!    member's share spreads over the topics;
+//! 3. balance: while some member holds a partition that a subscriber of its topic with
+//!    two or more fewer partitions could take, partitions move, from the most loaded
+//!    member that has such a move to the least loaded subscriber of that topic group:
+//!    first partitions the member did not own before, as many at once as keep it at or
+//!    above the receiver (they cost no stickiness wherever they go); else one it
+//!    owned. Each move lowers the sum of squared loads, so this ends, where Java's
+//!    `isBalanced` holds. A move looks at one ordered set of members per topic group
+//!    the giver holds partitions of, and updates those of the two members' groups:
+//!    O(groups × log members).
+//!
+//! With every member subscribing to the same topics (one group), step 2 alone leaves
+//! the loads within one of each other, and step 3 moves only what must move: the
+//! partitions over a member's share when members join.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{MemberSubscription, decode_sticky_user_data_with};
+use crate::proto::group::consumer_protocol::TopicPartition;
+
+/// No member (an unclaimed partition in [`Claims`], no sticky owner).
+pub(super) const NOBODY: u32 = u32::MAX;
+/// A partition some member claims that no member may have this round.
+const CONTESTED: u32 = u32::MAX - 1;
+
+/// The group in index form.
+pub(super) struct Index<'a> {
+    /// The members in Java's order: member `i` is `members[i]`.
+    pub members: Vec<&'a MemberSubscription>,
+    /// The topics some member subscribes to that have partitions, in name order.
+    pub topics: Vec<&'a str>,
+    /// Topic `t`'s partitions are `offsets[t]..offsets[t + 1]`.
+    pub offsets: Vec<u32>,
+    by_name: HashMap<&'a str, u32>,
+    /// Per topic, the members subscribing to it, ascending.
+    pub subscribers: Vec<Vec<u32>>,
+    /// Per member, `words` words: bit `t` set when the member subscribes to topic `t`.
+    subscribed: Vec<u64>,
+    words: usize,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(
+        partitions_per_topic: &'a BTreeMap<String, i32>,
+        members: Vec<&'a MemberSubscription>,
+    ) -> Self {
+        // Every topic with partitions gets a provisional number (name order); those
+        // nobody subscribes to are dropped below.
+        let known: HashMap<&str, u32> = partitions_per_topic
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .enumerate()
+            .map(|(i, (t, _))| (t.as_str(), i as u32))
+            .collect();
+        let counts: Vec<(&str, i32)> = partitions_per_topic
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(t, n)| (t.as_str(), *n))
+            .collect();
+        let mut subscribers: Vec<Vec<u32>> = vec![Vec::new(); counts.len()];
+        for (i, m) in members.iter().enumerate() {
+            for t in &m.subscription.topics {
+                if let Some(&k) = known.get(t.as_str()) {
+                    let list = &mut subscribers[k as usize];
+                    // Members come in order, so a repeated topic repeats the last entry.
+                    if list.last() != Some(&(i as u32)) {
+                        list.push(i as u32);
+                    }
+                }
+            }
+        }
+        let mut topics = Vec::new();
+        let mut offsets = vec![0u32];
+        let mut by_name = HashMap::new();
+        let mut kept = Vec::new();
+        for ((name, n), subs) in counts.into_iter().zip(subscribers) {
+            if subs.is_empty() {
+                continue;
+            }
+            by_name.insert(name, topics.len() as u32);
+            topics.push(name);
+            offsets.push(offsets[offsets.len() - 1] + n as u32);
+            kept.push(subs);
+        }
+        let words = topics.len().div_ceil(64);
+        let mut subscribed = vec![0u64; members.len() * words];
+        for (t, subs) in kept.iter().enumerate() {
+            for &m in subs {
+                subscribed[m as usize * words + t / 64] |= 1 << (t % 64);
+            }
+        }
+        Self {
+            members,
+            topics,
+            offsets,
+            by_name,
+            subscribers: kept,
+            subscribed,
+            words,
+        }
+    }
+
+    /// The number of partitions of the subscribed topics.
+    pub fn partitions(&self) -> usize {
+        self.offsets[self.offsets.len() - 1] as usize
+    }
+
+    pub fn subscribes(&self, member: u32, topic: u32) -> bool {
+        let t = topic as usize;
+        self.subscribed[member as usize * self.words + t / 64] & (1 << (t % 64)) != 0
+    }
+
+    /// The topic number of `topic`, if some member subscribes to it.
+    pub fn topic(&self, topic: &str) -> Option<u32> {
+        self.by_name.get(topic).copied()
+    }
+
+    /// The index of `partition` of topic `t`, if it exists.
+    pub fn partition(&self, t: u32, partition: i32) -> Option<u32> {
+        let (start, end) = (self.offsets[t as usize], self.offsets[t as usize + 1]);
+        let p = u32::try_from(partition).ok()?;
+        (p < end - start).then_some(start + p)
+    }
+
+    /// Ascending partition indices by name.
+    pub fn names(&self, sorted: impl IntoIterator<Item = u32>) -> Vec<TopicPartition> {
+        let mut t = 0usize;
+        sorted
+            .into_iter()
+            .map(|p| {
+                while self.offsets[t + 1] <= p {
+                    t += 1;
+                }
+                TopicPartition::new(self.topics[t], (p - self.offsets[t]) as i32)
+            })
+            .collect()
+    }
+
+    /// Every partition of the subscribed topics, in order.
+    pub fn all(&self) -> impl Iterator<Item = TopicPartition> + '_ {
+        self.topics.iter().enumerate().flat_map(|(t, name)| {
+            let n = self.offsets[t + 1] - self.offsets[t];
+            (0..n as i32).map(|p| TopicPartition::new(*name, p))
+        })
+    }
+}
+
+/// Resolves topic names to numbers, remembering the last one (a member's owned
+/// partitions come topic by topic).
+struct Lookup<'i, 'a> {
+    index: &'i Index<'a>,
+    last: Option<(&'i str, Option<u32>)>,
+}
+
+impl<'i, 'a> Lookup<'i, 'a> {
+    fn partition(&mut self, topic: &str, partition: i32) -> Option<u32> {
+        let t = match self.last {
+            Some((name, t)) if name == topic => t,
+            _ => {
+                let t = self.index.topic(topic);
+                // Keep the index's own copy of the name, which outlives `topic`.
+                let name = t.map_or("", |t| self.index.topics[t as usize]);
+                if t.is_some() {
+                    self.last = Some((name, t));
+                }
+                t
+            }
+        }?;
+        self.index.partition(t, partition)
+    }
+}
+
+/// Who held each partition when the members joined, resolved as the Java client does.
+pub(super) struct Claims {
+    /// Per partition, the previous owner it sticks to ([`NOBODY`] if none): its only
+    /// claimant from the newest generation that claimed it, if that member still
+    /// subscribes to the topic.
+    pub sticky: Vec<u32>,
+    /// Per partition, [`NOBODY`] when no member claims it, else the one member that may
+    /// keep it in a cooperative round, or [`CONTESTED`] when nobody may have it.
+    held: Vec<u32>,
+}
+
+impl Claims {
+    /// Reads the members' claims (owned partitions from the subscription, else the
+    /// eager sticky user data).
+    ///
+    /// As the Java client (`AbstractStickyAssignor.allSubscriptionsEqual`), the claim
+    /// from the newest generation wins and two claims from that same generation cancel
+    /// each other out (`partitionsWithMultiplePreviousOwners`). A claim on a topic its
+    /// member no longer subscribes to takes part in that contest but never makes the
+    /// member a sticky owner (`GeneralAssignmentBuilder.assignOwnedPartitions` drops it).
+    /// Claims on partitions of topics nobody subscribes to change nothing and are
+    /// skipped.
+    pub fn read(index: &Index) -> Self {
+        let n = index.partitions();
+        let mut generation = vec![i32::MIN; n];
+        let mut claimant = vec![NOBODY; n];
+        let mut claim = |p: u32, m: u32, g: i32| {
+            let p = p as usize;
+            let current = claimant[p];
+            if current == NOBODY || generation[p] < g {
+                claimant[p] = m;
+                generation[p] = g;
+            } else if generation[p] == g && current != m && current != CONTESTED {
+                claimant[p] = CONTESTED;
+            }
+        };
+        let mut lookup = Lookup { index, last: None };
+        for (m, member) in index.members.iter().enumerate() {
+            let m = m as u32;
+            let s = &member.subscription;
+            if !s.owned_partitions.is_empty() {
+                for tp in &s.owned_partitions {
+                    if let Some(p) = lookup.partition(&tp.topic, tp.partition) {
+                        claim(p, m, s.generation_id);
+                    }
+                }
+            } else if let Some(data) = &s.user_data {
+                // Malformed user data claims nothing (validated before any claim).
+                let Some(g) = decode_sticky_user_data_with(data, |_, _| {}) else {
+                    continue;
+                };
+                let g = g.unwrap_or(s.generation_id);
+                decode_sticky_user_data_with(data, |topic, partition| {
+                    if let Some(p) = lookup.partition(topic, partition) {
+                        claim(p, m, g);
+                    }
+                });
+            }
+        }
+        let mut sticky = vec![NOBODY; n];
+        let mut held = vec![NOBODY; n];
+        for t in 0..index.topics.len() {
+            for p in index.offsets[t]..index.offsets[t + 1] {
+                let c = claimant[p as usize];
+                if c == NOBODY {
+                    continue;
+                }
+                if c != CONTESTED && index.subscribes(c, t as u32) {
+                    sticky[p as usize] = c;
+                    held[p as usize] = c;
+                } else {
+                    held[p as usize] = CONTESTED;
+                }
+            }
+        }
+        Self { sticky, held }
+    }
+
+    /// Whether member `m` may have partition `p` in a cooperative round: nobody holds
+    /// it, or `m` holds it and nobody contests that.
+    pub fn may_have(&self, m: u32, p: u32) -> bool {
+        let h = self.held[p as usize];
+        h == NOBODY || h == m
+    }
+}
+
+/// In how many turns the topic groups take their unowned partitions (step 2).
+const INTERLEAVE: usize = 16;
+
+/// What a member holds of one topic group.
+#[derive(Default)]
+struct Held {
+    /// Partitions it did not own before this round.
+    fresh: Vec<u32>,
+    /// Partitions it owned before and keeps.
+    sticky: Vec<u32>,
+}
+
+/// The rack-less sticky assignment (see the module documentation): per member, the
+/// partition indices it gets, ascending.
+pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
+    let members = index.members.len();
+    if members == 0 {
+        return Vec::new();
+    }
+    // Topic groups: topics with the same subscribers.
+    let mut group_of_topic = Vec::with_capacity(index.topics.len());
+    let mut group_subscribers: Vec<&[u32]> = Vec::new();
+    let mut groups: HashMap<&[u32], u32> = HashMap::new();
+    for subs in &index.subscribers {
+        let g = *groups.entry(subs.as_slice()).or_insert_with(|| {
+            group_subscribers.push(subs);
+            group_subscribers.len() as u32 - 1
+        });
+        group_of_topic.push(g);
+    }
+    let group_count = group_subscribers.len();
+
+    // 1. Owners keep what they own; the rest waits per group.
+    let mut load = vec![0u32; members];
+    let mut held: Vec<BTreeMap<u32, Held>> = (0..members).map(|_| BTreeMap::new()).collect();
+    let mut unowned: Vec<Vec<u32>> = vec![Vec::new(); group_count];
+    for (t, &g) in group_of_topic.iter().enumerate() {
+        for p in index.offsets[t]..index.offsets[t + 1] {
+            let owner = claims.sticky[p as usize];
+            if owner == NOBODY {
+                unowned[g as usize].push(p);
+            } else {
+                held[owner as usize].entry(g).or_default().sticky.push(p);
+                load[owner as usize] += 1;
+            }
+        }
+    }
+
+    let mut reach = vec![0u64; members];
+    for (t, subs) in index.subscribers.iter().enumerate() {
+        let n = u64::from(index.offsets[t + 1] - index.offsets[t]);
+        for &m in subs {
+            reach[m as usize] += n;
+        }
+    }
+
+    // 2. The rest to the least loaded subscribers of each group, the groups with the
+    // fewest subscribers first.
+    let mut order: Vec<u32> = (0..group_count as u32).collect();
+    order.sort_by_key(|&g| (group_subscribers[g as usize].len(), g));
+    // With several groups, the groups take turns, a sixteenth of each at a time: close
+    // to handing out partition by partition to the least loaded subscriber, which leaves
+    // little to balance (where every topic has subscribers of its own, 500 topics ×
+    // 2,000 partitions over 2,000 members each on half the topics: 4,740 balancing moves
+    // instead of 74,596 when each group goes in one piece), for sixteen sorts of each
+    // group's subscribers.
+    let rounds = if group_count > 1 { INTERLEAVE } else { 1 };
+    for r in 0..rounds {
+        for &g in &order {
+            let all = &unowned[g as usize];
+            let partitions = &all[r * all.len() / rounds..(r + 1) * all.len() / rounds];
+            if partitions.is_empty() {
+                continue;
+            }
+            let shares = water_fill(
+                group_subscribers[g as usize],
+                &load,
+                &reach,
+                partitions.len(),
+            );
+            deal(partitions, &shares, |m, p| {
+                held[m as usize].entry(g).or_default().fresh.push(p);
+            });
+            for (m, n) in shares {
+                load[m as usize] += n;
+            }
+        }
+    }
+
+    // 3. Balance.
+    let (least, most) = (
+        load.iter().copied().min().unwrap_or(0),
+        load.iter().copied().max().unwrap_or(0),
+    );
+    if most >= least + 2 {
+        balance(&group_subscribers, &mut load, &mut held);
+    }
+
+    held.into_iter()
+        .map(|groups| {
+            let mut out: Vec<u32> = groups
+                .into_values()
+                .flat_map(|h| h.fresh.into_iter().chain(h.sticky))
+                .collect();
+            out.sort_unstable();
+            out
+        })
+        .collect()
+}
+
+/// How many of `count` partitions each of `subscribers` gets when each goes to the
+/// least loaded one: the loads rise like water to a level, and the remainder goes one
+/// each to members at that level, those with the least `reach` (the fewest partitions
+/// they subscribe to, who have the fewest other chances) first, then in member order.
+/// Only members that get some are listed, in member order.
+fn water_fill(subscribers: &[u32], load: &[u32], reach: &[u64], count: usize) -> Vec<(u32, u32)> {
+    let mut by_load: Vec<(u32, u32)> = subscribers.iter().map(|&m| (load[m as usize], m)).collect();
+    by_load.sort_unstable();
+    // The first `i` members (by load) rise to `level`; the next one is at or above it.
+    let mut sum = 0u64;
+    let (mut level, mut rest, mut i) = (0u64, 0u64, 0usize);
+    for (k, &(l, _)) in by_load.iter().enumerate() {
+        sum += u64::from(l);
+        let total = count as u64 + sum;
+        let n = k as u64 + 1;
+        level = total / n;
+        rest = total % n;
+        i = k + 1;
+        if by_load
+            .get(k + 1)
+            .is_none_or(|&(next, _)| u64::from(next) >= level)
+        {
+            break;
+        }
+    }
+    let mut risen: Vec<(u32, u32)> = by_load[..i]
+        .iter()
+        .map(|&(l, m)| (m, (level - u64::from(l)) as u32))
+        .collect();
+    risen.sort_unstable_by_key(|&(m, _)| (reach[m as usize], m));
+    for (_, n) in risen.iter_mut().take(rest as usize) {
+        *n += 1;
+    }
+    risen.retain(|&(_, n)| n > 0);
+    risen.sort_unstable();
+    risen
+}
+
+/// Deals `partitions` round the members of `shares` (in order, each until it has its
+/// share), calling `give(member, partition)`.
+fn deal(partitions: &[u32], shares: &[(u32, u32)], mut give: impl FnMut(u32, u32)) {
+    let mut active: Vec<(u32, u32)> = shares.to_vec();
+    let mut next = partitions.iter().copied();
+    while !active.is_empty() {
+        for (m, left) in active.iter_mut() {
+            let Some(p) = next.next() else { return };
+            give(*m, p);
+            *left -= 1;
+        }
+        active.retain(|&(_, left)| left > 0);
+    }
+}
+
+/// Step 3: single moves from the most loaded member that has one to the least loaded
+/// subscriber of the partition's group, until no member holds a partition a subscriber
+/// with two or more fewer could take.
+fn balance(group_subscribers: &[&[u32]], load: &mut [u32], held: &mut [BTreeMap<u32, Held>]) {
+    let members = load.len();
+    let mut groups_of: Vec<Vec<u32>> = vec![Vec::new(); members];
+    for (g, subs) in group_subscribers.iter().enumerate() {
+        for &m in *subs {
+            groups_of[m as usize].push(g as u32);
+        }
+    }
+    let mut by_load: BTreeSet<(u32, u32)> =
+        (0..members as u32).map(|m| (load[m as usize], m)).collect();
+    let mut in_group: Vec<BTreeSet<(u32, u32)>> = group_subscribers
+        .iter()
+        .map(|subs| subs.iter().map(|&m| (load[m as usize], m)).collect())
+        .collect();
+    let set_load = |m: u32,
+                    to: u32,
+                    load: &mut [u32],
+                    by_load: &mut BTreeSet<(u32, u32)>,
+                    in_group: &mut [BTreeSet<(u32, u32)>]| {
+        let from = load[m as usize];
+        by_load.remove(&(from, m));
+        by_load.insert((to, m));
+        for &g in &groups_of[m as usize] {
+            let set = &mut in_group[g as usize];
+            set.remove(&(from, m));
+            set.insert((to, m));
+        }
+        load[m as usize] = to;
+    };
+    loop {
+        let Some(&(least, _)) = by_load.first() else {
+            return;
+        };
+        // (from, group, sticky, to)
+        let mut step = None;
+        'members: for &(l, from) in by_load.iter().rev() {
+            if l < least + 2 {
+                // Neither this member nor any after it has anyone to give to.
+                break;
+            }
+            for sticky in [false, true] {
+                for (&g, h) in &held[from as usize] {
+                    let list = if sticky { &h.sticky } else { &h.fresh };
+                    if list.is_empty() {
+                        continue;
+                    }
+                    let Some(&(to_load, to)) = in_group[g as usize].first() else {
+                        continue;
+                    };
+                    if to != from && to_load + 2 <= l {
+                        step = Some((from, g, sticky, to));
+                        break 'members;
+                    }
+                }
+            }
+        }
+        let Some((from, g, sticky, to)) = step else {
+            return;
+        };
+        let (lf, lt) = (load[from as usize], load[to as usize]);
+        let h = held[from as usize].get_mut(&g).expect("chosen above");
+        // A partition the member did not own before costs no stickiness wherever it
+        // goes: move as many as keep `from` at or above `to`, in one step.
+        let moved: Vec<u32> = if sticky {
+            h.sticky.pop().into_iter().collect()
+        } else {
+            let k = h.fresh.len().min(((lf - lt) / 2) as usize);
+            h.fresh.split_off(h.fresh.len() - k)
+        };
+        let k = moved.len() as u32;
+        held[to as usize].entry(g).or_default().fresh.extend(moved);
+        set_load(from, lf - k, load, &mut by_load, &mut in_group);
+        set_load(to, lt + k, load, &mut by_load, &mut in_group);
+    }
+}
