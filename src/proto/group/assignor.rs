@@ -14,7 +14,7 @@
 //! giving up balance (KIP-881). Custom assignors implement [`Assignor`].
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -157,6 +157,25 @@ fn subscribes(m: &MemberSubscription, topic: &str) -> bool {
     m.subscription.topics.iter().any(|t| t == topic)
 }
 
+/// Each subscribed topic's members, in the order of `sorted`, each once: one pass over
+/// the subscriptions (asking [`subscribes`] per topic and member is quadratic in large
+/// groups).
+fn subscribers_by_topic<'a>(
+    sorted: &[&'a MemberSubscription],
+) -> HashMap<&'a str, Vec<&'a MemberSubscription>> {
+    let mut by_topic: HashMap<&str, Vec<&MemberSubscription>> = HashMap::new();
+    for &m in sorted {
+        for t in &m.subscription.topics {
+            let list = by_topic.entry(t.as_str()).or_default();
+            // A topic a member names twice: members come in order, so it is the last.
+            if !list.last().is_some_and(|last| std::ptr::eq(*last, m)) {
+                list.push(m);
+            }
+        }
+    }
+    by_topic
+}
+
 /// `range`: per topic, members (in Java's order) get contiguous ranges.
 ///
 /// With racks (Java `RangeAssignor.assignPartitions`, KIP-881), each member first takes,
@@ -192,10 +211,14 @@ impl Assignor for RangeAssignor {
     ) -> Result<BTreeMap<String, Assignment>, AssignError> {
         let sorted = sorted_members(members)?;
         let racks = RackView::new(partition_racks, &sorted);
+        let mut subscribers = subscribers_by_topic(&sorted);
         let mut topics: Vec<RangeTopic> = partitions_per_topic
             .iter()
             .filter(|(_, n)| **n > 0)
-            .map(|(topic, &n)| RangeTopic::new(topic, n, &sorted, &racks))
+            .map(|(topic, &n)| {
+                let consumers = subscribers.remove(topic.as_str()).unwrap_or_default();
+                RangeTopic::new(topic, n, consumers, &racks)
+            })
             .collect();
         let mut result = empty_result(members);
         if topics.iter().any(|t| t.rack_aware) {
@@ -249,17 +272,13 @@ struct RangeTopic<'a> {
 }
 
 impl<'a> RangeTopic<'a> {
+    /// `consumers`: the topic's subscribers, in Java's member order.
     fn new(
         topic: &'a str,
         n: i32,
-        sorted: &[&'a MemberSubscription],
+        consumers: Vec<&'a MemberSubscription>,
         racks: &'a RackView<'a>,
     ) -> Self {
-        let consumers: Vec<&MemberSubscription> = sorted
-            .iter()
-            .copied()
-            .filter(|m| subscribes(m, topic))
-            .collect();
         let m = consumers.len() as i32;
         let rack_aware = racks.applies(
             consumers.iter().copied(),
@@ -393,10 +412,14 @@ impl Assignor for RoundRobinAssignor {
         if sorted.is_empty() {
             return Ok(finish(result));
         }
-        let subscribed: BTreeSet<&str> = sorted
+        // Per member (in `sorted`'s order), the topics it subscribes to, and the
+        // partitions it gets.
+        let topics: Vec<HashSet<&str>> = sorted
             .iter()
-            .flat_map(|m| m.subscription.topics.iter().map(String::as_str))
+            .map(|m| m.subscription.topics.iter().map(String::as_str).collect())
             .collect();
+        let subscribed: HashSet<&str> = topics.iter().flatten().copied().collect();
+        let mut given: Vec<Vec<TopicPartition>> = vec![Vec::new(); sorted.len()];
         let mut cursor = 0usize;
         for (topic, &n) in partitions_per_topic
             .iter()
@@ -405,16 +428,17 @@ impl Assignor for RoundRobinAssignor {
             for p in 0..n.max(0) {
                 // Advance round the circle to the next member subscribed to this topic.
                 for _ in 0..sorted.len() {
-                    let m = sorted[cursor % sorted.len()];
+                    let m = cursor;
                     cursor = (cursor + 1) % sorted.len();
-                    if subscribes(m, topic) {
-                        if let Some(list) = result.get_mut(&m.member_id) {
-                            list.push(TopicPartition::new(topic.clone(), p));
-                        }
+                    if topics[m].contains(topic.as_str()) {
+                        given[m].push(TopicPartition::new(topic.clone(), p));
                         break;
                     }
                 }
             }
+        }
+        for (m, list) in sorted.iter().zip(given) {
+            result.insert(m.member_id.clone(), list);
         }
         Ok(finish(result))
     }
@@ -587,6 +611,9 @@ impl<'a> RackView<'a> {
         members: impl Iterator<Item = &'m MemberSubscription>,
         partitions: impl Iterator<Item = TopicPartition>,
     ) -> bool {
+        if !self.knows_racks() {
+            return false;
+        }
         let member_racks: BTreeSet<&str> =
             members.filter_map(|m| self.rack(&m.member_id)).collect();
         if member_racks.is_empty() {
