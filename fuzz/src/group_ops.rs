@@ -223,6 +223,7 @@ impl Harness {
                 let response = self.response(input, &out.request, error);
                 self.expect_answer(&out, &mut expect);
                 self.m.handle_response(self.now, out.id, response.clone());
+                self.m.assign_inline(self.now);
                 if let GroupResponse::JoinGroup {
                     error: 0,
                     generation,
@@ -258,6 +259,7 @@ impl Harness {
                 let response = self.any_response(input, kind);
                 self.expect_answer(&out, &mut expect);
                 self.m.handle_response(self.now, out.id, response.clone());
+                self.m.assign_inline(self.now);
                 format!("wrong kind {:?} {response:?}", out.id)
             }
             6 => match input.u8() % 3 {
@@ -269,6 +271,7 @@ impl Harness {
                     if input.bool() {
                         let response = self.response(input, &out.request, 0);
                         self.m.handle_response(self.now, out.id, response.clone());
+                        self.m.assign_inline(self.now);
                         format!("delayed {:?} {response:?}", out.id)
                     } else {
                         self.m.handle_failure(self.now, out.id, Failure::Timeout);
@@ -286,6 +289,7 @@ impl Harness {
                         let kind = input.below(7);
                         let response = self.any_response(input, kind);
                         self.m.handle_response(self.now, id, response.clone());
+                        self.m.assign_inline(self.now);
                         format!("late {id:?} {response:?}")
                     } else {
                         self.m.handle_failure(self.now, id, Failure::Disconnected);

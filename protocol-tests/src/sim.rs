@@ -17,7 +17,7 @@ use bytes::Bytes;
 use ottla::proto::group::assignor::{Assignor, builtin};
 use ottla::proto::group::consumer_protocol::{TopicPartition, decode_assignment};
 use ottla::proto::group::member::{
-    Event, Failure, GroupConfig, GroupMember, Outgoing, RequestId, StateKind, Target,
+    AssignmentJob, Event, Failure, GroupConfig, GroupMember, Outgoing, RequestId, StateKind, Target,
 };
 use ottla::proto::group::messages::{GroupRequest, GroupResponse, JoinedMember};
 
@@ -172,6 +172,9 @@ pub struct Sim {
     violations: Vec<String>,
     steps: u64,
     verbose: bool,
+    assign_time: Duration,
+    /// Assignments being computed: when each is done, and for which member.
+    assigning: Vec<(Instant, usize, AssignmentJob)>,
 }
 
 /// Settings of one simulation.
@@ -185,6 +188,10 @@ pub struct SimConfig {
     pub partitions: i32,
     /// Whether members are static (KIP-345).
     pub static_members: bool,
+    /// How long the leader's assignor runs (off the member's task, as the driver runs
+    /// it): zero runs it at once; longer than the session shows the leader heartbeats
+    /// meanwhile.
+    pub assign_time: Duration,
 }
 
 const TOPIC: &str = "sim";
@@ -222,6 +229,8 @@ impl Sim {
             violations: Vec::new(),
             steps: 0,
             verbose: false,
+            assign_time: config.assign_time,
+            assigning: Vec::new(),
         };
         for i in 0..config.members {
             sim.add_member(config.static_members.then(|| format!("static-{i}")));
@@ -261,10 +270,17 @@ impl Sim {
         let verbose = std::env::var("OTTLA_SIM_TRACE").is_ok();
         let mut sim = self;
         sim.verbose = verbose;
-        sim.run_inner(schedule).map_err(|e| e.to_string())
+        // With the trace asked for, a failure ends with it.
+        sim.run_inner(schedule).map_err(|e| {
+            if verbose {
+                format!("{e}\ntrace:\n{}", sim.report.trace)
+            } else {
+                e
+            }
+        })
     }
 
-    fn run_inner(mut self, schedule: &[Action]) -> Result<Report, String> {
+    fn run_inner(&mut self, schedule: &[Action]) -> Result<Report, String> {
         for action in schedule {
             if self.verbose {
                 let _ = writeln!(
@@ -314,7 +330,7 @@ impl Sim {
             ));
         }
         self.report.generations = self.coord.generation;
-        Ok(self.report)
+        Ok(self.report.clone())
     }
 
     fn apply(&mut self, action: &Action) -> Result<(), String> {
@@ -423,6 +439,9 @@ impl Sim {
         for d in &self.to_members {
             next = next.min(d.at);
         }
+        for (at, _, _) in &self.assigning {
+            next = next.min(*at);
+        }
         for s in self.members.iter().filter(|s| s.alive) {
             if let Some(t) = s.m.poll_timeout() {
                 next = next.min(t);
@@ -484,6 +503,20 @@ impl Sim {
             }
             self.drain(d.member)?;
         }
+        // Assignments computed.
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.assigning)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= self.now);
+        self.assigning = rest;
+        for (_, i, job) in due {
+            let Some(s) = self.members.get_mut(i) else {
+                continue;
+            };
+            if s.alive {
+                s.m.assignment_done(self.now, job.run());
+                self.drain(i)?;
+            }
+        }
         for i in 0..self.members.len() {
             let s = &mut self.members[i];
             if !s.alive {
@@ -510,6 +543,11 @@ impl Sim {
         let Some(s) = self.members.get_mut(i) else {
             return Ok(());
         };
+        if self.assign_time.is_zero() {
+            s.m.assign_inline(now);
+        } else if let Some(job) = s.m.poll_assignment() {
+            self.assigning.push((now + self.assign_time, i, job));
+        }
         while let Some(out) = s.m.poll_request() {
             let _ = writeln!(
                 self.report.trace,
@@ -742,6 +780,10 @@ impl Sim {
         }
         match self.coord.state {
             GState::PreparingRebalance { .. } if heartbeat => codes::REBALANCE_IN_PROGRESS,
+            // As Kafka: a heartbeat after the JoinGroup answer, of the generation it
+            // gave, is a normal one and renews the session (the leader heartbeats while
+            // it assigns).
+            GState::CompletingRebalance if heartbeat && generation == self.coord.generation => 0,
             GState::CompletingRebalance => codes::REBALANCE_IN_PROGRESS,
             _ if generation != self.coord.generation => codes::ILLEGAL_GENERATION,
             _ => 0,
@@ -936,11 +978,17 @@ impl Sim {
             })
             .collect();
         let generation = self.coord.generation;
+        // As Kafka's `onCompleteJoin`: every member's session starts again from the
+        // JoinGroup answer (a member waiting in JoinGroup is never expired).
+        let now = self.now;
         let joins: Vec<(String, usize, RequestId)> = self
             .coord
             .members
             .iter_mut()
-            .filter_map(|(id, m)| m.join.take().map(|(i, r)| (id.clone(), i, r)))
+            .filter_map(|(id, m)| {
+                m.last_seen = now;
+                m.join.take().map(|(i, r)| (id.clone(), i, r))
+            })
             .collect();
         for (id, member, request) in joins {
             let r = GroupResponse::JoinGroup {

@@ -633,3 +633,111 @@ async fn tansu_commits_are_read_back_by_the_next_owner() {
     t.create_topic(TOPIC, 6).unwrap();
     commit_then_fetch(&t.bootstrap(), "tansu-commits").await;
 }
+
+/// `range`, taking `took` for every assignment (a large group's leader).
+#[derive(Debug)]
+struct SlowRange {
+    took: Duration,
+}
+
+impl ottla::proto::group::assignor::Assignor for SlowRange {
+    fn name(&self) -> &'static str {
+        "range"
+    }
+    fn protocol(&self) -> ottla::proto::group::assignor::RebalanceProtocol {
+        ottla::proto::group::assignor::RebalanceProtocol::Eager
+    }
+    fn assign(
+        &self,
+        partitions_per_topic: &std::collections::BTreeMap<String, i32>,
+        members: &[ottla::proto::group::assignor::MemberSubscription],
+    ) -> Result<
+        std::collections::BTreeMap<String, ottla::proto::group::consumer_protocol::Assignment>,
+        ottla::proto::group::assignor::AssignError,
+    > {
+        std::thread::sleep(self.took);
+        ottla::proto::group::assignor::RangeAssignor.assign(partitions_per_topic, members)
+    }
+}
+
+/// Issue 36: a leader whose assignment takes longer than the session (9 s against 6 s)
+/// heartbeats meanwhile (the assignment runs on a blocking thread), so tansu keeps it
+/// and the group forms in its first generation: both members are assigned in the same
+/// generation and nobody loses a partition. When the assignment ran on the member's
+/// task, the leader fell silent for 9 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_a_leader_assigning_for_longer_than_the_session_still_forms_the_group() {
+    use ottla::ClientConfig;
+    use ottla::driver::{Cluster, GroupHandle, TopicScope};
+    use ottla::proto::group::member::GroupConfig;
+    use std::sync::Arc;
+
+    let t = Tansu::start().unwrap();
+    t.create_topic(TOPIC, 6).unwrap();
+    async fn member(bootstrap: &str) -> GroupHandle {
+        let config = ClientConfig::new(bootstrap).with_request_timeout(Duration::from_secs(30));
+        let cluster =
+            Cluster::connect(&config, TopicScope::Topics([TOPIC.to_string()].into()), &[])
+                .await
+                .unwrap();
+        let assignor: Arc<dyn ottla::proto::group::assignor::Assignor> = Arc::new(SlowRange {
+            took: Duration::from_secs(9),
+        });
+        let mut gc = GroupConfig::new("slow-leader", vec![TOPIC.into()], vec![assignor]);
+        gc.session_timeout = Duration::from_secs(6);
+        gc.heartbeat_interval = Duration::from_millis(500);
+        gc.request_timeout = Duration::from_secs(30);
+        GroupHandle::spawn(cluster, gc)
+    }
+    let started = Instant::now();
+    let mut handles = vec![member(&t.bootstrap()).await, member(&t.bootstrap()).await];
+    // Per member: the generation of its first assignment, and what it lost before.
+    let mut firsts = Vec::new();
+    for h in &mut handles {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+        let mut lost = Vec::new();
+        let first = loop {
+            let e = tokio::time::timeout_at(deadline, h.next_event())
+                .await
+                .expect("no assignment within 90 s")
+                .expect("member stopped");
+            match e {
+                Event::Assigned {
+                    generation,
+                    assignment,
+                    ..
+                } if !assignment.is_empty() => break (generation, assignment.len()),
+                Event::Lost { reason, .. } => lost.push(format!("{reason:?}")),
+                Event::Fatal(e) => panic!("fatal: {e}"),
+                _ => {}
+            }
+        };
+        assert!(
+            lost.is_empty(),
+            "lost before the first assignment: {lost:?}"
+        );
+        firsts.push(first);
+    }
+    println!("assigned after {:?}: {firsts:?}", started.elapsed());
+    assert_eq!(
+        firsts[0].0, firsts[1].0,
+        "both members were assigned in one generation: {firsts:?}"
+    );
+    assert_eq!(firsts[0].1 + firsts[1].1, 6, "{firsts:?}");
+    // And the group stays: another session passes without a rebalance.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for h in &mut handles {
+        while let Some(e) = h.try_event() {
+            assert!(
+                !matches!(
+                    e,
+                    Event::Lost { .. } | Event::RevokeRequested { .. } | Event::Fatal(_)
+                ),
+                "{e:?}"
+            );
+        }
+    }
+    for h in handles {
+        h.leave().await;
+    }
+}

@@ -3,6 +3,8 @@
 //!
 //! `OTTLA_SIM_SCHEDULES` sets how many schedules run (CI: 10,000).
 
+use std::time::Duration;
+
 use protocol_tests::sim::{Rng, Sim, SimConfig, random_schedule};
 
 fn schedules() -> u64 {
@@ -17,6 +19,13 @@ fn config(rng: &mut Rng) -> SimConfig {
         members: 1 + rng.below(4) as usize,
         partitions: 1 + rng.below(12) as i32,
         static_members: rng.chance(25),
+        // One run in four, a leader whose assignor takes up to two sessions and a half
+        // (the session is 6 s, the rebalance timeout 20 s).
+        assign_time: if rng.chance(25) {
+            Duration::from_millis(rng.below(15_000))
+        } else {
+            Duration::ZERO
+        },
     }
 }
 
@@ -90,12 +99,12 @@ fn replay_one_seed_from_the_environment() {
 #[test]
 fn a_static_member_restarted_within_the_session_timeout_causes_no_rebalance() {
     use protocol_tests::sim::Action;
-    use std::time::Duration;
     let cfg = SimConfig {
         assignor: "range",
         members: 3,
         partitions: 6,
         static_members: true,
+        assign_time: Duration::ZERO,
     };
     let quiet = Sim::new(3, &cfg)
         .run(&[Action::Wait(Duration::from_secs(5))])
@@ -134,4 +143,40 @@ fn a_static_member_restarted_within_the_session_timeout_causes_no_rebalance() {
         restarted.revocations > quiet.revocations,
         "a dynamic restart must rebalance: {quiet:?} vs {restarted:?}"
     );
+}
+
+/// Issue 36: a leader whose assignor runs for two sessions heartbeats meanwhile, so the
+/// group forms in the same generations as with an instant assignor; nobody's session
+/// lapses and nobody sees an extra revocation.
+#[test]
+fn a_leader_assigning_for_two_sessions_still_forms_the_group() {
+    use protocol_tests::sim::Action;
+    for assignor in ASSIGNORS {
+        let quick = SimConfig {
+            assignor,
+            members: 3,
+            partitions: 6,
+            static_members: false,
+            assign_time: Duration::ZERO,
+        };
+        // The session is 6 s, the rebalance timeout 20 s.
+        let slow = SimConfig {
+            assign_time: Duration::from_secs(13),
+            ..quick.clone()
+        };
+        let schedule = [Action::Wait(Duration::from_secs(40))];
+        let quick = Sim::new(5, &quick).run(&schedule).expect("quick run");
+        let slow = Sim::new(5, &slow)
+            .run(&schedule)
+            .unwrap_or_else(|e| panic!("{assignor}: {e}"));
+        assert_eq!(
+            slow.generations, quick.generations,
+            "{assignor}: the slow assignment formed other generations"
+        );
+        assert_eq!(
+            slow.revocations, quick.revocations,
+            "{assignor}: someone saw a revocation"
+        );
+        assert!(slow.stable_checks > 0, "{assignor}: never stable");
+    }
 }

@@ -23,7 +23,8 @@ use crate::proto::group::assignor::PartitionRacks;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::group::member::{
-    CommitError, Event, Failure, GroupConfig, Membership, Outgoing, RequestId, StateKind, Target,
+    AssignmentDone, CommitError, Event, Failure, GroupConfig, Membership, Outgoing, RequestId,
+    StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -207,6 +208,7 @@ async fn run(
     let mut member = Member::new(config, entropy(), now);
     apply_metadata(&mut member, &cluster.metadata(), now);
     let mut inflight: JoinSet<Reply> = JoinSet::new();
+    let mut assigning: JoinSet<AssignmentDone> = JoinSet::new();
     let mut coordinators: HashMap<NodeId, String> = HashMap::new();
     let mut commits: HashMap<RequestId, oneshot::Sender<Result<Vec<CommitOffset>, CommitError>>> =
         HashMap::new();
@@ -242,6 +244,15 @@ async fn run(
             let conn = connection_for(&cluster, &coordinators, &out);
             let span = spans.request(&out.request);
             inflight.spawn(send(conn, out, long_timeout).instrument(span));
+        }
+        // The leader's assignment runs on a blocking thread, so that the member goes
+        // on heartbeating while a large group's assignment takes its time.
+        while let Some(job) = member.poll_assignment() {
+            let span = spans.assign(job.size().0);
+            assigning.spawn_blocking(move || {
+                let _assign = span.map(|s| s.entered());
+                job.run()
+            });
         }
         while let Some(event) = member.poll_event() {
             metrics.observe(&event);
@@ -285,14 +296,18 @@ async fn run(
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 let now = tokio::time::Instant::now().into_std();
                 match joined {
-                    Ok((id, Ok(response))) => {
-                        // The leader computes the assignment while it handles its
-                        // JoinGroup answer.
-                        let _assign = spans.assign(&response).map(|s| s.entered());
-                        member.handle_response(now, id, response);
-                    }
+                    Ok((id, Ok(response))) => member.handle_response(now, id, response),
                     Ok((id, Err(failure))) => member.handle_failure(now, id, failure),
                     Err(e) => warn!(%group, error = %e, "group request task failed"),
+                }
+            }
+            Some(done) = assigning.join_next(), if !assigning.is_empty() => {
+                let now = tokio::time::Instant::now().into_std();
+                match done {
+                    Ok(done) => member.assignment_done(now, done),
+                    // `run` catches the assignor's panics; this is the runtime shutting
+                    // down. The member rejoins at the rebalance timeout if it lives on.
+                    Err(e) => warn!(%group, error = %e, "the assignment task failed"),
                 }
             }
             command = rx.recv(), if leaving.is_none() => {
@@ -400,28 +415,17 @@ impl RebalanceSpans {
         }
     }
 
-    /// The leader's assignment, computed while its JoinGroup answer is handled.
-    fn assign(&self, response: &GroupResponse) -> Option<Span> {
-        match (response, &self.rebalance) {
-            (
-                GroupResponse::JoinGroup {
-                    error: 0,
-                    leader,
-                    member_id,
-                    members,
-                    skip_assignment: false,
-                    ..
-                },
-                Some((parent, _)),
-            ) if leader == member_id => Some(tracing::info_span!(
+    /// The leader's assignor run, for `members` members (on the assignment's thread).
+    fn assign(&self, members: usize) -> Option<Span> {
+        self.rebalance.as_ref().map(|(parent, _)| {
+            tracing::info_span!(
                 target: "ottla::rebalance",
                 parent: parent,
                 "ottla.assign",
                 group = %self.group,
-                members = members.len(),
-            )),
-            _ => None,
-        }
+                members,
+            )
+        })
     }
 
     /// Follows the member's `event`; a rebalance that ends here returns how long it

@@ -53,6 +53,9 @@ pub enum AssignError {
     /// Two members share an id.
     #[error("duplicate member id {0}")]
     DuplicateMember(String),
+    /// The assignor panicked (the message, when it was a string).
+    #[error("the assignor panicked: {0}")]
+    Panicked(String),
 }
 
 /// A partition assignor. The leader calls [`Assignor::assign_with_racks`] (or

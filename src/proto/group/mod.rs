@@ -21,8 +21,8 @@ pub mod testing;
 use assignor::PartitionRacks;
 use consumer_member::ConsumerGroupMember;
 use member::{
-    CommitError, Event, Failure, GroupConfig, GroupMember, GroupProtocol, Membership, Outgoing,
-    RequestId, StateKind,
+    AssignmentDone, AssignmentJob, CommitError, Event, Failure, GroupConfig, GroupMember,
+    GroupProtocol, Membership, Outgoing, RequestId, StateKind,
 };
 use messages::{CommitOffset, GroupResponse};
 
@@ -110,6 +110,29 @@ impl Member {
     /// A response arrived.
     pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
         both!(self, m => m.handle_response(now, id, response))
+    }
+
+    /// The leader's assignment to compute off the member's task (the classic
+    /// protocol's; the consumer protocol's is the broker's): see [`AssignmentJob`].
+    pub fn poll_assignment(&mut self) -> Option<AssignmentJob> {
+        match self {
+            Member::Classic(m) => m.poll_assignment(),
+            Member::Consumer(_) => None,
+        }
+    }
+
+    /// The assignment [`Member::poll_assignment`] gave was computed.
+    pub fn assignment_done(&mut self, now: Instant, done: AssignmentDone) {
+        if let Member::Classic(m) = self {
+            m.assignment_done(now, done);
+        }
+    }
+
+    /// Runs a pending assignment on the caller's thread (tests, simulations).
+    pub fn assign_inline(&mut self, now: Instant) {
+        if let Member::Classic(m) = self {
+            m.assign_inline(now);
+        }
     }
 
     /// A request failed without a response.

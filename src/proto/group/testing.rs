@@ -25,10 +25,13 @@ pub trait Machine {
     fn handle_timeout(&mut self, now: Instant);
     /// The lifecycle state.
     fn state(&self) -> StateKind;
+    /// Runs the leader's pending assignment at once (the classic member's; see
+    /// `GroupMember::assign_inline`).
+    fn assign_inline(&mut self, now: Instant);
 }
 
 macro_rules! machine {
-    ($t:ty) => {
+    ($t:ty, $assign:expr) => {
         impl Machine for $t {
             fn poll_request(&mut self) -> Option<Outgoing> {
                 <$t>::poll_request(self)
@@ -45,12 +48,17 @@ macro_rules! machine {
             fn state(&self) -> StateKind {
                 <$t>::state(self)
             }
+            fn assign_inline(&mut self, now: Instant) {
+                let assign: fn(&mut $t, Instant) = $assign;
+                assign(self, now)
+            }
         }
     };
 }
 
-machine!(GroupMember);
-machine!(ConsumerGroupMember);
+machine!(GroupMember, |m, now| m.assign_inline(now));
+// The consumer protocol's assignment is the broker's.
+machine!(ConsumerGroupMember, |_, _| {});
 
 /// A member `m` on a virtual clock `now`.
 #[derive(Debug)]
@@ -98,6 +106,8 @@ impl<M: Machine> Harness<M> {
     /// Answers request `id` now.
     pub fn respond(&mut self, id: RequestId, r: GroupResponse) {
         self.m.handle_response(self.now, id, r);
+        // A leader's assignment is computed at once, on this thread.
+        self.m.assign_inline(self.now);
     }
 
     /// Answers FindCoordinator `id` with node `node` at `h:1`.

@@ -18,7 +18,9 @@ use super::super::messages::{GroupRequest, JoinedMember};
 use super::GroupMember;
 use super::errors::{Reaction, reaction};
 use super::state::{AfterRevoke, Generation, Heartbeat, Sent, State};
-use super::types::{Event, GroupError, LostReason, RequestId, Target};
+use super::types::{
+    AssignmentDone, AssignmentJob, Event, GroupError, LostReason, RequestId, Target,
+};
 use crate::proto::error_name;
 use crate::proto::metadata::NodeId;
 
@@ -98,28 +100,6 @@ impl GroupMember {
             return self.no_common_assignor();
         };
         let is_leader = leader == self.core.member_id;
-        let assignments = if is_leader && !skip_assignment {
-            match self.assign(&protocol, &members) {
-                Ok(a) => {
-                    self.metadata_at = Some(now + self.core.config.metadata_max_age);
-                    a
-                }
-                Err(e) => {
-                    // Through `close`, like every fatal error: a closed member has no
-                    // generation, heartbeat or offset fetch left (found by fuzzing: the
-                    // offset fetch's timer stayed armed and `generation()` answered).
-                    self.core.lose_all(LostReason::Fatal);
-                    self.core.events.push_back(Event::Fatal(e.clone()));
-                    self.close(Some(e));
-                    return;
-                }
-            }
-        } else {
-            Vec::new()
-        };
-        let Some(node) = self.coordinator() else {
-            return self.enter_unjoined(now, false, "coordinator lost during join");
-        };
         // As the Java client (heartbeats from COMPLETING_REBALANCE on): the broker
         // counts the session from the JoinGroup answer, and a coordinator that goes
         // silent now is noticed by the session clock as in a generation.
@@ -132,6 +112,100 @@ impl GroupMember {
             failures: 0,
         };
         self.kept_session = None;
+        if is_leader && !skip_assignment {
+            // The assignment runs off the member's task (`poll_assignment`), the member
+            // heartbeating meanwhile; its result comes back through `assignment_done`.
+            match self.prepare_assignment(&protocol, &members) {
+                Ok((job, version)) => {
+                    self.next_job += 1;
+                    let id = self.next_job;
+                    self.state = State::Assigning {
+                        job: id,
+                        deadline: now + self.core.config.max_poll_interval,
+                        generation,
+                        protocol,
+                        version,
+                        heartbeat,
+                    };
+                    self.assignment_job = Some(AssignmentJob { id, ..job });
+                }
+                Err(e) => self.assignment_failed(e),
+            }
+            return;
+        }
+        self.sync_with(now, (generation, protocol, false), Vec::new(), heartbeat);
+    }
+
+    /// The assignment of job `done.id` was computed: the leader sends it in its
+    /// SyncGroup. A result for a job the member no longer waits for (it rejoined, lost
+    /// the group, or closed meanwhile) is dropped.
+    pub fn assignment_done(&mut self, now: Instant, done: AssignmentDone) {
+        let State::Assigning {
+            job,
+            generation,
+            protocol,
+            version,
+            heartbeat,
+            ..
+        } = &self.state
+        else {
+            return;
+        };
+        if *job != done.id {
+            return;
+        }
+        let (generation, protocol, version, heartbeat) =
+            (*generation, protocol.clone(), *version, heartbeat.clone());
+        match self.finish_assignment(&protocol, done, version) {
+            Ok(assignments) => {
+                self.metadata_at = Some(now + self.core.config.metadata_max_age);
+                self.sync_with(now, (generation, protocol, true), assignments, heartbeat);
+            }
+            Err(e) => self.assignment_failed(e),
+        }
+        self.advance(now);
+    }
+
+    /// The leader's assignment to compute, once per JoinGroup answer that makes this
+    /// member the leader; see [`AssignmentJob`]. `None` when there is none, or the
+    /// member no longer waits for it.
+    pub fn poll_assignment(&mut self) -> Option<AssignmentJob> {
+        let job = self.assignment_job.take()?;
+        matches!(self.state, State::Assigning { job: id, .. } if id == job.id).then_some(job)
+    }
+
+    /// Runs the pending assignment on the caller's thread and hands the result back:
+    /// for drivers to which blocking for the assignor's time does not matter (tests,
+    /// simulations).
+    pub fn assign_inline(&mut self, now: Instant) {
+        while let Some(job) = self.poll_assignment() {
+            let done = job.run();
+            self.assignment_done(now, done);
+        }
+    }
+
+    /// An assignment that cannot be made is fatal: through `close`, like every fatal
+    /// error, since a closed member has no generation, heartbeat or offset fetch left
+    /// (found by fuzzing: the offset fetch's timer stayed armed and `generation()`
+    /// answered).
+    fn assignment_failed(&mut self, e: GroupError) {
+        self.core.lose_all(LostReason::Fatal);
+        self.core.events.push_back(Event::Fatal(e.clone()));
+        self.close(Some(e));
+    }
+
+    /// The SyncGroup of `(generation, protocol, leader)` with `assignments` (the
+    /// leader's; empty for a follower), at once or after the leader's sync delay.
+    fn sync_with(
+        &mut self,
+        now: Instant,
+        (generation, protocol, is_leader): (i32, String, bool),
+        assignments: Vec<(String, Bytes)>,
+        heartbeat: Heartbeat,
+    ) {
+        let Some(node) = self.coordinator() else {
+            return self.enter_unjoined(now, false, "coordinator lost during join");
+        };
         let request = GroupRequest::SyncGroup {
             group: self.core.config.group_id.clone(),
             generation,
@@ -178,11 +252,13 @@ impl GroupMember {
         };
     }
 
-    pub(super) fn assign(
+    /// The leader's assignment job for `members`, and the ConsumerProtocol version to
+    /// answer in.
+    pub(super) fn prepare_assignment(
         &mut self,
         protocol: &str,
         members: &[JoinedMember],
-    ) -> Result<Vec<(String, Bytes)>, GroupError> {
+    ) -> Result<(AssignmentJob, i16), GroupError> {
         let group = self.core.config.group_id.clone();
         let Some(assignor) = self
             .core
@@ -253,13 +329,36 @@ impl GroupMember {
             .filter(|(t, _)| wanted.contains(*t))
             .map(|(t, n)| (t.clone(), *n))
             .collect();
-        let result = assignor
-            .assign_with_racks(&counts, &self.partition_racks, &subs)
-            .map_err(|e| GroupError::Assignment {
-                group: group.clone(),
-                assignor: protocol.to_string(),
-                message: e.to_string(),
-            })?;
+        let job = AssignmentJob {
+            id: 0,
+            assignor,
+            counts,
+            racks: self.partition_racks.clone(),
+            subs,
+        };
+        Ok((job, version))
+    }
+
+    /// The assignments of `done` as the SyncGroup carries them, checked.
+    fn finish_assignment(
+        &mut self,
+        protocol: &str,
+        done: AssignmentDone,
+        version: i16,
+    ) -> Result<Vec<(String, Bytes)>, GroupError> {
+        let group = self.core.config.group_id.clone();
+        let AssignmentDone {
+            assignor,
+            counts,
+            subs,
+            result,
+            ..
+        } = done;
+        let result = result.map_err(|e| GroupError::Assignment {
+            group: group.clone(),
+            assignor: protocol.to_string(),
+            message: e.to_string(),
+        })?;
         // As the Java client, every cooperative assignor but the built-in sticky one,
         // whose handling of stale and double claims the check would misread.
         if assignor.protocol() == RebalanceProtocol::Cooperative

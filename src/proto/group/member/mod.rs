@@ -54,9 +54,10 @@ use errors::{Reaction, hint, reaction};
 pub use revocation::{PendingRevocation, RevocationCommit, RevocationStep};
 use state::{Generation, Sent, State};
 pub use types::{
-    CommitError, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT,
-    Event, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership, Outgoing,
-    RequestId, StateKind, Target, Timer, check_heartbeat,
+    AssignmentDone, AssignmentJob, CommitError, DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event, Failure, GroupConfig, GroupError,
+    GroupProtocol, LostReason, Membership, Outgoing, RequestId, StateKind, Target, Timer,
+    check_heartbeat,
 };
 
 /// One member of a consumer group (the classic protocol).
@@ -94,6 +95,10 @@ pub struct GroupMember {
     /// broker last renewed it, the send time of the last heartbeat accepted.
     /// [`Timer::Session`] runs on from it until the next generation starts.
     kept_session: Option<Instant>,
+    /// The leader's assignment, until the driver takes it ([`GroupMember::poll_assignment`]).
+    assignment_job: Option<AssignmentJob>,
+    /// The id of the last assignment job made.
+    next_job: u64,
 }
 
 impl GroupMember {
@@ -118,6 +123,8 @@ impl GroupMember {
             closing: false,
             rejoin_held: false,
             kept_session: None,
+            assignment_job: None,
+            next_job: 0,
         };
         member.advance(now);
         member
@@ -130,7 +137,9 @@ impl GroupMember {
         match &self.state {
             State::Unjoined { .. } => StateKind::Unjoined,
             State::Joining { .. } => StateKind::Joining,
-            State::Syncing { .. } | State::LeaderDelay { .. } => StateKind::Syncing,
+            State::Assigning { .. } | State::Syncing { .. } | State::LeaderDelay { .. } => {
+                StateKind::Syncing
+            }
             State::Stable { .. } => StateKind::Stable,
             State::Revoking { .. } => StateKind::Revoking,
             State::Suspended => StateKind::Suspended,

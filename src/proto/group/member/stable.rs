@@ -26,7 +26,7 @@ impl GroupMember {
     ) {
         let syncing = matches!(
             self.state,
-            State::Syncing { .. } | State::LeaderDelay { .. }
+            State::Assigning { .. } | State::Syncing { .. } | State::LeaderDelay { .. }
         );
         let Some(hb) = self.state.heartbeat_mut() else {
             return;
@@ -89,7 +89,10 @@ impl GroupMember {
         // and resets nothing.)
         let rejoining = matches!(
             self.state,
-            State::Joining { .. } | State::LeaderDelay { .. } | State::Syncing { .. }
+            State::Joining { .. }
+                | State::Assigning { .. }
+                | State::LeaderDelay { .. }
+                | State::Syncing { .. }
         ) && first_error.is_some_and(|code| {
             code == ResponseError::IllegalGeneration.code()
                 || code == ResponseError::RebalanceInProgress.code()

@@ -23,7 +23,7 @@ pub(super) enum AfterRevoke {
 }
 
 /// The lifecycle state. The heartbeat lives in the states that have one: from the
-/// JoinGroup answer (`LeaderDelay`, `Syncing`) through the generation (`Stable`,
+/// JoinGroup answer (`Assigning`, `LeaderDelay`, `Syncing`) through the generation (`Stable`,
 /// `Revoking`), as the Java client heartbeats from COMPLETING_REBALANCE on; leaving
 /// those states ends it.
 #[derive(Debug, Clone)]
@@ -35,6 +35,18 @@ pub(super) enum State {
     Joining {
         request: RequestId,
         deadline: Instant,
+    },
+    /// The leader's assignment (`job`) is computed off the member's task; the member
+    /// heartbeats meanwhile. Past `deadline` (the rebalance timeout, after which the
+    /// broker gives up on the leader's SyncGroup) the member rejoins.
+    Assigning {
+        job: u64,
+        deadline: Instant,
+        generation: i32,
+        protocol: String,
+        /// The ConsumerProtocol version the assignments are written in.
+        version: i16,
+        heartbeat: Heartbeat,
     },
     /// The leader holds its SyncGroup for `leader_sync_delay` (see [`GroupConfig`]).
     LeaderDelay {
@@ -74,7 +86,8 @@ impl State {
     /// The heartbeat, in the states that have one.
     pub(super) fn heartbeat(&self) -> Option<&Heartbeat> {
         match self {
-            State::LeaderDelay { heartbeat, .. }
+            State::Assigning { heartbeat, .. }
+            | State::LeaderDelay { heartbeat, .. }
             | State::Syncing { heartbeat, .. }
             | State::Stable { heartbeat }
             | State::Revoking { heartbeat, .. } => Some(heartbeat),
@@ -85,7 +98,8 @@ impl State {
     /// The heartbeat, in the states that have one.
     pub(super) fn heartbeat_mut(&mut self) -> Option<&mut Heartbeat> {
         match self {
-            State::LeaderDelay { heartbeat, .. }
+            State::Assigning { heartbeat, .. }
+            | State::LeaderDelay { heartbeat, .. }
             | State::Syncing { heartbeat, .. }
             | State::Stable { heartbeat }
             | State::Revoking { heartbeat, .. } => Some(heartbeat),

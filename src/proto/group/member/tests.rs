@@ -2168,3 +2168,160 @@ fn pending_revocation_finished_after_a_fence_and_a_regrant_stops_nothing_regrant
     r.lost(&[tp(0)]);
     assert_eq!(r.ready(10, &[tp(0)]), vec![]);
 }
+
+/// The member's JoinGroup answered with itself as the leader of generation 3 (alone,
+/// with `config`), the assignment job not run: the job.
+fn assigning_leader(h: &mut H) -> AssignmentJob {
+    h.find_coordinator(2);
+    let join = h.request();
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!("{join:?}")
+    };
+    let members = vec![JoinedMember {
+        member_id: "m1".into(),
+        instance_id: None,
+        metadata: protocols[0].1.clone(),
+    }];
+    // Not `respond`, which runs the assignment at once.
+    h.m.handle_response(
+        h.now,
+        join.id,
+        join_response_p("range", 0, 3, "m1", "m1", members),
+    );
+    assert_eq!(h.m.state(), StateKind::Syncing);
+    let job = h.m.poll_assignment().expect("the leader's assignment job");
+    assert!(
+        h.m.poll_assignment().is_none(),
+        "one job per JoinGroup answer"
+    );
+    assert_eq!(job.size(), (1, 4));
+    h.no_request();
+    job
+}
+
+#[test]
+fn assigning_leader_heartbeats_for_two_sessions_then_syncs_the_result() {
+    // Issue 36: a large group's assignment can take longer than a session. The leader
+    // heartbeats while its job runs (as the Java client's heartbeat thread does, and
+    // as Kafka answers in CompletingRebalance), so the group forms.
+    let mut c = config("range");
+    c.session_timeout = Duration::from_secs(6);
+    c.heartbeat_interval = Duration::from_secs(1);
+    let mut h = H::new(c);
+    let job = assigning_leader(&mut h);
+    for _ in 0..12 {
+        let hb = h.heartbeat();
+        let GroupRequest::Heartbeat { generation, .. } = hb.request else {
+            unreachable!()
+        };
+        assert_eq!(generation, 3, "the JoinGroup answer's generation");
+        h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+    }
+    assert_eq!(h.m.state(), StateKind::Syncing, "12 s in, still a member");
+    assert!(
+        !h.events().iter().any(|e| matches!(e, Event::Lost { .. })),
+        "nothing lost"
+    );
+    h.m.assignment_done(h.now, job.run());
+    let sync = h.request();
+    let GroupRequest::SyncGroup {
+        generation,
+        assignments,
+        ..
+    } = &sync.request
+    else {
+        panic!("{sync:?}")
+    };
+    assert_eq!(*generation, 3);
+    assert_eq!(assignments.len(), 1);
+    h.answer_own_sync(&sync);
+    assert_eq!(h.m.state(), StateKind::Stable);
+    assert_eq!(h.m.assignment().len(), 4);
+}
+
+#[test]
+fn assigning_without_heartbeat_answers_lapses_and_drops_the_late_result() {
+    // The leader's heartbeats go unanswered: its session lapses as in any state with a
+    // heartbeat, and the result that comes after is dropped (no SyncGroup for a
+    // generation the member left).
+    let mut c = config("range");
+    c.session_timeout = Duration::from_secs(6);
+    c.heartbeat_interval = Duration::from_secs(1);
+    let mut h = H::new(c);
+    let job = assigning_leader(&mut h);
+    h.advance(Duration::from_secs(7));
+    assert_eq!(h.m.state(), StateKind::Unjoined);
+    h.requests();
+    h.m.assignment_done(h.now, job.run());
+    assert!(
+        !h.requests()
+            .iter()
+            .any(|r| matches!(r.request, GroupRequest::SyncGroup { .. })),
+        "a late result sends nothing"
+    );
+}
+
+#[test]
+fn assigning_past_the_rebalance_timeout_rejoins() {
+    // Kafka gives up on a SyncGroup that does not come within the rebalance timeout;
+    // the member does not wait longer either.
+    let mut c = config("range");
+    c.max_poll_interval = Duration::from_secs(20);
+    c.session_timeout = Duration::from_secs(6);
+    c.heartbeat_interval = Duration::from_secs(1);
+    let mut h = H::new(c);
+    let job = assigning_leader(&mut h);
+    for _ in 0..19 {
+        let hb = h.heartbeat();
+        h.respond(hb.id, GroupResponse::Heartbeat { error: 0 });
+        // The application polls meanwhile (max.poll.interval.ms is its guard too).
+        h.m.note_progress(h.now);
+    }
+    assert_eq!(h.m.state(), StateKind::Syncing);
+    h.advance(Duration::from_secs(1));
+    assert_eq!(h.m.state(), StateKind::Unjoined);
+    // After the backoff of a failed rebalance step.
+    h.advance(Duration::from_secs(1));
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|r| matches!(r.request, GroupRequest::JoinGroup { .. }));
+    assert!(join.is_some(), "rejoins");
+    h.m.assignment_done(h.now, job.run());
+    h.no_request();
+}
+
+/// An assignor that panics.
+#[derive(Debug)]
+struct Panicking;
+
+impl Assignor for Panicking {
+    fn name(&self) -> &'static str {
+        "range"
+    }
+    fn protocol(&self) -> RebalanceProtocol {
+        RebalanceProtocol::Eager
+    }
+    fn assign(
+        &self,
+        _: &BTreeMap<String, i32>,
+        _: &[super::super::assignor::MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, super::super::assignor::AssignError> {
+        panic!("assignor bug")
+    }
+}
+
+#[test]
+fn assigning_with_a_panicking_assignor_is_fatal_and_names_the_panic() {
+    let mut c = config("range");
+    c.assignors = vec![Arc::new(Panicking)];
+    let mut h = H::new(c);
+    let job = assigning_leader(&mut h);
+    h.m.assignment_done(h.now, job.run());
+    let ev = h.events();
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Fatal(GroupError::Assignment { message, .. }) if message.contains("assignor bug"))),
+        "{ev:?}"
+    );
+    assert_eq!(h.m.state(), StateKind::Closed);
+}

@@ -34,6 +34,7 @@ impl GroupMember {
                 timers.push((Timer::Join, *join_at))
             }
             State::Joining { deadline, .. }
+            | State::Assigning { deadline, .. }
             | State::Syncing { deadline, .. }
             | State::Leaving { deadline, .. } => timers.push((Timer::Request, *deadline)),
             State::Revoking { deadline, .. } => timers.push((Timer::Revocation, *deadline)),
@@ -172,6 +173,16 @@ impl GroupMember {
         };
         if let Some(id) = overdue {
             self.handle_failure(now, id, Failure::Timeout);
+        }
+        if matches!(self.state, State::Assigning { deadline, .. } if now >= deadline) {
+            // The broker has given up on this leader's SyncGroup by now (it waits for
+            // the rebalance timeout); the late result is dropped when it comes.
+            warn!(group = %self.core.config.group_id, "the assignment took longer than the rebalance timeout (max.poll.interval.ms); rejoining");
+            self.enter_unjoined(
+                now,
+                true,
+                "the assignment took longer than the rebalance timeout",
+            );
         }
         if let State::Leaving { deadline, .. } = &self.state {
             if now >= *deadline {

@@ -1,10 +1,11 @@
 //! The member's public types: its configuration, requests, events and errors.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::assignor::Assignor;
-use super::super::consumer_protocol::TopicPartition;
+use super::super::assignor::{AssignError, Assignor, MemberSubscription, PartitionRacks};
+use super::super::consumer_protocol::{Assignment, TopicPartition};
 use super::super::messages::{CommitOffset, GroupRequest};
 use super::errors::commit_reaction;
 use crate::proto::metadata::NodeId;
@@ -507,4 +508,87 @@ pub enum Membership {
     Leave,
     /// Stay in the group until the session expires, dynamic or not: no LeaveGroup.
     Remain,
+}
+
+/// The leader's assignment, computed off the member's task: a large group's can take
+/// longer than a session, and the member goes on heartbeating meanwhile (as the Java
+/// client's heartbeat thread does while its main thread assigns). Take it with
+/// `GroupMember::poll_assignment`, call [`AssignmentJob::run`] where blocking is
+/// harmless (the driver uses a blocking thread), and give the result back with
+/// `GroupMember::assignment_done`. `run` is the assignor's computation and nothing
+/// else: no I/O, no clock.
+pub struct AssignmentJob {
+    pub(super) id: u64,
+    pub(super) assignor: Arc<dyn Assignor>,
+    pub(super) counts: BTreeMap<String, i32>,
+    pub(super) racks: PartitionRacks,
+    pub(super) subs: Vec<MemberSubscription>,
+}
+
+impl AssignmentJob {
+    /// Runs the assignor.
+    pub fn run(self) -> AssignmentDone {
+        // A user's assignor that panics fails the member as an assignment error would,
+        // instead of taking the thread (and, inline, the driver) down with it.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.assignor
+                .assign_with_racks(&self.counts, &self.racks, &self.subs)
+        }))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            Err(AssignError::Panicked(message))
+        });
+        AssignmentDone {
+            id: self.id,
+            assignor: self.assignor,
+            counts: self.counts,
+            subs: self.subs,
+            result,
+        }
+    }
+
+    /// How many members and partitions it assigns.
+    pub fn size(&self) -> (usize, usize) {
+        let partitions = self
+            .counts
+            .values()
+            .map(|n| usize::try_from(*n).unwrap_or(0))
+            .sum();
+        (self.subs.len(), partitions)
+    }
+}
+
+impl std::fmt::Debug for AssignmentJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (members, partitions) = self.size();
+        f.debug_struct("AssignmentJob")
+            .field("id", &self.id)
+            .field("assignor", &self.assignor.name())
+            .field("members", &members)
+            .field("partitions", &partitions)
+            .finish()
+    }
+}
+
+/// What [`AssignmentJob::run`] computed.
+pub struct AssignmentDone {
+    pub(super) id: u64,
+    pub(super) assignor: Arc<dyn Assignor>,
+    pub(super) counts: BTreeMap<String, i32>,
+    pub(super) subs: Vec<MemberSubscription>,
+    pub(super) result: Result<BTreeMap<String, Assignment>, AssignError>,
+}
+
+impl std::fmt::Debug for AssignmentDone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AssignmentDone")
+            .field("id", &self.id)
+            .field("assignor", &self.assignor.name())
+            .field("ok", &self.result.is_ok())
+            .finish()
+    }
 }
