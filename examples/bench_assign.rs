@@ -13,7 +13,9 @@
 //! - `overlap`: even members subscribe to the first two thirds of the topics, odd
 //!   members to the last two thirds (the middle third is shared);
 //! - `windows` (not run unless named): member `i` subscribes to the 250 topics from
-//!   topic `7i mod 500` on, wrapping: every topic has subscribers of its own.
+//!   topic `7i mod 500` on, wrapping: every topic has subscribers of its own;
+//! - `racks` (not run unless named): `uniform`, with the members in three racks
+//!   (KIP-881) and each partition's replicas on two of them.
 //!
 //! Per cell and assignor, two rounds: the first with nothing owned; the second with
 //! every member but the last reporting what the first round gave it, the way ottla's
@@ -41,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use ottla::consumer::TopicPartition;
 use ottla::consumer::assignor::{
-    Assignor, CooperativeStickyAssignor, MemberSubscription, RangeAssignor, RoundRobinAssignor,
-    StickyAssignor, Subscription,
+    Assignor, CooperativeStickyAssignor, MemberSubscription, PartitionRacks, RangeAssignor,
+    RoundRobinAssignor, StickyAssignor, Subscription,
 };
 
 const TOPICS: usize = 500;
@@ -94,11 +96,29 @@ fn group(
             subscription: Subscription {
                 topics: subscription(i),
                 generation_id: -1,
+                rack_id: (ladder == "racks").then(|| format!("rack-{}", i % 3)),
                 ..Subscription::default()
             },
         })
         .collect();
     (topics, members)
+}
+
+/// The `racks` ladder's replicas: partition `p` of every topic on racks `p mod 3` and
+/// `p + 1 mod 3` (so racks matter: no partition is on every rack).
+fn racks(ladder: &str, topics: &BTreeMap<String, i32>) -> PartitionRacks {
+    if ladder != "racks" {
+        return PartitionRacks::new();
+    }
+    topics
+        .iter()
+        .flat_map(|(t, &n)| {
+            (0..n).map(move |p| {
+                let racks = [p % 3, (p + 1) % 3].map(|r| format!("rack-{r}"));
+                (TopicPartition::new(t.clone(), p), racks.into_iter().collect())
+            })
+        })
+        .collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -119,6 +139,7 @@ fn vm_hwm_kib() -> u64 {
 fn run_cell(ladder: &str, partitions: usize, members: usize, name: &str, runs: usize) {
     let a = assignor(name).expect("known assignor");
     let (topics, mut group) = group(ladder, partitions, members);
+    let racks = racks(ladder, &topics);
     // At least `runs` calls, more for cheap cells (until 0.3 s or 51 calls), so that
     // the millisecond cells' medians are not one scheduler hiccup.
     let enough = |v: &Vec<f64>| v.len() >= runs && (v.iter().sum::<f64>() >= 0.3 || v.len() >= 51);
@@ -126,7 +147,7 @@ fn run_cell(ladder: &str, partitions: usize, members: usize, name: &str, runs: u
     let mut r1 = BTreeMap::new();
     while !enough(&first) {
         let t = Instant::now();
-        r1 = a.assign(&topics, &group).expect("assign");
+        r1 = a.assign_with_racks(&topics, &racks, &group).expect("assign");
         first.push(t.elapsed().as_secs_f64());
     }
     let gone = group.pop().expect("a member");
@@ -142,7 +163,7 @@ fn run_cell(ladder: &str, partitions: usize, members: usize, name: &str, runs: u
     let mut r2 = BTreeMap::new();
     while !enough(&second) {
         let t = Instant::now();
-        r2 = a.assign(&topics, &group).expect("assign");
+        r2 = a.assign_with_racks(&topics, &racks, &group).expect("assign");
         second.push(t.elapsed().as_secs_f64());
     }
     let owner: BTreeMap<&TopicPartition, &str> = r1
