@@ -17,6 +17,9 @@
 //! - `racks` (not run unless named): `uniform`, with the members in three racks
 //!   (KIP-881) and each partition's replicas on two of them.
 //!
+//! `--second join` makes the second round a scale-out instead: the first round has
+//! the first half of the members, the second all of them, the new half owning nothing.
+//!
 //! Per cell and assignor, two rounds: the first with nothing owned; the second with
 //! every member but the last reporting what the first round gave it, the way ottla's
 //! members report it (owned partitions and generation for `cooperative-sticky`, the
@@ -115,7 +118,10 @@ fn racks(ladder: &str, topics: &BTreeMap<String, i32>) -> PartitionRacks {
         .flat_map(|(t, &n)| {
             (0..n).map(move |p| {
                 let racks = [p % 3, (p + 1) % 3].map(|r| format!("rack-{r}"));
-                (TopicPartition::new(t.clone(), p), racks.into_iter().collect())
+                (
+                    TopicPartition::new(t.clone(), p),
+                    racks.into_iter().collect(),
+                )
             })
         })
         .collect()
@@ -136,21 +142,38 @@ fn vm_hwm_kib() -> u64 {
 }
 
 /// The child: one cell, one assignor. Prints `first second hwm_kib spread moved held`.
-fn run_cell(ladder: &str, partitions: usize, members: usize, name: &str, runs: usize) {
+fn run_cell(ladder: &str, partitions: usize, members: usize, name: &str, runs: usize, join: bool) {
     let a = assignor(name).expect("known assignor");
     let (topics, mut group) = group(ladder, partitions, members);
     let racks = racks(ladder, &topics);
     // At least `runs` calls, more for cheap cells (until 0.3 s or 51 calls), so that
     // the millisecond cells' medians are not one scheduler hiccup.
     let enough = |v: &Vec<f64>| v.len() >= runs && (v.iter().sum::<f64>() >= 0.3 || v.len() >= 51);
+    // `--second join`: the first round has half the members, the second all of them
+    // (a scale-out); otherwise the second round has one member fewer.
+    let joiners = if join {
+        group.split_off(group.len() / 2)
+    } else {
+        Vec::new()
+    };
     let mut first = Vec::new();
     let mut r1 = BTreeMap::new();
     while !enough(&first) {
         let t = Instant::now();
-        r1 = a.assign_with_racks(&topics, &racks, &group).expect("assign");
+        r1 = a
+            .assign_with_racks(&topics, &racks, &group)
+            .expect("assign");
         first.push(t.elapsed().as_secs_f64());
     }
-    let gone = group.pop().expect("a member");
+    let gone = if join {
+        MemberSubscription {
+            member_id: String::new(),
+            instance_id: None,
+            subscription: Subscription::default(),
+        }
+    } else {
+        group.pop().expect("a member")
+    };
     for m in &mut group {
         let owned = r1[&m.member_id].partitions.clone();
         m.subscription.user_data = a.subscription_user_data(&owned, 1);
@@ -159,11 +182,14 @@ fn run_cell(ladder: &str, partitions: usize, members: usize, name: &str, runs: u
             m.subscription.owned_partitions = owned;
         }
     }
+    group.extend(joiners);
     let mut second = Vec::new();
     let mut r2 = BTreeMap::new();
     while !enough(&second) {
         let t = Instant::now();
-        r2 = a.assign_with_racks(&topics, &racks, &group).expect("assign");
+        r2 = a
+            .assign_with_racks(&topics, &racks, &group)
+            .expect("assign");
         second.push(t.elapsed().as_secs_f64());
     }
     let owner: BTreeMap<&TopicPartition, &str> = r1
@@ -225,6 +251,7 @@ fn main() -> ExitCode {
             v[2].parse().unwrap(),
             &v[3],
             v[4].parse().unwrap(),
+            v.get(5).is_some_and(|s| s == "join"),
         );
         return ExitCode::SUCCESS;
     }
@@ -234,6 +261,11 @@ fn main() -> ExitCode {
     let timeout =
         Duration::from_secs(opt("--timeout-s").map_or(120, |v| v.parse().expect("--timeout-s N")));
     let ladders = opt("--ladders").unwrap_or_else(|| "uniform,overlap".into());
+    let second = opt("--second").unwrap_or_else(|| "gone".into());
+    if second != "gone" && second != "join" {
+        eprintln!("--second gone|join");
+        return ExitCode::FAILURE;
+    }
     let names =
         opt("--assignors").unwrap_or_else(|| "range,roundrobin,sticky,cooperative-sticky".into());
     for name in names.split(',') {
@@ -244,8 +276,13 @@ fn main() -> ExitCode {
     }
     let exe = std::env::current_exe().expect("own path");
     println!(
-        "# bench_assign: {TOPICS} topics, runs {runs} (median), timeout {} s per cell, max partitions {max}",
-        timeout.as_secs()
+        "# bench_assign: {TOPICS} topics, runs {runs} (median), timeout {} s per cell, max partitions {max}, second round: {}",
+        timeout.as_secs(),
+        if second == "join" {
+            "half the members join"
+        } else {
+            "one member gone"
+        }
     );
     println!(
         "# time: seconds in Assignor::assign; peak: the cell's child process VmHWM; growth: time / previous cell's time, beside n log n's ratio (n = partitions)"
@@ -268,6 +305,7 @@ fn main() -> ExitCode {
                         &members.to_string(),
                         name,
                         &runs.to_string(),
+                        &second,
                     ])
                     .stdout(Stdio::piped())
                     .spawn()
