@@ -156,6 +156,7 @@ fn finish(result: BTreeMap<String, Vec<TopicPartition>>) -> BTreeMap<String, Ass
         .collect()
 }
 
+#[cfg(test)]
 fn subscribes(m: &MemberSubscription, topic: &str) -> bool {
     m.subscription.topics.iter().any(|t| t == topic)
 }
@@ -601,11 +602,6 @@ impl<'a> RackView<'a> {
             .is_some_and(|r| self.racks_of(p).contains(r))
     }
 
-    /// `member` is in a rack that holds no replica of `p` (Java `racksMismatch`).
-    fn mismatch(&self, member: &str, p: &TopicPartition) -> bool {
-        self.rack(member).is_some() && !self.same_rack(member, p)
-    }
-
     /// Java `AbstractPartitionAssignor.useRackAwareAssignment`: racks matter only if a
     /// member names a rack, some replica of `partitions` is in a member's rack, and the
     /// partitions are not all on the same racks (then where one goes cannot matter).
@@ -633,26 +629,17 @@ impl<'a> RackView<'a> {
         // Each set is part of `all`: one as large is all of it.
         sets.iter().any(|s| s.len() != all.len())
     }
-
-    /// How well `member` is placed to read `p`: 2 in a rack with a replica, 1 without a
-    /// rack (unknown), 0 in a rack without one.
-    fn score(&self, member: &str, p: &TopicPartition) -> i32 {
-        match self.rack(member) {
-            None => 1,
-            Some(_) if self.same_rack(member, p) => 2,
-            Some(_) => 0,
-        }
-    }
 }
 
 /// The balanced sticky assignment, per member (every member has an entry), with the
 /// partitions a cooperative round must hold back already left out when `cooperative`.
 ///
 /// Claims are resolved as the Java client does ([`sticky::Claims::read`]). Without
-/// racks (or where racks cannot help) the assignment is [`sticky::assign`]'s, near-
-/// linear in the number of partitions: owners keep what they own, the rest goes to the
-/// least loaded subscribers, then single moves balance it in Java's sense. With racks,
-/// [`sticky_assign_with_racks`].
+/// racks (or where racks cannot help, [`sticky::Racks::new`]) the assignment is
+/// [`sticky::assign`]'s: owners keep what they own, the rest goes to the least loaded
+/// subscribers, then moves balance it in Java's sense. With racks,
+/// [`sticky::assign_with_racks`]: the same with rack locality before stickiness. Both
+/// are near-linear in the number of partitions.
 fn sticky_assign(
     partitions_per_topic: &BTreeMap<String, i32>,
     partition_racks: &PartitionRacks,
@@ -662,253 +649,21 @@ fn sticky_assign(
     let sorted = sorted_members(members)?;
     let index = sticky::Index::new(partitions_per_topic, sorted);
     let claims = sticky::Claims::read(&index);
-    let racks = RackView::new(partition_racks, &index.members);
+    let assigned = match sticky::Racks::new(&index, partition_racks) {
+        Some(racks) => sticky::assign_with_racks(&index, &claims, &racks),
+        None => sticky::assign(&index, &claims),
+    };
     let mut result = empty_result(members);
-    if racks.knows_racks() && racks.applies(index.members.iter().copied(), index.all()) {
-        let position: BTreeMap<&str, u32> = index
-            .members
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (m.member_id.as_str(), i as u32))
-            .collect();
-        for (member, mut list) in sticky_assign_with_racks(&index, &claims, &racks) {
-            if cooperative {
-                let m = position[member.as_str()];
-                list.retain(|p| {
-                    let i = index
-                        .topic(&p.topic)
-                        .and_then(|t| index.partition(t, p.partition));
-                    i.is_none_or(|i| claims.may_have(m, i))
-                });
-            }
-            result.insert(member, list);
-        }
-    } else {
-        for (m, partitions) in sticky::assign(&index, &claims).into_iter().enumerate() {
-            let m = m as u32;
-            let list = index.names(
-                partitions
-                    .into_iter()
-                    .filter(|&p| !cooperative || claims.may_have(m, p)),
-            );
-            result.insert(index.members[m as usize].member_id.clone(), list);
-        }
+    for (m, partitions) in assigned.into_iter().enumerate() {
+        let m = m as u32;
+        let list = index.names(
+            partitions
+                .into_iter()
+                .filter(|&p| !cooperative || claims.may_have(m, p)),
+        );
+        result.insert(index.members[m as usize].member_id.clone(), list);
     }
     Ok(result)
-}
-
-/// The balanced sticky assignment with racks (KIP-881).
-///
-/// 1. Previous owners keep their partitions (the sticky owners of [`sticky::Claims`]).
-///    Not a partition whose owner's rack holds no replica of it while another
-///    subscriber's rack does: rack locality comes before stickiness, as in Java, whose
-///    builders' `assignOwnedPartitions` drop every owned partition that
-///    `RackInfo.racksMismatch`. Unlike Java, an owner keeps a misaligned partition no
-///    subscriber could read locally, since moving it would gain nothing.
-/// 2. The partitions left that some subscriber's rack holds go to the least loaded
-///    such subscriber, those with the fewest such subscribers first (Java:
-///    `sortPartitionsByRackConsumers`, then the rack-matching first pass of
-///    `assignRackAwareRoundRobin` / `balance`).
-/// 3. The rest go to the least loaded subscriber.
-/// 4. Balance: while a member has a partition that a subscriber with two or more fewer
-///    could take, one moves. Each move lowers the sum of squared loads, so this ends,
-///    where Java's `isBalanced` holds. Moves that improve rack locality go first, then
-///    those that keep it; among equals, a partition that was not the member's before.
-///    Then chains of moves too ([`find_chain`]), which makes the loads optimal, so
-///    that rack awareness never costs balance.
-///
-/// This is the straightforward form, quadratic or worse in the group's size; large
-/// groups with racks are left for later (issue 36 measured the rack-less case).
-fn sticky_assign_with_racks(
-    index: &sticky::Index,
-    claims: &sticky::Claims,
-    racks: &RackView,
-) -> BTreeMap<String, Vec<TopicPartition>> {
-    let sorted = &index.members;
-    let all: Vec<TopicPartition> = index.all().collect();
-    let subscribers = |p: &TopicPartition| -> Vec<&MemberSubscription> {
-        sorted
-            .iter()
-            .copied()
-            .filter(|m| subscribes(m, &p.topic))
-            .collect()
-    };
-    let local = |p: &TopicPartition| -> Vec<&MemberSubscription> {
-        subscribers(p)
-            .into_iter()
-            .filter(|m| racks.same_rack(&m.member_id, p))
-            .collect()
-    };
-    let load =
-        |result: &BTreeMap<String, Vec<TopicPartition>>, m: &str| result.get(m).map_or(0, Vec::len);
-
-    // 1. Owners keep what they own.
-    let previous: BTreeMap<TopicPartition, String> = all
-        .iter()
-        .zip(&claims.sticky)
-        .filter(|(_, owner)| **owner != sticky::NOBODY)
-        .map(|(p, owner)| (p, &sorted[*owner as usize].member_id))
-        .filter(|(p, owner)| !racks.mismatch(owner, p) || local(p).is_empty())
-        .map(|(p, owner)| (p.clone(), owner.clone()))
-        .collect();
-    let mut result: BTreeMap<String, Vec<TopicPartition>> = sorted
-        .iter()
-        .map(|m| (m.member_id.clone(), Vec::new()))
-        .collect();
-    for (p, owner) in &previous {
-        if let Some(list) = result.get_mut(owner) {
-            list.push(p.clone());
-        }
-    }
-    let mut unowned: Vec<&TopicPartition> =
-        all.iter().filter(|p| !previous.contains_key(*p)).collect();
-
-    // 2. To a subscriber in a rack with a replica.
-    let mut by_choice: Vec<(Vec<&MemberSubscription>, &TopicPartition)> = unowned
-        .iter()
-        .map(|p| (local(p), *p))
-        .filter(|(l, _)| !l.is_empty())
-        .collect();
-    by_choice.sort_by_key(|(l, _)| l.len());
-    for (candidates, p) in by_choice {
-        let target = candidates
-            .iter()
-            .min_by_key(|m| load(&result, &m.member_id))
-            .map(|m| m.member_id.clone());
-        if let Some(list) = target.and_then(|t| result.get_mut(&t)) {
-            list.push(p.clone());
-        }
-    }
-    unowned.retain(|p| local(p).is_empty());
-
-    // 3. The rest to the least loaded subscriber.
-    for p in unowned {
-        let target = subscribers(p)
-            .into_iter()
-            .min_by_key(|m| load(&result, &m.member_id))
-            .map(|m| m.member_id.clone());
-        if let Some(list) = target.and_then(|t| result.get_mut(&t)) {
-            list.push(p.clone());
-        }
-    }
-
-    // 4. Balance.
-    loop {
-        let mut order: Vec<&str> = sorted.iter().map(|m| m.member_id.as_str()).collect();
-        order.sort_by_key(|m| std::cmp::Reverse(load(&result, m)));
-        let least = order.last().map_or(0, |m| load(&result, m));
-        let mut step: Option<(&str, TopicPartition, String)> = None;
-        for from in order {
-            let from_len = load(&result, from);
-            if from_len < least + 2 {
-                // Neither this member nor any after it has anyone to give to.
-                break;
-            }
-            let mut candidates: Vec<TopicPartition> = result.get(from).cloned().unwrap_or_default();
-            let sticky = |p: &TopicPartition| previous.get(p).is_some_and(|o| o == from);
-            candidates.sort_by_key(|p| sticky(p));
-            // (lost locality, sticky), lowest first.
-            let mut best: Option<((i32, bool), TopicPartition, String)> = None;
-            for p in candidates {
-                let here = racks.score(from, &p);
-                let to = subscribers(&p)
-                    .into_iter()
-                    .filter(|m| m.member_id != from && load(&result, &m.member_id) + 1 < from_len)
-                    .min_by_key(|m| (-racks.score(&m.member_id, &p), load(&result, &m.member_id)));
-                let Some(to) = to else { continue };
-                let key = (here - racks.score(&to.member_id, &p), sticky(&p));
-                if best.as_ref().is_none_or(|(k, _, _)| key < *k) {
-                    best = Some((key, p, to.member_id.clone()));
-                }
-            }
-            if let Some((_, p, to)) = best {
-                step = Some((from, p, to));
-                break;
-            }
-        }
-        let moves = match step {
-            Some((from, p, to)) => vec![(p, from.to_string(), to)],
-            // Also chains of moves, so that the result is as balanced as can be: never
-            // less balanced than without racks.
-            None => {
-                let Some(chain) = find_chain(sorted, &result, racks, &previous) else {
-                    break;
-                };
-                chain
-            }
-        };
-        for (p, from, to) in moves {
-            if let Some(list) = result.get_mut(&from) {
-                list.retain(|q| q != &p);
-            }
-            if let Some(list) = result.get_mut(&to) {
-                list.push(p);
-            }
-        }
-    }
-    result
-}
-
-/// Moves `a → b → … → c`, each handing one partition to a subscriber of its topic,
-/// that take one partition off `a` and give one to `c`, where `c` has two or more
-/// fewer than `a` (the members between keep their count): a cost-reducing path in the
-/// sense of Harvey, Ladner, Lovász and Tamir, "Semi-matchings for bipartite graphs and
-/// load balancing" (2003). Once neither a single move nor such a chain exists, the
-/// loads are optimal for every convex measure of spread (their theorem): no other
-/// assignment of these partitions to their subscribers has a lower maximum, a higher
-/// minimum or a smaller sum of squares. The shortest chain
-/// from the most loaded member is taken; each hop carries the partition that gains
-/// the most rack locality, then one its holder did not own before.
-fn find_chain(
-    sorted: &[&MemberSubscription],
-    result: &BTreeMap<String, Vec<TopicPartition>>,
-    racks: &RackView,
-    previous: &BTreeMap<TopicPartition, String>,
-) -> Option<Vec<(TopicPartition, String, String)>> {
-    let load = |m: &str| result.get(m).map_or(0, Vec::len);
-    let mut order: Vec<&str> = sorted.iter().map(|m| m.member_id.as_str()).collect();
-    order.sort_by_key(|m| std::cmp::Reverse(load(m)));
-    let least = order.last().map_or(0, |m| load(m));
-    for a in order {
-        if load(a) < least + 2 {
-            break;
-        }
-        // member -> (the member it gets a partition from, that partition)
-        let mut parent: BTreeMap<&str, (&str, &TopicPartition)> = BTreeMap::new();
-        let mut seen = BTreeSet::from([a]);
-        let mut queue = std::collections::VecDeque::from([a]);
-        while let Some(u) = queue.pop_front() {
-            let held = result.get(u).map(Vec::as_slice).unwrap_or_default();
-            for m in sorted {
-                let v = m.member_id.as_str();
-                if seen.contains(v) {
-                    continue;
-                }
-                let best = held
-                    .iter()
-                    .filter(|p| subscribes(m, &p.topic))
-                    .min_by_key(|p| {
-                        let lost = racks.score(u, p) - racks.score(v, p);
-                        (lost, previous.get(*p).is_some_and(|o| o == u))
-                    });
-                let Some(p) = best else { continue };
-                seen.insert(v);
-                parent.insert(v, (u, p));
-                if load(v) + 1 < load(a) {
-                    let mut chain = Vec::new();
-                    let mut at = v;
-                    while let Some(&(from, p)) = parent.get(at) {
-                        chain.push((p.clone(), from.to_string(), at.to_string()));
-                        at = from;
-                    }
-                    chain.reverse();
-                    return Some(chain);
-                }
-                queue.push_back(v);
-            }
-        }
-    }
-    None
 }
 
 /// Java `StickyAssignor` user data (v1): `[topic, [partition]]` then the generation.

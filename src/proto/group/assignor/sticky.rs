@@ -35,6 +35,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use super::{MemberSubscription, decode_sticky_user_data_with};
 use crate::proto::group::consumer_protocol::TopicPartition;
 
+mod racks;
+
+pub(super) use racks::{Racks, assign as assign_with_racks};
+
 /// No member (an unclaimed partition in [`Claims`], no sticky owner).
 pub(super) const NOBODY: u32 = u32::MAX;
 /// A partition some member claims that no member may have this round.
@@ -151,14 +155,6 @@ impl<'a> Index<'a> {
                 TopicPartition::new(self.topics[t], (p - self.offsets[t]) as i32)
             })
             .collect()
-    }
-
-    /// Every partition of the subscribed topics, in order.
-    pub fn all(&self) -> impl Iterator<Item = TopicPartition> + '_ {
-        self.topics.iter().enumerate().flat_map(|(t, name)| {
-            let n = self.offsets[t + 1] - self.offsets[t];
-            (0..n as i32).map(|p| TopicPartition::new(*name, p))
-        })
     }
 }
 
@@ -285,6 +281,85 @@ struct Held {
     sticky: Vec<u32>,
 }
 
+/// Topics with the same subscribers: the partitions of one group are interchangeable
+/// for balance.
+struct Groups<'i> {
+    /// Per topic, its group.
+    of_topic: Vec<u32>,
+    /// Per group, its subscribers, ascending.
+    subscribers: Vec<&'i [u32]>,
+}
+
+impl<'i> Groups<'i> {
+    fn new(index: &'i Index) -> Self {
+        let mut of_topic = Vec::with_capacity(index.topics.len());
+        let mut subscribers: Vec<&[u32]> = Vec::new();
+        let mut numbers: HashMap<&[u32], u32> = HashMap::new();
+        for subs in &index.subscribers {
+            let g = *numbers.entry(subs.as_slice()).or_insert_with(|| {
+                subscribers.push(subs);
+                subscribers.len() as u32 - 1
+            });
+            of_topic.push(g);
+        }
+        Self {
+            of_topic,
+            subscribers,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// The groups in the order they take unowned partitions: the fewest subscribers
+    /// (the least choice) first.
+    fn by_choice(&self) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..self.len() as u32).collect();
+        order.sort_by_key(|&g| (self.subscribers[g as usize].len(), g));
+        order
+    }
+
+    /// Per member, the groups it subscribes to, ascending.
+    fn of_member(&self, members: usize) -> Vec<Vec<u32>> {
+        let mut out: Vec<Vec<u32>> = vec![Vec::new(); members];
+        for (g, subs) in self.subscribers.iter().enumerate() {
+            for &m in *subs {
+                out[m as usize].push(g as u32);
+            }
+        }
+        out
+    }
+}
+
+/// Per member, how many partitions it subscribes to (a member with fewer has fewer
+/// other chances).
+fn reach(index: &Index) -> Vec<u64> {
+    let mut reach = vec![0u64; index.members.len()];
+    for (t, subs) in index.subscribers.iter().enumerate() {
+        let n = u64::from(index.offsets[t + 1] - index.offsets[t]);
+        for &m in subs {
+            reach[m as usize] += n;
+        }
+    }
+    reach
+}
+
+/// Per member, the partitions of its held classes (topic groups, or topic groups and
+/// rack sets with racks), ascending.
+fn collect<K>(held: Vec<BTreeMap<K, Held>>) -> Vec<Vec<u32>> {
+    held.into_iter()
+        .map(|classes| {
+            let mut out: Vec<u32> = classes
+                .into_values()
+                .flat_map(|h| h.fresh.into_iter().chain(h.sticky))
+                .collect();
+            out.sort_unstable();
+            out
+        })
+        .collect()
+}
+
 /// The rack-less sticky assignment (see the module documentation): per member, the
 /// partition indices it gets, ascending.
 pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
@@ -292,18 +367,10 @@ pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
     if members == 0 {
         return Vec::new();
     }
-    // Topic groups: topics with the same subscribers.
-    let mut group_of_topic = Vec::with_capacity(index.topics.len());
-    let mut group_subscribers: Vec<&[u32]> = Vec::new();
-    let mut groups: HashMap<&[u32], u32> = HashMap::new();
-    for subs in &index.subscribers {
-        let g = *groups.entry(subs.as_slice()).or_insert_with(|| {
-            group_subscribers.push(subs);
-            group_subscribers.len() as u32 - 1
-        });
-        group_of_topic.push(g);
-    }
-    let group_count = group_subscribers.len();
+    let groups = Groups::new(index);
+    let group_of_topic = &groups.of_topic;
+    let group_subscribers = &groups.subscribers;
+    let group_count = groups.len();
 
     // 1. Owners keep what they own; the rest waits per group.
     let mut load = vec![0u32; members];
@@ -321,18 +388,11 @@ pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
         }
     }
 
-    let mut reach = vec![0u64; members];
-    for (t, subs) in index.subscribers.iter().enumerate() {
-        let n = u64::from(index.offsets[t + 1] - index.offsets[t]);
-        for &m in subs {
-            reach[m as usize] += n;
-        }
-    }
+    let reach = reach(index);
 
     // 2. The rest to the least loaded subscribers of each group, the groups with the
     // fewest subscribers first.
-    let mut order: Vec<u32> = (0..group_count as u32).collect();
-    order.sort_by_key(|&g| (group_subscribers[g as usize].len(), g));
+    let order = groups.by_choice();
     // With several groups, the groups take turns, a sixteenth of each at a time: close
     // to handing out partition by partition to the least loaded subscriber, which leaves
     // little to balance (where every topic has subscribers of its own, 500 topics ×
@@ -368,19 +428,10 @@ pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
         load.iter().copied().max().unwrap_or(0),
     );
     if most >= least + 2 {
-        balance(&group_subscribers, &mut load, &mut held);
+        balance(&groups, &mut load, &mut held);
     }
 
-    held.into_iter()
-        .map(|groups| {
-            let mut out: Vec<u32> = groups
-                .into_values()
-                .flat_map(|h| h.fresh.into_iter().chain(h.sticky))
-                .collect();
-            out.sort_unstable();
-            out
-        })
-        .collect()
+    collect(held)
 }
 
 /// How many of `count` partitions each of `subscribers` gets when each goes to the
@@ -439,14 +490,10 @@ fn deal(partitions: &[u32], shares: &[(u32, u32)], mut give: impl FnMut(u32, u32
 /// Step 3: single moves from the most loaded member that has one to the least loaded
 /// subscriber of the partition's group, until no member holds a partition a subscriber
 /// with two or more fewer could take.
-fn balance(group_subscribers: &[&[u32]], load: &mut [u32], held: &mut [BTreeMap<u32, Held>]) {
+fn balance(groups: &Groups, load: &mut [u32], held: &mut [BTreeMap<u32, Held>]) {
+    let group_subscribers = &groups.subscribers;
     let members = load.len();
-    let mut groups_of: Vec<Vec<u32>> = vec![Vec::new(); members];
-    for (g, subs) in group_subscribers.iter().enumerate() {
-        for &m in *subs {
-            groups_of[m as usize].push(g as u32);
-        }
-    }
+    let groups_of = groups.of_member(members);
     let mut by_load: BTreeSet<(u32, u32)> =
         (0..members as u32).map(|m| (load[m as usize], m)).collect();
     let mut in_group: Vec<BTreeSet<(u32, u32)>> = group_subscribers
