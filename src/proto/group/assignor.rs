@@ -162,8 +162,8 @@ fn subscribes(m: &MemberSubscription, topic: &str) -> bool {
 }
 
 /// Each subscribed topic's members, in the order of `sorted`, each once: one pass over
-/// the subscriptions (asking [`subscribes`] per topic and member is quadratic in large
-/// groups).
+/// the subscriptions (asking per topic and member whether it subscribes is quadratic
+/// in large groups).
 fn subscribers_by_topic<'a>(
     sorted: &[&'a MemberSubscription],
 ) -> HashMap<&'a str, Vec<&'a MemberSubscription>> {
@@ -1619,6 +1619,25 @@ mod tests {
         Ok(())
     }
 
+    /// The loads of `with` (racks) are at least as even as those of `without`: no higher
+    /// maximum, no lower minimum, no larger sum of squares.
+    fn check_as_even(
+        with: &BTreeMap<String, Assignment>,
+        without: &BTreeMap<String, Assignment>,
+    ) -> Result<(), TestCaseError> {
+        let (w, wo) = (loads(with), loads(without));
+        prop_assert!(w.last() <= wo.last(), "most loaded {:?} > {:?}", w, wo);
+        prop_assert!(w.first() >= wo.first(), "least loaded {:?} < {:?}", w, wo);
+        let squares = |l: &[usize]| l.iter().map(|x| x * x).sum::<usize>();
+        prop_assert!(
+            squares(&w) <= squares(&wo),
+            "loads {:?} less even than {:?}",
+            w,
+            wo
+        );
+        Ok(())
+    }
+
     proptest! {
         #[test]
         fn cooperative_never_gives_a_partition_another_member_holds((topics, initial, steps) in arb_history()) {
@@ -1676,13 +1695,9 @@ mod tests {
             let without = StickyAssignor.assign(&topics, &members).unwrap();
             check_exactly_once(&topics, &members, &with)?;
             check_balanced(&members, &with)?;
-            let (w, wo) = (loads(&with), loads(&without));
-            prop_assert!(w.last() <= wo.last(), "sticky: most loaded {:?} > {:?}", w, wo);
-            prop_assert!(w.first() >= wo.first(), "sticky: least loaded {:?} < {:?}", w, wo);
-            let squares = |l: &[usize]| l.iter().map(|x| x * x).sum::<usize>();
-            prop_assert!(squares(&w) <= squares(&wo), "sticky: loads {:?} less even than {:?}", w, wo);
+            check_as_even(&with, &without)?;
             if uniform {
-                prop_assert_eq!(w, wo);
+                prop_assert_eq!(loads(&with), loads(&without));
             }
 
             let coop = CooperativeStickyAssignor.assign_with_racks(&topics, &racks, &members).unwrap();
@@ -1817,6 +1832,80 @@ mod tests {
         let _ = &mut members;
     }
 
+    /// The bench's `racks` shape for [`large_group`]: member `i` in rack `r{i % 3}`,
+    /// partition `p` of every topic on racks `p % 3` and `p + 1 % 3`.
+    fn in_three_racks(
+        topics: &BTreeMap<String, i32>,
+        members: &mut [MemberSubscription],
+    ) -> PartitionRacks {
+        for (i, m) in members.iter_mut().enumerate() {
+            m.subscription.rack_id = Some(format!("r{}", i % 3));
+        }
+        topics
+            .iter()
+            .flat_map(|(t, &n)| {
+                (0..n).map(move |p| {
+                    let racks = [p % 3, (p + 1) % 3].map(|r| format!("r{r}"));
+                    (
+                        TopicPartition::new(t.clone(), p),
+                        racks.into_iter().collect(),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sticky_with_racks_second_round_with_a_member_gone_keeps_local_partitions() {
+        // 60 topics × 50 partitions over 97 members in three racks, each partition on
+        // two of them; then one member leaves. Every partition is read locally in both
+        // rounds, and the others keep all they had: the leaver's partitions can all go
+        // to members of a rack holding them. (Where they cannot, locality comes before
+        // stickiness: a member may give a partition to a member that can read it
+        // locally, so that its own rack's partitions stay local.)
+        for overlap in [false, true] {
+            for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+                let case = format!("{} overlap {overlap}", a.name());
+                let (topics, mut members) = large_group(60, 50, 97, overlap);
+                let racks = in_three_racks(&topics, &mut members);
+                let first = a.assign_with_racks(&topics, &racks, &members).unwrap();
+                check_exactly_once(&topics, &members, &first).unwrap();
+                check_balanced(&members, &first).unwrap();
+                assert_eq!(mismatches(&first, &members, &racks), 0, "{case}");
+                let without = a.assign(&topics, &members).unwrap();
+                assert_eq!(loads(&first), loads(&without), "{case}");
+
+                report(&mut members, &first, a, 1);
+                let gone = members.remove(40);
+                let second = a.assign_with_racks(&topics, &racks, &members).unwrap();
+                assert_eq!(mismatches(&second, &members, &racks), 0, "{case}");
+                let now = owners(&second);
+                for (p, owner) in owners(&first) {
+                    if owner != gone.member_id {
+                        assert_eq!(now.get(&p), Some(&owner), "{case}: {p} moved");
+                    }
+                }
+                match a.protocol() {
+                    RebalanceProtocol::Eager => {
+                        check_exactly_once(&topics, &members, &second).unwrap();
+                        check_balanced(&members, &second).unwrap();
+                        let mut without = members.clone();
+                        for m in &mut without {
+                            m.subscription.rack_id = None;
+                        }
+                        let plain = a.assign(&topics, &without).unwrap();
+                        assert_eq!(loads(&second), loads(&plain), "{case}");
+                    }
+                    // Nothing was held elsewhere, so even the cooperative round gives
+                    // all.
+                    RebalanceProtocol::Cooperative => {
+                        check_exactly_once(&topics, &members, &second).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn sticky_ignores_malformed_user_data() {
         let topics = counts(&[("t", 4)]);
@@ -1903,6 +1992,74 @@ mod tests {
                         }
                         check_exactly_once(&topics, &members, &r)?;
                         check_balanced(&members, &r)?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Per member of up to 24, no rack or one of r0..r2; 64 rack sets out of r0..r3 for
+    /// [`racks_for`].
+    fn arb_wide_racks() -> impl Strategy<Value = (Vec<u8>, Vec<Option<String>>)> {
+        (
+            prop::collection::vec(0u8..16, 64),
+            prop::collection::vec(prop::option::of((0u8..3).prop_map(|r| format!("r{r}"))), 24),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn sticky_with_racks_is_valid_and_as_balanced_as_without_over_rounds(
+            (topics, members) in arb_wide_group(),
+            (masks, member_racks) in arb_wide_racks(),
+            leave in any::<prop::sample::Index>(),
+            join in any::<bool>(),
+        ) {
+            let racks = racks_for(&topics, &masks);
+            for a in [&StickyAssignor as &dyn Assignor, &CooperativeStickyAssignor] {
+                let mut members = members.clone();
+                for (i, m) in members.iter_mut().enumerate() {
+                    m.subscription.rack_id = member_racks.get(i).cloned().flatten();
+                }
+                let first = a.assign_with_racks(&topics, &racks, &members).unwrap();
+                check_exactly_once(&topics, &members, &first)?;
+                check_balanced(&members, &first)?;
+                check_as_even(&first, &a.assign(&topics, &members).unwrap())?;
+                report(&mut members, &first, a, 1);
+                if members.len() > 1 {
+                    members.remove(leave.index(members.len()));
+                }
+                if join {
+                    let mut m = members[0].clone();
+                    m.member_id = "late".into();
+                    m.subscription.owned_partitions.clear();
+                    m.subscription.user_data = None;
+                    m.subscription.generation_id = -1;
+                    members.push(m);
+                }
+                let second = a.assign_with_racks(&topics, &racks, &members).unwrap();
+                match a.protocol() {
+                    RebalanceProtocol::Eager => {
+                        check_exactly_once(&topics, &members, &second)?;
+                        check_balanced(&members, &second)?;
+                        check_as_even(&second, &a.assign(&topics, &members).unwrap())?;
+                    }
+                    // Every round is safe. (Not that the group settles: where balance
+                    // makes a member take partitions its rack misses, it also gives up
+                    // its own misaligned ones each round, for locality, so that some
+                    // partition may be on its way to a new owner in every round.)
+                    RebalanceProtocol::Cooperative => {
+                        let mut r = second;
+                        let mut generation = 1;
+                        for _ in 0..4 {
+                            check_cooperative_round(&topics, &members, &r)?;
+                            generation += 1;
+                            report(&mut members, &r, a, generation);
+                            r = a.assign_with_racks(&topics, &racks, &members).unwrap();
+                        }
+                        check_cooperative_round(&topics, &members, &r)?;
+                        let whole = sticky_assign(&topics, &racks, &members, false).unwrap();
+                        check_exactly_once(&topics, &members, &finish(whole))?;
                     }
                 }
             }

@@ -410,7 +410,7 @@ pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
             let shares = water_fill(
                 group_subscribers[g as usize],
                 &load,
-                &reach,
+                |m| reach[m as usize],
                 partitions.len(),
             );
             deal(partitions, &shares, |m, p| {
@@ -436,10 +436,16 @@ pub(super) fn assign(index: &Index, claims: &Claims) -> Vec<Vec<u32>> {
 
 /// How many of `count` partitions each of `subscribers` gets when each goes to the
 /// least loaded one: the loads rise like water to a level, and the remainder goes one
-/// each to members at that level, those with the least `reach` (the fewest partitions
-/// they subscribe to, who have the fewest other chances) first, then in member order.
-/// Only members that get some are listed, in member order.
-fn water_fill(subscribers: &[u32], load: &[u32], reach: &[u64], count: usize) -> Vec<(u32, u32)> {
+/// each to members at that level, those with the least `chances` first (without racks,
+/// the member's reach: the fewest partitions they subscribe to have the fewest other
+/// chances), then in member order. Only members that get some are listed, in member
+/// order.
+fn water_fill<K: Ord>(
+    subscribers: &[u32],
+    load: &[u32],
+    chances: impl Fn(u32) -> K,
+    count: usize,
+) -> Vec<(u32, u32)> {
     let mut by_load: Vec<(u32, u32)> = subscribers.iter().map(|&m| (load[m as usize], m)).collect();
     by_load.sort_unstable();
     // The first `i` members (by load) rise to `level`; the next one is at or above it.
@@ -463,7 +469,7 @@ fn water_fill(subscribers: &[u32], load: &[u32], reach: &[u64], count: usize) ->
         .iter()
         .map(|&(l, m)| (m, (level - u64::from(l)) as u32))
         .collect();
-    risen.sort_unstable_by_key(|&(m, _)| (reach[m as usize], m));
+    risen.sort_by_cached_key(|&(m, _)| (chances(m), m));
     for (_, n) in risen.iter_mut().take(rest as usize) {
         *n += 1;
     }

@@ -20,7 +20,8 @@
 //!    local members, the classes with the fewest local members first (Java:
 //!    `sortPartitionsByRackConsumers`, then the rack-matching first pass of
 //!    `assignRackAwareRoundRobin` / `balance`), water-filled class by class (in
-//!    sixteen turns, as the groups of the rack-less assignment);
+//!    sixteen turns, as the groups of the rack-less assignment; at equal loads, members
+//!    of the racks that fewer waiting partitions can go to first);
 //! 3. the rest to the least loaded subscribers of their group, as without racks;
 //! 4. balance: while a member holds a partition that a subscriber with two or more
 //!    fewer could take, partitions move, from the most loaded member that has such a
@@ -29,9 +30,12 @@
 //!    loaded of its kind); among equals, partitions the member did not own before (as
 //!    many at once as keep it at or above the receiver), else one it owned. Each move
 //!    lowers the sum of squared loads, so this ends, where Java's `isBalanced` holds;
-//! 5. with several topic groups, chains of moves too ([`chain`]), which make the loads
+//! 5. with several topic groups, chains of moves too ([`Balance::chain`]), which make the loads
 //!    optimal, so that rack awareness never costs balance: the loads are at least as
-//!    even as the rack-less assignment's.
+//!    even as the rack-less assignment's;
+//! 6. an owner that lost a partition but was given one its new holder could take as
+//!    well takes its own back in exchange, where that costs no locality and keeps the
+//!    balance ([`give_back`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
@@ -265,6 +269,16 @@ pub(in crate::proto::group::assignor) fn assign(
         .filter(|&c| !classes[c as usize].unowned.is_empty())
         .collect();
     order.sort_by_key(|&c| (classes[c as usize].local.len(), c));
+    // Per rack, how many partitions still wait in the classes it is local to: at equal
+    // loads, members of the racks that fewer waiting partitions need go first (the
+    // others are kept for the classes only they can read locally).
+    let mut waiting: HashMap<u32, u64> = HashMap::new();
+    for &c in &order {
+        let class = &classes[c as usize];
+        for &r in &racks.sets[class.set as usize] {
+            *waiting.entry(r).or_default() += class.unowned.len() as u64;
+        }
+    }
     let rounds = if order.len() > 1 { INTERLEAVE } else { 1 };
     for r in 0..rounds {
         for &c in &order {
@@ -274,12 +288,21 @@ pub(in crate::proto::group::assignor) fn assign(
             if partitions.is_empty() {
                 continue;
             }
-            let shares = water_fill(&class.local, &load, &reach, partitions.len());
+            let chances = |m: u32| {
+                let rack = racks.member[m as usize];
+                (waiting.get(&rack).copied().unwrap_or(0), reach[m as usize])
+            };
+            let shares = water_fill(&class.local, &load, chances, partitions.len());
             deal(partitions, &shares, |m, p| {
                 held[m as usize].entry(c).or_default().fresh.push(p);
             });
             for (m, n) in shares {
                 load[m as usize] += n;
+            }
+            for &r in &racks.sets[class.set as usize] {
+                if let Some(w) = waiting.get_mut(&r) {
+                    *w = w.saturating_sub(partitions.len() as u64);
+                }
             }
         }
     }
@@ -301,7 +324,7 @@ pub(in crate::proto::group::assignor) fn assign(
             let shares = water_fill(
                 groups.subscribers[g as usize],
                 &load,
-                &reach,
+                |m| reach[m as usize],
                 partitions.len(),
             );
             deal(partitions, &shares, |m, p| {
@@ -322,7 +345,115 @@ pub(in crate::proto::group::assignor) fn assign(
     if most >= least + 2 {
         Balance::new(&groups, racks, &classes, load, &mut held).run();
     }
+    give_back(&groups, racks, claims, &classes, &class_of, &mut held);
     collect(held)
+}
+
+/// Step 6: an owner that lost a partition it held (for locality in step 1, or in
+/// balancing) but was given another that its new holder could take as well, takes its
+/// own back in exchange, where that costs no rack locality and keeps the balance: the
+/// loads stay, and fewer partitions move.
+///
+/// Without this, a cooperative group might never settle: balancing can make an owner
+/// give up a partition and take an unowned one every round, and each round would hold
+/// back the partition on its way to its new holder.
+fn give_back(
+    groups: &Groups,
+    racks: &Racks,
+    claims: &Claims,
+    classes: &[Class],
+    class_of: &[u32],
+    held: &mut [BTreeMap<u32, Held>],
+) {
+    // Where each partition that left its owner is: (member, position in its `fresh`).
+    let mut at: BTreeMap<u32, (u32, usize)> = BTreeMap::new();
+    for (m, classes) in held.iter().enumerate() {
+        for h in classes.values() {
+            for (i, &p) in h.fresh.iter().enumerate() {
+                let owner = claims.sticky[p as usize];
+                if owner != NOBODY && owner != m as u32 {
+                    at.insert(p, (m as u32, i));
+                }
+            }
+        }
+    }
+    if at.is_empty() {
+        return;
+    }
+    let load: Vec<u32> = held
+        .iter()
+        .map(|classes| {
+            classes
+                .values()
+                .map(|h| (h.fresh.len() + h.sticky.len()) as u32)
+                .sum()
+        })
+        .collect();
+    // Per topic group, its least loaded subscriber's load: an exchange must leave no
+    // member with a partition a subscriber with two or more fewer could take.
+    let least: Vec<u32> = groups
+        .subscribers
+        .iter()
+        .map(|subs| subs.iter().map(|&m| load[m as usize]).min().unwrap_or(0))
+        .collect();
+    let lost: Vec<u32> = at.keys().copied().collect();
+    for p in lost {
+        let Some(&(holder, i)) = at.get(&p) else {
+            continue;
+        };
+        let owner = claims.sticky[p as usize];
+        let cp = class_of[p as usize];
+        let (gp, sp) = (classes[cp as usize].group, classes[cp as usize].set);
+        let here = racks.score(owner, sp) - racks.score(holder, sp);
+        // The owner's class the holder could take one of instead: no locality lost, the
+        // most gained first.
+        let best = held[owner as usize]
+            .iter()
+            .filter(|(_, h)| !h.fresh.is_empty())
+            .filter_map(|(&c, _)| {
+                let class = &classes[c as usize];
+                let g = class.group;
+                groups.subscribers[g as usize].binary_search(&holder).ok()?;
+                let balanced = g == gp
+                    || (least[gp as usize] + 2 > load[owner as usize]
+                        && least[g as usize] + 2 > load[holder as usize]);
+                let gain = here + racks.score(holder, class.set) - racks.score(owner, class.set);
+                (balanced && gain >= 0).then_some((std::cmp::Reverse(gain), c))
+            })
+            .min();
+        let Some((_, cq)) = best else {
+            continue;
+        };
+        let q = held[owner as usize]
+            .get(&cq)
+            .and_then(|h| h.fresh.last().copied());
+        let Some(q) = q.filter(|&q| claims.sticky[q as usize] != owner) else {
+            continue;
+        };
+        if held[holder as usize].get(&cp).and_then(|h| h.fresh.get(i)) != Some(&p) {
+            continue;
+        }
+        // Take `p` out of the holder's list (the last one there takes its place) and `q`
+        // off the end of the owner's.
+        if let Some(list) = held[holder as usize].get_mut(&cp).map(|h| &mut h.fresh) {
+            list.swap_remove(i);
+            if let Some(&moved) = list.get(i) {
+                if let Some(e) = at.get_mut(&moved) {
+                    e.1 = i;
+                }
+            }
+        }
+        if let Some(h) = held[owner as usize].get_mut(&cq) {
+            h.fresh.pop();
+        }
+        at.remove(&p);
+        held[owner as usize].entry(cp).or_default().sticky.push(p);
+        let list = &mut held[holder as usize].entry(cq).or_default().fresh;
+        list.push(q);
+        if let Some(e) = at.get_mut(&q) {
+            *e = (holder, list.len() - 1);
+        }
+    }
 }
 
 /// Steps 4 and 5: the members ordered by load, overall, per topic group, and per
