@@ -545,17 +545,18 @@ impl<'a, 'g> Balance<'a, 'g> {
             let Some(hops) = self.chain() else {
                 return;
             };
-            let (Some(&(first, _, _)), Some(&(_, last, _))) = (hops.first(), hops.last()) else {
-                return;
-            };
             for (from, to, g) in hops {
-                if let Some(c) = self.best_class(from, to, g) {
-                    self.hand(from, c, to, 1);
+                // The search saw `from` hold a partition of `g`, and nothing of it has
+                // moved since: only `from`'s own hop takes from it.
+                let Some(c) = self.best_class(from, to, g) else {
+                    return;
+                };
+                if self.hand(from, c, to, 1) == 1 {
+                    let (lf, lt) = (self.load[from as usize], self.load[to as usize]);
+                    self.set_load(from, lf - 1);
+                    self.set_load(to, lt + 1);
                 }
             }
-            let (lf, lt) = (self.load[first as usize], self.load[last as usize]);
-            self.set_load(first, lf - 1);
-            self.set_load(last, lt + 1);
         }
     }
 
