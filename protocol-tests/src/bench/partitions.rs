@@ -27,8 +27,7 @@ use super::child::{hard_exit, vm_hwm_kib};
 use super::run::run_child;
 use super::table::Sample;
 use super::{
-    HEARTBEAT_INTERVAL, KEY_BYTES, POLL_RECORDS, REMAINING, SESSION_TIMEOUT, Tally, opt,
-    size_label,
+    HEARTBEAT_INTERVAL, KEY_BYTES, POLL_RECORDS, REMAINING, SESSION_TIMEOUT, Tally, opt, size_label,
 };
 use crate::peer::Peer;
 
@@ -86,7 +85,9 @@ impl PClient {
             HEARTBEAT_INTERVAL.as_secs()
         );
         match self {
-            PClient::Ottla => format!("ottla Consumer, {group}, recv_batch({POLL_RECORDS}), no commits"),
+            PClient::Ottla => {
+                format!("ottla Consumer, {group}, recv_batch({POLL_RECORDS}), no commits")
+            }
             PClient::OttlaCommit => format!(
                 "ottla Consumer, {group}, recv_batch({POLL_RECORDS}), commit_async() of every position after each batch"
             ),
@@ -450,7 +451,8 @@ fn print_shape(rows: &[PRow]) {
         println!(
             "| {:<15} | {:>10.0} | {:>8.3} | {:>8.1} | {:>10.2} | {:>12.3}s | {:>8} |",
             row.client.name(),
-            row.median(|s| Some(s.records_per_sec())).unwrap_or(f64::NAN),
+            row.median(|s| Some(s.records_per_sec()))
+                .unwrap_or(f64::NAN),
             cpu,
             row.median(|s| Some(s.rss_mib)).unwrap_or(f64::NAN),
             row.median(|s| s.assigned).unwrap_or(f64::NAN),
