@@ -640,6 +640,39 @@ mod tests {
     }
 
     #[test]
+    fn counts_of_many_partitions_in_any_order_land_on_their_own_partition() {
+        // Found through the index, not a scan: partitions of two topics, handed over
+        // in an order that never repeats the last one.
+        let mut counts = DeliveryCounts::new(None);
+        let topics: [Arc<str>; 2] = ["a".into(), "b".into()];
+        for round in 0..3u64 {
+            for p in (0..500).rev() {
+                for t in &topics {
+                    counts.delivered(t, p, 1, round + 1, |_| None);
+                }
+            }
+        }
+        let assigned: Vec<TopicPartition> = (0..501).map(|p| tp("a", p)).collect();
+        let mut stats = ConsumerStats::default();
+        counts.snapshot(&assigned, |_| Some(0), &mut stats);
+        assert_eq!(
+            stats.partitions.len(),
+            1001,
+            "a/500 is assigned, not handed over"
+        );
+        assert_eq!((stats.records, stats.bytes), (3000, 6000));
+        assert!(
+            stats
+                .partitions
+                .iter()
+                .all(|p| p.partition == 500 || p.records == 3)
+        );
+        assert_eq!(stats.partition("a", 500).map(|p| p.records), Some(0));
+        assert_eq!(stats.partition("b", 7).map(|p| p.lag), Some(None));
+        assert_eq!(stats.partition("a", 7).map(|p| p.lag), Some(Some(0)));
+    }
+
+    #[test]
     fn every_commit_result_has_its_own_field_and_label() {
         let mut stats = CommitStats::default();
         let mut labels = Vec::new();

@@ -1789,6 +1789,104 @@ mod tests {
             .collect()
     }
 
+    /// A fetcher with partitions `0..n` of `T` led by node 1, each at offset 0.
+    fn started_many(n: i32) -> (Fetcher, Instant) {
+        let now = Instant::now();
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let all: Vec<TopicPartition> = (0..n).map(tp).collect();
+        f.assign(&all, true);
+        for p in &all {
+            f.set_committed(p, 0, -1);
+        }
+        f.update_metadata(&metadata(&vec![(1, 5); n as usize]));
+        (f, now)
+    }
+
+    #[test]
+    fn a_large_response_updates_quiet_partitions_and_buffers_the_others_in_response_order() {
+        // Most entries of a large fetch carry no records; they are taken in one ordered
+        // walk, the rest one by one, in the order the broker sent them.
+        let (mut f, now) = started_many(300);
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(sent(&req).len(), 300);
+        // Partition 7 was sought while the fetch was out: its entry is stale.
+        f.seek(&tp(7), 3);
+        let mut parts: Vec<(i32, Option<Bytes>, i64)> = (0..300)
+            .rev()
+            .map(|p| (p, None, 10 + i64::from(p)))
+            .collect();
+        parts.push((250, Some(batch(0, 2)), 2));
+        parts.insert(0, (40, Some(batch(0, 3)), 3));
+        parts.retain(|(p, b, _)| !(b.is_none() && (*p == 250 || *p == 40)));
+        let mut response = response_hw(0, parts);
+        // An error on one entry goes the slow way too.
+        if let Some(d) = response.responses[0]
+            .partitions
+            .iter_mut()
+            .find(|d| d.partition_index == 9)
+        {
+            d.error_code = ResponseError::UnknownServerError.code();
+        }
+        f.handle_fetch(now, token, response);
+        assert_eq!(
+            drain(&mut f),
+            vec![(40, 0), (40, 1), (40, 2), (250, 0), (250, 1)]
+        );
+        assert_eq!(f.lag(&tp(0)), Some(10));
+        assert_eq!(f.lag(&tp(299)), Some(309));
+        assert_eq!(
+            f.watermarks(&tp(7)),
+            Some((-1, -1, -1)),
+            "stale entry ignored"
+        );
+        assert_eq!(f.lag(&tp(9)), None, "the error left it unknown");
+        assert!(f.poll_timeout().is_some(), "the failed partition retries");
+    }
+
+    #[test]
+    fn leaders_are_found_in_metadata_whatever_its_order() {
+        let mut f = Fetcher::new(FetcherConfig::default());
+        f.assign(&[tp(0), tp(1), tp(2)], true);
+        let mut m = metadata(&[(1, 5), (2, 5), (3, 5)]);
+        if let Some(t) = m.topics.get_mut(T) {
+            t.partitions.reverse();
+        }
+        f.update_metadata(&m);
+        for p in 0..3 {
+            f.set_committed(&tp(p), 0, -1);
+        }
+        let now = Instant::now();
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1), NodeId(2), NodeId(3)]);
+    }
+
+    #[test]
+    fn resets_and_retries_are_found_after_the_passes_skip() {
+        // resets_due and poll_timeout skip their passes while nothing can be due; a
+        // reset or a retry set later is still found.
+        let (mut f, now) = started(FetcherConfig {
+            reset: OffsetReset::Earliest,
+            ..FetcherConfig::default()
+        });
+        assert_eq!(f.resets_due(now), vec![]);
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        assert_eq!(f.poll_timeout(), None);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response(
+                0,
+                vec![
+                    (0, ResponseError::OffsetOutOfRange.code(), None),
+                    (1, ResponseError::UnknownServerError.code(), None),
+                ],
+            ),
+        );
+        assert!(f.poll_timeout().is_some(), "partition 1 backs off");
+        assert_eq!(f.resets_due(now), vec![NodeId(1)], "partition 0 resets");
+    }
+
     #[test]
     fn incremental_sessions_send_only_what_changed_and_forget_what_stopped() {
         let (mut f, now) = started(FetcherConfig::default());
