@@ -791,10 +791,10 @@ async fn ottla(job: &Job, commit: bool) -> anyhow::Result<Outcome> {
     let noted = assigned.clone();
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
-            if let ConsumerEvent::Group(GroupEvent::Assigned { added, .. }) = event {
-                if !added.is_empty() {
-                    noted.get_or_init(Instant::now);
-                }
+            if let ConsumerEvent::Group(GroupEvent::Assigned { added, .. }) = event
+                && !added.is_empty()
+            {
+                noted.get_or_init(Instant::now);
             }
         }
     });
@@ -834,10 +834,10 @@ impl rdkafka::consumer::ConsumerContext for AssignedAt {
         _: &rdkafka::consumer::BaseConsumer<Self>,
         rebalance: &rdkafka::consumer::Rebalance<'_>,
     ) {
-        if let rdkafka::consumer::Rebalance::Assign(list) = rebalance {
-            if list.count() > 0 {
-                self.0.get_or_init(Instant::now);
-            }
+        if let rdkafka::consumer::Rebalance::Assign(list) = rebalance
+            && list.count() > 0
+        {
+            self.0.get_or_init(Instant::now);
         }
     }
 }
@@ -883,12 +883,10 @@ fn rdkafka(job: &Job, commit: bool) -> anyhow::Result<Outcome> {
                 if since_commit >= POLL_RECORDS {
                     since_commit = 0;
                     tally.progress();
-                    if commit {
-                        if let Err(e) = consumer.commit_consumer_state(CommitMode::Async) {
-                            errors += 1;
-                            if errors <= 5 {
-                                eprintln!("commit: {e}");
-                            }
+                    if commit && let Err(e) = consumer.commit_consumer_state(CommitMode::Async) {
+                        errors += 1;
+                        if errors <= 5 {
+                            eprintln!("commit: {e}");
                         }
                     }
                 }
