@@ -17,7 +17,7 @@
 //!
 //! Defaults: 750,000 records of 100 B (the mock keeps 5 MiB per partition, so 24
 //! partitions hold at most about 775,000 of them), the mock cluster with 3 brokers,
-//! 3 runs: about 5 minutes on 2 cores. `OTTLA_BENCH_CHILD_WRAP` runs each child under
+//! 3 runs: about 1.5 minutes on 2 cores (2.5 with `--many-topics`). `OTTLA_BENCH_CHILD_WRAP` runs each child under
 //! a tool (see `bench`).
 
 use std::process::ExitCode;
