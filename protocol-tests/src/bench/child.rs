@@ -125,7 +125,7 @@ pub fn main() -> ExitCode {
 /// Ends the process at once, without atexit handlers or destructors: a client's
 /// threads may hold locks those would wait for (a child once hung in `exit` for good),
 /// and closing a client is not what is measured. Flush what must be seen first.
-fn hard_exit(code: i32) -> ! {
+pub fn hard_exit(code: i32) -> ! {
     // SAFETY: `_exit` only ends the process; nothing runs after it.
     unsafe { libc::_exit(code) }
 }
@@ -134,7 +134,7 @@ fn hard_exit(code: i32) -> ! {
 /// carries across `execve` (so a child starts at its parent's size, the parent here
 /// holds the mock cluster and the producer's buffers), it counts only this program's
 /// own memory.
-fn vm_hwm_kib() -> u64 {
+pub fn vm_hwm_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

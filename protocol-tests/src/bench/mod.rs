@@ -13,6 +13,7 @@
 //! never count. From the same rows, [`targets`] says where issue 21's targets stand.
 
 pub mod child;
+pub mod partitions;
 pub mod produce;
 pub mod rebalance;
 pub mod run;

@@ -255,8 +255,10 @@ fn one_line(s: &str) -> String {
     }
 }
 
-/// Runs one child, reaps it with `wait4` and reads its rusage (CPU time).
-fn run_child(
+/// Runs one child, reaps it with `wait4` and reads its rusage (CPU time). The child
+/// prints one `result records=N bytes=B first=S last=S bad=K hwm_kib=M [assigned=S]`
+/// line on stdout.
+pub fn run_child(
     exe: &Path,
     args: &[&str],
     limit: Duration,
@@ -362,5 +364,6 @@ fn run_child(
         // The child's own VmHWM: `ru_maxrss` starts from the parent's size, since
         // Linux keeps it across execve (see child.rs).
         rss_mib: field("hwm_kib=")? / 1024.0,
+        assigned: field("assigned=").ok(),
     })
 }

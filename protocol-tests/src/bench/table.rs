@@ -19,6 +19,8 @@ pub struct Sample {
     pub cpu: f64,
     /// Peak RSS of the child, MiB (its `VmHWM`).
     pub rss_mib: f64,
+    /// Seconds from the child's start to its assignment, where the child reports it.
+    pub assigned: Option<f64>,
 }
 
 impl Sample {

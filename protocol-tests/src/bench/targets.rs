@@ -398,6 +398,7 @@ mod tests {
             bad: 0,
             cpu,
             rss_mib: 30.0,
+            assigned: None,
         });
         row
     }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
@@ -34,7 +35,9 @@ use uuid::Uuid;
 
 use super::batch::{BatchError, BatchOptions, Batches, CommittedFilter, control_markers};
 use super::record::Shared;
-use super::request::{FetchParams, FetchTarget, IsolationLevel, fetch_request, forgotten_topics};
+use super::request::{
+    FetchParams, IsolationLevel, TargetRef, fetch_request_refs, forgotten_topics_refs,
+};
 use crate::proto::error_name;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -279,7 +282,48 @@ struct Session {
     id: i32,
     epoch: i32,
     /// What the broker believes each partition's fetch state is.
-    partitions: BTreeMap<TopicPartition, SentPartition>,
+    partitions: SentList,
+}
+
+/// Partitions of a fetch or a session, sorted by topic and partition (the order of
+/// [`Fetcher`]'s map). The topic is the partition's shared name: building one costs a
+/// reference count, not an allocation, and a member with 10,000 partitions builds
+/// one per Fetch.
+type SentList = Vec<(Arc<str>, i32, SentPartition)>;
+
+/// An entry of a [`SentList`] as a request target.
+fn target_ref((topic, partition, p): &(Arc<str>, i32, SentPartition)) -> TargetRef<'_> {
+    TargetRef {
+        topic,
+        topic_id: p.topic_id,
+        partition: *partition,
+        offset: p.offset,
+        leader_epoch: p.leader_epoch,
+        max_bytes: p.max_bytes,
+    }
+}
+
+/// The entries of `topic` in a sorted list.
+fn sent_of_topic<'a>(list: &'a SentList, topic: &str) -> &'a [(Arc<str>, i32, SentPartition)] {
+    let from = list.partition_point(|(t, _, _)| &**t < topic);
+    let to = list.partition_point(|(t, _, _)| &**t <= topic);
+    list.get(from..to).unwrap_or(&[])
+}
+
+/// The entry of `partition` among one topic's sorted entries.
+fn sent_in(sent: &[(Arc<str>, i32, SentPartition)], partition: i32) -> Option<&SentPartition> {
+    sent.binary_search_by_key(&partition, |(_, p, _)| *p)
+        .ok()
+        .and_then(|i| sent.get(i))
+        .map(|(_, _, sent)| sent)
+}
+
+/// The entry of `topic`/`partition` in a sorted list.
+fn sent_find<'a>(list: &'a SentList, topic: &str, partition: i32) -> Option<&'a SentPartition> {
+    list.binary_search_by(|(t, p, _)| (&**t, *p).cmp(&(topic, partition)))
+        .ok()
+        .and_then(|i| list.get(i))
+        .map(|(_, _, sent)| sent)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,7 +339,7 @@ struct InFlightFetch {
     /// Set by [`Fetcher::build_fetch`]; `None` while only claimed.
     version: Option<i16>,
     /// Every partition this fetch covers (sent or left in the session unchanged).
-    partitions: BTreeMap<TopicPartition, SentPartition>,
+    partitions: SentList,
     session_sent: (i32, i32),
 }
 
@@ -344,6 +388,14 @@ pub struct Fetcher {
     /// Turns the order of partitions in each request (KIP-74: a broker fills partitions
     /// in request order, so a fixed order starves the last ones).
     rotation: usize,
+    /// False only when no partition needs a reset: [`Fetcher::resets_due`], called on
+    /// every turn of the driver, then skips its pass over every partition. Set
+    /// wherever a position becomes `NeedsReset`, cleared by a pass that finds none.
+    resets_maybe: bool,
+    /// False only when no partition has a `retry_at`: [`Fetcher::poll_timeout`] then
+    /// skips its pass. Set wherever a `retry_at` is, cleared by
+    /// [`Fetcher::claim_fetches`]'s pass when it sees none.
+    retries_maybe: bool,
 }
 
 impl Fetcher {
@@ -366,6 +418,8 @@ impl Fetcher {
             round: 1,
             deferred_until: None,
             rotation: 0,
+            resets_maybe: false,
+            retries_maybe: false,
         }
     }
 
@@ -433,6 +487,7 @@ impl Fetcher {
             };
             Position::Stopped(at)
         } else {
+            self.resets_maybe = true;
             Position::NeedsReset(reason)
         }
     }
@@ -625,12 +680,31 @@ impl Fetcher {
     /// Leaders, leader epochs and topic ids from fresh metadata.
     pub fn update_metadata(&mut self, metadata: &ClusterMetadata) {
         self.metadata_needed = false;
+        // The topic is looked up once per run of its partitions, and a partition by
+        // binary search (metadata keeps them sorted): `ClusterMetadata::leader` scans
+        // the topic's partitions, which made this quadratic in a topic's size.
+        let mut topic: Option<&crate::proto::metadata::TopicMetadata> = None;
         for (tp, s) in &mut self.partitions {
-            let Some(topic) = metadata.topic(&tp.topic) else {
+            if topic.is_none_or(|t| t.name != tp.topic) {
+                topic = metadata.topic(&tp.topic);
+            }
+            let Some(t) = topic else {
                 continue;
             };
-            s.topic_id = topic.id;
-            match metadata.leader(&tp.topic, tp.partition) {
+            s.topic_id = t.id;
+            let found = t
+                .partitions
+                .binary_search_by_key(&tp.partition, |p| p.partition)
+                .ok()
+                // Metadata not sorted (built by hand): a scan.
+                .or_else(|| {
+                    t.partitions
+                        .iter()
+                        .position(|p| p.partition == tp.partition)
+                })
+                .and_then(|i| t.partitions.get(i))
+                .and_then(|p| Some((p.leader?, p.leader_epoch)));
+            match found {
                 Some((leader, epoch)) if epoch.0 >= s.leader_epoch || s.leader.is_none() => {
                     if s.leader != Some(leader) {
                         debug!(%tp, leader = leader.0, epoch = epoch.0, "partition leader");
@@ -663,9 +737,17 @@ impl Fetcher {
 
     /// The earliest time a backoff or a deferred fetch ends, for the driver's timer.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let partitions = self.partitions.values().filter_map(|s| s.retry_at);
+        let partitions = if self.retries_maybe {
+            self.partitions.values().filter_map(|s| s.retry_at).min()
+        } else {
+            None
+        };
         let nodes = self.node_retry_at.values().copied();
-        partitions.chain(nodes).chain(self.deferred_until).min()
+        partitions
+            .into_iter()
+            .chain(nodes)
+            .chain(self.deferred_until)
+            .min()
     }
 
     /// Whether a Fetch to `node` now would only long-poll: every partition it would
@@ -726,17 +808,29 @@ impl Fetcher {
         if self.buffered_bytes >= self.config.buffer_max_bytes {
             return Vec::new();
         }
-        let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+        // One pass over the partitions; each broker is decided once (a few of them,
+        // in small lists), not looked up in the maps once per partition.
+        let mut nodes: Vec<NodeId> = Vec::new();
+        let mut busy: Vec<NodeId> = Vec::new();
+        let mut retries = false;
         for s in self.partitions.values() {
-            if let Some(leader) = s.leader {
-                if self.fetchable(now, s)
-                    && !self.fetching.contains_key(&leader)
-                    && self.node_retry_at.get(&leader).is_none_or(|t| now >= *t)
-                {
-                    nodes.insert(leader);
-                }
+            retries |= s.retry_at.is_some();
+            let Some(leader) = s.leader else {
+                continue;
+            };
+            if nodes.contains(&leader) || busy.contains(&leader) || !self.fetchable(now, s) {
+                continue;
+            }
+            if self.fetching.contains_key(&leader)
+                || self.node_retry_at.get(&leader).is_some_and(|t| now < *t)
+            {
+                busy.push(leader);
+            } else {
+                nodes.push(leader);
             }
         }
+        nodes.sort_unstable();
+        self.retries_maybe = retries;
         self.deferred_until = None;
         nodes.retain(|node| match self.deferred(now, *node) {
             Some(until) => {
@@ -750,12 +844,12 @@ impl Fetcher {
                 *node,
                 InFlightFetch {
                     version: None,
-                    partitions: BTreeMap::new(),
+                    partitions: Vec::new(),
                     session_sent: (0, -1),
                 },
             );
         }
-        nodes.into_iter().collect()
+        nodes
     }
 
     /// Builds the Fetch for a claimed broker at the highest version up to
@@ -774,7 +868,7 @@ impl Fetcher {
             .config
             .buffer_max_bytes
             .saturating_sub(self.buffered_bytes);
-        let mut wanted: BTreeMap<TopicPartition, SentPartition> = BTreeMap::new();
+        let mut wanted: SentList = Vec::new();
         for (tp, s) in &self.partitions {
             if s.leader != Some(node) || !self.fetchable(now, s) {
                 continue;
@@ -782,46 +876,50 @@ impl Fetcher {
             let Position::At { offset, .. } = s.position else {
                 continue;
             };
-            wanted.insert(
-                tp.clone(),
+            wanted.push((
+                s.topic.clone(),
+                tp.partition,
                 SentPartition {
                     offset,
                     max_bytes: self.config.partition_max_bytes,
                     leader_epoch: s.leader_epoch,
                     topic_id: s.topic_id,
                 },
-            );
+            ));
         }
         if wanted.is_empty() || room == 0 {
             self.fetching.remove(&node);
             return None;
         }
-        let version = if wanted.values().any(|p| p.topic_id.is_nil()) {
+        let version = if wanted.iter().any(|(_, _, p)| p.topic_id.is_nil()) {
             max_version.min(12)
         } else {
             max_version
         };
         let use_session = self.config.sessions && version >= 7;
-        let session = self.sessions.entry(node).or_default().clone();
+        let session = self.sessions.entry(node).or_default();
         // A session's topic naming is fixed by its version: start a new one if a topic
         // lost its id.
-        let (session_id, session_epoch, send, forgotten) = if use_session && session.id != 0 {
-            let send: BTreeMap<_, _> = wanted
+        let target = target_ref;
+        let (session_id, session_epoch, mut send, forgotten) = if use_session && session.id != 0 {
+            let send: Vec<TargetRef<'_>> = wanted
                 .iter()
-                .filter(|(tp, p)| session.partitions.get(*tp) != Some(*p))
-                .map(|(tp, p)| (tp.clone(), *p))
+                .filter(|(t, partition, p)| {
+                    sent_find(&session.partitions, t, *partition) != Some(p)
+                })
+                .map(target)
                 .collect();
-            let forgotten: BTreeMap<TopicPartition, SentPartition> = session
+            let forgotten: Vec<TargetRef<'_>> = session
                 .partitions
                 .iter()
-                .filter(|(tp, _)| !wanted.contains_key(*tp))
-                .map(|(tp, p)| (tp.clone(), *p))
+                .filter(|(t, partition, _)| sent_find(&wanted, t, *partition).is_none())
+                .map(target)
                 .collect();
             (session.id, session.epoch, send, forgotten)
         } else {
             // A full fetch; epoch 0 asks the broker for a new session, -1 for none.
             let epoch = if use_session { 0 } else { -1 };
-            (0, epoch, wanted.clone(), BTreeMap::new())
+            (0, epoch, wanted.iter().map(target).collect(), Vec::new())
         };
         let params = FetchParams {
             max_bytes: self
@@ -831,21 +929,23 @@ impl Fetcher {
                 .min(i32::try_from(room).unwrap_or(i32::MAX)),
             ..self.config.params
         };
-        let mut send_targets = targets(&send);
-        if !send_targets.is_empty() {
-            let turn = self.rotation % send_targets.len();
-            send_targets.rotate_left(turn);
+        if !send.is_empty() {
+            let turn = self.rotation % send.len();
+            send.rotate_left(turn);
             self.rotation = self.rotation.wrapping_add(1);
         }
-        let Ok(mut request) = fetch_request(version, &params, &send_targets) else {
+        let built = fetch_request_refs(version, &params, &send).map(|mut request| {
+            if version >= 7 {
+                request.session_id = session_id;
+                request.session_epoch = session_epoch;
+                request.forgotten_topics_data = forgotten_topics_refs(version, &forgotten);
+            }
+            request
+        });
+        let Ok(request) = built else {
             self.fetching.remove(&node);
             return None;
         };
-        if version >= 7 {
-            request.session_id = session_id;
-            request.session_epoch = session_epoch;
-            request.forgotten_topics_data = forgotten_topics(version, &targets(&forgotten));
-        }
         if let Some(f) = self.fetching.get_mut(&node) {
             f.version = Some(version);
             f.partitions = wanted;
@@ -894,6 +994,63 @@ impl Fetcher {
             }
             return;
         }
+        // Topic ids of the fetch, one entry per topic (its partitions are together).
+        let mut names: Vec<(Uuid, &Arc<str>)> = Vec::new();
+        if token.version >= 13 {
+            for (topic, _, sent) in &inflight.partitions {
+                if !sent.topic_id.is_nil()
+                    && names.last().is_none_or(|(id, _)| *id != sent.topic_id)
+                {
+                    names.push((sent.topic_id, topic));
+                }
+            }
+            names.sort_unstable_by_key(|(id, _)| *id);
+        }
+        // The whole response stays in memory while any of its partitions' data waits
+        // (the records are slices of it), so it is charged to the buffer as one.
+        let charge = self.next_charge;
+        self.next_charge += 1;
+        let before = self.completed.len();
+        let mut bytes = 0;
+        for topic in response.responses {
+            let name: String = if token.version >= 13 {
+                match names.binary_search_by_key(&topic.topic_id, |(id, _)| *id) {
+                    Ok(i) => names
+                        .get(i)
+                        .map_or_else(String::new, |(_, n)| n.to_string()),
+                    Err(_) => continue,
+                }
+            } else {
+                topic.topic.0.to_string()
+            };
+            // The partitions this fetch sent of the topic: a partition is then found by
+            // its index, without comparing names.
+            let sent = sent_of_topic(&inflight.partitions, &name);
+            let mut parts: Vec<Option<PartitionData>> =
+                topic.partitions.into_iter().map(Some).collect();
+            let slow = self.take_quiet_partitions(&name, sent, &parts);
+            // One key per topic, its partition set per entry: no name is allocated per
+            // partition.
+            let mut key = TopicPartition {
+                topic: name,
+                partition: 0,
+            };
+            for i in slow {
+                let Some(p) = parts.get_mut(i).and_then(Option::take) else {
+                    continue;
+                };
+                let Some(sent) = sent_in(sent, p.partition_index) else {
+                    continue;
+                };
+                key.partition = p.partition_index;
+                bytes += self.on_partition(now, &key, sent.offset, p, charge);
+            }
+        }
+        let parts = self.completed.len() - before;
+        if parts > 0 {
+            self.buffered_bytes += bytes;
+            self.charges.insert(charge, (bytes, parts));
+        }
         // The session moves on only when the request succeeded.
         if self.config.sessions && token.version >= 7 {
             let (sent_id, sent_epoch) = inflight.session_sent;
@@ -909,56 +1066,71 @@ impl Fetcher {
                 };
             }
             session.partitions = if session.id != 0 {
-                inflight.partitions.clone()
+                inflight.partitions
             } else {
-                BTreeMap::new()
+                Vec::new()
             };
         }
-        let names: HashMap<Uuid, &str> = inflight
-            .partitions
-            .keys()
-            .filter_map(|tp| {
-                let s = self.partitions.get(tp)?;
-                (!s.topic_id.is_nil()).then_some((s.topic_id, tp.topic.as_str()))
-            })
-            .collect();
-        let mut results = Vec::new();
-        for topic in response.responses {
-            let name = if token.version >= 13 {
-                match names.get(&topic.topic_id) {
-                    Some(n) => (*n).to_string(),
-                    None => continue,
-                }
-            } else {
-                topic.topic.0.to_string()
-            };
-            for p in topic.partitions {
-                results.push((
-                    TopicPartition {
-                        topic: name.clone(),
-                        partition: p.partition_index,
-                    },
-                    p,
-                ));
-            }
-        }
-        // The whole response stays in memory while any of its partitions' data waits
-        // (the records are slices of it), so it is charged to the buffer as one.
-        let charge = self.next_charge;
-        self.next_charge += 1;
-        let before = self.completed.len();
-        let mut bytes = 0;
-        for (tp, p) in results {
-            let Some(sent) = inflight.partitions.get(&tp) else {
+    }
+
+    /// Takes the partitions of one topic of a response that carry neither records nor
+    /// an error (most of a large fetch: a broker returns data for some partitions
+    /// and an empty entry for every other one), in one ordered walk over the topic's
+    /// partitions instead of a lookup by name each. What they change is what
+    /// [`Fetcher::on_partition`] would: the watermarks, and the retry cleared, where
+    /// the position is still the one fetched from. Returns the indices of the others,
+    /// in response order, for [`Fetcher::on_partition`].
+    fn take_quiet_partitions(
+        &mut self,
+        topic: &str,
+        sent: &[(Arc<str>, i32, SentPartition)],
+        parts: &[Option<PartitionData>],
+    ) -> Vec<usize> {
+        let mut quiet: Vec<(i32, usize)> = Vec::new();
+        let mut slow: Vec<usize> = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            let Some(p) = p else {
                 continue;
             };
-            bytes += self.on_partition(now, &tp, sent.offset, p, charge);
+            let empty = p.records.as_ref().is_none_or(|r| r.is_empty());
+            if p.error_code == 0 && empty {
+                quiet.push((p.partition_index, i));
+            } else {
+                slow.push(i);
+            }
         }
-        let parts = self.completed.len() - before;
-        if parts > 0 {
-            self.buffered_bytes += bytes;
-            self.charges.insert(charge, (bytes, parts));
+        if quiet.is_empty() {
+            return slow;
         }
+        quiet.sort_unstable();
+        let from = TopicPartition {
+            topic: topic.to_string(),
+            partition: i32::MIN,
+        };
+        let mut states = self
+            .partitions
+            .range_mut(from..)
+            .take_while(|(tp, _)| tp.topic == topic)
+            .peekable();
+        for (partition, i) in quiet {
+            while states.next_if(|(tp, _)| tp.partition < partition).is_some() {}
+            let Some((tp, s)) = states.next_if(|(tp, _)| tp.partition == partition) else {
+                continue;
+            };
+            let (Some(Some(p)), Some(sent)) = (parts.get(i), sent_in(sent, partition)) else {
+                continue;
+            };
+            if !matches!(s.position, Position::At { offset, .. } if offset == sent.offset) {
+                // The position moved (seek, reset) while the fetch was out.
+                continue;
+            }
+            tracing::trace!(%tp, fetch_offset = sent.offset, high_watermark = p.high_watermark, log_start = p.log_start_offset, "fetched partition: no records");
+            s.high_watermark = p.high_watermark;
+            s.last_stable_offset = p.last_stable_offset;
+            s.log_start_offset = p.log_start_offset;
+            s.retry_at = None;
+        }
+        slow
     }
 
     /// Takes one partition of a response; returns the bytes it left in the buffer.
@@ -967,7 +1139,7 @@ impl Fetcher {
         now: Instant,
         tp: &TopicPartition,
         fetch_offset: i64,
-        p: kafka_protocol::messages::fetch_response::PartitionData,
+        p: PartitionData,
         charge: u64,
     ) -> usize {
         let isolation = self.config.params.isolation;
@@ -1036,6 +1208,7 @@ impl Fetcher {
                 debug!(%tp, error = %error_name(code), "fetch: leadership changed; refreshing metadata");
                 s.leader = None;
                 s.retry_at = Some(retry_at);
+                self.retries_maybe = true;
                 self.need_metadata();
             }
             Some(
@@ -1054,6 +1227,7 @@ impl Fetcher {
             _ => {
                 warn!(%tp, error = %error_name(code), "fetch error; retrying after a backoff");
                 s.retry_at = Some(retry_at);
+                self.retries_maybe = true;
             }
         }
         0
@@ -1064,10 +1238,15 @@ impl Fetcher {
     /// Brokers that have partitions to reset, claimed: follow with
     /// [`Fetcher::build_list_offsets`], then the response or the failure.
     pub fn resets_due(&mut self, now: Instant) -> Vec<NodeId> {
+        if !self.resets_maybe {
+            return Vec::new();
+        }
         let mut nodes = BTreeSet::new();
         let mut unknown = false;
+        let mut any = false;
         for s in self.partitions.values() {
             if let Position::NeedsReset(_) = s.position {
+                any = true;
                 if s.retry_at.is_some_and(|t| now < t) {
                     continue;
                 }
@@ -1080,6 +1259,7 @@ impl Fetcher {
                 }
             }
         }
+        self.resets_maybe = any;
         if unknown {
             self.need_metadata();
         }
@@ -1150,6 +1330,8 @@ impl Fetcher {
                 if n == node {
                     s.set_position(self.round, Position::NeedsReset(reason));
                     s.retry_at = Some(retry_at);
+                    self.resets_maybe = true;
+                    self.retries_maybe = true;
                 }
             }
         }
@@ -1202,6 +1384,8 @@ impl Fetcher {
                 }
                 s.set_position(self.round, Position::NeedsReset(reason));
                 s.retry_at = Some(retry_at);
+                self.resets_maybe = true;
+                self.retries_maybe = true;
                 if needs_metadata_refresh(p.error_code) {
                     s.leader = None;
                     self.need_metadata();
@@ -1222,6 +1406,8 @@ impl Fetcher {
                 if n == node && !answered.contains(tp) {
                     s.set_position(self.round, Position::NeedsReset(reason));
                     s.retry_at = Some(retry_at);
+                    self.resets_maybe = true;
+                    self.retries_maybe = true;
                 }
             }
         }
@@ -1448,21 +1634,6 @@ enum Drain {
     Exhausted,
 }
 
-/// The partitions of a fetch as [`FetchTarget`]s, for the request builders.
-fn targets(partitions: &BTreeMap<TopicPartition, SentPartition>) -> Vec<FetchTarget> {
-    partitions
-        .iter()
-        .map(|(tp, p)| FetchTarget {
-            topic: tp.topic.clone(),
-            topic_id: p.topic_id,
-            partition: tp.partition,
-            offset: p.offset,
-            leader_epoch: p.leader_epoch,
-            max_bytes: p.max_bytes,
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     //! Scenario tests of the fetcher against hand-built responses. The same paths run
@@ -1616,6 +1787,104 @@ mod tests {
                 (r.partition(), r.offset())
             })
             .collect()
+    }
+
+    /// A fetcher with partitions `0..n` of `T` led by node 1, each at offset 0.
+    fn started_many(n: i32) -> (Fetcher, Instant) {
+        let now = Instant::now();
+        let mut f = Fetcher::new(FetcherConfig::default());
+        let all: Vec<TopicPartition> = (0..n).map(tp).collect();
+        f.assign(&all, true);
+        for p in &all {
+            f.set_committed(p, 0, -1);
+        }
+        f.update_metadata(&metadata(&vec![(1, 5); n as usize]));
+        (f, now)
+    }
+
+    #[test]
+    fn a_large_response_updates_quiet_partitions_and_buffers_the_others_in_response_order() {
+        // Most entries of a large fetch carry no records; they are taken in one ordered
+        // walk, the rest one by one, in the order the broker sent them.
+        let (mut f, now) = started_many(300);
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        assert_eq!(sent(&req).len(), 300);
+        // Partition 7 was sought while the fetch was out: its entry is stale.
+        f.seek(&tp(7), 3);
+        let mut parts: Vec<(i32, Option<Bytes>, i64)> = (0..300)
+            .rev()
+            .map(|p| (p, None, 10 + i64::from(p)))
+            .collect();
+        parts.push((250, Some(batch(0, 2)), 2));
+        parts.insert(0, (40, Some(batch(0, 3)), 3));
+        parts.retain(|(p, b, _)| !(b.is_none() && (*p == 250 || *p == 40)));
+        let mut response = response_hw(0, parts);
+        // An error on one entry goes the slow way too.
+        if let Some(d) = response.responses[0]
+            .partitions
+            .iter_mut()
+            .find(|d| d.partition_index == 9)
+        {
+            d.error_code = ResponseError::UnknownServerError.code();
+        }
+        f.handle_fetch(now, token, response);
+        assert_eq!(
+            drain(&mut f),
+            vec![(40, 0), (40, 1), (40, 2), (250, 0), (250, 1)]
+        );
+        assert_eq!(f.lag(&tp(0)), Some(10));
+        assert_eq!(f.lag(&tp(299)), Some(309));
+        assert_eq!(
+            f.watermarks(&tp(7)),
+            Some((-1, -1, -1)),
+            "stale entry ignored"
+        );
+        assert_eq!(f.lag(&tp(9)), None, "the error left it unknown");
+        assert!(f.poll_timeout().is_some(), "the failed partition retries");
+    }
+
+    #[test]
+    fn leaders_are_found_in_metadata_whatever_its_order() {
+        let mut f = Fetcher::new(FetcherConfig::default());
+        f.assign(&[tp(0), tp(1), tp(2)], true);
+        let mut m = metadata(&[(1, 5), (2, 5), (3, 5)]);
+        if let Some(t) = m.topics.get_mut(T) {
+            t.partitions.reverse();
+        }
+        f.update_metadata(&m);
+        for p in 0..3 {
+            f.set_committed(&tp(p), 0, -1);
+        }
+        let now = Instant::now();
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1), NodeId(2), NodeId(3)]);
+    }
+
+    #[test]
+    fn resets_and_retries_are_found_after_the_passes_skip() {
+        // resets_due and poll_timeout skip their passes while nothing can be due; a
+        // reset or a retry set later is still found.
+        let (mut f, now) = started(FetcherConfig {
+            reset: OffsetReset::Earliest,
+            ..FetcherConfig::default()
+        });
+        assert_eq!(f.resets_due(now), vec![]);
+        assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+        assert_eq!(f.poll_timeout(), None);
+        let (_, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(
+            now,
+            token,
+            response(
+                0,
+                vec![
+                    (0, ResponseError::OffsetOutOfRange.code(), None),
+                    (1, ResponseError::UnknownServerError.code(), None),
+                ],
+            ),
+        );
+        assert!(f.poll_timeout().is_some(), "partition 1 backs off");
+        assert_eq!(f.resets_due(now), vec![NodeId(1)], "partition 0 resets");
     }
 
     #[test]

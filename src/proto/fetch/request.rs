@@ -73,24 +73,75 @@ pub enum FetchRequestError {
     },
 }
 
+/// One partition to fetch, borrowing its topic name: what the fetcher builds a request
+/// from without a name allocated per partition per round (a member with 10,000
+/// partitions builds one every few milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetRef<'a> {
+    /// The topic name.
+    pub topic: &'a str,
+    /// The topic id (needed from Fetch v13).
+    pub topic_id: Uuid,
+    /// The partition.
+    pub partition: i32,
+    /// The offset to fetch from.
+    pub offset: i64,
+    /// The leader epoch the client believes current (KIP-320), or -1.
+    pub leader_epoch: i32,
+    /// `max.partition.fetch.bytes`.
+    pub max_bytes: i32,
+}
+
+impl<'a> From<&'a FetchTarget> for TargetRef<'a> {
+    fn from(t: &'a FetchTarget) -> Self {
+        TargetRef {
+            topic: &t.topic,
+            topic_id: t.topic_id,
+            partition: t.partition,
+            offset: t.offset,
+            leader_epoch: t.leader_epoch,
+            max_bytes: t.max_bytes,
+        }
+    }
+}
+
 /// Builds a full (sessionless) Fetch request at `version` (4..=16).
 pub fn fetch_request(
     version: i16,
     params: &FetchParams,
     targets: &[FetchTarget],
 ) -> Result<FetchRequest, FetchRequestError> {
+    let targets: Vec<TargetRef<'_>> = targets.iter().map(TargetRef::from).collect();
+    fetch_request_refs(version, params, &targets)
+}
+
+/// [`fetch_request`] from borrowed targets.
+pub fn fetch_request_refs(
+    version: i16,
+    params: &FetchParams,
+    targets: &[TargetRef<'_>],
+) -> Result<FetchRequest, FetchRequestError> {
     // Topics in the order of their first partition, partitions in the order given: a
     // broker fills a response in request order.
-    let mut by_topic: Vec<((&str, Uuid), Vec<&FetchTarget>)> = Vec::new();
+    let mut by_topic: Vec<((&str, Uuid), Vec<&TargetRef<'_>>)> = Vec::new();
     let mut index: HashMap<(&str, Uuid), usize> = HashMap::new();
     for t in targets {
         if version >= 13 && t.topic_id.is_nil() {
             return Err(FetchRequestError::NoTopicId {
                 version,
-                topic: t.topic.clone(),
+                topic: t.topic.to_string(),
             });
         }
-        let key = (t.topic.as_str(), t.topic_id);
+        let key = (t.topic, t.topic_id);
+        // A topic's partitions come together (the fetcher sends them in order): the
+        // last topic is tried before the index, so a partition costs a comparison,
+        // not a hash.
+        if let Some((last, parts)) = by_topic.last_mut() {
+            if *last == key {
+                parts.push(t);
+                continue;
+            }
+        }
         match index.get(&key).and_then(|&i| by_topic.get_mut(i)) {
             Some((_, parts)) => parts.push(t),
             None => {
@@ -139,10 +190,16 @@ pub fn fetch_request(
 /// The `forgotten_topics_data` of an incremental fetch (v7+): partitions leaving the
 /// fetch session, named by topic id from v13.
 pub fn forgotten_topics(version: i16, targets: &[FetchTarget]) -> Vec<ForgottenTopic> {
+    let targets: Vec<TargetRef<'_>> = targets.iter().map(TargetRef::from).collect();
+    forgotten_topics_refs(version, &targets)
+}
+
+/// [`forgotten_topics`] from borrowed targets.
+pub fn forgotten_topics_refs(version: i16, targets: &[TargetRef<'_>]) -> Vec<ForgottenTopic> {
     let mut by_topic: BTreeMap<(&str, Uuid), Vec<i32>> = BTreeMap::new();
     for t in targets {
         by_topic
-            .entry((t.topic.as_str(), t.topic_id))
+            .entry((t.topic, t.topic_id))
             .or_default()
             .push(t.partition);
     }
