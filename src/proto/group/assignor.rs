@@ -416,29 +416,32 @@ impl Assignor for RoundRobinAssignor {
         if sorted.is_empty() {
             return Ok(finish(result));
         }
-        // Per member (in `sorted`'s order), the topics it subscribes to, and the
+        // Per topic, its subscribers' positions in `sorted`, ascending; per member, the
         // partitions it gets.
-        let topics: Vec<HashSet<&str>> = sorted
-            .iter()
-            .map(|m| m.subscription.topics.iter().map(String::as_str).collect())
-            .collect();
-        let subscribed: HashSet<&str> = topics.iter().flatten().copied().collect();
+        let mut subscribers: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, m) in sorted.iter().enumerate() {
+            for t in &m.subscription.topics {
+                let list = subscribers.entry(t.as_str()).or_default();
+                if list.last() != Some(&i) {
+                    list.push(i);
+                }
+            }
+        }
         let mut given: Vec<Vec<TopicPartition>> = vec![Vec::new(); sorted.len()];
         let mut cursor = 0usize;
-        for (topic, &n) in partitions_per_topic
-            .iter()
-            .filter(|(t, _)| subscribed.contains(t.as_str()))
-        {
+        for (topic, &n) in partitions_per_topic {
+            let Some(list) = subscribers.get(topic.as_str()) else {
+                continue;
+            };
             for p in 0..n.max(0) {
-                // Advance round the circle to the next member subscribed to this topic.
-                for _ in 0..sorted.len() {
-                    let m = cursor;
-                    cursor = (cursor + 1) % sorted.len();
-                    if topics[m].contains(topic.as_str()) {
-                        given[m].push(TopicPartition::new(topic.clone(), p));
-                        break;
-                    }
-                }
+                // Round the circle from the cursor to the next member subscribed to this
+                // topic: the first subscriber at or after it, else the first of all.
+                let at = list.partition_point(|&i| i < cursor);
+                let Some(&m) = list.get(at).or_else(|| list.first()) else {
+                    break;
+                };
+                given[m].push(TopicPartition::new(topic.clone(), p));
+                cursor = (m + 1) % sorted.len();
             }
         }
         for (m, list) in sorted.iter().zip(given) {
@@ -2063,6 +2066,34 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// `roundrobin` deals as Java's circular walk does (the model: the member
+        /// circle walked one member at a time), whatever the subscriptions.
+        #[test]
+        fn roundrobin_deals_round_the_circle_like_java((topics, members) in arb_wide_group()) {
+            let r = RoundRobinAssignor.assign(&topics, &members).unwrap();
+            let sorted = sorted_members(&members).unwrap();
+            let mut model: BTreeMap<String, Vec<TopicPartition>> = empty_result(&members);
+            let mut cursor = 0usize;
+            for (topic, &n) in &topics {
+                if !sorted.iter().any(|m| subscribes(m, topic)) {
+                    continue;
+                }
+                for p in 0..n {
+                    for _ in 0..sorted.len() {
+                        let m = sorted[cursor];
+                        cursor = (cursor + 1) % sorted.len();
+                        if subscribes(m, topic) {
+                            model.get_mut(&m.member_id).unwrap().push(TopicPartition::new(topic.clone(), p));
+                            break;
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(r, finish(model));
         }
     }
 }
