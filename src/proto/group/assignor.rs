@@ -11,7 +11,9 @@
 //! Given the racks of the partitions' replicas ([`Assignor::assign_with_racks`]),
 //! `range`, `sticky` and `cooperative-sticky` prefer to give a member whose
 //! subscription names a rack the partitions with a replica in that rack, without
-//! giving up balance (KIP-881). Custom assignors implement [`Assignor`].
+//! giving up balance (KIP-881); `cooperative-sticky` moves an owned partition for
+//! that only where the round gains locality overall, so that the group settles.
+//! Custom assignors implement [`Assignor`].
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -638,7 +640,8 @@ impl<'a> RackView<'a> {
 /// racks (or where racks cannot help, [`sticky::Racks::new`]) the assignment is
 /// [`sticky::assign`]'s: owners keep what they own, the rest goes to the least loaded
 /// subscribers, then moves balance it in Java's sense. With racks,
-/// [`sticky::assign_with_racks`]: the same with rack locality before stickiness. Both
+/// [`sticky::assign_with_racks`]: the same with rack locality before stickiness (in a
+/// cooperative round, only where that gains locality, so that the group settles). Both
 /// are near-linear in the number of partitions.
 fn sticky_assign(
     partitions_per_topic: &BTreeMap<String, i32>,

@@ -15,7 +15,9 @@
 //!    before stickiness, as in Java, whose builders' `assignOwnedPartitions` drop every
 //!    owned partition that `RackInfo.racksMismatch`. Unlike Java, an owner keeps a
 //!    misaligned partition no subscriber could read locally, since moving it would
-//!    gain nothing;
+//!    gain nothing; and in a cooperative round, every misaligned partition where
+//!    taking them gains no locality overall (see [`assign`]), so that the group
+//!    settles;
 //! 2. the unowned partitions of a class with local members go to its least loaded
 //!    local members, the classes with the fewest local members first (Java:
 //!    `sortPartitionsByRackConsumers`, then the rack-matching first pass of
