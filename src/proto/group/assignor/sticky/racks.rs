@@ -15,7 +15,9 @@
 //!    before stickiness, as in Java, whose builders' `assignOwnedPartitions` drop every
 //!    owned partition that `RackInfo.racksMismatch`. Unlike Java, an owner keeps a
 //!    misaligned partition no subscriber could read locally, since moving it would
-//!    gain nothing;
+//!    gain nothing; and in a cooperative round, every misaligned partition where
+//!    taking them gains no locality overall (see [`assign`]), so that the group
+//!    settles;
 //! 2. the unowned partitions of a class with local members go to its least loaded
 //!    local members, the classes with the fewest local members first (Java:
 //!    `sortPartitionsByRackConsumers`, then the rack-matching first pass of
@@ -166,6 +168,20 @@ impl Racks {
         })
     }
 
+    /// How many of the partitions of `assigned` (per member, partition indices) are on
+    /// a member whose rack holds a replica.
+    fn local(&self, assigned: &[Vec<u32>]) -> usize {
+        assigned
+            .iter()
+            .enumerate()
+            .map(|(m, ps)| {
+                ps.iter()
+                    .filter(|&&p| self.score(m as u32, self.set_of[p as usize]) == 2)
+                    .count()
+            })
+            .sum()
+    }
+
     /// How well member `m` is placed to read the partitions of rack set `s`: 2 in a rack
     /// with a replica, 1 without a rack (unknown), 0 in a rack without one.
     fn score(&self, m: u32, s: u32) -> i32 {
@@ -213,15 +229,61 @@ struct Class {
 
 /// The rack-aware sticky assignment (see the module documentation): per member, the
 /// partition indices it gets, ascending.
+///
+/// For a cooperative round (`cooperative`), rack locality comes before stickiness only
+/// where that pays: the assignment that drops misaligned owned partitions (step 1) is
+/// kept only if it places strictly more partitions on a member whose rack holds a
+/// replica ([`Racks::local`]) than the assignment that keeps every owned partition;
+/// else the latter. In a cooperative group (KIP-429) every partition that changes
+/// owner is held back for a second round, and the leader asks for rounds until nothing
+/// is: balancing can force a member that gave up its misaligned partitions to take
+/// others its rack misses, and the next round would drop those again, so that one
+/// partition was on its way somewhere in every round, for ever. With the rule, a round
+/// that moves partitions for locality must gain locality, and the count of local
+/// placements is bounded by the number of partitions; the rounds that keep every owned
+/// partition settle as the rack-less assignment does (only balance moves what is
+/// owned).
 pub(in crate::proto::group::assignor) fn assign(
     index: &Index,
     claims: &Claims,
     racks: &Racks,
+    cooperative: bool,
 ) -> Vec<Vec<u32>> {
+    let (aligned, dropped) = assign_owned(index, claims, racks, Owned::LocalFirst);
+    if !cooperative || !dropped {
+        return aligned;
+    }
+    let (kept, _) = assign_owned(index, claims, racks, Owned::Kept);
+    if racks.local(&aligned) > racks.local(&kept) {
+        aligned
+    } else {
+        kept
+    }
+}
+
+/// What step 1 does with an owned partition whose owner's rack holds no replica while
+/// another subscriber's rack does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owned {
+    /// It goes to a local member (KIP-881, as Java).
+    LocalFirst,
+    /// Its owner keeps it.
+    Kept,
+}
+
+/// [`assign`] with step 1 as `owned` says; also whether step 1 took any owned partition
+/// from its owner.
+fn assign_owned(
+    index: &Index,
+    claims: &Claims,
+    racks: &Racks,
+    owned: Owned,
+) -> (Vec<Vec<u32>>, bool) {
     let members = index.members.len();
     if members == 0 {
-        return Vec::new();
+        return (Vec::new(), false);
     }
+    let mut dropped = false;
     let groups = Groups::new(index);
 
     // 1. Owners keep what they own, unless a local member could have it.
@@ -252,10 +314,15 @@ pub(in crate::proto::group::assignor) fn assign(
             class_of[p as usize] = c;
             let class = &mut classes[c as usize];
             let owner = claims.sticky[p as usize];
-            if owner != NOBODY && (racks.score(owner, s) > 0 || class.local.is_empty()) {
+            let keeps =
+                || owned == Owned::Kept || racks.score(owner, s) > 0 || class.local.is_empty();
+            if owner != NOBODY && keeps() {
                 held[owner as usize].entry(c).or_default().sticky.push(p);
                 load[owner as usize] += 1;
-            } else if class.local.is_empty() {
+                continue;
+            }
+            dropped |= owner != NOBODY;
+            if class.local.is_empty() {
                 rest[g as usize].push(p);
             } else {
                 class.unowned.push(p);
@@ -346,7 +413,7 @@ pub(in crate::proto::group::assignor) fn assign(
         Balance::new(&groups, racks, &classes, load, &mut held).run();
     }
     give_back(&groups, racks, claims, &classes, &class_of, &mut held);
-    collect(held)
+    (collect(held), dropped)
 }
 
 /// Step 6: an owner that lost a partition it held (for locality in step 1, or in
@@ -402,6 +469,10 @@ fn give_back(
             continue;
         };
         let owner = claims.sticky[p as usize];
+        if owner == holder {
+            // An exchange below brought it back.
+            continue;
+        }
         let cp = class_of[p as usize];
         let (gp, sp) = (classes[cp as usize].group, classes[cp as usize].set);
         let here = racks.score(owner, sp) - racks.score(holder, sp);
