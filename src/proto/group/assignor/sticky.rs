@@ -552,7 +552,10 @@ fn balance(groups: &Groups, load: &mut [u32], held: &mut [BTreeMap<u32, Held>]) 
             return;
         };
         let (lf, lt) = (load[from as usize], load[to as usize]);
-        let h = held[from as usize].get_mut(&g).expect("chosen above");
+        // Chosen above from `held[from]`; a missing entry would end the balancing.
+        let Some(h) = held[from as usize].get_mut(&g) else {
+            return;
+        };
         // A partition the member did not own before costs no stickiness wherever it
         // goes: move as many as keep `from` at or above `to`, in one step.
         let moved: Vec<u32> = if sticky {
