@@ -83,11 +83,12 @@ pub use crate::proto::process::classify::{
     ProcessError,
 };
 pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
-use crate::proto::process::lanes::{Action, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
+use crate::proto::process::lanes::{
+    Action, Handover, Lanes, LanesConfig, Now, Outcome, Run, Ticket,
+};
 pub use crate::proto::process::retry::ConfigError;
 pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 use crate::telemetry::ProcessorMetrics;
-use crate::trace::TraceContext;
 
 /// The old name of [`RetryBackoff`], the processor's retry settings (renamed apart
 /// from the client's own request backoff, `retry.backoff.ms`).
@@ -1080,10 +1081,7 @@ impl Processor {
         let budget = self.processing_budget;
         let holds = self.holds.clone();
         let group: Arc<str> = Arc::from(self.lanes.group.as_str());
-        let call = move |records: Vec<ConsumerRecord>,
-                         cancel: Cancel,
-                         progress: Progress,
-                         attempt: u32| {
+        let call = move |records: Run, cancel: Cancel, progress: Progress, attempt: u32| {
             let handler = handler.clone();
             let holds = holds.clone();
             let group = group.clone();
@@ -1223,27 +1221,22 @@ impl Processor {
         let budget = self.processing_budget;
         let group: Arc<str> = Arc::from(self.lanes.group.as_str());
         let call =
-            move |records: Vec<ConsumerRecord>, cancel: Cancel, _: Progress, attempt: u32| {
+            move |records: Run, cancel: Cancel, _: Progress, attempt: u32| {
                 let handler = handler.clone();
                 let group = group.clone();
                 async move {
                     // A record retried (or replayed) alone gets the record's span, and its
                     // retries and dead letter continue its trace; a batch gets one span,
                     // and a record failing in it passes its own context on.
-                    let (span, trace) = match records.as_slice() {
+                    let (span, trace) = match &records[..] {
                         [one] => crate::trace::record_span(&group, one, attempt),
                         _ => (batch_span(&group, &records), None),
                     };
-                    let traced_records = trace.is_none()
-                        && records.iter().any(crate::proto::trace::record_has_header);
-                    let contexts: Vec<Option<TraceContext>> = if traced_records {
-                        records.iter().map(crate::proto::trace::of_record).collect()
-                    } else {
-                        Vec::new()
-                    };
+                    // Read only for a failing record, after the call: the records are
+                    // still here.
                     let context_of = |index: Option<usize>| match (trace, index) {
                         (Some(t), _) => Some(t),
-                        (None, Some(i)) => contexts.get(i).copied().flatten(),
+                        (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
                         (None, None) => None,
                     };
                     let call =
@@ -1277,7 +1270,7 @@ impl Processor {
         shutdown: S,
     ) -> Result<Stats>
     where
-        H: Fn(Vec<ConsumerRecord>, Cancel, Progress, u32) -> F + Send + Sync + 'static,
+        H: Fn(Run, Cancel, Progress, u32) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
         S: Future + Send,
     {
