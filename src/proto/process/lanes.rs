@@ -813,10 +813,12 @@ impl Lanes {
                 .take_while(|r| r.is_in(topic, partition))
                 .count();
         }
+        // The later runs are split off; the first keeps the delivery's vector.
         let mut runs = Vec::with_capacity(starts.len());
-        for &start in starts.iter().rev() {
+        for &start in starts.iter().skip(1).rev() {
             runs.push(records.split_off(start));
         }
+        runs.push(records);
         for run in runs.into_iter().rev() {
             self.deliver_run(run);
         }
@@ -845,15 +847,17 @@ impl Lanes {
             lane.tracker.deliver_run(run);
         }
         lane.queued += records.len();
-        // Onto the last run if no call has had any of it yet: a call can then take
-        // what came in several deliveries without a copy.
-        let cap = self.config.max_batch.max(RUN_CAP);
+        // Onto the last run while it is short of half a batch and no call has had any
+        // of it yet: a call then takes what came in small deliveries (many partitions)
+        // at once, without a copy. A longer run is left as it is, so records are
+        // copied only while runs are short.
+        let want = self.config.max_batch.max(1);
         let records = match lane.queue.back_mut() {
-            Some(last) => match last.append(records, cap) {
+            Some(last) if last.len() * 2 < want => match last.append(records, want) {
                 Ok(()) => return,
                 Err(records) => records,
             },
-            None => records,
+            _ => records,
         };
         lane.queue.push_back(Run::new(records));
     }
@@ -1721,11 +1725,6 @@ fn finish(tracker: &mut OffsetTracker, records: &[ConsumerRecord]) {
         tracker.finish_run(run);
     }
 }
-
-/// A run grows in place with later deliveries up to this many records (or a batch,
-/// if more): enough for a `run` call's chunk, and records a call finished are not
-/// held much longer than before.
-const RUN_CAP: usize = 512;
 
 /// The next records of an idle lane: up to `max_batch` (one while replaying a failed
 /// batch), stopping before a retry-topic record that must still wait (which then
