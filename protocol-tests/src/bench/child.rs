@@ -236,11 +236,13 @@ async fn ottla(job: &Job, per_record: bool, max_wait: Option<Duration>) -> anyho
 }
 
 /// A tally shared by the processor's lanes: one lock per partition (a lane handles one
-/// partition at a time, so the locks are uncontended).
+/// partition at a time, so the locks are uncontended). The time of the first record is
+/// set once and read with one load after that, so that a record costs the handler
+/// about what it costs the raw client's loop.
 struct SharedTally {
     parts: Vec<Mutex<PartTally>>,
     remaining: AtomicU64,
-    first: Mutex<Option<Instant>>,
+    first: std::sync::OnceLock<Instant>,
     last: Mutex<Option<Instant>>,
     done: Notify,
 }
@@ -262,12 +264,7 @@ impl SharedTally {
         if new == 0 {
             return;
         }
-        {
-            let mut first = self.first.lock().unwrap_or_else(|e| e.into_inner());
-            if first.is_none() {
-                *first = Some(Instant::now());
-            }
-        }
+        self.first.get_or_init(Instant::now);
         let left = self.remaining.fetch_sub(new, Ordering::Relaxed) - new;
         REMAINING.store(left, Ordering::Relaxed);
         if left == 0 {
@@ -287,7 +284,7 @@ async fn processor(job: &Job, batch: bool) -> anyhow::Result<Outcome> {
             .map(|&c| Mutex::new(PartTally::new(c)))
             .collect(),
         remaining: AtomicU64::new(job.counts.iter().map(|&c| c as u64).sum()),
-        first: Mutex::new(None),
+        first: std::sync::OnceLock::new(),
         last: Mutex::new(None),
         done: Notify::new(),
     });
@@ -331,7 +328,7 @@ async fn processor(job: &Job, batch: bool) -> anyhow::Result<Outcome> {
         () = shared.done.notified() => {}
         r = run => bail!("the processor stopped early: {r:?}"),
     }
-    let first = *shared.first.lock().unwrap_or_else(|e| e.into_inner());
+    let first = shared.first.get().copied();
     let last = *shared.last.lock().unwrap_or_else(|e| e.into_inner());
     let parts: Vec<PartTally> = shared
         .parts
