@@ -1085,7 +1085,7 @@ fn poll_caught<F: Future>(
 }
 
 /// Records one [`Processor::run`] task takes from its lane at most.
-const RUN_CHUNK: usize = 256;
+const RUN_CHUNK: usize = 1024;
 /// How long one [`Processor::run`] task keeps calling the handler before it reports
 /// back. Each record it finishes is committable at once (its `Progress`), so a record
 /// that hangs does not hold back the ones the task finished before it.
@@ -1435,6 +1435,9 @@ impl Processor {
         self.lanes.metrics = self.metrics.is_some() || crate::telemetry::ENABLED;
         self.lanes.processed_metrics = self.metrics.is_some();
         let mut lanes = Lanes::new(self.lanes.clone(), now());
+        // Records asked for at once: a call's worth (a delivery goes to its lane as one
+        // run, which a call then takes whole), and not fewer than 500.
+        let poll_records = max_batch.max(500);
         let mut tasks: JoinSet<Finished> = JoinSet::new();
         // The ticket of each task, for a task that ends without a result.
         let mut tickets: HashMap<tokio::task::Id, Ticket> = HashMap::new();
@@ -1612,7 +1615,7 @@ impl Processor {
                     lanes.handle_timeout(now());
                     None
                 }
-                batch = self.consumer.recv_batch(500), if want_records => match batch {
+                batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
                     Ok(records) => {
                         lanes.deliver(records, now());
                         None
