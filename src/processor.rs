@@ -1055,7 +1055,11 @@ impl<H: Handler> Chunk<'_, H> {
             .await
         } else {
             let call = catch_call(|| {
-                crate::trace::traced(self.handler.handle(record, self.cancel.clone()), span, trace)
+                crate::trace::traced(
+                    self.handler.handle(record, self.cancel.clone()),
+                    span,
+                    trace,
+                )
             });
             within(self.budget, call).await
         }
@@ -1377,46 +1381,45 @@ impl Processor {
         let handler = Arc::new(handler);
         let budget = self.processing_budget;
         let group: Arc<str> = Arc::from(self.lanes.group.as_str());
-        let call =
-            move |records: Run, cancel: Cancel, _: Progress, attempt: u32| {
-                let handler = handler.clone();
-                let group = group.clone();
-                async move {
-                    // A record retried (or replayed) alone gets the record's span, and its
-                    // retries and dead letter continue its trace; a batch gets one span,
-                    // and a record failing in it passes its own context on.
-                    let (span, trace) = match &records[..] {
-                        [one] => crate::trace::record_span(&group, one, attempt),
-                        _ => (batch_span(&group, &records), None),
-                    };
-                    // Read only for a failing record, after the call: the records are
-                    // still here.
-                    let context_of = |index: Option<usize>| match (trace, index) {
-                        (Some(t), _) => Some(t),
-                        (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
-                        (None, None) => None,
-                    };
-                    let call =
-                        catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
-                    match within(budget, call).await {
-                        Some(Ok(Ok(()))) => Outcome::of(Ok(())),
-                        Some(Ok(Err(e))) => Outcome {
-                            trace: context_of(e.index),
-                            ..Outcome::of(Err(e))
-                        },
-                        Some(Err(message)) => Outcome {
-                            trace: context_of(None),
-                            ..Outcome::panic(message, None)
-                        },
-                        // Which record held it up is unknown: the batch goes again one
-                        // record at a time, each with the budget.
-                        None => Outcome::of(Err(BatchError {
-                            index: None,
-                            error: over_budget(budget),
-                        })),
-                    }
+        let call = move |records: Run, cancel: Cancel, _: Progress, attempt: u32| {
+            let handler = handler.clone();
+            let group = group.clone();
+            async move {
+                // A record retried (or replayed) alone gets the record's span, and its
+                // retries and dead letter continue its trace; a batch gets one span,
+                // and a record failing in it passes its own context on.
+                let (span, trace) = match &records[..] {
+                    [one] => crate::trace::record_span(&group, one, attempt),
+                    _ => (batch_span(&group, &records), None),
+                };
+                // Read only for a failing record, after the call: the records are
+                // still here.
+                let context_of = |index: Option<usize>| match (trace, index) {
+                    (Some(t), _) => Some(t),
+                    (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
+                    (None, None) => None,
+                };
+                let call =
+                    catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
+                match within(budget, call).await {
+                    Some(Ok(Ok(()))) => Outcome::of(Ok(())),
+                    Some(Ok(Err(e))) => Outcome {
+                        trace: context_of(e.index),
+                        ..Outcome::of(Err(e))
+                    },
+                    Some(Err(message)) => Outcome {
+                        trace: context_of(None),
+                        ..Outcome::panic(message, None)
+                    },
+                    // Which record held it up is unknown: the batch goes again one
+                    // record at a time, each with the budget.
+                    None => Outcome::of(Err(BatchError {
+                        index: None,
+                        error: over_budget(budget),
+                    })),
                 }
-            };
+            }
+        };
         self.run_inner(max_records, call, shutdown).await
     }
 

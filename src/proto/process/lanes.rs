@@ -875,7 +875,10 @@ impl Lanes {
         if done <= *reported {
             return;
         }
-        finish(&mut lane.tracker, run.get(*reported..done).unwrap_or_default());
+        finish(
+            &mut lane.tracker,
+            run.get(*reported..done).unwrap_or_default(),
+        );
         let newly = (done - *reported) as u64;
         *reported = done;
         self.stats.succeeded += newly;
@@ -1500,9 +1503,10 @@ impl Lanes {
                 continue;
             }
             let (run, retry) = match std::mem::take(&mut lane.work) {
-                Work::Waiting { attempt, until } if now.at >= until => {
-                    (Run::new(vec![attempt.record.clone()]), Some(Box::new(attempt)))
-                }
+                Work::Waiting { attempt, until } if now.at >= until => (
+                    Run::new(vec![attempt.record.clone()]),
+                    Some(Box::new(attempt)),
+                ),
                 Work::Idle => match next_batch(&self.config, lane, now) {
                     Some(run) => (run, None),
                     None => continue,

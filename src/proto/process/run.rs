@@ -122,7 +122,9 @@ mod tests {
     use super::*;
 
     fn record(p: i32, offset: i64) -> ConsumerRecord {
-        ConsumerRecord::builder("orders", p, offset).value("v").build()
+        ConsumerRecord::builder("orders", p, offset)
+            .value("v")
+            .build()
     }
 
     fn offsets(run: &[ConsumerRecord]) -> Vec<i64> {
@@ -134,17 +136,29 @@ mod tests {
         let mut run = Run::new((0..5).map(|o| record(0, o)).collect());
         assert!(run.unshared());
         let more: Vec<_> = (5..7).map(|o| record(0, o)).collect();
-        assert_eq!(run.append(more.clone(), 6).map_err(|v| v.len()), Err(2), "past the cap");
+        assert_eq!(
+            run.append(more.clone(), 6).map_err(|v| v.len()),
+            Err(2),
+            "past the cap"
+        );
         assert_eq!(run.append(more, 7), Ok(()));
         let front = run.take_front(3);
         assert_eq!(offsets(&front), [0, 1, 2]);
         assert_eq!(offsets(&run), [3, 4, 5, 6]);
         assert!(!run.unshared(), "the front shares them");
         let refused = run.append(vec![record(0, 7)], 100);
-        assert_eq!(refused.map_err(|v| v.len()), Err(1), "a part was handed out");
+        assert_eq!(
+            refused.map_err(|v| v.len()),
+            Err(1),
+            "a part was handed out"
+        );
         drop(front);
         let refused = run.append(vec![record(0, 7)], 100);
-        assert_eq!(refused.map_err(|v| v.len()), Err(1), "and its records are still held");
+        assert_eq!(
+            refused.map_err(|v| v.len()),
+            Err(1),
+            "and its records are still held"
+        );
         assert_eq!(offsets(&run.tail(2)), [5, 6]);
         assert_eq!(offsets(&run.tail(9)), Vec::<i64>::new());
         assert_eq!(offsets(&run.take_front(9)), [3, 4, 5, 6]);
