@@ -683,7 +683,7 @@ impl ConsumerBuilder {
             group: commander,
             auto_commit: self.auto_commit.is_some(),
             manual_revocation: self.manual_revocation,
-            last_progress: Instant::now(),
+            next_progress: Instant::now(),
             retry: (
                 self.client.retry_backoff,
                 self.client.retry_backoff_max,
@@ -760,7 +760,8 @@ pub struct Consumer {
     group: Option<GroupCommander>,
     auto_commit: bool,
     manual_revocation: bool,
-    last_progress: Instant,
+    /// When a poll next tells the group member the application is alive.
+    next_progress: Instant,
     /// `retry.backoff.ms`, `retry.backoff.max.ms` and the jitter seed: the pace of the
     /// commit at close.
     retry: (Duration, Duration, u64),
@@ -821,9 +822,11 @@ impl Consumer {
     /// paused and asks for no records, so the progress guard does not end its
     /// membership (the Java client's paused consumer keeps polling).
     pub(crate) fn note_alive(&mut self) {
+        // A comparison with the next time, not a difference from the last: `recv`
+        // pays this per record.
         let now = Instant::now();
-        if now.duration_since(self.last_progress) >= Duration::from_millis(500) {
-            self.last_progress = now;
+        if now >= self.next_progress {
+            self.next_progress = now + Duration::from_millis(500);
             if let Some(g) = &self.group {
                 g.try_progress();
             }
@@ -833,13 +836,21 @@ impl Consumer {
     fn on_poll_entry(&mut self) {
         self.note_alive();
         lock(&self.shared.fetcher).mark_consumed();
-        if self.manual_revocation {
-            return;
+        if self.revocation_pending() {
+            self.revocation_ready();
         }
+    }
+
+    /// Whether a revocation waits for the application to come back for more.
+    #[inline]
+    fn revocation_pending(&self) -> bool {
         // A flag first: a lock per poll cost `recv` more than the record it returned.
-        if !self.shared.revoke_pending.swap(false, Ordering::AcqRel) {
-            return;
-        }
+        !self.manual_revocation && self.shared.revoke_pending.swap(false, Ordering::AcqRel)
+    }
+
+    /// The application came back for more after a revocation was asked: its records
+    /// are done, and the partitions can go (after `mark_consumed`).
+    fn revocation_ready(&mut self) {
         let revoking = lock(&self.shared.app).revoking.take();
         if let Some((generation, partitions)) = revoking {
             let _ = self.commands.send(Command::RevocationReady {
@@ -899,10 +910,22 @@ impl Consumer {
     }
 
     fn poll_record(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<ConsumerRecord>>> {
-        self.on_poll_entry();
+        // `on_poll_entry`, with `mark_consumed` under the lock that takes the record
+        // (one lock a record instead of two) unless a revocation waits for it.
+        self.note_alive();
+        let mut consumed = false;
+        if self.revocation_pending() {
+            lock(&self.shared.fetcher).mark_consumed();
+            consumed = true;
+            self.revocation_ready();
+        }
         for attempt in 0..2 {
             let (next, freed) = {
                 let mut f = lock(&self.shared.fetcher);
+                if !consumed {
+                    f.mark_consumed();
+                    consumed = true;
+                }
                 let before = f.buffered_bytes();
                 let next = f.next_record();
                 if let Some(Ok(r)) = &next {

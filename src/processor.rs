@@ -83,7 +83,9 @@ pub use crate::proto::process::classify::{
     ProcessError,
 };
 pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
-use crate::proto::process::lanes::{Action, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
+use crate::proto::process::lanes::{
+    Action, Handover, Lanes, LanesConfig, Now, Outcome, Run, Ticket,
+};
 pub use crate::proto::process::retry::ConfigError;
 pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
 use crate::telemetry::ProcessorMetrics;
@@ -100,21 +102,27 @@ pub type Backoff = RetryBackoff;
 /// and the partition's next owner handles it again). Returning `Ok(())` without
 /// finishing commits a record nobody processed.
 #[derive(Debug, Clone, Default)]
-pub struct Cancel {
-    flag: Arc<AtomicBool>,
-    notify: Arc<Notify>,
+pub struct Cancel(Arc<CancelState>);
+
+/// A [`Cancel`]'s flag and its waiters, in one allocation: a handler call takes a
+/// clone, one reference count.
+#[derive(Debug, Default)]
+struct CancelState {
+    flag: AtomicBool,
+    notify: Notify,
 }
 
 impl Cancel {
     /// Whether cancellation was requested.
+    #[inline]
     pub fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
+        self.0.flag.load(Ordering::SeqCst)
     }
 
     /// Resolves when cancellation is requested.
     pub async fn cancelled(&self) {
         loop {
-            let notified = self.notify.notified();
+            let notified = self.0.notify.notified();
             if self.is_cancelled() {
                 return;
             }
@@ -123,8 +131,8 @@ impl Cancel {
     }
 
     fn cancel(&self) {
-        self.flag.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
+        self.0.flag.store(true, Ordering::SeqCst);
+        self.0.notify.notify_waiters();
     }
 }
 
@@ -770,15 +778,19 @@ struct Holds {
 }
 
 impl Holds {
+    #[inline]
     fn holds(&self, topic: &str, partition: i32) -> bool {
         if self.all.load(Ordering::Acquire) {
             return true;
         }
-        self.some.load(Ordering::Acquire) > 0
-            && self.partitions.lock().is_ok_and(|p| {
-                p.iter()
-                    .any(|tp| tp.partition == partition && tp.topic == topic)
-            })
+        self.some.load(Ordering::Acquire) > 0 && self.holds_one(topic, partition)
+    }
+
+    fn holds_one(&self, topic: &str, partition: i32) -> bool {
+        self.partitions.lock().is_ok_and(|p| {
+            p.iter()
+                .any(|tp| tp.partition == partition && tp.topic == topic)
+        })
     }
 
     fn set(&self, partitions: Option<&[TopicPartition]>, on: bool) {
@@ -869,8 +881,215 @@ impl std::fmt::Debug for Processor {
     }
 }
 
+/// One [`Processor::run`] task: the handler called on its records one after the other.
+struct Chunk<'a, H> {
+    handler: &'a H,
+    records: &'a [ConsumerRecord],
+    cancel: &'a Cancel,
+    progress: &'a Progress,
+    holds: &'a Holds,
+    group: &'a str,
+    /// The attempt the first record is on (the others are on their first).
+    attempt: u32,
+    budget: Duration,
+    /// Whether each record's call is timed (for the hook's `Metric::Processed`).
+    timed: bool,
+}
+
+/// Where [`Chunk::run`]'s quick pass stopped.
+enum Pass {
+    /// Every record was handled.
+    Done,
+    /// It stops before record `i` (cancelled, paused, or its time slice is over).
+    Stopped,
+    /// Record `i` is traced (or spans are on): its call goes the long way.
+    Traced,
+    /// Record `i`'s future is pending (it was started at this time, if timed).
+    Pending(Option<std::time::Instant>),
+    /// Record `i` failed, or panicked.
+    Failed(std::result::Result<ProcessError, String>),
+}
+
+impl<H: Handler> Chunk<'_, H> {
+    /// Calls the handler on each record in order, for up to [`RUN_SLICE`], and says how
+    /// far it got. Each record finished is committable at once (`progress`).
+    ///
+    /// A record whose call is ready at once (a fast handler's) costs no future of its
+    /// own, no timer and no span: the quick pass calls and polls the handler's futures
+    /// one after the other inside one poll. The first that is pending, traced, or not
+    /// done is finished the long way, with the budget's timer, its span and its trace
+    /// context, and the quick pass goes on after it.
+    async fn run(self) -> Outcome {
+        let slice = std::time::Instant::now();
+        let mut durations = Vec::new();
+        // The handler's future of the record in hand, pinned here so that a pending
+        // one goes on where the quick pass left it.
+        let mut call = std::pin::pin!(None);
+        let mut i = 0;
+        loop {
+            let pass = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(loop {
+                    let Some(record) = self.records.get(i) else {
+                        break Pass::Done;
+                    };
+                    if i > 0 && self.stops(i, record, slice) {
+                        break Pass::Stopped;
+                    }
+                    if !crate::trace::untraced(record) {
+                        break Pass::Traced;
+                    }
+                    let started = self.timed.then(std::time::Instant::now);
+                    let result = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        self.handler.handle(record, self.cancel.clone())
+                    })) {
+                        Ok(future) => {
+                            call.set(Some(future));
+                            match poll_caught(call.as_mut(), cx) {
+                                std::task::Poll::Pending => break Pass::Pending(started),
+                                std::task::Poll::Ready(result) => result,
+                            }
+                        }
+                        Err(payload) => Err(panic_message(payload)),
+                    };
+                    call.set(None);
+                    if let Some(started) = started {
+                        durations.push(started.elapsed());
+                    }
+                    match result {
+                        // Finished: committable now, even if a later record hangs.
+                        Ok(Ok(())) => {
+                            i += 1;
+                            self.progress.set(i);
+                        }
+                        Ok(Err(e)) => break Pass::Failed(Ok(e)),
+                        Err(message) => break Pass::Failed(Err(message)),
+                    }
+                })
+            })
+            .await;
+            let (result, trace) = match pass {
+                Pass::Done => {
+                    return Outcome {
+                        durations,
+                        ..Outcome::of(Ok(()))
+                    };
+                }
+                Pass::Stopped => {
+                    return Outcome {
+                        stopped_after: Some(i),
+                        durations,
+                        ..Outcome::of(Ok(()))
+                    };
+                }
+                Pass::Failed(result) => (result.map(Err), None),
+                Pass::Pending(started) => {
+                    let polled = std::future::poll_fn(|cx| poll_caught(call.as_mut(), cx));
+                    let result = tokio::time::timeout(self.budget, polled)
+                        .await
+                        .unwrap_or_else(|_| Ok(Err(over_budget(self.budget))));
+                    call.set(None);
+                    if let Some(started) = started {
+                        durations.push(started.elapsed());
+                    }
+                    (result, None)
+                }
+                Pass::Traced => self.traced(i, &mut durations).await,
+            };
+            match result {
+                Ok(Ok(())) => {
+                    i += 1;
+                    self.progress.set(i);
+                }
+                Ok(Err(e)) => {
+                    return Outcome {
+                        durations,
+                        trace,
+                        ..Outcome::of(Err(BatchError::at(i, e)))
+                    };
+                }
+                Err(message) => {
+                    return Outcome {
+                        durations,
+                        trace,
+                        ..Outcome::panic(message, Some(i))
+                    };
+                }
+            }
+        }
+    }
+
+    /// Whether to stop before record `i` (not the first): the call was cancelled, the
+    /// partition paused, or the time slice is over. The clock is read after each of
+    /// the first 8 records, then after every 8th: reading it costs more than a handler
+    /// that only counts, and a slow handler still stops after its first record.
+    #[inline]
+    fn stops(&self, i: usize, record: &ConsumerRecord, slice: std::time::Instant) -> bool {
+        self.cancel.is_cancelled()
+            || self.progress.stopping()
+            || self.holds.holds(record.topic(), record.partition())
+            || ((i < 8 || i % 8 == 0) && slice.elapsed() >= RUN_SLICE)
+    }
+
+    /// Record `i`'s call in its span, with its trace context: the result, and the
+    /// context its retry or dead letter carries on.
+    async fn traced(
+        &self,
+        i: usize,
+        durations: &mut Vec<Duration>,
+    ) -> (
+        std::result::Result<std::result::Result<(), ProcessError>, String>,
+        Option<TraceContext>,
+    ) {
+        let Some(record) = self.records.get(i) else {
+            return (Ok(Ok(())), None);
+        };
+        let started = self.timed.then(std::time::Instant::now);
+        // The first record may be a retry; the others are first attempts.
+        let attempt = if i == 0 { self.attempt } else { 1 };
+        let (span, trace) = crate::trace::record_span(self.group, record, attempt);
+        let result = if trace.is_none() && span.is_disabled() {
+            within(
+                self.budget,
+                catch_call(|| self.handler.handle(record, self.cancel.clone())),
+            )
+            .await
+        } else {
+            let call = catch_call(|| {
+                crate::trace::traced(
+                    self.handler.handle(record, self.cancel.clone()),
+                    span,
+                    trace,
+                )
+            });
+            within(self.budget, call).await
+        }
+        .unwrap_or_else(|| Ok(Err(over_budget(self.budget))));
+        if let Some(started) = started {
+            durations.push(started.elapsed());
+        }
+        (result, trace)
+    }
+}
+
+/// Polls the future in `call`, catching a panic: `Err` carries its message. The
+/// future is not polled again after it finished or panicked (the caller empties the
+/// slot).
+fn poll_caught<F: Future>(
+    call: std::pin::Pin<&mut Option<F>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<std::result::Result<F::Output, String>> {
+    let Some(future) = call.as_pin_mut() else {
+        return std::task::Poll::Ready(Err("the handler's call was polled after it ended".into()));
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+        Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+        Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+        Err(payload) => std::task::Poll::Ready(Err(panic_message(payload))),
+    }
+}
+
 /// Records one [`Processor::run`] task takes from its lane at most.
-const RUN_CHUNK: usize = 256;
+const RUN_CHUNK: usize = 1024;
 /// How long one [`Processor::run`] task keeps calling the handler before it reports
 /// back. Each record it finishes is committable at once (its `Progress`), so a record
 /// that hangs does not hold back the ones the task finished before it.
@@ -1080,83 +1299,23 @@ impl Processor {
         let budget = self.processing_budget;
         let holds = self.holds.clone();
         let group: Arc<str> = Arc::from(self.lanes.group.as_str());
-        let call = move |records: Vec<ConsumerRecord>,
-                         cancel: Cancel,
-                         progress: Progress,
-                         attempt: u32| {
+        let call = move |records: Run, cancel: Cancel, progress: Progress, attempt: u32| {
             let handler = handler.clone();
             let holds = holds.clone();
             let group = group.clone();
             async move {
-                let slice = std::time::Instant::now();
-                let mut durations = Vec::new();
-                // The records stay here, lent to each call in turn.
-                for (i, record) in records.iter().enumerate() {
-                    // The clock after each of the first 8 records, then after every
-                    // 8th: reading it costs more than a handler that only counts, and a
-                    // slow handler still stops after its first record.
-                    let check = i < 8 || i % 8 == 0;
-                    if i > 0
-                        && (cancel.is_cancelled()
-                            || progress.stopping()
-                            || holds.holds(record.topic(), record.partition())
-                            || (check && slice.elapsed() >= RUN_SLICE))
-                    {
-                        return Outcome {
-                            stopped_after: Some(i),
-                            durations,
-                            ..Outcome::of(Ok(()))
-                        };
-                    }
-                    let started = timed.then(std::time::Instant::now);
-                    // The first record may be a retry; the others are first attempts.
-                    let attempt = if i == 0 { attempt } else { 1 };
-                    let (span, trace) = crate::trace::record_span(&group, record, attempt);
-                    // Untraced (the usual case): the handler's future as it is. A
-                    // wrapper around it costs a tenth of a no-op record's time in moves.
-                    let result = if trace.is_none() && span.is_disabled() {
-                        within(
-                            budget,
-                            catch_call(|| handler.handle(record, cancel.clone())),
-                        )
-                        .await
-                    } else {
-                        let call = catch_call(|| {
-                            crate::trace::traced(
-                                handler.handle(record, cancel.clone()),
-                                span,
-                                trace,
-                            )
-                        });
-                        within(budget, call).await
-                    }
-                    .unwrap_or_else(|| Ok(Err(over_budget(budget))));
-                    if let Some(started) = started {
-                        durations.push(started.elapsed());
-                    }
-                    match result {
-                        // Finished: committable now, even if a later record hangs.
-                        Ok(Ok(())) => progress.set(i + 1),
-                        Ok(Err(e)) => {
-                            return Outcome {
-                                durations,
-                                trace,
-                                ..Outcome::of(Err(BatchError::at(i, e)))
-                            };
-                        }
-                        Err(message) => {
-                            return Outcome {
-                                durations,
-                                trace,
-                                ..Outcome::panic(message, Some(i))
-                            };
-                        }
-                    }
-                }
-                Outcome {
-                    durations,
-                    ..Outcome::of(Ok(()))
-                }
+                let chunk = Chunk {
+                    handler: &*handler,
+                    records: &records,
+                    cancel: &cancel,
+                    progress: &progress,
+                    holds: &holds,
+                    group: &group,
+                    attempt,
+                    budget,
+                    timed,
+                };
+                chunk.run().await
             }
         };
         self.run_inner(RUN_CHUNK, call, shutdown).await
@@ -1222,51 +1381,45 @@ impl Processor {
         let handler = Arc::new(handler);
         let budget = self.processing_budget;
         let group: Arc<str> = Arc::from(self.lanes.group.as_str());
-        let call =
-            move |records: Vec<ConsumerRecord>, cancel: Cancel, _: Progress, attempt: u32| {
-                let handler = handler.clone();
-                let group = group.clone();
-                async move {
-                    // A record retried (or replayed) alone gets the record's span, and its
-                    // retries and dead letter continue its trace; a batch gets one span,
-                    // and a record failing in it passes its own context on.
-                    let (span, trace) = match records.as_slice() {
-                        [one] => crate::trace::record_span(&group, one, attempt),
-                        _ => (batch_span(&group, &records), None),
-                    };
-                    let traced_records = trace.is_none()
-                        && records.iter().any(crate::proto::trace::record_has_header);
-                    let contexts: Vec<Option<TraceContext>> = if traced_records {
-                        records.iter().map(crate::proto::trace::of_record).collect()
-                    } else {
-                        Vec::new()
-                    };
-                    let context_of = |index: Option<usize>| match (trace, index) {
-                        (Some(t), _) => Some(t),
-                        (None, Some(i)) => contexts.get(i).copied().flatten(),
-                        (None, None) => None,
-                    };
-                    let call =
-                        catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
-                    match within(budget, call).await {
-                        Some(Ok(Ok(()))) => Outcome::of(Ok(())),
-                        Some(Ok(Err(e))) => Outcome {
-                            trace: context_of(e.index),
-                            ..Outcome::of(Err(e))
-                        },
-                        Some(Err(message)) => Outcome {
-                            trace: context_of(None),
-                            ..Outcome::panic(message, None)
-                        },
-                        // Which record held it up is unknown: the batch goes again one
-                        // record at a time, each with the budget.
-                        None => Outcome::of(Err(BatchError {
-                            index: None,
-                            error: over_budget(budget),
-                        })),
-                    }
+        let call = move |records: Run, cancel: Cancel, _: Progress, attempt: u32| {
+            let handler = handler.clone();
+            let group = group.clone();
+            async move {
+                // A record retried (or replayed) alone gets the record's span, and its
+                // retries and dead letter continue its trace; a batch gets one span,
+                // and a record failing in it passes its own context on.
+                let (span, trace) = match &records[..] {
+                    [one] => crate::trace::record_span(&group, one, attempt),
+                    _ => (batch_span(&group, &records), None),
+                };
+                // Read only for a failing record, after the call: the records are
+                // still here.
+                let context_of = |index: Option<usize>| match (trace, index) {
+                    (Some(t), _) => Some(t),
+                    (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
+                    (None, None) => None,
+                };
+                let call =
+                    catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
+                match within(budget, call).await {
+                    Some(Ok(Ok(()))) => Outcome::of(Ok(())),
+                    Some(Ok(Err(e))) => Outcome {
+                        trace: context_of(e.index),
+                        ..Outcome::of(Err(e))
+                    },
+                    Some(Err(message)) => Outcome {
+                        trace: context_of(None),
+                        ..Outcome::panic(message, None)
+                    },
+                    // Which record held it up is unknown: the batch goes again one
+                    // record at a time, each with the budget.
+                    None => Outcome::of(Err(BatchError {
+                        index: None,
+                        error: over_budget(budget),
+                    })),
                 }
-            };
+            }
+        };
         self.run_inner(max_records, call, shutdown).await
     }
 
@@ -1277,7 +1430,7 @@ impl Processor {
         shutdown: S,
     ) -> Result<Stats>
     where
-        H: Fn(Vec<ConsumerRecord>, Cancel, Progress, u32) -> F + Send + Sync + 'static,
+        H: Fn(Run, Cancel, Progress, u32) -> F + Send + Sync + 'static,
         F: Future<Output = Outcome> + Send + 'static,
         S: Future + Send,
     {
@@ -1285,6 +1438,9 @@ impl Processor {
         self.lanes.metrics = self.metrics.is_some() || crate::telemetry::ENABLED;
         self.lanes.processed_metrics = self.metrics.is_some();
         let mut lanes = Lanes::new(self.lanes.clone(), now());
+        // Records asked for at once: a call's worth (a delivery goes to its lane as one
+        // run, which a call then takes whole), and not fewer than 500.
+        let poll_records = max_batch.max(500);
         let mut tasks: JoinSet<Finished> = JoinSet::new();
         // The ticket of each task, for a task that ends without a result.
         let mut tickets: HashMap<tokio::task::Id, Ticket> = HashMap::new();
@@ -1462,7 +1618,7 @@ impl Processor {
                     lanes.handle_timeout(now());
                     None
                 }
-                batch = self.consumer.recv_batch(500), if want_records => match batch {
+                batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
                     Ok(records) => {
                         lanes.deliver(records, now());
                         None
@@ -1557,6 +1713,7 @@ impl Progress {
         self.0.0.load(Ordering::Acquire)
     }
 
+    #[inline]
     fn set(&self, done: usize) {
         self.0.0.store(done, Ordering::Release);
     }
@@ -1565,6 +1722,7 @@ impl Progress {
         self.0.1.store(true, Ordering::Release);
     }
 
+    #[inline]
     fn stopping(&self) -> bool {
         self.0.1.load(Ordering::Acquire)
     }

@@ -68,6 +68,15 @@ pub async fn scope<F: Future>(context: TraceContext, f: F) -> F::Output {
     CURRENT.scope(context, f).await
 }
 
+/// Whether a record's handler call needs no span and no trace context: `DEBUG` is off
+/// for every subscriber (so [`record_span`]'s span would be disabled) and the record
+/// has no header (so no `traceparent`). Such a call is made as it is, without
+/// [`record_span`] or [`traced`].
+#[inline]
+pub(crate) fn untraced(record: &ConsumerRecord) -> bool {
+    !tracing::level_enabled!(tracing::Level::DEBUG) && !record.has_headers()
+}
+
 /// The span of one handler call on `record` (attempt `attempt`, 1 for the first) and
 /// the trace context the call runs in: the span's own when the span is enabled and the
 /// record carries a trace, the record's when the span is not enabled.

@@ -10,7 +10,8 @@
 //! and exits at once. The parent reaps it with `wait4`, so CPU time (user + system) is
 //! the kernel's figure for that process alone; peak RSS is the child's own `VmHWM`. The
 //! brokers (tansu, and the mock cluster, which lives in the parent) and the producer
-//! never count. From the same rows, [`targets`] says where issue 21's targets stand.
+//! never count. From the same rows, [`targets`] says where issue 21's targets stand (with
+//! issue 36's bounds for `recv()`, `Processor::run` and `run_batch`).
 
 pub mod child;
 pub mod partitions;

@@ -1,5 +1,6 @@
-//! Issue 21's targets, from the medians of one run: a figure per cell (mostly a ratio of
-//! two clients' medians in that cell), the worst cell, how many cells meet the bound, and
+//! Issue 21's targets, with issue 36's bounds for `recv()`, `Processor::run` and
+//! `run_batch`, from the medians of one run: a figure per cell (mostly a ratio of two
+//! clients' medians in that cell), the worst cell, how many cells meet the bound, and
 //! whether the target is met.
 //!
 //! `bench` builds the consume targets from its rows ([`evaluate`]) and prints them last
@@ -21,26 +22,27 @@ pub struct Target {
     pub unit: Unit,
 }
 
-/// `recv()`'s CPU per record over `recv_batch`'s, in every cell with both.
+/// `recv()`'s CPU per record over `recv_batch`'s, in the uncompressed 100 B cells
+/// (issue 36; issue 21 asked ≤ 1.25× in every cell).
 pub const RECV: Target = Target {
-    what: "recv() ÷ recv_batch CPU per record, every cell",
-    bound: Bound::AtMost(1.25),
-    unit: Unit::Ratio,
-};
-
-/// `Processor::run` (no-op handler) CPU per record over the raw stream's (`recv_batch`),
-/// in the uncompressed 100 B cells.
-pub const RUN: Target = Target {
-    what: "Processor::run no-op ÷ raw stream CPU, 100 B cells",
+    what: "recv() ÷ recv_batch CPU per record, 100 B cells",
     bound: Bound::AtMost(1.3),
     unit: Unit::Ratio,
 };
 
+/// `Processor::run` (no-op handler) CPU per record over the raw stream's (`recv_batch`),
+/// in the uncompressed 100 B cells (issue 36; issue 21 asked ≤ 1.3×).
+pub const RUN: Target = Target {
+    what: "Processor::run no-op ÷ raw stream CPU, 100 B cells",
+    bound: Bound::AtMost(1.5),
+    unit: Unit::Ratio,
+};
+
 /// `Processor::run_batch` (no-op handler) CPU per record over the raw stream's, in the
-/// uncompressed 100 B cells.
+/// uncompressed 100 B cells (issue 36; issue 21 asked ≤ 1.1×).
 pub const RUN_BATCH: Target = Target {
     what: "Processor::run_batch no-op ÷ raw stream CPU, 100 B cells",
-    bound: Bound::AtMost(1.1),
+    bound: Bound::AtMost(1.2),
     unit: Unit::Ratio,
 };
 
@@ -87,14 +89,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Outcome> {
     };
     let cpu = Sample::cpu_per_million;
     vec![
-        ratio(
-            RECV,
-            &cells,
-            |_, _| true,
-            Client::OttlaRecv,
-            Client::Ottla,
-            cpu,
-        ),
+        ratio(RECV, &cells, hundred, Client::OttlaRecv, Client::Ottla, cpu),
         ratio(RUN, &cells, hundred, Client::OttlaProc, Client::Ottla, cpu),
         ratio(
             RUN_BATCH,
@@ -116,23 +111,30 @@ pub fn evaluate(rows: &[Row]) -> Vec<Outcome> {
     ]
 }
 
-/// Prints `outcomes` under the heading "Targets (issue 21)", one line each.
-pub fn print(outcomes: &[Outcome]) {
+/// The heading of `bench`'s targets.
+pub const CONSUME_HEADING: &str =
+    "Targets (issue 21, with issue 36's bounds for recv, run and run_batch)";
+
+/// The heading of `bench-decode`'s targets.
+pub const DECODE_HEADING: &str = "Targets (issue 21)";
+
+/// Prints `outcomes` under `heading`, one line each.
+pub fn print(heading: &str, outcomes: &[Outcome]) {
     println!();
-    print!("{}", render(outcomes));
+    print!("{}", render(heading, outcomes));
 }
 
 /// The lines [`print`] prints: a heading, a column header, one line per outcome (its
 /// target, bound, worst figure, cells that meet the bound out of those measured, verdict
 /// and worst cell) and a note on the columns.
-pub fn render(outcomes: &[Outcome]) -> String {
+pub fn render(heading: &str, outcomes: &[Outcome]) -> String {
     let width = outcomes
         .iter()
         .map(|o| o.target.what.chars().count())
         .max()
         .unwrap_or(0)
         .max("target".len());
-    let mut out = String::from("==== Targets (issue 21) ====\n");
+    let mut out = format!("==== {heading} ====\n");
     out += &format!(
         "{:<width$}  {:<8}  {:>7}  {:>9}  {:<12}  {}\n",
         "target", "bound", "worst", "cells met", "verdict", "worst cell"
@@ -438,13 +440,20 @@ mod tests {
     }
 
     #[test]
-    fn recv_is_measured_in_every_cell_with_both_clients_and_the_worst_cell_decides() {
-        let (small, big) = (cell(100, false, 6), cell(1024, false, 6));
+    fn recv_is_measured_in_the_100_b_cells_with_both_clients_and_the_worst_cell_decides() {
+        let (small, big, many) = (
+            cell(100, false, 6),
+            cell(1024, false, 6),
+            cell(100, false, 24),
+        );
         let rows = [
             row("tansu", small, Client::Ottla, 0.2, 3e6),
             row("tansu", small, Client::OttlaRecv, 0.24, 3e6),
+            // Not the target's: 1 KiB.
             row("tansu", big, Client::Ottla, 0.4, 6e5),
             row("tansu", big, Client::OttlaRecv, 0.6, 6e5),
+            row("tansu", many, Client::Ottla, 0.2, 3e6),
+            row("tansu", many, Client::OttlaRecv, 0.3, 3e6),
             row("mock", small, Client::Ottla, 0.2, 3e6),
             row("mock", small, Client::OttlaRecv, 0.2, 3e6),
         ];
@@ -453,11 +462,11 @@ mod tests {
             figures(&o),
             [
                 ("tansu 100B/6p".to_string(), 1.2),
-                ("tansu 1KiB/6p".to_string(), 1.5),
+                ("tansu 100B/24p".to_string(), 1.5),
                 ("mock 100B/6p".to_string(), 1.0),
             ]
         );
-        assert_eq!(worst(&o), Some(("tansu 1KiB/6p", 1.5)));
+        assert_eq!(worst(&o), Some(("tansu 100B/24p", 1.5)));
         assert_eq!(o.met(), 2);
         assert_eq!(o.verdict(), Verdict::NotMet);
     }
@@ -473,14 +482,14 @@ mod tests {
         failed.failure = Some("n/a: counted 10 of 1000000 records".into());
         let rows = [
             row("tansu", a, Client::Ottla, 0.2, 3e6),
-            row("tansu", a, Client::OttlaRecv, 0.25, 3e6),
+            row("tansu", a, Client::OttlaRecv, 0.26, 3e6),
             // No recv() row in b.
             row("tansu", b, Client::Ottla, 0.2, 3e6),
             row("tansu", c, Client::Ottla, 0.2, 3e6),
             failed,
         ];
         let o = outcome(&rows, RECV);
-        assert_eq!(figures(&o), [("tansu 100B/1p".to_string(), 1.25)]);
+        assert_eq!(figures(&o), [("tansu 100B/1p".to_string(), 1.3)]);
         assert_eq!((o.met(), o.cells.len()), (1, 1));
         // Exactly at the bound is within it.
         assert_eq!(o.verdict(), Verdict::Met);
@@ -494,16 +503,16 @@ mod tests {
             cell(1024, true, 6),
         );
         let mut rows = Vec::new();
-        for (c, proc_cpu, batch_cpu) in [(small, 0.25, 0.21), (big, 0.8, 0.8), (lz4, 0.8, 0.8)] {
+        for (c, proc_cpu, batch_cpu) in [(small, 0.29, 0.23), (big, 0.8, 0.8), (lz4, 0.8, 0.8)] {
             rows.push(row("tansu", c, Client::Ottla, 0.2, 3e6));
             rows.push(row("tansu", c, Client::OttlaProc, proc_cpu, 2e6));
             rows.push(row("tansu", c, Client::OttlaProcBatch, batch_cpu, 2e6));
         }
         let run = outcome(&rows, RUN);
-        assert_eq!(figures(&run), [("tansu 100B/6p".to_string(), 1.25)]);
+        assert_eq!(figures(&run), [("tansu 100B/6p".to_string(), 1.45)]);
         assert_eq!(run.verdict(), Verdict::Met);
         let batch = outcome(&rows, RUN_BATCH);
-        assert_eq!(figures(&batch), [("tansu 100B/6p".to_string(), 1.05)]);
+        assert_eq!(figures(&batch), [("tansu 100B/6p".to_string(), 1.15)]);
         assert_eq!(batch.verdict(), Verdict::Met);
     }
 
@@ -604,12 +613,15 @@ mod tests {
                 ],
             ),
         ];
-        let text = render(&outcomes);
+        let text = render(CONSUME_HEADING, &outcomes);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "==== Targets (issue 21) ====");
+        assert_eq!(
+            lines[0],
+            "==== Targets (issue 21, with issue 36's bounds for recv, run and run_batch) ===="
+        );
         let words = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
-            words(lines[2]).ends_with("≤ 1.25× 1.61× 0 of 1 not met tansu 100B/6p"),
+            words(lines[2]).ends_with("≤ 1.30× 1.61× 0 of 1 not met tansu 100B/6p"),
             "{}",
             lines[2]
         );

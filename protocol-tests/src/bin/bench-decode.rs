@@ -451,10 +451,13 @@ fn callgrind(input: &Path, iters: u64, reference: Tally) -> anyhow::Result<()> {
     );
     println!("profiles: callgrind_annotate {}", results[2].2.display());
     let ottla = per_record(results[2].1);
-    targets::print(&[
-        Outcome::new(targets::DECODE, vec![(stem.clone(), ottla)]),
-        Outcome::new(targets::DECODE_WALKER, vec![(stem, ottla / walker)]),
-    ]);
+    targets::print(
+        targets::DECODE_HEADING,
+        &[
+            Outcome::new(targets::DECODE, vec![(stem.clone(), ottla)]),
+            Outcome::new(targets::DECODE_WALKER, vec![(stem, ottla / walker)]),
+        ],
+    );
     Ok(())
 }
 

@@ -12,9 +12,10 @@
 //! consumes exactly the cell's records from offset 0, checking every partition's
 //! offsets (no loss, no duplicate), and exits. CPU seconds and peak RSS come from the
 //! kernel (`wait4`'s rusage of that child). Prints medians and ratios to rust-rdkafka's
-//! `BaseConsumer`, then, under "Targets (issue 21)", each of that issue's consume
-//! targets from the same medians (`bench::targets`): its worst cell, how many cells meet
-//! it, and met, not met, or not measured (none of its cells had the clients it needs).
+//! `BaseConsumer`, then, under "Targets", each of issue 21's consume targets (with issue
+//! 36's bounds for `recv()`, `Processor::run` and `run_batch`) from the same medians
+//! (`bench::targets`): its worst cell, how many cells meet it, and met, not met, or not
+//! measured (none of its cells had the clients it needs).
 //!
 //! Defaults: 1,000,000 records per cell, values of 100 B, 1 KiB and 1 KiB lz4, 1, 6 and
 //! 24 partitions, 3 runs, both brokers. The mock cluster keeps only 5 MiB per
@@ -62,7 +63,7 @@ fn main() -> ExitCode {
                 println!("\n==== all cells ====");
                 table::print(&rows);
             }
-            targets::print(&targets::evaluate(&rows));
+            targets::print(targets::CONSUME_HEADING, &targets::evaluate(&rows));
             ExitCode::SUCCESS
         }
         Err(e) => {

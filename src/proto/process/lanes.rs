@@ -27,6 +27,8 @@ use tracing::{error, info, warn};
 use super::classify::{AsGiven, BatchError, Classifier, Disposition, ErrorClass, ProcessError};
 use super::dlq::{DeadLetter, DlqFormat, DlqTimestamp};
 use super::retry::RetryPolicy;
+pub use super::run::Run;
+use super::run::offset_runs;
 use super::tracker::OffsetTracker;
 use crate::proto::backoff::Backoff;
 use crate::proto::fetch::fetcher::ConsumerRecord;
@@ -210,8 +212,9 @@ pub enum Action {
         ticket: Ticket,
         /// The records' partition.
         partition: TopicPartition,
-        /// The records.
-        records: Vec<ConsumerRecord>,
+        /// The records, shared with the lane (which keeps them for what the call does
+        /// not finish): lend them, do not copy them.
+        records: Run,
         /// The attempt the first record is on (1 for the first); the others are on
         /// their first.
         attempt: u32,
@@ -509,11 +512,13 @@ enum Work {
     /// Nothing: the next records start when a slot is free.
     #[default]
     Idle,
-    /// A handler call runs on `attempts`; the first `reported` of them finished
-    /// already ([`Lanes::progress`]).
+    /// A handler call runs on `run`; the first `reported` of its records finished
+    /// already ([`Lanes::progress`]). `retry`: the first record is on a retry, and
+    /// this is its state (the others are on their first attempt).
     Running {
         ticket: Ticket,
-        attempts: Vec<Attempt>,
+        run: Run,
+        retry: Option<Box<Attempt>>,
         reported: usize,
         cancelled: bool,
     },
@@ -547,9 +552,20 @@ impl Work {
     }
 }
 
+/// A handler call that ended, as its lane held it.
+struct Ran {
+    run: Run,
+    retry: Option<Box<Attempt>>,
+    reported: usize,
+    cancelled: bool,
+}
+
 #[derive(Debug, Default)]
 struct Lane {
-    queue: VecDeque<ConsumerRecord>,
+    /// The records delivered and not yet handed to a call, in runs as they came.
+    queue: VecDeque<Run>,
+    /// How many records `queue` holds.
+    queued: usize,
     tracker: OffsetTracker,
     work: Work,
     paused: bool,
@@ -649,7 +665,7 @@ impl Lanes {
     /// Records fetched and waiting in the lanes for their handler call (not counting
     /// those in a call, or waiting for a retry).
     pub fn queued(&self) -> usize {
-        self.lanes.values().map(|l| l.queue.len()).sum()
+        self.lanes.values().map(|l| l.queued).sum()
     }
 
     /// The partitions that have a lane.
@@ -659,8 +675,7 @@ impl Lanes {
 
     /// Whether more records are welcome (fewer than four lane buffers are queued).
     pub fn wants_records(&self) -> bool {
-        let queued: usize = self.lanes.values().map(|l| l.queue.len()).sum();
-        queued < self.config.lane_buffer.saturating_mul(4)
+        self.queued() < self.config.lane_buffer.saturating_mul(4)
     }
 
     /// The application pauses `partitions` (`None`: every partition, those assigned
@@ -783,34 +798,68 @@ impl Lanes {
     }
 
     /// Records fetched, in offset order per partition.
-    pub fn deliver(&mut self, records: Vec<ConsumerRecord>, now: Now) {
-        // Records come in runs of one partition: one lane lookup per run.
-        let mut records = records.into_iter().peekable();
-        while let Some(first) = records.next() {
-            let (topic, partition) = (first.topic_arc().clone(), first.partition());
-            // A new lane owns nothing before its first record: committing from there.
-            let start = first.offset();
-            let lane = self
-                .lanes
-                .entry(first.topic_partition())
-                .or_insert_with(|| Lane {
-                    tracker: OffsetTracker::starting_at(start),
-                    ..Lane::default()
-                });
-            let run = std::iter::once(first).chain(std::iter::from_fn(|| {
-                records.next_if(|r| r.is_in(&topic, partition))
-            }));
-            if lane.releasing {
-                // Fetched before the pause took hold: the next owner reads them.
-                run.for_each(drop);
-                continue;
-            }
-            for r in run {
-                lane.tracker.deliver(r.offset());
-                lane.queue.push_back(r);
-            }
+    pub fn deliver(&mut self, mut records: Vec<ConsumerRecord>, now: Now) {
+        // Records come in runs of one partition, usually one run a delivery: each run
+        // goes to its lane whole, with one lookup, without a copy when it is the only one.
+        let mut starts = Vec::new();
+        let mut at = 0;
+        while let Some(first) = records.get(at) {
+            starts.push(at);
+            let (topic, partition) = (first.topic_arc(), first.partition());
+            at += records
+                .get(at..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|r| r.is_in(topic, partition))
+                .count();
+        }
+        // The later runs are split off; the first keeps the delivery's vector.
+        let mut runs = Vec::with_capacity(starts.len());
+        for &start in starts.iter().skip(1).rev() {
+            runs.push(records.split_off(start));
+        }
+        runs.push(records);
+        for run in runs.into_iter().rev() {
+            self.deliver_run(run);
         }
         self.step(now);
+    }
+
+    /// Records of one partition, in offset order, to its lane.
+    fn deliver_run(&mut self, records: Vec<ConsumerRecord>) {
+        let Some(first) = records.first() else {
+            return;
+        };
+        // A new lane owns nothing before its first record: committing from there.
+        let start = first.offset();
+        let lane = self
+            .lanes
+            .entry(first.topic_partition())
+            .or_insert_with(|| Lane {
+                tracker: OffsetTracker::starting_at(start),
+                ..Lane::default()
+            });
+        if lane.releasing {
+            // Fetched before the pause took hold: the next owner reads them.
+            return;
+        }
+        for run in offset_runs(&records) {
+            lane.tracker.deliver_run(run);
+        }
+        lane.queued += records.len();
+        // Onto the last run while it is short of half a batch and no call has had any
+        // of it yet: a call then takes what came in small deliveries (many partitions)
+        // at once, without a copy. A longer run is left as it is, so records are
+        // copied only while runs are short.
+        let want = self.config.max_batch.max(1);
+        let records = match lane.queue.back_mut() {
+            Some(last) if last.len() * 2 < want => match last.append(records, want) {
+                Ok(()) => return,
+                Err(records) => records,
+            },
+            _ => records,
+        };
+        lane.queue.push_back(Run::new(records));
     }
 
     /// The call under `ticket` finished the first `done` records of its batch (it
@@ -819,19 +868,17 @@ impl Lanes {
         let Some(lane) = self.lane_of(ticket) else {
             return;
         };
-        let Work::Running {
-            attempts, reported, ..
-        } = &mut lane.work
-        else {
+        let Work::Running { run, reported, .. } = &mut lane.work else {
             return;
         };
-        let done = done.min(attempts.len());
+        let done = done.min(run.len());
         if done <= *reported {
             return;
         }
-        for a in attempts.get(*reported..done).unwrap_or_default() {
-            lane.tracker.finish(a.record.offset());
-        }
+        finish(
+            &mut lane.tracker,
+            run.get(*reported..done).unwrap_or_default(),
+        );
         let newly = (done - *reported) as u64;
         *reported = done;
         self.stats.succeeded += newly;
@@ -875,7 +922,8 @@ impl Lanes {
         let Some((
             tp,
             Work::Running {
-                attempts,
+                run,
+                retry,
                 reported,
                 cancelled,
                 ..
@@ -884,21 +932,30 @@ impl Lanes {
         else {
             return;
         };
-        self.on_handled(&tp, attempts, reported, cancelled, outcome, took, now);
+        let call = Ran {
+            run,
+            retry,
+            reported,
+            cancelled,
+        };
+        self.on_handled(&tp, call, outcome, took, now);
         self.step(now);
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn on_handled(
         &mut self,
         tp: &TopicPartition,
-        mut attempts: Vec<Attempt>,
-        reported: usize,
-        cancelled: bool,
+        call: Ran,
         outcome: Outcome,
         took: Duration,
         now: Now,
     ) {
+        let Ran {
+            run,
+            retry,
+            reported,
+            cancelled,
+        } = call;
         let Outcome {
             result,
             stopped_after,
@@ -910,19 +967,12 @@ impl Lanes {
         let took_of = |i: usize| durations.get(i).copied().unwrap_or(took);
         // The records reported finished on the way: their metrics now, with their
         // durations.
-        let reported = reported.min(attempts.len());
+        let reported = reported.min(run.len());
         for i in 0..reported {
             self.processed(true, took_of(i));
         }
-        // `split_off(0)` would copy every attempt into a new vector (22,000
-        // instructions a call of 256 records, in callgrind): the usual call reported
-        // nothing on the way.
-        let mut pending = if reported == 0 {
-            attempts
-        } else {
-            attempts.split_off(reported)
-        };
-        let n = pending.len();
+        // The records past those reported finished on the way.
+        let n = run.len() - reported;
         let (handled, error) = match result {
             Ok(()) => (
                 stopped_after
@@ -937,7 +987,7 @@ impl Lanes {
             Err(BatchError { error, .. }) if n == 1 => (0, Some(error)),
             Err(BatchError { .. }) if n == 0 => (0, None),
             Err(BatchError { error, .. }) => {
-                self.replay_solo(tp, pending, &error);
+                self.replay_solo(tp, run.tail(reported), &error);
                 return;
             }
         };
@@ -960,11 +1010,11 @@ impl Lanes {
         // Skipped: done, as far as commits go; counted apart.
         let (error, finished) = match error {
             Some(e) if e.disposition == Disposition::Skipped => {
-                if let Some(a) = pending.get(handled) {
+                if let Some(r) = run.get(reported + handled) {
                     info!(
                         target: LOG_TARGET,
                         consumer_group = %self.config.group, topic = %tp.topic, partition = tp.partition,
-                        offset = a.record.offset(), error_type = %e.kind, error = %e.message,
+                        offset = r.offset(), error_type = %e.kind, error = %e.message,
                         "record skipped"
                     );
                 }
@@ -974,11 +1024,11 @@ impl Lanes {
         };
         let skipped = finished.is_some() && handled < n;
         let done = handled + usize::from(skipped);
-        let mut rest = pending.split_off(done);
-        for a in &pending {
-            lane.tracker.finish(a.record.offset());
-        }
-        let processed = handled.min(pending.len());
+        finish(
+            &mut lane.tracker,
+            run.get(reported..reported + done).unwrap_or_default(),
+        );
+        let processed = handled.min(done);
         if skipped {
             self.stats.skipped += 1;
             if let Some(kind) = finished {
@@ -995,12 +1045,21 @@ impl Lanes {
             return;
         };
         let failing = match error {
-            Some(e) if !rest.is_empty() => Some((rest.remove(0), e)),
+            Some(e) if done < n => Some((reported + done, e)),
             _ => None,
         };
         // The records not reached (after the failing one) come again, after it.
-        requeue(lane, rest);
-        if let Some((mut attempt, error)) = failing {
+        let rest = reported + done + usize::from(failing.is_some());
+        requeue(lane, run.tail(rest));
+        if let Some((i, error)) = failing {
+            // The first record of a call may be on a retry: it goes on counting.
+            let mut attempt = match (i, retry) {
+                (0, Some(retry)) => *retry,
+                _ => match run.get(i) {
+                    Some(r) => Attempt::first(r.clone()),
+                    None => return,
+                },
+            };
             attempt.attempts += 1;
             attempt.took = took_of(reported + handled);
             attempt.trace = trace;
@@ -1009,7 +1068,7 @@ impl Lanes {
     }
 
     /// A batch failed without naming a record: it goes again one record at a time.
-    fn replay_solo(&mut self, tp: &TopicPartition, attempts: Vec<Attempt>, error: &ProcessError) {
+    fn replay_solo(&mut self, tp: &TopicPartition, records: Run, error: &ProcessError) {
         let class = self
             .config
             .classifier
@@ -1023,8 +1082,8 @@ impl Lanes {
             return;
         };
         let (first, last) = (
-            attempts.first().map(|a| a.record.offset()),
-            attempts.last().map(|a| a.record.offset()),
+            records.first().map(ConsumerRecord::offset),
+            records.last().map(ConsumerRecord::offset),
         );
         warn!(
             target: LOG_TARGET,
@@ -1033,7 +1092,7 @@ impl Lanes {
             error = %error.message, "batch failed without naming a record; replaying it one record at a time"
         );
         lane.solo_through = last;
-        requeue(lane, attempts);
+        requeue(lane, records);
     }
 
     /// A record's attempt failed: retry it, send it on to a retry topic, or
@@ -1345,6 +1404,7 @@ impl Lanes {
             lane.releasing = true;
             lane.paused = true;
             lane.queue.clear();
+            lane.queued = 0;
             match &mut lane.work {
                 Work::Waiting { .. } | Work::Halted { .. } => lane.work = Work::Idle,
                 Work::Running {
@@ -1442,28 +1502,32 @@ impl Lanes {
             if lane.releasing || held_all || held.contains(tp) {
                 continue;
             }
-            let attempts = match std::mem::take(&mut lane.work) {
-                Work::Waiting { attempt, until } if now.at >= until => vec![attempt],
-                Work::Idle => next_batch(&self.config, lane, now),
+            let (run, retry) = match std::mem::take(&mut lane.work) {
+                Work::Waiting { attempt, until } if now.at >= until => (
+                    Run::new(vec![attempt.record.clone()]),
+                    Some(Box::new(attempt)),
+                ),
+                Work::Idle => match next_batch(&self.config, lane, now) {
+                    Some(run) => (run, None),
+                    None => continue,
+                },
                 other => {
                     lane.work = other;
                     continue;
                 }
             };
-            if attempts.is_empty() {
-                continue;
-            }
             running += 1;
-            starts.push((tp.clone(), attempts));
+            starts.push((tp.clone(), run, retry));
         }
-        for (tp, attempts) in starts {
+        for (tp, run, retry) in starts {
             let ticket = self.ticket(&tp);
-            let records = attempts.iter().map(|a| a.record.clone()).collect();
-            let attempt = attempts.first().map_or(1, |a| a.attempts.saturating_add(1));
+            let attempt = retry.as_ref().map_or(1, |a| a.attempts.saturating_add(1));
+            let records = run.clone();
             if let Some(lane) = self.lanes.get_mut(&tp) {
                 lane.work = Work::Running {
                     ticket,
-                    attempts,
+                    run,
+                    retry,
                     reported: 0,
                     cancelled: false,
                 };
@@ -1490,7 +1554,7 @@ impl Lanes {
                 || waiting
                 || held_all
                 || held.contains(tp)
-                || lane.queue.len() >= self.config.lane_buffer;
+                || lane.queued >= self.config.lane_buffer;
             if should && !lane.paused {
                 self.actions.push_back(Action::Pause(tp.clone()));
                 lane.paused = true;
@@ -1599,19 +1663,24 @@ impl Lanes {
                     ));
                 }
             }
-            if lane.releasing && !lane.queue.is_empty() {
+            if lane.releasing && lane.queued > 0 {
                 return Err(format!(
                     "{tp:?}: records queued on a lane being handed over"
                 ));
             }
+            let runs: usize = lane.queue.iter().map(|r| r.len()).sum();
+            if runs != lane.queued || lane.queue.iter().any(|r| r.is_empty()) {
+                return Err(format!(
+                    "{tp:?}: {runs} records in runs, {} counted, or an empty run",
+                    lane.queued
+                ));
+            }
             // Every record delivered and not finished is queued or in the lane's work:
             // none is stranded (a lane being handed over drops what it will not do).
-            let held = lane.queue.len()
+            let held = lane.queued
                 + match &lane.work {
                     Work::Idle => 0,
-                    Work::Running {
-                        attempts, reported, ..
-                    } => attempts.len().saturating_sub(*reported),
+                    Work::Running { run, reported, .. } => run.len().saturating_sub(*reported),
                     _ => 1,
                 };
             if !lane.releasing && held != lane.tracker.in_progress() {
@@ -1628,77 +1697,125 @@ impl Lanes {
     fn unfinished_of(&self, lane: &Lane) -> Option<i64> {
         let work = match &lane.work {
             Work::Idle => None,
-            Work::Running {
-                attempts, reported, ..
-            } => attempts.get(*reported).map(|a| a.record.offset()),
+            Work::Running { run, reported, .. } => run.get(*reported).map(ConsumerRecord::offset),
             Work::Waiting { attempt, .. }
             | Work::Forwarding { attempt, .. }
             | Work::Halted { attempt, .. } => Some(attempt.record.offset()),
         };
         work.into_iter()
-            .chain(lane.queue.front().map(|r| r.offset()))
+            .chain(
+                lane.queue
+                    .front()
+                    .and_then(|r| r.first())
+                    .map(ConsumerRecord::offset),
+            )
             .min()
     }
 }
 
 /// Puts records not handled back at the front of their lane, in order; a lane being
 /// handed over keeps none (its next owner reads them).
-fn requeue(lane: &mut Lane, attempts: Vec<Attempt>) {
-    if lane.releasing {
+fn requeue(lane: &mut Lane, records: Run) {
+    if lane.releasing || records.is_empty() {
         return;
     }
-    for a in attempts.into_iter().rev() {
-        lane.queue.push_front(a.record);
+    lane.queued += records.len();
+    lane.queue.push_front(records);
+}
+
+/// The records of `records`, finished, to the tracker: a range of offsets at a time.
+fn finish(tracker: &mut OffsetTracker, records: &[ConsumerRecord]) {
+    for run in offset_runs(records) {
+        tracker.finish_run(run);
     }
 }
 
 /// The next records of an idle lane: up to `max_batch` (one while replaying a failed
 /// batch), stopping before a retry-topic record that must still wait (which then
 /// waits in the lane).
-fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Vec<Attempt> {
-    // Sized once: growing a vector of attempts by doubling copied each one again.
-    let mut batch: Vec<Attempt> = Vec::with_capacity(config.max_batch.min(lane.queue.len()));
-    while batch.len() < config.max_batch {
-        let Some(record) = lane.queue.front() else {
-            break;
-        };
-        let solo = lane.solo_through.is_some_and(|o| record.offset() <= o);
-        if !solo {
-            lane.solo_through = None;
-        }
-        if solo && !batch.is_empty() {
-            break;
-        }
-        // A retry-topic record waits for its timestamp plus the delay.
-        let delay = hop_of(record)
-            .checked_sub(1)
-            .and_then(|i| config.retry_delays.get(i as usize));
-        let wait = delay.map_or(0, |d| {
-            record
-                .timestamp()
-                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                .saturating_sub(now.unix_ms)
-        });
-        if wait > 0 && !batch.is_empty() {
-            break;
-        }
-        let Some(record) = lane.queue.pop_front() else {
-            break;
-        };
-        let attempt = Attempt::first(record);
-        if wait > 0 {
-            lane.work = Work::Waiting {
-                attempt,
-                until: now.at + Duration::from_millis(wait.unsigned_abs()),
-            };
-            break;
-        }
-        batch.push(attempt);
-        if solo {
-            break;
+fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Option<Run> {
+    let want = config.max_batch.max(1);
+    let Lane {
+        queue,
+        solo_through,
+        work,
+        ..
+    } = lane;
+    // How many to take. Without a batch to replay one record at a time or retry
+    // topics to wait for, that is all there are, up to a batch, unread.
+    let mut take = want.min(queue.iter().map(|r| r.len()).sum());
+    let mut wait_until = None;
+    if solo_through.is_some() || !config.retry_delays.is_empty() {
+        take = 0;
+        'scan: for record in queue.iter().flat_map(|r| r.iter()) {
+            if take == want {
+                break;
+            }
+            let solo = solo_through.is_some_and(|o| record.offset() <= o);
+            if !solo {
+                *solo_through = None;
+            }
+            if solo && take > 0 {
+                break;
+            }
+            // A retry-topic record waits for its timestamp plus the delay.
+            let delay = hop_of(record)
+                .checked_sub(1)
+                .and_then(|i| config.retry_delays.get(i as usize));
+            let wait = delay.map_or(0, |d| {
+                record
+                    .timestamp()
+                    .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                    .saturating_sub(now.unix_ms)
+            });
+            if wait > 0 {
+                if take == 0 {
+                    take = 1;
+                    wait_until = Some(now.at + Duration::from_millis(wait.unsigned_abs()));
+                }
+                break 'scan;
+            }
+            take += 1;
+            if solo {
+                break;
+            }
         }
     }
-    batch
+    if take == 0 {
+        return None;
+    }
+    let front = queue.front_mut()?;
+    // From the first run alone, without a copy, when it has what to take or half a
+    // batch; from several runs (one reference count a record) when it is a remnant.
+    let run = if take <= front.len() || front.len() * 2 >= want {
+        let run = front.take_front(take);
+        if front.is_empty() {
+            queue.pop_front();
+        }
+        run
+    } else {
+        let mut records = Vec::with_capacity(take);
+        while records.len() < take {
+            let Some(front) = queue.front_mut() else {
+                break;
+            };
+            records.extend(front.take_front(take - records.len()).iter().cloned());
+            if front.is_empty() {
+                queue.pop_front();
+            }
+        }
+        Run::new(records)
+    };
+    lane.queued -= run.len();
+    if let Some(until) = wait_until {
+        let record = run.first()?.clone();
+        *work = Work::Waiting {
+            attempt: Attempt::first(record),
+            until,
+        };
+        return None;
+    }
+    Some(run)
 }
 
 #[cfg(any(test, feature = "testing"))]

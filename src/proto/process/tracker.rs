@@ -4,17 +4,23 @@
 //! never hold the prefix back.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 /// Finished-prefix tracking for one partition.
+///
+/// It keeps the set of records delivered and not finished as ranges of offsets, in
+/// order, apart and not touching. Records are delivered in offset order and, within a
+/// lane, finish in it, mostly in runs of consecutive offsets: a run then costs O(1)
+/// ([`OffsetTracker::deliver_run`], [`OffsetTracker::finish_run`]), whatever its length.
+/// Anything else (a record delivered again, one finished out of order) is a binary
+/// search and, at worst, a range split in two.
 #[derive(Debug, Clone, Default)]
 pub struct OffsetTracker {
-    /// Delivered records not yet known to be behind the finished prefix, in offset
-    /// order: `(offset, finished)`. The front is always unfinished: finished records
-    /// leave as soon as they reach it. Records are delivered in offset order and, within
-    /// a lane, finish in it, so each costs O(1); anything else is a binary search.
-    outstanding: VecDeque<(i64, bool)>,
-    /// Entries of `outstanding` not finished.
-    unfinished: usize,
+    /// The offsets delivered and not finished: sorted, disjoint, never adjacent, never
+    /// empty ranges. The front's start is the first unfinished record.
+    unfinished: VecDeque<Range<i64>>,
+    /// How many offsets `unfinished` holds.
+    count: usize,
     /// The offset after the highest record delivered.
     high: Option<i64>,
     /// The last offset committed (or found committed).
@@ -25,8 +31,8 @@ impl OffsetTracker {
     /// A tracker starting at `position` (the committed offset, or where reading starts).
     pub fn starting_at(position: i64) -> Self {
         Self {
-            outstanding: VecDeque::new(),
-            unfinished: 0,
+            unfinished: VecDeque::new(),
+            count: 0,
             high: Some(position),
             committed: Some(position),
         }
@@ -34,53 +40,61 @@ impl OffsetTracker {
 
     /// A record was handed to the handler.
     pub fn deliver(&mut self, offset: i64) {
-        match self.outstanding.back() {
-            Some(&(last, _)) if offset <= last => {
-                // Out of order (delivered again after a seek): keep the order, once.
-                match self.outstanding.binary_search_by_key(&offset, |e| e.0) {
-                    Ok(i) => {
-                        if let Some(e) = self.outstanding.get_mut(i) {
-                            if e.1 {
-                                e.1 = false;
-                                self.unfinished += 1;
-                            }
-                        }
-                    }
-                    Err(i) => {
-                        self.outstanding.insert(i, (offset, false));
-                        self.unfinished += 1;
-                    }
-                }
-            }
-            _ => {
-                self.outstanding.push_back((offset, false));
-                self.unfinished += 1;
-            }
+        self.deliver_run(offset..offset.saturating_add(1));
+    }
+
+    /// The records at every offset of `run` were handed to the handler (a run of
+    /// consecutive offsets, each a record). Delivering a record that is already
+    /// unfinished changes nothing; one that finished is unfinished again.
+    pub fn deliver_run(&mut self, run: Range<i64>) {
+        if run.is_empty() {
+            return;
         }
-        self.high = Some(self.high.map_or(offset + 1, |h| h.max(offset + 1)));
+        self.high = Some(self.high.map_or(run.end, |h| h.max(run.end)));
+        // In order, the usual case: after everything held, or right on from it.
+        match self.unfinished.back_mut() {
+            None => {}
+            Some(last) if last.end == run.start => {
+                last.end = run.end;
+                self.count += len(&run);
+                return;
+            }
+            Some(last) if last.end < run.start => {}
+            Some(_) => return self.insert(run),
+        }
+        self.count += len(&run);
+        self.unfinished.push_back(run);
     }
 
     /// A record finished.
     pub fn finish(&mut self, offset: i64) {
-        let at = match self.outstanding.front() {
-            Some(&(first, _)) if first == offset => Some(0),
-            _ => self.outstanding.binary_search_by_key(&offset, |e| e.0).ok(),
-        };
-        if let Some(e) = at.and_then(|i| self.outstanding.get_mut(i)) {
-            if !e.1 {
-                e.1 = true;
-                self.unfinished -= 1;
+        self.finish_run(offset..offset.saturating_add(1));
+    }
+
+    /// The records at every offset of `run` finished (a run of consecutive offsets,
+    /// each a record). Offsets not delivered, or finished already, are left as they are.
+    pub fn finish_run(&mut self, run: Range<i64>) {
+        if run.is_empty() {
+            return;
+        }
+        // In order, the usual case: the run starts the first unfinished range.
+        if let Some(first) = self.unfinished.front_mut() {
+            if first.start == run.start && run.end <= first.end {
+                first.start = run.end;
+                self.count -= len(&run);
+                if first.is_empty() {
+                    self.unfinished.pop_front();
+                }
+                return;
             }
         }
-        while self.outstanding.front().is_some_and(|e| e.1) {
-            self.outstanding.pop_front();
-        }
+        self.remove(run);
     }
 
     /// The offset to commit: the first unfinished record, or the end of what was
     /// delivered. `None` before anything is known.
     pub fn committable(&self) -> Option<i64> {
-        self.outstanding.front().map(|e| e.0).or(self.high)
+        self.unfinished.front().map(|r| r.start).or(self.high)
     }
 
     /// The committable offset if it is ahead of the last commit.
@@ -96,8 +110,67 @@ impl OffsetTracker {
 
     /// Records delivered and not finished.
     pub fn in_progress(&self) -> usize {
-        self.unfinished
+        self.count
     }
+
+    /// Adds `run` to the unfinished set anywhere: the ranges it overlaps or touches
+    /// become one.
+    fn insert(&mut self, run: Range<i64>) {
+        // The ranges `from..to` overlap or touch `run`.
+        let from = self.unfinished.partition_point(|r| r.end < run.start);
+        let to = self.unfinished.partition_point(|r| r.start <= run.end);
+        let mut merged = run.clone();
+        let mut held = 0;
+        for r in self.unfinished.range(from..to) {
+            held += len(&overlap(r, &run));
+            merged.start = merged.start.min(r.start);
+            merged.end = merged.end.max(r.end);
+        }
+        self.count += len(&run) - held;
+        self.unfinished.drain(from..to);
+        self.unfinished.insert(from, merged);
+    }
+
+    /// Takes `run` out of the unfinished set anywhere: a range it cuts through leaves
+    /// the pieces on either side.
+    fn remove(&mut self, run: Range<i64>) {
+        // The ranges `from..to` overlap `run`.
+        let from = self.unfinished.partition_point(|r| r.end <= run.start);
+        let to = self.unfinished.partition_point(|r| r.start < run.end);
+        if from >= to {
+            return;
+        }
+        let (Some(first), Some(last)) = (self.unfinished.get(from), self.unfinished.get(to - 1))
+        else {
+            return;
+        };
+        let before = first.start..run.start;
+        let after = run.end..last.end;
+        let removed: usize = self
+            .unfinished
+            .range(from..to)
+            .map(|r| len(&overlap(r, &run)))
+            .sum();
+        self.count -= removed;
+        self.unfinished.drain(from..to);
+        // `after` first, so that `before` lands in front of it.
+        if !after.is_empty() {
+            self.unfinished.insert(from, after);
+        }
+        if !before.is_empty() {
+            self.unfinished.insert(from, before);
+        }
+    }
+}
+
+/// The offsets `a` and `b` share.
+fn overlap(a: &Range<i64>, b: &Range<i64>) -> Range<i64> {
+    a.start.max(b.start)..a.end.min(b.end)
+}
+
+/// How many offsets `r` holds.
+fn len(r: &Range<i64>) -> usize {
+    usize::try_from(r.end.saturating_sub(r.start)).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -123,8 +196,50 @@ mod tests {
         assert_eq!(t.in_progress(), 0);
     }
 
+    #[test]
+    fn a_run_finished_at_once_moves_the_prefix_past_it_only() {
+        let mut t = OffsetTracker::starting_at(0);
+        t.deliver_run(0..100);
+        t.deliver_run(100..150);
+        t.deliver_run(160..170); // 150..160: a gap
+        assert_eq!(t.in_progress(), 160);
+        t.finish_run(0..64);
+        assert_eq!(t.committable(), Some(64));
+        t.finish_run(100..150); // out of order: 64..100 still run
+        assert_eq!(t.committable(), Some(64));
+        assert_eq!(t.in_progress(), 46);
+        t.finish_run(64..100);
+        assert_eq!(t.committable(), Some(160), "the gap does not hold it back");
+        t.finish_run(160..165);
+        t.finish_run(160..165); // finished already: nothing changes
+        assert_eq!(t.committable(), Some(165));
+        assert_eq!(t.in_progress(), 5);
+        t.finish_run(165..170);
+        assert_eq!(t.committable(), Some(170));
+        assert_eq!(t.in_progress(), 0);
+    }
+
+    #[test]
+    fn a_run_finished_inside_a_range_leaves_both_sides_unfinished() {
+        let mut t = OffsetTracker::starting_at(0);
+        t.deliver_run(0..10);
+        t.finish_run(3..6);
+        assert_eq!(t.committable(), Some(0));
+        assert_eq!(t.in_progress(), 7);
+        t.finish_run(0..3);
+        assert_eq!(t.committable(), Some(6), "3..6 finished before");
+        // Delivered again after a seek back: unfinished again, counted once.
+        t.deliver_run(2..8);
+        assert_eq!(t.committable(), Some(2));
+        assert_eq!(t.in_progress(), 8);
+        t.finish_run(0..10);
+        assert_eq!(t.committable(), Some(10));
+        assert_eq!(t.in_progress(), 0);
+    }
+
     /// The tracker against the obvious model (a set of unfinished offsets) over random
-    /// deliveries and finishes, in order and out of it, with repeats.
+    /// deliveries and finishes, of single records and runs, in order and out of it,
+    /// with repeats.
     #[test]
     fn it_agrees_with_a_set_of_unfinished_offsets() {
         use std::collections::BTreeSet;
@@ -135,36 +250,50 @@ mod tests {
             state ^= state << 17;
             state % n
         };
-        for _ in 0..200 {
+        for _ in 0..300 {
             let start = next(50) as i64;
             let mut t = OffsetTracker::starting_at(start);
             let mut model: BTreeSet<i64> = BTreeSet::new();
             let mut high = start;
             let mut cursor = start;
             for _ in 0..300 {
+                // One record, or a run of up to 12.
+                let n = if next(2) == 0 { 1 } else { 1 + next(12) as i64 };
                 match next(6) {
                     0..=2 => {
-                        // Mostly in order, sometimes a gap, sometimes an old offset again.
+                        // Mostly in order, sometimes a gap, sometimes old offsets again.
                         let o = if next(10) == 0 {
                             start + next(((cursor - start) as u64).max(1)) as i64
                         } else {
-                            cursor += 1 + next(3) as i64 / 2;
-                            cursor - 1
+                            cursor += next(3) as i64 / 2;
+                            let o = cursor;
+                            cursor += n;
+                            o
                         };
-                        t.deliver(o);
-                        model.insert(o);
-                        high = high.max(o + 1);
+                        if n == 1 {
+                            t.deliver(o);
+                        } else {
+                            t.deliver_run(o..o + n);
+                        }
+                        model.extend(o..o + n);
+                        high = high.max(o + n);
                     }
                     _ => {
-                        // Mostly the first unfinished, sometimes any delivered offset.
+                        // Mostly from the first unfinished, sometimes anywhere.
                         let o = match (next(4), model.first()) {
                             (0, _) | (_, None) => {
                                 start + next(((cursor - start) as u64).max(1)) as i64
                             }
                             (_, Some(&f)) => f,
                         };
-                        t.finish(o);
-                        model.remove(&o);
+                        if n == 1 {
+                            t.finish(o);
+                        } else {
+                            t.finish_run(o..o + n);
+                        }
+                        for x in o..o + n {
+                            model.remove(&x);
+                        }
                     }
                 }
                 assert_eq!(
@@ -172,6 +301,10 @@ mod tests {
                     Some(model.first().copied().unwrap_or(high))
                 );
                 assert_eq!(t.in_progress(), model.len());
+                // The ranges stay sorted, apart and not empty.
+                let r: Vec<_> = t.unfinished.iter().cloned().collect();
+                assert!(r.iter().all(|r| !r.is_empty()), "{r:?}");
+                assert!(r.windows(2).all(|w| w[0].end < w[1].start), "{r:?}");
             }
         }
     }

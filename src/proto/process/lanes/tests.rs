@@ -276,6 +276,46 @@ fn a_batch_failing_without_naming_a_record_is_replayed_one_record_at_a_time() {
 }
 
 #[test]
+fn records_a_call_did_not_reach_come_back_before_later_deliveries_and_small_runs_join_up() {
+    let mut h = Harness::new(LanesConfig {
+        max_batch: 4,
+        ..config()
+    });
+    // A short delivery grows in place while no call has it: 0..1 is dispatched at
+    // once, 1..2 and 2..3 join into one run behind the call.
+    let (t, offsets) = dispatched(&h.deliver(0, 0..1));
+    assert_eq!(offsets, [0]);
+    assert!(h.deliver(0, 1..2).is_empty());
+    assert!(h.deliver(0, 2..3).is_empty());
+    let a = h.handled(t, Ok(()));
+    let (t, offsets) = dispatched(&a);
+    assert_eq!(offsets, [1, 2], "one run of two deliveries");
+    assert_eq!(commits(&a), [vec![(tp(0), 1)]]);
+    h.commit_ok(&[(tp(0), 1)]);
+    // The call stops after one record (paused, its slice over): the record it did not
+    // reach comes first, before what was delivered meanwhile, and with it in one call
+    // (the remnant holds less than half a batch).
+    assert!(h.deliver(0, 3..6).is_empty());
+    h.lanes.handled(
+        t,
+        Outcome {
+            stopped_after: Some(1),
+            ..Outcome::of(Ok(()))
+        },
+        Duration::from_millis(1),
+        h.now,
+    );
+    let a = h.actions();
+    assert_eq!(commits(&a), [vec![(tp(0), 2)]], "1 is done, 2 is not");
+    h.commit_ok(&[(tp(0), 2)]);
+    let (t, offsets) = dispatched(&a);
+    assert_eq!(offsets, [2, 3, 4, 5], "2 first, then the delivery after it");
+    let a = h.handled(t, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 6)]]);
+    assert_eq!(h.lanes.queued(), 0);
+}
+
+#[test]
 fn a_record_named_by_a_batch_error_fails_alone_and_the_records_after_it_come_again() {
     let mut h = Harness::new(LanesConfig {
         max_batch: 3,
