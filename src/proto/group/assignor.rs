@@ -16,7 +16,7 @@
 //! Custom assignors implement [`Assignor`].
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
