@@ -68,26 +68,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
-    let timeout = opt("--timeout")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(120u64);
-    let target: u64 = job.counts.iter().map(|&c| c as u64).sum();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(timeout));
-        let left = REMAINING.load(Ordering::Relaxed).min(target);
-        eprintln!(
-            "timed out after {timeout} s with {} of {target} records",
-            target - left
-        );
-        let _ = std::io::stderr().flush();
-        hard_exit(3);
-    });
+    start_child(&job.counts);
     let outcome = if job.client.is_async() {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -120,6 +101,32 @@ pub fn main() -> ExitCode {
             hard_exit(1)
         }
     }
+}
+
+/// What every bench child does first: logs to stderr when `RUST_LOG` is set, and a
+/// watchdog that ends the process (code 3) after `--timeout` seconds (120 by default),
+/// saying how many of the records in `counts` it read.
+pub fn start_child(counts: &[i64]) {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let timeout = opt("--timeout")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120u64);
+    let target: u64 = counts.iter().map(|&c| c as u64).sum();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(timeout));
+        let left = REMAINING.load(Ordering::Relaxed).min(target);
+        eprintln!(
+            "timed out after {timeout} s with {} of {target} records",
+            target - left
+        );
+        let _ = std::io::stderr().flush();
+        hard_exit(3);
+    });
 }
 
 /// Ends the process at once, without atexit handlers or destructors: a client's

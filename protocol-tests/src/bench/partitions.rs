@@ -16,20 +16,16 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureProducer;
 
-use super::child::{hard_exit, vm_hwm_kib};
-use super::run::run_child;
+use super::child::{hard_exit, start_child, vm_hwm_kib};
+use super::run::{run_child, start_peer};
 use super::table::Sample;
-use super::{
-    HEARTBEAT_INTERVAL, KEY_BYTES, POLL_RECORDS, REMAINING, SESSION_TIMEOUT, Tally, opt, size_label,
-};
-use crate::peer::Peer;
+use super::{HEARTBEAT_INTERVAL, POLL_RECORDS, SESSION_TIMEOUT, Tally, opt, size_label};
 
 /// One consumer under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -246,17 +242,7 @@ pub fn run(plan: &Plan) -> anyhow::Result<Vec<PRow>> {
     let runtime = tokio::runtime::Runtime::new().context("building a runtime")?;
     let mut rows = Vec::new();
     for broker in &plan.brokers {
-        let peer = match broker.as_str() {
-            "mock" => {
-                let peer = Peer::mock(plan.mock_brokers)?;
-                if let Peer::Mock(m) = &peer {
-                    m.set_group_initial_rebalance_delay(Duration::ZERO);
-                }
-                peer
-            }
-            "tansu" => Peer::tansu()?,
-            other => bail!("unknown broker {other} (mock, tansu or both)"),
-        };
+        let peer = start_peer(broker, plan.mock_brokers)?;
         let bootstrap = peer.bootstrap();
         let mut broker_rows = Vec::new();
         for &shape in &plan.shapes {
@@ -570,57 +556,14 @@ async fn produce(bootstrap: &str, shape: &Shape) -> anyhow::Result<()> {
     let topics = shape.topic_names();
     let parts = shape.partitions as u64;
     let per_topic = shape.per_topic() as u64;
-    let values: Vec<Vec<u8>> = (0..1021)
-        .map(|i| super::produce::value(i, shape.value_size))
-        .collect();
-    let mut pending = std::collections::VecDeque::new();
-    for i in 0..shape.records {
-        let key: [u8; KEY_BYTES] = super::produce::key(i);
+    super::produce::send_records(&producer, shape.records, shape.value_size, |i| {
         let g = i % parts;
         let topic = topics
             .get((g / per_topic) as usize)
             .context("topic index")?;
-        let mut record = FutureRecord::to(topic)
-            .partition((g % per_topic) as i32)
-            .key(&key[..])
-            .payload(&values[(i % values.len() as u64) as usize][..]);
-        loop {
-            match producer.send_result(record) {
-                Ok(d) => {
-                    pending.push_back(d);
-                    break;
-                }
-                Err((_, r)) => {
-                    record = r;
-                    match pending.pop_front() {
-                        Some(d) => delivered(d.await, i)?,
-                        None => tokio::time::sleep(Duration::from_millis(5)).await,
-                    }
-                }
-            }
-        }
-        while pending.len() > 200_000 {
-            if let Some(d) = pending.pop_front() {
-                delivered(d.await, i)?;
-            }
-        }
-    }
-    for d in pending {
-        delivered(d.await, shape.records)?;
-    }
-    producer.flush(Duration::from_secs(60))?;
-    Ok(())
-}
-
-fn delivered<E>(
-    result: Result<rdkafka::producer::future_producer::OwnedDeliveryResult, E>,
-    near: u64,
-) -> anyhow::Result<()> {
-    match result {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((e, _))) => bail!("delivery failed near record {near}: {e}"),
-        Err(_) => bail!("delivery cancelled near record {near}"),
-    }
+        Ok((topic.as_str(), (g % per_topic) as i32))
+    })
+    .await
 }
 
 /// Checks the watermarks of up to 200 partitions spread over the shape: each starts at
@@ -685,26 +628,7 @@ pub fn child_main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if std::env::var_os("RUST_LOG").is_some() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .try_init();
-    }
-    let timeout = opt("--timeout")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(120u64);
-    let target: u64 = job.counts.iter().map(|&c| c as u64).sum();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(timeout));
-        let left = REMAINING.load(Ordering::Relaxed).min(target);
-        eprintln!(
-            "timed out after {timeout} s with {} of {target} records",
-            target - left
-        );
-        let _ = std::io::stderr().flush();
-        hard_exit(3);
-    });
+    start_child(&job.counts);
     let outcome = match job.client {
         PClient::Rdkafka => rdkafka(&job, false),
         PClient::RdkafkaCommit => rdkafka(&job, true),

@@ -55,14 +55,30 @@ pub async fn produce(bootstrap: &str, cell: &Cell) -> anyhow::Result<()> {
     )?;
     let topic = cell.topic();
     let parts = cell.partitions as u64;
+    send_records(&producer, cell.records, cell.value_size, |i| {
+        Ok((topic.as_str(), (i % parts) as i32))
+    })
+    .await
+}
+
+/// Sends `records` records through `producer`, record `i` to `place(i)` (topic and
+/// partition) with key [`key`]`(i)`, waiting on the oldest delivery when the queue is
+/// full and keeping at most 200,000 in flight; then waits for every delivery.
+pub async fn send_records<'t>(
+    producer: &FutureProducer,
+    records: u64,
+    value_size: usize,
+    mut place: impl FnMut(u64) -> anyhow::Result<(&'t str, i32)>,
+) -> anyhow::Result<()> {
     // A few distinct values reused round-robin: generating a fresh one per record
     // would make producing slower than consuming.
-    let values: Vec<Vec<u8>> = (0..1021).map(|i| value(i, cell.value_size)).collect();
+    let values: Vec<Vec<u8>> = (0..1021).map(|i| value(i, value_size)).collect();
     let mut pending = VecDeque::new();
-    for i in 0..cell.records {
+    for i in 0..records {
         let key = key(i);
-        let mut record = FutureRecord::to(&topic)
-            .partition((i % parts) as i32)
+        let (topic, partition) = place(i)?;
+        let mut record = FutureRecord::to(topic)
+            .partition(partition)
             .key(&key[..])
             .payload(&values[(i % values.len() as u64) as usize][..]);
         loop {
@@ -88,7 +104,7 @@ pub async fn produce(bootstrap: &str, cell: &Cell) -> anyhow::Result<()> {
         }
     }
     for d in pending {
-        delivered(d.await, cell.records)?;
+        delivered(d.await, records)?;
     }
     producer.flush(Duration::from_secs(60))?;
     Ok(())

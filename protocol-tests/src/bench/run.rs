@@ -41,24 +41,30 @@ pub fn mock_cap_per_partition(cell: &Cell) -> u64 {
     (9 * 1024 * 1024 / 2 / cell.record_wire_bytes()) as u64
 }
 
+/// The broker a plan names: `mock` (`mock_brokers` brokers, no initial rebalance
+/// delay) or `tansu`.
+pub fn start_peer(broker: &str, mock_brokers: i32) -> anyhow::Result<Peer> {
+    Ok(match broker {
+        "mock" => {
+            let peer = Peer::mock(mock_brokers)?;
+            if let Peer::Mock(m) = &peer {
+                // The mock delays a new group's first rebalance by 3 s by default.
+                m.set_group_initial_rebalance_delay(Duration::ZERO);
+            }
+            peer
+        }
+        "tansu" => Peer::tansu()?,
+        other => bail!("unknown broker {other} (mock, tansu or both)"),
+    })
+}
+
 /// Runs the plan, printing a table per cell as it completes. Returns every row.
 pub fn run(plan: &Plan) -> anyhow::Result<Vec<Row>> {
     let exe = std::env::current_exe().context("finding this program")?;
     let runtime = tokio::runtime::Runtime::new().context("building a runtime")?;
     let mut rows = Vec::new();
     for broker in &plan.brokers {
-        let peer = match broker.as_str() {
-            "mock" => {
-                let peer = Peer::mock(plan.mock_brokers)?;
-                if let Peer::Mock(m) = &peer {
-                    // The mock delays a new group's first rebalance by 3 s by default.
-                    m.set_group_initial_rebalance_delay(Duration::ZERO);
-                }
-                peer
-            }
-            "tansu" => Peer::tansu()?,
-            other => bail!("unknown broker {other} (mock, tansu or both)"),
-        };
+        let peer = start_peer(broker, plan.mock_brokers)?;
         let bootstrap = peer.bootstrap();
         for base in &plan.cells {
             let mut cell = *base;
