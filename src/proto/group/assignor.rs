@@ -2025,6 +2025,22 @@ mod tests {
         );
     }
 
+    /// Between two rounds: the member at `leave` goes (unless it is the last), and with
+    /// `join` a new member with the first one's subscription and nothing owned arrives.
+    fn churn(members: &mut Vec<MemberSubscription>, leave: prop::sample::Index, join: bool) {
+        if members.len() > 1 {
+            members.remove(leave.index(members.len()));
+        }
+        if join {
+            let mut m = members[0].clone();
+            m.member_id = "late".into();
+            m.subscription.owned_partitions.clear();
+            m.subscription.user_data = None;
+            m.subscription.generation_id = -1;
+            members.push(m);
+        }
+    }
+
     /// Larger groups than [`arb_group`]: up to 12 topics of up to 40 partitions, up to
     /// 24 members with random subscriptions (so several topic groups).
     fn arb_wide_group() -> impl Strategy<Value = (BTreeMap<String, i32>, Vec<MemberSubscription>)> {
@@ -2060,17 +2076,7 @@ mod tests {
                 check_exactly_once(&topics, &members, &first)?;
                 check_balanced(&members, &first)?;
                 report(&mut members, &first, a, 1);
-                if members.len() > 1 {
-                    members.remove(leave.index(members.len()));
-                }
-                if join {
-                    let mut m = members[0].clone();
-                    m.member_id = "late".into();
-                    m.subscription.owned_partitions.clear();
-                    m.subscription.user_data = None;
-                    m.subscription.generation_id = -1;
-                    members.push(m);
-                }
+                churn(&mut members, leave, join);
                 let second = a.assign(&topics, &members).unwrap();
                 match a.protocol() {
                     RebalanceProtocol::Eager => {
@@ -2126,17 +2132,7 @@ mod tests {
                 check_balanced(&members, &first)?;
                 check_as_even(&first, &a.assign(&topics, &members).unwrap())?;
                 report(&mut members, &first, a, 1);
-                if members.len() > 1 {
-                    members.remove(leave.index(members.len()));
-                }
-                if join {
-                    let mut m = members[0].clone();
-                    m.member_id = "late".into();
-                    m.subscription.owned_partitions.clear();
-                    m.subscription.user_data = None;
-                    m.subscription.generation_id = -1;
-                    members.push(m);
-                }
+                churn(&mut members, leave, join);
                 let second = a.assign_with_racks(&topics, &racks, &members).unwrap();
                 match a.protocol() {
                     RebalanceProtocol::Eager => {

@@ -594,20 +594,27 @@ fn syncing_unanswered_times_out_after_the_request_timeout() {
     );
 }
 
-/// A follower's JoinGroup answered: its SyncGroup, in flight.
-fn syncing_follower(h: &mut H, generation: i32) -> Outgoing {
+/// The coordinator found and the first JoinGroup sent: its id, and the group's member
+/// list for the answer, with one member, `id`, carrying this member's subscription.
+fn first_join_as(h: &mut H, id: &str) -> (RequestId, Vec<JoinedMember>) {
     h.find_coordinator(2);
     let join = h.request();
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!("{join:?}")
     };
     let members = vec![JoinedMember {
-        member_id: "m0".into(),
+        member_id: id.into(),
         instance_id: None,
         metadata: protocols[0].1.clone(),
     }];
+    (join.id, members)
+}
+
+/// A follower's JoinGroup answered: its SyncGroup, in flight.
+fn syncing_follower(h: &mut H, generation: i32) -> Outgoing {
+    let (join, members) = first_join_as(h, "m0");
     h.respond(
-        join.id,
+        join,
         join_response_p("range", 0, generation, "m1", "m0", members),
     );
     let sync = h.request();
@@ -2172,20 +2179,11 @@ fn pending_revocation_finished_after_a_fence_and_a_regrant_stops_nothing_regrant
 /// The member's JoinGroup answered with itself as the leader of generation 3 (alone,
 /// with `config`), the assignment job not run: the job.
 fn assigning_leader(h: &mut H) -> AssignmentJob {
-    h.find_coordinator(2);
-    let join = h.request();
-    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
-        panic!("{join:?}")
-    };
-    let members = vec![JoinedMember {
-        member_id: "m1".into(),
-        instance_id: None,
-        metadata: protocols[0].1.clone(),
-    }];
+    let (join, members) = first_join_as(h, "m1");
     // Not `respond`, which runs the assignment at once.
     h.m.handle_response(
         h.now,
-        join.id,
+        join,
         join_response_p("range", 0, 3, "m1", "m1", members),
     );
     assert_eq!(h.m.state(), StateKind::Syncing);
