@@ -2,6 +2,7 @@
 //! of both barriers.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -333,7 +334,7 @@ impl GroupMember {
             id: 0,
             assignor,
             counts,
-            racks: self.partition_racks.clone(),
+            racks: Arc::clone(&self.partition_racks),
             subs,
         };
         Ok((job, version))

@@ -41,6 +41,7 @@ mod timers;
 mod types;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::info;
@@ -76,7 +77,8 @@ pub struct GroupMember {
     /// Topics other members subscribe to, whose counts a leader also needs.
     other_topics: BTreeSet<String>,
     /// The racks of each partition's replicas, for rack-aware assignment.
-    partition_racks: PartitionRacks,
+    /// Shared with the assignment job (no copy of a large cluster's map per rebalance).
+    partition_racks: Arc<PartitionRacks>,
     /// The leader's last cooperative assignment left partitions for a second round.
     held_back: bool,
     /// What the leader assigned with, to notice metadata changes that need a rebalance.
@@ -115,7 +117,7 @@ impl GroupMember {
             last_generation: -1,
             partitions_per_topic: BTreeMap::new(),
             other_topics: BTreeSet::new(),
-            partition_racks: PartitionRacks::new(),
+            partition_racks: Arc::new(PartitionRacks::new()),
             held_back: false,
             assigned_with: None,
             metadata_at: None,
@@ -364,7 +366,7 @@ impl GroupMember {
     /// assignment: racks alone do not start a rebalance (the Java client's leader also
     /// rebalances when a partition's racks change; ottla does not yet).
     pub fn set_partition_racks(&mut self, racks: PartitionRacks) {
-        self.partition_racks = racks;
+        self.partition_racks = Arc::new(racks);
     }
 
     /// The application is closing: its last commit may still go out, and a rebalance

@@ -521,7 +521,7 @@ pub struct AssignmentJob {
     pub(super) id: u64,
     pub(super) assignor: Arc<dyn Assignor>,
     pub(super) counts: BTreeMap<String, i32>,
-    pub(super) racks: PartitionRacks,
+    pub(super) racks: Arc<PartitionRacks>,
     pub(super) subs: Vec<MemberSubscription>,
 }
 
