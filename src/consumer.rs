@@ -72,6 +72,9 @@ use crate::proto::group::member::{
 };
 pub use crate::proto::group::messages::CommitOffset;
 pub use crate::proto::metadata::NodeId;
+use crate::proto::session::{
+    CloseCommit, CloseStep, ConsumerSession, DEFAULT_CLOSE_TIMEOUT, SessionAction, SessionConfig,
+};
 use crate::stats::{ConsumerStats, DeliveryCounts, GroupCounters};
 
 /// The partition assignors, and the trait to write one's own
@@ -422,6 +425,15 @@ impl ConsumerBuilder {
         self
     }
 
+    /// `session.timeout.ms`, `heartbeat.interval.ms` and `max.poll.interval.ms` as set.
+    pub(crate) fn group_timeouts(&self) -> (Duration, Duration, Duration) {
+        (
+            self.session_timeout,
+            self.heartbeat_interval,
+            self.max_poll_interval,
+        )
+    }
+
     /// `heartbeat.interval.ms` (default 3 s).
     pub fn heartbeat_interval(mut self, t: Duration) -> Self {
         self.heartbeat_interval = t;
@@ -611,6 +623,8 @@ impl ConsumerBuilder {
         let cluster = Cluster::connect(&self.client, scope, &required).await?;
         let mut fetcher = Fetcher::new(FetcherConfig {
             retry_backoff: self.client.retry_backoff,
+            retry_backoff_max: self.client.retry_backoff_max,
+            seed: self.client.jitter_seed ^ 0x0fe7_c4e5,
             ..self.fetcher.clone()
         });
         let mut group_config = None;
@@ -659,6 +673,15 @@ impl ConsumerBuilder {
             timeout: self.client.request_timeout,
             backoff: self.client.retry_backoff,
         };
+        let session = SessionConfig {
+            auto_commit: self.auto_commit,
+            retry_backoff: self.client.retry_backoff,
+            retry_backoff_max: self.client.retry_backoff_max,
+            seed: self.client.jitter_seed,
+            close_timeout: group_config
+                .as_ref()
+                .map_or(DEFAULT_CLOSE_TIMEOUT, |c| c.close_timeout),
+        };
         let task = tokio::spawn(drive(Driver {
             cluster,
             shared: shared.clone(),
@@ -666,15 +689,10 @@ impl ConsumerBuilder {
             commander: commander.clone(),
             commands: rx,
             events: events_tx,
-            auto_commit: self.auto_commit,
+            session: ConsumerSession::new(&session, Instant::now().into_std()),
             group_config,
             revoke_requested_at: None,
             revocation: PendingRevocation::default(),
-            metadata_backoff: crate::proto::backoff::Backoff::new(
-                self.client.retry_backoff,
-                self.client.retry_backoff_max,
-                self.client.jitter_seed,
-            ),
         }));
         Ok(Consumer {
             shared,
@@ -684,11 +702,7 @@ impl ConsumerBuilder {
             auto_commit: self.auto_commit.is_some(),
             manual_revocation: self.manual_revocation,
             next_progress: Instant::now(),
-            retry: (
-                self.client.retry_backoff,
-                self.client.retry_backoff_max,
-                self.client.jitter_seed,
-            ),
+            session,
             lookup,
             delivered: DeliveryCounts::new(self.group_id.as_deref()),
             group_counters,
@@ -762,9 +776,9 @@ pub struct Consumer {
     manual_revocation: bool,
     /// When a poll next tells the group member the application is alive.
     next_progress: Instant,
-    /// `retry.backoff.ms`, `retry.backoff.max.ms` and the jitter seed: the pace of the
-    /// commit at close.
-    retry: (Duration, Duration, u64),
+    /// `retry.backoff.ms`, `retry.backoff.max.ms`, the jitter seed and the close
+    /// timeout: the pace and bound of the commit at close ([`CloseCommit`]).
+    session: SessionConfig,
     /// What the seeks by position and time ask ListOffsets with.
     lookup: OffsetLookup,
     /// Records and bytes of what this side hands over, per partition (and the
@@ -1245,12 +1259,8 @@ impl Consumer {
             g.closing().await;
         }
         if self.auto_commit {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let (initial, max, seed) = self.retry;
-            let mut backoff = crate::proto::backoff::Backoff::new(initial, max, seed);
-            let mut attempts = 0;
+            let mut retry = CloseCommit::new(&self.session, Instant::now().into_std());
             loop {
-                attempts += 1;
                 // The application is done: everything delivered counts as consumed,
                 // and a pending revocation may complete (committing its partitions).
                 self.on_poll_entry();
@@ -1260,28 +1270,26 @@ impl Consumer {
                     let owned = f.assignment();
                     f.consumed(Some(&owned))
                 };
-                match self.commit_positions(consumed).await {
+                let e = match self.commit_positions(consumed).await {
                     Ok(()) => break,
-                    Err(Error::Commit(e))
-                        if (e.is_retriable() || matches!(e, CommitError::NotOwned(_)))
-                            && Instant::now() < deadline =>
-                    {
-                        // Rebalancing, or a revocation raced the commit: try again
-                        // with what is still owned.
-                        debug!(error = %e, attempts, "commit on close: retrying");
-                        tokio::time::sleep(backoff.delay(attempts)).await;
+                    Err(Error::Commit(e)) => e,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
                     }
-                    Err(Error::Commit(e)) if e.membership_lost() => {
-                        // The generation ended under the commit (a rebalance this
-                        // member had not yet heard of): the partitions are no longer
-                        // its own, and their next owner reads again from the last
-                        // commit. As in the Java client, a refused commit on close is
-                        // a warning, not a failed close; nothing is lost.
+                };
+                // Which refusals are tried again, and for how long: `CloseCommit`.
+                match retry.handle_failure(Instant::now().into_std(), &e) {
+                    CloseStep::Retry { after } => {
+                        debug!(error = %e, attempts = retry.attempts(), "commit on close: retrying");
+                        tokio::time::sleep(after).await;
+                    }
+                    CloseStep::Abandon => {
                         warn!(error = %e, "commit on close refused: this member's generation ended; the next owner starts at the last committed offset");
                         break;
                     }
-                    Err(e) => {
-                        result = Err(e);
+                    CloseStep::Fail => {
+                        result = Err(Error::Commit(e));
                         break;
                     }
                 }
@@ -1422,7 +1430,8 @@ struct Driver {
     commander: Option<GroupCommander>,
     commands: mpsc::UnboundedReceiver<Command>,
     events: crate::event_queue::EventSender,
-    auto_commit: Option<Duration>,
+    /// When to commit automatically and refresh metadata (sans-IO).
+    session: ConsumerSession,
     /// With a group: its configuration, from which the commit at a revocation takes
     /// its bound ([`RevocationCommit`]).
     group_config: Option<Arc<GroupConfig>>,
@@ -1432,9 +1441,6 @@ struct Driver {
     /// Which of the partitions asked back are still the revocation's when the
     /// application finishes it.
     revocation: PendingRevocation,
-    /// The pace of metadata refreshes that fail (`retry.backoff.ms` doubling to
-    /// `retry.backoff.max.ms`, as the Java client's, KIP-580).
-    metadata_backoff: crate::proto::backoff::Backoff,
 }
 
 /// The commit of the partitions being revoked, retried as [`RevocationCommit`] says
@@ -1479,14 +1485,6 @@ async fn drive(mut d: Driver) {
     let mut security = d.cluster.security_failures();
     let mut hang_ups = d.cluster.hang_up_reports();
     let mut hang_ups_seen = 0;
-    let mut metadata_wanted = false;
-    let mut metadata_running = false;
-    let mut metadata_retry_at: Option<Instant> = None;
-    let mut metadata_failures = 0u32;
-    let mut next_auto_commit = d.auto_commit.map(|i| Instant::now() + i);
-    // One automatic commit at a time: an interval shorter than a commit's round trip
-    // would otherwise queue commits without end (the next one carries newer offsets).
-    let mut auto_commit_in_flight = false;
     loop {
         let now = Instant::now();
         let wakeup = {
@@ -1505,7 +1503,7 @@ async fn drive(mut d: Driver) {
             // one is either acted on or reported, none dropped.
             while let Some(event) = f.poll_event() {
                 match event {
-                    FetcherEvent::MetadataNeeded => metadata_wanted = true,
+                    FetcherEvent::MetadataNeeded => d.session.metadata_needed(),
                     other => {
                         d.events.send(ConsumerEvent::Fetch(other));
                     }
@@ -1513,24 +1511,44 @@ async fn drive(mut d: Driver) {
             }
             f.poll_timeout().map(Instant::from_std)
         };
-        if metadata_wanted && !metadata_running && metadata_retry_at.is_none_or(|t| now >= t) {
-            metadata_wanted = false;
-            metadata_running = true;
-            let (cluster, shared) = (d.cluster.clone(), d.shared.clone());
-            tasks.spawn(async move {
-                match cluster.refresh_metadata().await {
-                    Ok(m) => {
-                        lock(&shared.fetcher).update_metadata(&m);
-                        Done::Metadata(true)
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "metadata refresh failed");
-                        Done::Metadata(false)
-                    }
+        d.session.handle_timeout(now.into_std());
+        while let Some(action) = d.session.poll_action() {
+            match action {
+                SessionAction::RefreshMetadata => {
+                    let (cluster, shared) = (d.cluster.clone(), d.shared.clone());
+                    tasks.spawn(async move {
+                        match cluster.refresh_metadata().await {
+                            Ok(m) => {
+                                lock(&shared.fetcher).update_metadata(&m);
+                                Done::Metadata(true)
+                            }
+                            Err(e) => {
+                                warn!(error = %e, "metadata refresh failed");
+                                Done::Metadata(false)
+                            }
+                        }
+                    });
                 }
-            });
+                SessionAction::AutoCommit => {
+                    let positions = lock(&d.shared.fetcher).consumed(None);
+                    let Some(group) = d.commander.clone().filter(|_| !positions.is_empty()) else {
+                        d.session.auto_commit_done();
+                        continue;
+                    };
+                    // Queued now, so it keeps its place among the commits.
+                    let ticket = commit_ticket(&d.shared);
+                    let pending = group.start_commit(to_commit(positions));
+                    let shared = d.shared.clone();
+                    tasks.spawn(async move {
+                        if let Ok(done) = pending.await {
+                            remember_committed(&shared, &done, ticket);
+                        }
+                        Done::AutoCommitted
+                    });
+                }
+            }
         }
-        let deadline = [wakeup, metadata_retry_at, next_auto_commit]
+        let deadline = [wakeup, d.session.poll_timeout().map(Instant::from_std)]
             .into_iter()
             .flatten()
             .min();
@@ -1558,17 +1576,10 @@ async fn drive(mut d: Driver) {
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 match done {
                     Ok(Done::Metadata(ok)) => {
-                        metadata_running = false;
-                        metadata_failures = if ok { 0 } else { metadata_failures + 1 };
-                        metadata_retry_at = (!ok).then(|| {
-                            Instant::now() + d.metadata_backoff.delay(metadata_failures)
-                        });
-                        if !ok {
-                            metadata_wanted = true;
-                        }
+                        d.session.metadata_refreshed(Instant::now().into_std(), ok);
                     }
                     Ok(Done::Io) | Ok(Done::Revoked) => {}
-                    Ok(Done::AutoCommitted) => auto_commit_in_flight = false,
+                    Ok(Done::AutoCommitted) => d.session.auto_commit_done(),
                     Err(e) => warn!(error = %e, "consumer task failed"),
                 }
                 d.shared.wake_app();
@@ -1578,7 +1589,7 @@ async fn drive(mut d: Driver) {
                     // Only what is still this revocation's: a partition lost and assigned
                     // again meanwhile is the new assignment's.
                     let partitions = d.revocation.ready(generation, &partitions);
-                    let (shared, commander, auto) = (d.shared.clone(), d.commander.clone(), d.auto_commit.is_some());
+                    let (shared, commander, auto) = (d.shared.clone(), d.commander.clone(), d.session.auto_commits());
                     let asked_at = d.revoke_requested_at.take().unwrap_or_else(Instant::now);
                     let retry = d.group_config.as_ref().map(|c| RevocationCommit::new(c, asked_at.into_std()));
                     tasks.spawn(async move {
@@ -1606,33 +1617,8 @@ async fn drive(mut d: Driver) {
                 }
                 None => break,
             },
-            _ = sleep_until(deadline), if deadline.is_some() => {
-                let now = Instant::now();
-                if metadata_retry_at.is_some_and(|t| now >= t) {
-                    metadata_retry_at = None;
-                }
-                if let (Some(at), Some(interval)) = (next_auto_commit, d.auto_commit) {
-                    if now >= at {
-                        next_auto_commit = Some(now + interval);
-                        if let Some(group) = d.commander.clone().filter(|_| !auto_commit_in_flight) {
-                            let positions = lock(&d.shared.fetcher).consumed(None);
-                            if !positions.is_empty() {
-                                auto_commit_in_flight = true;
-                                // Queued now, so it keeps its place among the commits.
-                                let ticket = commit_ticket(&d.shared);
-                                let pending = group.start_commit(to_commit(positions));
-                                let shared = d.shared.clone();
-                                tasks.spawn(async move {
-                                    if let Ok(done) = pending.await {
-                                        remember_committed(&shared, &done, ticket);
-                                    }
-                                    Done::AutoCommitted
-                                });
-                            }
-                        }
-                    }
-                }
-            }
+            // The session's timers are looked at on the next turn.
+            _ = sleep_until(deadline), if deadline.is_some() => {}
         }
     }
     lock(&d.shared.app).stopped = true;

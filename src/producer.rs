@@ -37,7 +37,7 @@ use crate::config::ClientConfig;
 use crate::driver::{Cluster, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::proto::fetch::batch::Compression;
-use crate::proto::metadata::NodeId;
+use crate::proto::metadata::{NodeId, RefreshPace};
 use crate::proto::produce::accumulator::{Accumulator, AccumulatorEvent, AppendError, RecordId};
 pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
 use crate::proto::produce::encode::OutRecord;
@@ -270,6 +270,7 @@ impl ProducerBuilder {
         let mut config = self.config;
         config.request_timeout = self.client.request_timeout;
         config.retry_backoff = self.client.retry_backoff;
+        config.retry_backoff_max = self.client.retry_backoff_max;
         let required = vec![ApiKey::Produce, ApiKey::Metadata];
         let cluster =
             Cluster::connect(&self.client, TopicScope::Topics(BTreeSet::new()), &required).await?;
@@ -571,35 +572,35 @@ impl Drop for Producer {
 }
 
 async fn drive(cluster: Cluster, shared: Arc<Shared>) {
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut metadata_running = false;
-    let mut metadata_wanted = false;
-    // Refreshes are spaced by `retry.backoff.ms`: a record for a topic the cluster does
-    // not have keeps asking for metadata until `max.block.ms`, and must not spin.
-    let mut next_refresh = Instant::now();
+    let mut tasks: JoinSet<Done> = JoinSet::new();
+    // The accumulator decides what to send and when to retry; this paces the metadata
+    // refreshes it asks for (a record for a topic the cluster does not have keeps
+    // asking until `max.block.ms`, and must not spin).
+    let mut metadata = {
+        let s = lock(&shared.state);
+        let c = s.acc.config();
+        RefreshPace::new(c.retry_backoff, c.retry_backoff_max, c.seed.rotate_left(29))
+    };
     loop {
         let now = Instant::now();
-        let (nodes, metadata, pid, mut wakeup, done, backoff) = {
+        let (nodes, refresh, pid, wakeup, done) = {
             let mut s = lock(&shared.state);
-            s.acc.handle_timeout(now.into_std());
-            let pid = s.acc.claim_producer_id();
-            let nodes = s.acc.claim_ready(now.into_std());
+            let std_now = now.into_std();
+            s.acc.handle_timeout(std_now);
+            let pid = s.acc.claim_producer_id(std_now);
+            let nodes = s.acc.claim_ready(std_now);
             while let Some(event) = s.acc.poll_event() {
                 match event {
-                    AccumulatorEvent::MetadataNeeded => metadata_wanted = true,
+                    AccumulatorEvent::MetadataNeeded => metadata.request(),
                 }
             }
-            let metadata = metadata_wanted && !metadata_running;
+            let refresh = metadata.poll_start(std_now);
             let done = s.closed && s.acc.is_idle();
-            let backoff = s.acc.config().retry_backoff;
-            (nodes, metadata, pid, s.acc.poll_timeout(), done, backoff)
-        };
-        let metadata = if metadata && now < next_refresh {
-            let at = next_refresh.into_std();
-            wakeup = Some(wakeup.map_or(at, |w| w.min(at)));
-            false
-        } else {
-            metadata
+            let wakeup = [s.acc.poll_timeout(), metadata.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            (nodes, refresh, pid, wakeup, done)
         };
         shared.dispatch();
         if done && tasks.is_empty() {
@@ -617,50 +618,62 @@ async fn drive(cluster: Cluster, shared: Arc<Shared>) {
                     }
                 }
                 if let Err(e) = &result {
-                    warn!(error = %e, "InitProducerId failed; retrying");
-                    let backoff = lock(&shared.state).acc.config().retry_backoff;
-                    tokio::time::sleep(backoff).await;
+                    warn!(error = %e, "InitProducerId failed; retrying after a backoff");
                 }
+                // The accumulator paces the next attempt (`retry.backoff.ms`, doubling).
                 lock(&shared.state)
                     .acc
-                    .set_producer_id(result.map_err(|_| ()));
+                    .set_producer_id(Instant::now().into_std(), result.map_err(|_| ()));
+                Done::Other
             });
         }
-        if metadata {
-            metadata_wanted = false;
-            metadata_running = true;
-            next_refresh = now + backoff;
+        if refresh {
             let (cluster, shared) = (cluster.clone(), shared.clone());
             tasks.spawn(async move {
                 match cluster.refresh_metadata().await {
                     Ok(m) => {
                         lock(&shared.state).acc.update_metadata(&m);
                         shared.room.notify_waiters();
+                        Done::Metadata(true)
                     }
-                    // Asked again, after `retry.backoff.ms`.
-                    Err(_) => lock(&shared.state).acc.metadata_failed(),
+                    Err(e) => {
+                        debug!(error = %e, "metadata refresh failed");
+                        lock(&shared.state).acc.metadata_failed();
+                        Done::Metadata(false)
+                    }
                 }
             });
         }
         for node in nodes {
             let span = tracing::debug_span!(target: "ottla::produce", parent: None, "ottla.produce", broker = node.0);
-            tasks.spawn(produce_round(cluster.clone(), shared.clone(), node).instrument(span));
+            let (cluster, shared) = (cluster.clone(), shared.clone());
+            tasks.spawn(
+                async move {
+                    produce_round(cluster, shared, node).await;
+                    Done::Other
+                }
+                .instrument(span),
+            );
         }
         let deadline = wakeup.map(Instant::from_std);
         tokio::select! {
             _ = shared.wake_driver.notified() => {}
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Err(e) = joined {
-                    warn!(error = %e, "producer task failed");
-                }
-                // Which task ended is not known here; a second refresh would
-                // coalesce with a running one anyway.
-                metadata_running = false;
-            }
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => match joined {
+                Ok(Done::Metadata(ok)) => metadata.handle_done(Instant::now().into_std(), ok),
+                Ok(Done::Other) => {}
+                Err(e) => warn!(error = %e, "producer task failed"),
+            },
             _ = sleep_until(deadline), if deadline.is_some() => {}
         }
     }
     debug!("producer task stopped");
+}
+
+/// What a task of the producer's driver did.
+enum Done {
+    /// A metadata refresh ended (whether it brought metadata).
+    Metadata(bool),
+    Other,
 }
 
 async fn init_producer_id(cluster: &Cluster) -> Result<(i64, i16)> {

@@ -400,8 +400,8 @@ fn produce(version: i16, body: Bytes) {
         ..ProducerConfig::default()
     });
     acc.update_metadata(&cluster(2));
-    if acc.claim_producer_id() {
-        acc.set_producer_id(Ok((42, 3)));
+    if acc.claim_producer_id(now) {
+        acc.set_producer_id(now, Ok((42, 3)));
     }
     let mut ids = HashSet::new();
     for i in 0..3 {
@@ -423,8 +423,8 @@ fn produce(version: i16, body: Bytes) {
             assert!(ids.contains(&d.id), "delivery of a record never appended");
             assert!(delivered.insert(d.id), "record {:?} delivered twice", d.id);
         }
-        if acc.claim_producer_id() {
-            acc.set_producer_id(Ok((43, 0)));
+        if acc.claim_producer_id(at) {
+            acc.set_producer_id(at, Ok((43, 0)));
         }
     }
 }
@@ -445,8 +445,8 @@ fn init_producer_id(version: i16, body: Bytes) {
         ..ProducerConfig::default()
     });
     acc.update_metadata(&cluster(2));
-    assert!(acc.claim_producer_id());
-    acc.set_producer_id(Ok((response.producer_id.0, response.producer_epoch)));
+    assert!(acc.claim_producer_id(now));
+    acc.set_producer_id(now, Ok((response.producer_id.0, response.producer_epoch)));
     let _ = acc.append(now, TOPIC, Some(0), record(0));
     acc.flush();
     for node in acc.claim_ready(now) {

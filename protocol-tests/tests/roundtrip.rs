@@ -322,10 +322,10 @@ proptest! {
             ..ProducerConfig::default()
         });
         a.update_metadata(&fetcher_metadata(&[("t".to_string(), 1)], partitions));
-        if a.claim_producer_id() {
-            a.set_producer_id(Ok((1234, 5)));
-        }
         let now = Instant::now();
+        if a.claim_producer_id(now) {
+            a.set_producer_id(now, Ok((1234, 5)));
+        }
         for (i, v) in values.iter().enumerate() {
             let record = OutRecord {
                 timestamp: 1_700_000_000_000 + i as i64,

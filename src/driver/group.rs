@@ -27,7 +27,7 @@ use crate::proto::group::member::{
     StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
-use crate::proto::metadata::{ClusterMetadata, NodeId};
+use crate::proto::metadata::{ClusterMetadata, NodeId, RefreshPace};
 use crate::stats::{GroupCounters, GroupCounts};
 
 /// A handle to a running group member. Dropping it makes the member leave the group.
@@ -200,8 +200,15 @@ async fn run(
     mut rx: mpsc::Receiver<Command>,
     events: mpsc::UnboundedSender<Event>,
 ) {
-    let long_timeout = config.max_poll_interval + config.request_slack;
     let group = config.group_id.clone();
+    // The refreshes the member asks for (a topic it must assign from), paced as the
+    // consumer's and the producer's are.
+    let mut metadata = RefreshPace::new(
+        config.retry_backoff,
+        config.retry_backoff_max,
+        config.seed.rotate_left(53),
+    );
+    let mut refreshing: JoinSet<bool> = JoinSet::new();
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
     let mut spans = RebalanceSpans::new(&group);
@@ -243,7 +250,7 @@ async fn run(
         while let Some(out) = member.poll_request() {
             let conn = connection_for(&cluster, &coordinators, &out);
             let span = spans.request(&out.request);
-            inflight.spawn(send(conn, out, long_timeout).instrument(span));
+            inflight.spawn(send(conn, out).instrument(span));
         }
         // The leader's assignment runs on a blocking thread, so that the member goes
         // on heartbeating while a large group's assignment takes its time.
@@ -270,11 +277,7 @@ async fn run(
                 }
                 Event::MetadataNeeded { topics } => {
                     cluster.add_topics(topics.iter().cloned());
-                    // The counts reach the member through `updates`, as every refresh's.
-                    let cluster = cluster.clone();
-                    tokio::spawn(async move {
-                        let _ = cluster.refresh_metadata().await;
-                    });
+                    metadata.request();
                 }
                 _ => {}
             }
@@ -291,8 +294,20 @@ async fn run(
             debug!(%group, "group member closed");
             return;
         }
-        let deadline = member.poll_timeout().map(tokio::time::Instant::from_std);
+        if metadata.poll_start(tokio::time::Instant::now().into_std()) {
+            // The counts reach the member through `updates`, as every refresh's.
+            let cluster = cluster.clone();
+            refreshing.spawn(async move { cluster.refresh_metadata().await.is_ok() });
+        }
+        let deadline = [member.poll_timeout(), metadata.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(tokio::time::Instant::from_std);
         tokio::select! {
+            Some(done) = refreshing.join_next(), if !refreshing.is_empty() => {
+                metadata.handle_done(tokio::time::Instant::now().into_std(), done.unwrap_or(false));
+            }
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 let now = tokio::time::Instant::now().into_std();
                 match joined {
@@ -577,19 +592,17 @@ fn connection_for(
     }
 }
 
-async fn send(
-    conn: Result<BrokerConnection, Failure>,
-    out: Outgoing,
-    long_timeout: Duration,
-) -> Reply {
+async fn send(conn: Result<BrokerConnection, Failure>, out: Outgoing) -> Reply {
     let id = out.id;
-    (id, send_inner(conn, out.request, long_timeout).await)
+    (id, send_inner(conn, out.request, out.wait).await)
 }
 
+/// Sends `request`; `wait` replaces `request.timeout.ms` when the member says the
+/// broker may hold it longer ([`Outgoing::wait`]).
 async fn send_inner(
     conn: Result<BrokerConnection, Failure>,
     request: GroupRequest,
-    long_timeout: Duration,
+    wait: Option<Duration>,
 ) -> Result<GroupResponse, Failure> {
     let conn = conn?;
     let api = request.api();
@@ -601,14 +614,10 @@ async fn send_inner(
         ))
     })?;
     let encoded = codec::encode(&request, version).map_err(|e| Failure::Protocol(e.to_string()))?;
-    // The broker holds a JoinGroup until the rebalance completes, so it gets the
-    // rebalance timeout plus slack; a SyncGroup, like the rest, `request.timeout.ms`
-    // (as in the Java client: a follower's waits only for the leader's).
     let frame = match encoded {
         EncodedGroupRequest::FindCoordinator(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::JoinGroup(r) => {
-            conn.send_raw_timeout(api, version, &r, true, Some(long_timeout))
-                .await
+            conn.send_raw_timeout(api, version, &r, true, wait).await
         }
         EncodedGroupRequest::SyncGroup(r) => conn.send_raw(api, version, &r, true).await,
         EncodedGroupRequest::Heartbeat(r) => conn.send_raw(api, version, &r, true).await,

@@ -181,6 +181,94 @@ impl ClusterMetadata {
     }
 }
 
+/// When a metadata refresh may start: one at a time, requests made meanwhile
+/// coalesced into the next, and the next not before `retry.backoff.ms` after the last
+/// one ended, doubling with each failure in a row up to `retry.backoff.max.ms` (the
+/// Java client's `Metadata.timeToAllowUpdate`, KIP-580). The one pace of the
+/// consumer, the producer and the group task: a topic the cluster does not have yet,
+/// asked for again at every turn, must not spin, and a broker that refuses metadata
+/// is not asked again and again.
+///
+/// Contract: [`RefreshPace::request`] when a refresh is wanted;
+/// [`RefreshPace::poll_start`] on every turn, and a refresh starts when it says so;
+/// [`RefreshPace::handle_done`] when that refresh ends; [`RefreshPace::poll_timeout`]
+/// for when to look again.
+#[derive(Debug, Clone)]
+pub struct RefreshPace {
+    backoff: crate::proto::backoff::Backoff,
+    wanted: bool,
+    running: bool,
+    /// Failed refreshes in a row.
+    failures: u32,
+    /// No refresh starts before this.
+    not_before: Option<std::time::Instant>,
+}
+
+impl RefreshPace {
+    /// A pace from `retry.backoff.ms` up to `retry.backoff.max.ms`, jittered from
+    /// `seed`. Nothing is wanted yet.
+    pub fn new(initial: std::time::Duration, max: std::time::Duration, seed: u64) -> Self {
+        Self {
+            backoff: crate::proto::backoff::Backoff::new(initial, max, seed),
+            wanted: false,
+            running: false,
+            failures: 0,
+            not_before: None,
+        }
+    }
+
+    /// A refresh is wanted (coalesced with any already wanted or running).
+    pub fn request(&mut self) {
+        self.wanted = true;
+    }
+
+    /// Whether a refresh is wanted and not yet started.
+    pub fn is_wanted(&self) -> bool {
+        self.wanted
+    }
+
+    /// Whether a refresh should start now; if so it counts as running.
+    #[must_use]
+    pub fn poll_start(&mut self, now: std::time::Instant) -> bool {
+        if !self.wanted || self.running || self.not_before.is_some_and(|t| now < t) {
+            return false;
+        }
+        self.wanted = false;
+        self.running = true;
+        true
+    }
+
+    /// The running refresh ended at `now`; `ok` whether it brought metadata. A
+    /// failed one is wanted again, after the backoff.
+    pub fn handle_done(&mut self, now: std::time::Instant, ok: bool) {
+        self.running = false;
+        if ok {
+            self.failures = 0;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            self.wanted = true;
+        }
+        // Java's refresh backoff after `attempts` failures is `retry.backoff.ms *
+        // 2^attempts`: the first step after a success, the second after one failure.
+        self.not_before = Some(now + self.backoff.delay(self.failures + 1));
+    }
+
+    /// Failed refreshes in a row.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// When a wanted refresh may start, if one waits for its time.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<std::time::Instant> {
+        if self.wanted && !self.running {
+            self.not_before
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kafka_protocol::messages::metadata_response::{
@@ -233,5 +321,77 @@ mod tests {
         assert_eq!(md2.leader("a", 1), Some((NodeId(1), LeaderEpoch(5))));
         assert_eq!(md2.topic("b").unwrap().error, 5);
         assert_eq!(md2.topic("b").unwrap().partitions.len(), 1);
+    }
+
+    fn ms(d: std::time::Duration) -> u64 {
+        d.as_millis() as u64
+    }
+
+    #[test]
+    fn refresh_pace_one_at_a_time_and_requests_made_meanwhile_coalesce() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut pace = RefreshPace::new(Duration::from_millis(100), Duration::from_secs(1), 3);
+        assert!(!pace.poll_start(t0), "nothing wanted");
+        pace.request();
+        assert!(pace.poll_start(t0));
+        pace.request();
+        pace.request();
+        assert!(!pace.poll_start(t0), "one running");
+        assert_eq!(
+            pace.poll_timeout(),
+            None,
+            "woken by the end of the running one"
+        );
+        pace.handle_done(t0, true);
+        // Wanted while it ran: one more, not before `retry.backoff.ms` (±20%).
+        let at = pace
+            .poll_timeout()
+            .expect("a wanted refresh waits for its time");
+        assert!((80..120).contains(&ms(at - t0)), "{:?}", at - t0);
+        assert!(!pace.poll_start(at - Duration::from_millis(1)));
+        assert!(pace.poll_start(at));
+        pace.handle_done(at, true);
+        assert!(
+            !pace.poll_start(at + Duration::from_secs(5)),
+            "nothing wanted"
+        );
+    }
+
+    #[test]
+    fn refresh_pace_failures_double_the_wait_up_to_the_cap_and_a_success_resets_it() {
+        use std::time::{Duration, Instant};
+        let mut now = Instant::now();
+        let mut pace = RefreshPace::new(Duration::from_millis(100), Duration::from_secs(1), 9);
+        pace.request();
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            assert!(pace.poll_start(now));
+            pace.handle_done(now, false);
+            let at = pace
+                .poll_timeout()
+                .expect("a failed refresh is wanted again");
+            waits.push(ms(at - now));
+            now = at;
+        }
+        // 200, 400, 800, then 1000 (the cap), each within the ±20% jitter.
+        for (wait, nominal) in waits.iter().zip([200u64, 400, 800, 1000, 1000, 1000]) {
+            assert!(
+                *wait >= nominal * 8 / 10 && *wait <= nominal.min(1000) * 12 / 10,
+                "{waits:?}"
+            );
+            assert!(*wait <= 1000, "{waits:?}");
+        }
+        assert_eq!(pace.failures(), 6);
+        assert!(pace.poll_start(now));
+        pace.handle_done(now, true);
+        assert_eq!(pace.failures(), 0);
+        pace.request();
+        let at = pace.poll_timeout().unwrap();
+        assert!(
+            (80..120).contains(&ms(at - now)),
+            "back to the first step: {:?}",
+            at - now
+        );
     }
 }

@@ -12,6 +12,7 @@ pub mod metadata;
 pub mod process;
 pub mod produce;
 pub mod sasl;
+pub mod session;
 pub mod trace;
 pub mod wire;
 

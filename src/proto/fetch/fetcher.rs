@@ -38,6 +38,7 @@ use super::record::Shared;
 use super::request::{
     FetchParams, IsolationLevel, TargetRef, fetch_request_refs, forgotten_topics_refs,
 };
+use crate::proto::backoff::Backoff;
 use crate::proto::error_name;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::metadata::{ClusterMetadata, NodeId};
@@ -70,8 +71,13 @@ pub struct FetcherConfig {
     pub reset: OffsetReset,
     /// `check.crcs` and the inflation bound.
     pub batch: BatchOptions,
-    /// `retry.backoff.ms`: the pause after a failed fetch or ListOffsets.
+    /// `retry.backoff.ms`: the pause after a first failed fetch or ListOffsets,
+    /// doubling with each consecutive failure (KIP-580).
     pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms`: the cap of that pause.
+    pub retry_backoff_max: Duration,
+    /// Seeds the backoff's jitter.
+    pub seed: u64,
     /// Use incremental fetch sessions (KIP-227) where the broker offers them.
     pub sessions: bool,
 }
@@ -85,6 +91,8 @@ impl Default for FetcherConfig {
             reset: OffsetReset::Latest,
             batch: BatchOptions::default(),
             retry_backoff: crate::proto::backoff::DEFAULT_RETRY_BACKOFF,
+            retry_backoff_max: crate::proto::backoff::DEFAULT_RETRY_BACKOFF_MAX,
+            seed: 0x0fe7_c4e5,
             sessions: true,
         }
     }
@@ -224,6 +232,8 @@ struct PartitionState {
     last_stable_offset: i64,
     log_start_offset: i64,
     retry_at: Option<Instant>,
+    /// Failed fetches or ListOffsets of this partition in a row (the backoff's step).
+    failures: u32,
     /// Fetched data of this partition waits in the buffer, since this time.
     buffered: Option<Instant>,
     /// What [`Fetcher::consumed`] reports while `moved_round` is the current round:
@@ -372,6 +382,10 @@ pub struct Fetcher {
     /// Brokers with a ListOffsets claimed or in flight.
     resetting: BTreeSet<NodeId>,
     node_retry_at: HashMap<NodeId, Instant>,
+    /// Failed Fetch requests in a row, per broker (the backoff's step).
+    node_failures: HashMap<NodeId, u32>,
+    /// `retry.backoff.ms` doubling to `retry.backoff.max.ms`, jittered.
+    backoff: Backoff,
     completed: VecDeque<Completed>,
     buffered_bytes: usize,
     /// Per response with data still buffered: `(bytes, partitions not yet drained)`.
@@ -401,6 +415,7 @@ pub struct Fetcher {
 impl Fetcher {
     /// A fetcher with no partitions.
     pub fn new(config: FetcherConfig) -> Self {
+        let backoff = Backoff::new(config.retry_backoff, config.retry_backoff_max, config.seed);
         Self {
             config,
             partitions: BTreeMap::new(),
@@ -408,6 +423,8 @@ impl Fetcher {
             fetching: HashMap::new(),
             resetting: BTreeSet::new(),
             node_retry_at: HashMap::new(),
+            node_failures: HashMap::new(),
+            backoff,
             completed: VecDeque::new(),
             buffered_bytes: 0,
             charges: HashMap::new(),
@@ -456,6 +473,7 @@ impl Fetcher {
                     last_stable_offset: -1,
                     log_start_offset: -1,
                     retry_at: None,
+                    failures: 0,
                     buffered: None,
                     consumed: None,
                     moved_round: 0,
@@ -547,6 +565,7 @@ impl Fetcher {
         if let Some(s) = self.partitions.get_mut(tp) {
             s.set_position(self.round, Position::At { offset, epoch: -1 });
             s.retry_at = None;
+            s.failures = 0;
         }
         self.drop_completed(|c| &c.tp == tp);
     }
@@ -959,9 +978,16 @@ impl Fetcher {
     pub fn handle_fetch_failure(&mut self, now: Instant, node: NodeId) {
         self.fetching.remove(&node);
         self.sessions.remove(&node);
-        self.node_retry_at
-            .insert(node, now + self.config.retry_backoff);
+        let at = self.node_backoff(now, node);
+        self.node_retry_at.insert(node, at);
         self.need_metadata();
+    }
+
+    /// When `node` may be fetched from again after one more failure in a row.
+    fn node_backoff(&mut self, now: Instant, node: NodeId) -> Instant {
+        let failures = self.node_failures.entry(node).or_insert(0);
+        *failures += 1;
+        now + self.backoff.delay(*failures)
     }
 
     /// Takes a Fetch response.
@@ -974,6 +1000,7 @@ impl Fetcher {
         }
         self.node_retry_at.remove(&token.node);
         let node = token.node;
+        let failures = self.node_failures.remove(&node);
         let error = response.error_code;
         if error != 0 {
             // FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, FETCH_SESSION_TOPIC_ID_ERROR
@@ -989,8 +1016,12 @@ impl Fetcher {
                 )
             );
             if !session_error {
-                self.node_retry_at
-                    .insert(node, now + self.config.retry_backoff);
+                // Still failing: the step goes on from where it was.
+                if let Some(failures) = failures {
+                    self.node_failures.insert(node, failures);
+                }
+                let at = self.node_backoff(now, node);
+                self.node_retry_at.insert(node, at);
             }
             return;
         }
@@ -1129,6 +1160,7 @@ impl Fetcher {
             s.last_stable_offset = p.last_stable_offset;
             s.log_start_offset = p.log_start_offset;
             s.retry_at = None;
+            s.failures = 0;
         }
         slow
     }
@@ -1158,6 +1190,7 @@ impl Fetcher {
             s.last_stable_offset = p.last_stable_offset;
             s.log_start_offset = p.log_start_offset;
             s.retry_at = None;
+            s.failures = 0;
             let records = p.records.unwrap_or_default();
             if records.is_empty() || s.buffered.is_some() {
                 return 0;
@@ -1187,7 +1220,8 @@ impl Fetcher {
             });
             return counted;
         }
-        let retry_at = now + self.config.retry_backoff;
+        s.failures += 1;
+        let retry_at = now + self.backoff.delay(s.failures);
         match ResponseError::try_from_code(code) {
             Some(ResponseError::OffsetOutOfRange) => {
                 debug!(%tp, offset = fetch_offset, "offset out of range");
@@ -1324,12 +1358,12 @@ impl Fetcher {
     /// A ListOffsets to `node` failed: its partitions retry after a backoff.
     pub fn handle_list_offsets_failure(&mut self, now: Instant, node: NodeId) {
         self.resetting.remove(&node);
-        let retry_at = now + self.config.retry_backoff;
         for s in self.partitions.values_mut() {
             if let Position::Resetting(n, reason) = s.position {
                 if n == node {
                     s.set_position(self.round, Position::NeedsReset(reason));
-                    s.retry_at = Some(retry_at);
+                    s.failures += 1;
+                    s.retry_at = Some(now + self.backoff.delay(s.failures));
                     self.resets_maybe = true;
                     self.retries_maybe = true;
                 }
@@ -1346,7 +1380,6 @@ impl Fetcher {
         response: ListOffsetsResponse,
     ) {
         self.resetting.remove(&node);
-        let retry_at = now + self.config.retry_backoff;
         let mut answered = BTreeSet::new();
         for topic in response.topics {
             let name = topic.name.0.to_string();
@@ -1374,6 +1407,7 @@ impl Fetcher {
                         },
                     );
                     s.retry_at = None;
+                    s.failures = 0;
                     debug!(%tp, offset = p.offset, ?reason, "position reset");
                     self.events.push_back(FetcherEvent::OffsetReset {
                         partition: tp,
@@ -1383,7 +1417,8 @@ impl Fetcher {
                     continue;
                 }
                 s.set_position(self.round, Position::NeedsReset(reason));
-                s.retry_at = Some(retry_at);
+                s.failures += 1;
+                s.retry_at = Some(now + self.backoff.delay(s.failures));
                 self.resets_maybe = true;
                 self.retries_maybe = true;
                 if needs_metadata_refresh(p.error_code) {
@@ -1405,7 +1440,8 @@ impl Fetcher {
             if let Position::Resetting(n, reason) = s.position {
                 if n == node && !answered.contains(tp) {
                     s.set_position(self.round, Position::NeedsReset(reason));
-                    s.retry_at = Some(retry_at);
+                    s.failures += 1;
+                    s.retry_at = Some(now + self.backoff.delay(s.failures));
                     self.resets_maybe = true;
                     self.retries_maybe = true;
                 }
@@ -2127,6 +2163,42 @@ mod tests {
             f.build_fetch(later, NodeId(2), 16).expect("still node 2")
         };
         assert_eq!(sent(&req), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn a_broker_failing_again_and_again_is_fetched_from_after_a_doubling_backoff() {
+        // A flat `retry.backoff.ms` after each failed Fetch; now it doubles with each
+        // failure in a row up to `retry.backoff.max.ms` (KIP-580), and an answer resets
+        // it.
+        let (mut f, now) = started(FetcherConfig::default());
+        let mut at = now;
+        let mut waits = Vec::new();
+        for _ in 0..5 {
+            assert_eq!(f.claim_fetches(at), vec![NodeId(1)]);
+            f.build_fetch(at, NodeId(1), 16).expect("a fetch");
+            f.handle_fetch_failure(at, NodeId(1));
+            let again = f.poll_timeout().expect("the broker's backoff is timed");
+            assert_eq!(f.claim_fetches(again - Duration::from_millis(1)), vec![]);
+            waits.push((again - at).as_millis() as u64);
+            at = again;
+        }
+        for (w, nominal) in waits.iter().zip([100u64, 200, 400, 800, 1000]) {
+            assert!(*w >= nominal * 8 / 10 && *w <= 1000, "{waits:?}");
+        }
+        assert!(waits[0] < waits[1] && waits[1] < waits[2], "{waits:?}");
+        // An answer resets the step.
+        assert_eq!(f.claim_fetches(at), vec![NodeId(1)]);
+        let (_, token) = f.build_fetch(at, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch(at, token, response(0, vec![(0, 0, None), (1, 0, None)]));
+        assert_eq!(f.claim_fetches(at), vec![NodeId(1)]);
+        f.build_fetch(at, NodeId(1), 16).expect("a fetch");
+        f.handle_fetch_failure(at, NodeId(1));
+        let again = f.poll_timeout().expect("timed");
+        assert!(
+            (again - at) < Duration::from_millis(121),
+            "{:?}",
+            again - at
+        );
     }
 
     #[test]

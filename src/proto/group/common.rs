@@ -67,6 +67,22 @@ impl<S, C> Core<S, C> {
         self.outbox.send(target, request, sent, epoch)
     }
 
+    /// Queues `request` for the coordinator like [`Core::send`], to be waited for up to
+    /// `wait` rather than `request.timeout.ms` (a JoinGroup the broker holds).
+    pub(crate) fn send_waiting(
+        &mut self,
+        target: Target,
+        request: GroupRequest,
+        sent: S,
+        wait: Duration,
+    ) -> RequestId {
+        let id = self.send(target, request, sent);
+        if let Some(out) = self.outbox.requests.back_mut().filter(|o| o.id == id) {
+            out.wait = Some(wait);
+        }
+        id
+    }
+
     /// Sends a FindCoordinator to any broker if one is due: the coordinator unknown, no
     /// lookup in flight, the backoff over. It waits `session.timeout.ms` (at least 10 s)
     /// for the answer.
@@ -644,6 +660,7 @@ impl<S> Outbox<S> {
             id,
             target,
             request,
+            wait: None,
         });
     }
 

@@ -30,6 +30,7 @@ use tracing::{debug, warn};
 
 use super::encode::{EncodeError, OutRecord, ProducerFields, encode_batch};
 use super::partitioner::{StickyPartitioner, partition_for_key};
+use crate::proto::backoff::Backoff;
 use crate::proto::error_name;
 use crate::proto::fetch::batch::Compression;
 use crate::proto::group::consumer_protocol::TopicPartition;
@@ -79,8 +80,11 @@ pub struct ProducerConfig {
     pub delivery_timeout: Duration,
     /// `request.timeout.ms`, sent as the Produce timeout (default 30 s).
     pub request_timeout: Duration,
-    /// `retry.backoff.ms` (default 100 ms).
+    /// `retry.backoff.ms` (default 100 ms): the pause before a batch's first retry
+    /// and after a first failed InitProducerId, doubling with each attempt (KIP-580).
     pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms` (default 1 s): the cap of that pause.
+    pub retry_backoff_max: Duration,
     /// `max.request.size` (default 1 MiB): the largest record accepted.
     pub max_request_size: usize,
     /// Seed of the sticky partitioner.
@@ -99,6 +103,7 @@ impl Default for ProducerConfig {
             delivery_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
             retry_backoff: crate::proto::backoff::DEFAULT_RETRY_BACKOFF,
+            retry_backoff_max: crate::proto::backoff::DEFAULT_RETRY_BACKOFF_MAX,
             max_request_size: 1024 * 1024,
             seed: 0x5eed_0771a,
         }
@@ -226,8 +231,12 @@ struct PartitionState {
 enum ProducerIdState {
     /// Idempotence is off.
     Off,
-    /// An InitProducerId must be sent (once nothing is in flight).
-    Needed,
+    /// An InitProducerId must be sent (once nothing is in flight), not before
+    /// `retry_at` after `failures` failed ones in a row.
+    Needed {
+        failures: u32,
+        retry_at: Option<Instant>,
+    },
     /// One is in flight.
     Requested,
     /// Ready.
@@ -267,13 +276,23 @@ pub struct Accumulator {
     flush_requested: bool,
     /// Batches sent again (after a failed or refused attempt), ever.
     retries: u64,
+    /// `retry.backoff.ms` doubling to `retry.backoff.max.ms`, jittered.
+    backoff: Backoff,
+    /// Failed InitProducerIds in a row before the one in flight.
+    pid_failures: u32,
 }
 
 impl Accumulator {
     /// A producer with nothing buffered.
     pub fn new(config: ProducerConfig) -> Self {
         let idempotent = config.idempotence && config.acks == Acks::All;
+        let backoff = Backoff::new(
+            config.retry_backoff,
+            config.retry_backoff_max,
+            config.seed.rotate_left(17),
+        );
         Self {
+            backoff,
             sticky: StickyPartitioner::new(config.batch_size, config.seed),
             config,
             partitions: BTreeMap::new(),
@@ -282,7 +301,10 @@ impl Accumulator {
             in_flight: HashMap::new(),
             serial: 0,
             producer_id: if idempotent {
-                ProducerIdState::Needed
+                ProducerIdState::Needed {
+                    failures: 0,
+                    retry_at: None,
+                }
             } else {
                 ProducerIdState::Off
             },
@@ -293,6 +315,7 @@ impl Accumulator {
             events: VecDeque::new(),
             flush_requested: false,
             retries: 0,
+            pid_failures: 0,
         }
     }
 
@@ -442,17 +465,23 @@ impl Accumulator {
     }
 
     /// Whether an InitProducerId should be sent now (idempotence on, no id, nothing in
-    /// flight). Marks it requested.
-    pub fn claim_producer_id(&mut self) -> bool {
-        if self.producer_id == ProducerIdState::Needed && self.in_flight.is_empty() {
-            self.producer_id = ProducerIdState::Requested;
-            return true;
+    /// flight, the backoff after a failed one over). Marks it requested.
+    pub fn claim_producer_id(&mut self, now: Instant) -> bool {
+        let ProducerIdState::Needed { failures, retry_at } = self.producer_id else {
+            return false;
+        };
+        if !self.in_flight.is_empty() || retry_at.is_some_and(|t| now < t) {
+            return false;
         }
-        false
+        self.pid_failures = failures;
+        self.producer_id = ProducerIdState::Requested;
+        true
     }
 
-    /// The InitProducerId answer (`Err`: retry later).
-    pub fn set_producer_id(&mut self, result: Result<(i64, i16), ()>) {
+    /// The InitProducerId answer. `Err`: asked again after `retry.backoff.ms`,
+    /// doubling with each failure in a row up to `retry.backoff.max.ms` (the Java
+    /// client's pace; it used to be a flat pause in the driver).
+    pub fn set_producer_id(&mut self, now: Instant, result: Result<(i64, i16), ()>) {
         match result {
             Ok((id, epoch)) => {
                 debug!(producer_id = id, epoch, "producer id");
@@ -467,14 +496,24 @@ impl Accumulator {
                     }
                 }
             }
-            Err(()) => self.producer_id = ProducerIdState::Needed,
+            Err(()) => {
+                let failures = self.pid_failures + 1;
+                self.producer_id = ProducerIdState::Needed {
+                    failures,
+                    retry_at: Some(now + self.backoff.delay(failures)),
+                };
+            }
         }
     }
 
     fn renew_producer_id(&mut self) {
         if self.producer_id != ProducerIdState::Off {
+            self.pid_failures = 0;
             warn!("a batch failed after using sequence numbers; renewing the producer id");
-            self.producer_id = ProducerIdState::Needed;
+            self.producer_id = ProducerIdState::Needed {
+                failures: 0,
+                retry_at: None,
+            };
         }
     }
 
@@ -501,6 +540,10 @@ impl Accumulator {
                     .map(|b| b.created + self.config.delivery_timeout);
                 [linger, p.retry_at, expiry]
             })
+            .chain([match self.producer_id {
+                ProducerIdState::Needed { retry_at, .. } => retry_at,
+                _ => None,
+            }])
             .flatten()
             .min()
     }
@@ -582,7 +625,7 @@ impl Accumulator {
     pub fn claim_ready(&mut self, now: Instant) -> Vec<NodeId> {
         if matches!(
             self.producer_id,
-            ProducerIdState::Needed | ProducerIdState::Requested
+            ProducerIdState::Needed { .. } | ProducerIdState::Requested
         ) {
             return Vec::new();
         }
@@ -764,6 +807,17 @@ impl Accumulator {
         Some(sent)
     }
 
+    /// Holds `tp`'s head batch back after a failed attempt: `retry.backoff.ms` after
+    /// its first, doubling with each one up to `retry.backoff.max.ms` (KIP-580; Java's
+    /// `RecordAccumulator` paces a batch by its own attempts).
+    fn retry_later(&mut self, now: Instant, tp: &TopicPartition) {
+        let Some(p) = self.partitions.get_mut(tp) else {
+            return;
+        };
+        let attempts = p.queue.front().map_or(1, |b| b.attempts.max(1));
+        p.retry_at = Some(now + self.backoff.delay(attempts));
+    }
+
     fn pop_head(&mut self, tp: &TopicPartition) -> Option<Batch> {
         self.partitions.get_mut(tp)?.queue.pop_front()
     }
@@ -774,11 +828,8 @@ impl Accumulator {
         let Some(sent) = self.take_in_flight(token) else {
             return;
         };
-        let retry_at = now + self.config.retry_backoff;
         for tp in sent {
-            if let Some(p) = self.partitions.get_mut(&tp) {
-                p.retry_at = Some(retry_at);
-            }
+            self.retry_later(now, &tp);
         }
         self.need_metadata();
     }
@@ -797,7 +848,6 @@ impl Accumulator {
                 );
             }
         }
-        let retry_at = now + self.config.retry_backoff;
         for tp in sent {
             // A partition missing from the answer is retried like a lost request.
             let (code, base) = answers
@@ -826,18 +876,14 @@ impl Accumulator {
                     // batch under a new producer id and send it again.
                     warn!(%tp, error = %error_name(code), "produce: sequence state lost; renewing the producer id");
                     self.renew_producer_id();
-                    if let Some(p) = self.partitions.get_mut(&tp) {
-                        p.retry_at = Some(retry_at);
-                    }
+                    self.retry_later(now, &tp);
                 }
                 Some(e) if e.is_retriable() || needs_metadata_refresh(code) => {
                     debug!(%tp, error = %error_name(code), "produce: retrying");
                     if needs_metadata_refresh(code) {
                         self.need_metadata();
                     }
-                    if let Some(p) = self.partitions.get_mut(&tp) {
-                        p.retry_at = Some(retry_at);
-                    }
+                    self.retry_later(now, &tp);
                 }
                 Some(_) => {
                     warn!(%tp, error = %error_name(code), "produce: batch refused");
@@ -954,8 +1000,8 @@ mod tests {
         let now = Instant::now();
         let mut a = Accumulator::new(config);
         a.update_metadata(&metadata(2));
-        assert!(a.claim_producer_id());
-        a.set_producer_id(Ok((42, 3)));
+        assert!(a.claim_producer_id(now));
+        a.set_producer_id(now, Ok((42, 3)));
         (a, now)
     }
 
@@ -1011,6 +1057,66 @@ mod tests {
         assert_eq!(a.poll_event(), None);
         assert!(a.append(now, "u", None, record("d")).is_err());
         assert_eq!(a.poll_event(), Some(AccumulatorEvent::MetadataNeeded));
+    }
+
+    #[test]
+    fn a_batch_failing_again_and_again_backs_off_exponentially_to_the_cap() {
+        // The pause before a retry was a flat `retry.backoff.ms`; Java doubles it with
+        // each attempt of the batch up to `retry.backoff.max.ms` (KIP-580).
+        let (mut a, now) = ready(ProducerConfig {
+            linger: Duration::ZERO,
+            ..ProducerConfig::default()
+        });
+        a.append(now, "t", Some(0), record("r")).unwrap();
+        let mut at = now;
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            assert_eq!(a.claim_ready(at), vec![NodeId(1)]);
+            let (_, token) = a.build_produce(at, NodeId(1), 9).expect("an attempt");
+            a.handle_failure(at, token);
+            let retry = a.poll_timeout().expect("a retry is timed");
+            assert_eq!(
+                a.claim_ready(retry - Duration::from_millis(1)),
+                vec![],
+                "not before its time"
+            );
+            waits.push((retry - at).as_millis() as u64);
+            at = retry;
+        }
+        for (w, nominal) in waits.iter().zip([100u64, 200, 400, 800, 1000, 1000]) {
+            assert!(*w >= nominal * 8 / 10 && *w <= 1000, "{waits:?}");
+        }
+        assert!(
+            waits[0] < waits[1] && waits[1] < waits[2] && waits[2] < waits[3],
+            "{waits:?}"
+        );
+    }
+
+    #[test]
+    fn a_failed_init_producer_id_is_asked_again_after_a_growing_backoff() {
+        // The driver used to sleep a flat `retry.backoff.ms`; the accumulator now
+        // times the next InitProducerId itself.
+        let mut a = Accumulator::new(ProducerConfig::default());
+        let mut at = Instant::now();
+        let mut waits = Vec::new();
+        for _ in 0..4 {
+            assert!(a.claim_producer_id(at));
+            assert!(!a.claim_producer_id(at), "one at a time");
+            a.set_producer_id(at, Err(()));
+            let again = a.poll_timeout().expect("the next attempt is timed");
+            assert!(!a.claim_producer_id(again - Duration::from_millis(1)));
+            waits.push((again - at).as_millis() as u64);
+            at = again;
+        }
+        for (w, nominal) in waits.iter().zip([100u64, 200, 400, 800]) {
+            assert!(
+                *w >= nominal * 8 / 10 && *w < nominal * 12 / 10 + 1,
+                "{waits:?}"
+            );
+        }
+        assert!(a.claim_producer_id(at));
+        a.set_producer_id(at, Ok((7, 0)));
+        assert_eq!(a.poll_timeout(), None, "nothing waits once the id came");
     }
 
     #[test]
@@ -1084,8 +1190,8 @@ mod tests {
             vec![],
             "nothing goes out without a new id"
         );
-        assert!(a.claim_producer_id());
-        a.set_producer_id(Ok((43, 0)));
+        assert!(a.claim_producer_id(now));
+        a.set_producer_id(now, Ok((43, 0)));
         a.claim_ready(later);
         let (req, _) = a.build_produce(later, NodeId(1), 9).unwrap();
         assert_eq!(

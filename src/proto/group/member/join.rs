@@ -59,12 +59,13 @@ impl GroupMember {
             reason: Some(reason.clone()),
         };
         debug!(group = %self.core.config.group_id, member = %self.core.member_id, %reason, "joining");
+        let wait = self.core.config.join_wait();
         let id = self
             .core
-            .send(Target::Coordinator(node), request, Sent::Join);
+            .send_waiting(Target::Coordinator(node), request, Sent::Join, wait);
         self.state = State::Joining {
             request: id,
-            deadline: now + self.core.config.max_poll_interval + self.core.config.request_slack,
+            deadline: now + wait,
         };
     }
 

@@ -594,6 +594,57 @@ fn syncing_unanswered_times_out_after_the_request_timeout() {
     );
 }
 
+#[test]
+fn joining_the_join_group_is_waited_for_as_long_as_the_member_times_it_and_no_longer() {
+    // The member's Joining deadline and the driver's request timeout for the JoinGroup
+    // were computed in two places (member/join.rs and driver/group.rs). The member now
+    // hands the wait with the request; both come from `GroupConfig::join_wait`.
+    let mut c = config("range");
+    c.max_poll_interval = Duration::from_secs(20);
+    c.request_timeout = Duration::from_secs(3);
+    let mut h = H::new(c);
+    h.find_coordinator(2);
+    let join = h.request();
+    assert!(matches!(join.request, GroupRequest::JoinGroup { .. }));
+    let wait = join.wait.expect("a JoinGroup outlives request.timeout.ms");
+    assert_eq!(wait, h.m.config().join_wait());
+    assert_eq!(
+        wait,
+        Duration::from_secs(25),
+        "rebalance timeout + 5 s, as Java's"
+    );
+    // The application keeps polling (else `max.poll.interval.ms` suspends it first).
+    for _ in 0..24 {
+        h.m.note_progress(h.now);
+        h.advance(Duration::from_secs(1));
+    }
+    h.m.note_progress(h.now);
+    h.advance(Duration::from_secs(1) - Duration::from_millis(1));
+    assert_eq!(h.m.state(), StateKind::Joining);
+    h.m.note_progress(h.now);
+    h.advance(Duration::from_millis(1));
+    assert_ne!(h.m.state(), StateKind::Joining, "given up at the same wait");
+    // Other requests keep the request timeout.
+    let mut h = H::new(config("range"));
+    h.find_coordinator(2);
+    let (join, members) = {
+        let join = h.request();
+        let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+            panic!("{join:?}")
+        };
+        let m = vec![JoinedMember {
+            member_id: "m0".into(),
+            instance_id: None,
+            metadata: protocols[0].1.clone(),
+        }];
+        (join.id, m)
+    };
+    h.respond(join, join_response_p("range", 0, 3, "m1", "m0", members));
+    let sync = h.request();
+    assert!(matches!(sync.request, GroupRequest::SyncGroup { .. }));
+    assert_eq!(sync.wait, None);
+}
+
 /// The coordinator found and the first JoinGroup sent: its id, and the group's member
 /// list for the answer, with one member, `id`, carrying this member's subscription.
 fn first_join_as(h: &mut H, id: &str) -> (RequestId, Vec<JoinedMember>) {

@@ -136,6 +136,15 @@ pub fn check_heartbeat(session: Duration, heartbeat: Duration) -> Result<(), Str
 }
 
 impl GroupConfig {
+    /// How long a JoinGroup may wait for its answer: the broker holds it until the
+    /// rebalance completes, up to the rebalance timeout (`max.poll.interval.ms`), so it
+    /// gets that plus [`GroupConfig::request_slack`], as in the Java client. The member
+    /// arms its timer with it and hands it to the driver with the request
+    /// ([`Outgoing::wait`]): one number, computed here.
+    pub fn join_wait(&self) -> Duration {
+        self.max_poll_interval + self.request_slack
+    }
+
     /// Defaults for `group_id` subscribing to `topics` with the given assignors.
     pub fn new(
         group_id: impl Into<String>,
@@ -155,7 +164,7 @@ impl GroupConfig {
             request_slack: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             leader_sync_delay: Duration::ZERO,
-            close_timeout: Duration::from_secs(30),
+            close_timeout: crate::proto::session::DEFAULT_CLOSE_TIMEOUT,
             metadata_max_age: Duration::from_secs(300),
             rack: None,
             seed: 0x5eed,
@@ -188,6 +197,9 @@ pub struct Outgoing {
     pub target: Target,
     /// What to send.
     pub request: GroupRequest,
+    /// How long the broker may hold it, when that is longer than `request.timeout.ms`
+    /// (a JoinGroup: [`GroupConfig::join_wait`]). `None`: the request timeout.
+    pub wait: Option<Duration>,
 }
 
 /// How a request failed below the protocol (no response to interpret).
