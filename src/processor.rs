@@ -74,10 +74,7 @@ use crate::consumer::{
 use crate::driver::{lock, sleep_until};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder};
-use crate::proto::group::member::{
-    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
-    check_heartbeat,
-};
+use crate::proto::group::member::{Event, check_heartbeat};
 pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, Disposition, ErrorCause, ErrorClass, HttpClassifier,
     ProcessError,
@@ -151,9 +148,6 @@ pub struct ProcessorBuilder {
     topics: Vec<String>,
     acquiesce_share: f64,
     shutdown_timeout: Duration,
-    max_poll_interval: Duration,
-    session_timeout: Duration,
-    heartbeat_interval: Duration,
     processing_budget: Duration,
     metrics: Option<MetricsHook>,
     metrics_prefix: String,
@@ -227,9 +221,6 @@ impl ProcessorBuilder {
             },
             acquiesce_share: 0.5,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             processing_budget: Duration::from_secs(30),
             metrics: None,
             metrics_prefix: crate::telemetry::DEFAULT_PROCESSOR_PREFIX.to_string(),
@@ -238,8 +229,11 @@ impl ProcessorBuilder {
         }
     }
 
-    /// Adjusts the consumer (offset reset, fetch sizes, assignors, ...). Group id,
-    /// topics and the timeouts below are set by this builder.
+    /// Adjusts the consumer (offset reset, fetch sizes, assignors, the group timeouts,
+    /// ...). The group id and the topics are this builder's; automatic commits stay
+    /// off (the Processor commits finished records itself). The group timeouts have
+    /// one home, the consumer's builder: [`ProcessorBuilder::timeouts`] and
+    /// `session.timeout.ms` & co. set them there, and whichever is called last wins.
     pub fn consumer(mut self, f: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder) -> Self {
         self.consumer = f(self.consumer);
         self
@@ -330,9 +324,20 @@ impl ProcessorBuilder {
                 self.consumer = self.consumer.clone().group_id(value);
             }
             "ottla.topics" => self.topics = list(value).map(String::from).collect(),
-            "session.timeout.ms" => self.session_timeout = millis(key, value)?,
-            "heartbeat.interval.ms" => self.heartbeat_interval = millis(key, value)?,
-            "max.poll.interval.ms" => self.max_poll_interval = millis(key, value)?,
+            // The consumer's own settings (one home); checked against the retry policy
+            // at build.
+            "session.timeout.ms" => {
+                self.consumer = self.consumer.clone().session_timeout(millis(key, value)?);
+            }
+            "heartbeat.interval.ms" => {
+                self.consumer = self
+                    .consumer
+                    .clone()
+                    .heartbeat_interval(millis(key, value)?);
+            }
+            "max.poll.interval.ms" => {
+                self.consumer = self.consumer.clone().max_poll_interval(millis(key, value)?);
+            }
             "ottla.concurrency" => self.lanes.concurrency = number(key, value, "a count")?,
             "ottla.commit.interval.ms" => {
                 let every = millis(key, value)?;
@@ -454,9 +459,11 @@ impl ProcessorBuilder {
     /// `session.timeout.ms`, `heartbeat.interval.ms` and `max.poll.interval.ms` (the
     /// rebalance timeout).
     pub fn timeouts(mut self, session: Duration, heartbeat: Duration, max_poll: Duration) -> Self {
-        self.session_timeout = session;
-        self.heartbeat_interval = heartbeat;
-        self.max_poll_interval = max_poll;
+        self.consumer = self
+            .consumer
+            .session_timeout(session)
+            .heartbeat_interval(heartbeat)
+            .max_poll_interval(max_poll);
         self
     }
 
@@ -515,16 +522,16 @@ impl ProcessorBuilder {
         if self.lanes.group.is_empty() {
             return bad("group.id", "give the processor's group".into());
         }
-        if let Err(message) = check_heartbeat(self.session_timeout, self.heartbeat_interval) {
+        let (session, heartbeat, max_poll) = self.consumer.group_timeouts();
+        if let Err(message) = check_heartbeat(session, heartbeat) {
             return bad("heartbeat.interval.ms", message);
         }
         let window = self.lanes.policy.worst_case_total() + self.processing_budget;
-        if self.max_poll_interval < window {
+        if max_poll < window {
             return bad(
                 "max.poll.interval.ms",
                 format!(
-                    "{:?} is shorter than max_retries x max_retry_delay plus the processing budget ({window:?}); raise it to at least that",
-                    self.max_poll_interval
+                    "{max_poll:?} is shorter than max_retries x max_retry_delay plus the processing budget ({window:?}); raise it to at least that",
                 ),
             );
         }
@@ -575,13 +582,11 @@ impl ProcessorBuilder {
         if let Some(written) = written {
             check_topics_exist(&producer, &written).await?;
         }
+        let (_, _, max_poll_interval) = self.consumer.group_timeouts();
         let consumer = self
             .consumer
             .group_id(self.lanes.group.clone())
             .topics(topics)
-            .session_timeout(self.session_timeout)
-            .heartbeat_interval(self.heartbeat_interval)
-            .max_poll_interval(self.max_poll_interval)
             .auto_commit(None)
             .manual_revocation()
             .build()
@@ -595,7 +600,7 @@ impl ProcessorBuilder {
                 jitter_seed,
                 ..self.lanes
             },
-            acquiesce: self.max_poll_interval.mul_f64(self.acquiesce_share),
+            acquiesce: max_poll_interval.mul_f64(self.acquiesce_share),
             shutdown_timeout: self.shutdown_timeout,
             processing_budget: self.processing_budget,
             telemetry,

@@ -37,7 +37,7 @@ fn a_processor_is_built_from_properties_alone() {
     assert_eq!(b.lanes.group, "billing");
     assert_eq!(b.topics, ["orders"]);
     assert_eq!(
-        (b.session_timeout, b.heartbeat_interval, b.max_poll_interval),
+        b.consumer.group_timeouts(),
         (
             Duration::from_secs(10),
             Duration::from_secs(1),
@@ -82,6 +82,55 @@ fn a_processor_is_built_from_properties_alone() {
     assert!(
         err.to_string().contains("ottla.retry.topics: \"30s\""),
         "{err}"
+    );
+}
+
+#[test]
+fn the_group_timeouts_have_one_home_whichever_way_they_are_set() {
+    // They lived twice: in the ProcessorBuilder and in its ConsumerBuilder, and
+    // `build` overwrote what `.consumer(|c| ...)` had set with the Processor's copy,
+    // silently. Now the consumer's builder holds them; the last call wins.
+    let b = ProcessorBuilder::new("h:1", "g", ["t"]).consumer(|c| {
+        c.session_timeout(Duration::from_secs(12))
+            .heartbeat_interval(Duration::from_secs(2))
+    });
+    assert_eq!(
+        b.consumer.group_timeouts(),
+        (
+            Duration::from_secs(12),
+            Duration::from_secs(2),
+            Duration::from_secs(300)
+        )
+    );
+    b.validate().unwrap();
+    // Through the consumer's builder, the Processor's check of the progress window
+    // sees it (it used to check its own copy, still at the default 300 s).
+    let b = ProcessorBuilder::new("h:1", "g", ["t"])
+        .consumer(|c| c.max_poll_interval(Duration::from_secs(1)));
+    let err = b.validate().unwrap_err().to_string();
+    assert!(err.contains("max.poll.interval.ms"), "{err}");
+    // And a heartbeat above the session is refused, whichever builder set it.
+    let b = ProcessorBuilder::new("h:1", "g", ["t"])
+        .consumer(|c| c.heartbeat_interval(Duration::from_secs(60)));
+    let err = b.validate().unwrap_err().to_string();
+    assert!(err.contains("heartbeat.interval.ms"), "{err}");
+    // The Processor's own calls write to the same place.
+    let b = ProcessorBuilder::new("h:1", "g", ["t"])
+        .consumer(|c| c.session_timeout(Duration::from_secs(12)))
+        .timeouts(
+            Duration::from_secs(20),
+            Duration::from_secs(3),
+            Duration::from_secs(400),
+        )
+        .set("max.poll.interval.ms", "500000")
+        .unwrap();
+    assert_eq!(
+        b.consumer.group_timeouts(),
+        (
+            Duration::from_secs(20),
+            Duration::from_secs(3),
+            Duration::from_secs(500)
+        )
     );
 }
 
