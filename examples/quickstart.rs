@@ -100,8 +100,7 @@ async fn consume(
         tokio::select! {
             Some(event) = events.recv() => match event {
                 ConsumerEvent::BrokerHangUp(report) => eprintln!("warning: {report}"),
-                ConsumerEvent::Group(event) => eprintln!("group: {event:?}"),
-                _ => {}
+                event => eprintln!("group: {event:?}"),
             },
             record = tokio::time::timeout(Duration::from_millis(250), consumer.recv()) => {
                 match record {

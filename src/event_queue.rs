@@ -19,7 +19,6 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tracing::warn;
 
 use crate::consumer::ConsumerEvent;
-use crate::proto::group::member::Event;
 
 /// How many events the stream holds unread.
 pub const CAPACITY: usize = 1024;
@@ -68,7 +67,7 @@ impl EventSender {
             let at = state
                 .events
                 .iter()
-                .position(|e| !changes_ownership(e))
+                .position(|e| !e.changes_ownership())
                 .unwrap_or(0);
             state.events.remove(at);
             state.dropped += 1;
@@ -90,21 +89,6 @@ impl Drop for EventSender {
         self.inner.lock().closed = true;
         self.inner.notify.notify_one();
     }
-}
-
-/// Whether an event changes what the application owns, or ends the consumer.
-fn changes_ownership(event: &ConsumerEvent) -> bool {
-    matches!(
-        event,
-        ConsumerEvent::Group(
-            Event::Joined { .. }
-                | Event::Assigned { .. }
-                | Event::RevokeRequested { .. }
-                | Event::Lost { .. }
-                | Event::Left
-                | Event::Fatal(_)
-        )
-    )
 }
 
 /// The consumer's events ([`Consumer::take_events`](crate::Consumer::take_events)):
@@ -174,19 +158,20 @@ mod tests {
     use crate::proto::group::member::CommitError;
 
     fn commit_done(i: u64) -> ConsumerEvent {
-        ConsumerEvent::Group(Event::CommitCompleted {
-            id: crate::proto::group::member::RequestId(i),
-            result: Err(CommitError::NoGeneration),
-        })
+        ConsumerEvent::CommitCompleted {
+            result: Err(CommitError::Request(
+                crate::proto::group::member::Failure::Protocol(i.to_string()),
+            )),
+        }
     }
 
     fn lost(generation: i32) -> ConsumerEvent {
-        ConsumerEvent::Group(Event::Lost {
+        ConsumerEvent::Lost {
             partitions: vec![crate::proto::group::consumer_protocol::TopicPartition::new(
                 "t", generation,
             )],
             reason: crate::proto::group::member::LostReason::UnknownMember,
-        })
+        }
     }
 
     #[test]

@@ -74,7 +74,7 @@ use crate::consumer::{
 use crate::driver::{lock, sleep_until};
 use crate::error::{Error, Result};
 use crate::producer::{Producer, ProducerBuilder};
-use crate::proto::group::member::{Event, check_heartbeat};
+use crate::proto::group::member::check_heartbeat;
 pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, Disposition, ErrorCause, ErrorClass, HttpClassifier,
     ProcessError,
@@ -1562,24 +1562,24 @@ impl Processor {
                 biased;
                 _ = &mut shutdown, if stopped.is_none() => Some(Ok(())),
                 Some(event) = events.recv() => match event {
-                    ConsumerEvent::Group(Event::Joined { generation, member_id, leader, .. }) => {
+                    ConsumerEvent::Joined { generation, member_id, leader, .. } => {
                         self.metric(Metric::Joined { generation, member_id, leader });
                         None
                     }
-                    ConsumerEvent::Group(Event::Assigned { generation, added, .. }) => {
+                    ConsumerEvent::Assigned { generation, added, .. } => {
                         self.metric(Metric::Assigned { generation, partitions: added });
                         None
                     }
-                    ConsumerEvent::Group(Event::RevokeRequested { generation, partitions }) => {
+                    ConsumerEvent::RevokeRequested { generation, partitions, .. } => {
                         lanes.release(partitions, Handover::Revoked { generation }, self.acquiesce, now());
                         None
                     }
-                    ConsumerEvent::Group(Event::Lost { partitions, .. }) => {
+                    ConsumerEvent::Lost { partitions, .. } => {
                         lanes.lose(&partitions, now());
                         None
                     }
-                    ConsumerEvent::Group(Event::Fatal(e)) => Some(Err(Error::Group(e))),
-                    ConsumerEvent::Group(Event::Error(error)) => {
+                    ConsumerEvent::Fatal(e) => Some(Err(Error::Group(e))),
+                    ConsumerEvent::GroupRetrying(error) => {
                         warn!(%error, "the group member was refused; it keeps retrying");
                         self.metric(Metric::GroupRetrying { error });
                         None

@@ -46,6 +46,12 @@ pub struct ConsumerStats {
     pub partitions_lost: u64,
     /// OffsetCommit outcomes, by result.
     pub commits: CommitStats,
+    /// The node id of the group's coordinator as last found (`None` without a group,
+    /// or before the first lookup).
+    pub coordinator: Option<i32>,
+    /// Successful coordinator lookups: 1 for a group that never moved, one more for
+    /// each move, failover or reconnection that sent the member looking again.
+    pub coordinator_lookups: u64,
 }
 
 impl ConsumerStats {
@@ -416,6 +422,9 @@ pub(crate) struct GroupCounters {
     lost: AtomicU64,
     /// By [`CommitResult`], in the order of [`CommitResult::ALL`].
     commits: [AtomicU64; 8],
+    /// The coordinator's node id plus one (0: none found yet).
+    coordinator: AtomicU64,
+    coordinator_lookups: AtomicU64,
 }
 
 impl GroupCounters {
@@ -424,6 +433,11 @@ impl GroupCounters {
         into.partitions_assigned = self.assigned.load(Ordering::Relaxed);
         into.rebalances = self.rebalances.load(Ordering::Relaxed);
         into.partitions_lost = self.lost.load(Ordering::Relaxed);
+        into.coordinator = match self.coordinator.load(Ordering::Relaxed) {
+            0 => None,
+            n => i32::try_from(n - 1).ok(),
+        };
+        into.coordinator_lookups = self.coordinator_lookups.load(Ordering::Relaxed);
         for (result, n) in CommitResult::ALL.iter().zip(&self.commits) {
             *result.field(&mut into.commits) = n.load(Ordering::Relaxed);
         }
@@ -477,6 +491,11 @@ impl GroupCounts {
                 self.metrics.lost(lost);
             }
             Event::CommitCompleted { result, .. } => self.committed(CommitResult::of(result)),
+            Event::CoordinatorFound { node, .. } => {
+                let plus_one = u64::try_from(node.0).map_or(0, |n| n + 1);
+                c.coordinator.store(plus_one, Ordering::Relaxed);
+                c.coordinator_lookups.fetch_add(1, Ordering::Relaxed);
+            }
             _ => {}
         }
     }

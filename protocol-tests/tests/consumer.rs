@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use ottla::Error;
 use ottla::consumer::{
-    Consumer, ConsumerBuilder, ConsumerEvent, FetchError, FetcherEvent, GroupProtocol,
-    IsolationLevel, OffsetReset, ResetReason, TopicPartition,
+    Consumer, ConsumerBuilder, ConsumerEvent, FetchError, GroupProtocol, IsolationLevel,
+    OffsetReset, ResetReason, TopicPartition,
 };
 use protocol_tests::data::{index_of, matches, produce};
 use protocol_tests::peer::Peer;
@@ -375,12 +375,7 @@ async fn pause_resume(peer: Peer, hold: Duration) {
     );
     // Heartbeats went on: nothing was lost or revoked while paused.
     while let Some(event) = consumer.try_event() {
-        if let ConsumerEvent::Group(e) = &event {
-            assert!(
-                !matches!(e, ottla::proto::group::member::Event::Lost { .. }),
-                "{event:?}"
-            );
-        }
+        assert!(!matches!(event, ConsumerEvent::Lost { .. }), "{event:?}");
     }
     assert!(consumer.assignment().contains(&p0), "still assigned");
     assert_eq!(consumer.position(&p0), Some(held as i64));
@@ -482,11 +477,12 @@ async fn first_record_and_reset(
         .expect("ok");
     let mut reset = None;
     while let Some(event) = c.try_event() {
-        if let ConsumerEvent::Fetch(FetcherEvent::OffsetReset {
+        if let ConsumerEvent::OffsetReset {
             partition,
             reason,
             offset,
-        }) = event
+            ..
+        } = event
         {
             reset = Some((partition, reason, offset));
         }
@@ -1047,11 +1043,9 @@ async fn mock_commit_forms_and_what_the_next_owner_sees() {
     let mut seen_event = false;
     let started = Instant::now();
     while !seen_event && started.elapsed() < Duration::from_secs(10) {
-        if let Ok(Some(ConsumerEvent::Group(
-            ottla::proto::group::member::Event::CommitCompleted {
-                result: Ok(done), ..
-            },
-        ))) = tokio::time::timeout(Duration::from_secs(10), consumer.next_event()).await
+        if let Ok(Some(ConsumerEvent::CommitCompleted {
+            result: Ok(done), ..
+        })) = tokio::time::timeout(Duration::from_secs(10), consumer.next_event()).await
         {
             seen_event = done.iter().any(|c| c.partition == p0 && c.offset == 100);
         }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ottla::consumer::{
     Consumer, ConsumerBuilder, ConsumerEvent, GroupProtocol, Membership, OffsetReset,
 };
-use ottla::proto::group::member::{Event, LostReason};
+use ottla::proto::group::member::LostReason;
 use protocol_tests::data::produce;
 use protocol_tests::mock::MockCluster;
 use protocol_tests::tansu::Tansu;
@@ -55,7 +55,12 @@ fn builder(bootstrap: &str, group: &str) -> ConsumerBuilder {
 #[derive(Debug, Default)]
 struct Seen {
     records: BTreeMap<(i32, i64), u32>,
-    events: Vec<(Instant, Event)>,
+    events: Vec<(Instant, ConsumerEvent)>,
+    /// The coordinator as `Consumer::stats` showed it after each new lookup (the
+    /// member's coordinator lookups are the driver's business, not events).
+    coordinators: Vec<(Instant, i32)>,
+    /// `ConsumerStats::coordinator_lookups` as last read.
+    lookups: u64,
 }
 
 impl Seen {
@@ -63,8 +68,11 @@ impl Seen {
         let mut owned = BTreeSet::new();
         for (_, e) in &self.events {
             match e {
-                Event::Assigned { added, .. } => owned.extend(added.iter().map(|tp| tp.partition)),
-                Event::RevokeRequested { partitions, .. } | Event::Lost { partitions, .. } => {
+                ConsumerEvent::Assigned { added, .. } => {
+                    owned.extend(added.iter().map(|tp| tp.partition))
+                }
+                ConsumerEvent::RevokeRequested { partitions, .. }
+                | ConsumerEvent::Lost { partitions, .. } => {
                     for tp in partitions {
                         owned.remove(&tp.partition);
                     }
@@ -101,8 +109,13 @@ async fn read_paced(
             tokio::time::sleep(pace).await;
         }
         while let Some(e) = consumer.try_event() {
-            if let ConsumerEvent::Group(e) = e {
-                seen.events.push((Instant::now(), e));
+            seen.events.push((Instant::now(), e));
+        }
+        let stats = consumer.stats();
+        if stats.coordinator_lookups > seen.lookups {
+            seen.lookups = stats.coordinator_lookups;
+            if let Some(node) = stats.coordinator {
+                seen.coordinators.push((Instant::now(), node));
             }
         }
     }
@@ -181,18 +194,19 @@ async fn mock_coordinator_moves_neither_revoke_nor_lose_partitions() {
     while (seen.records.len() as u64) < records && Instant::now() < deadline {
         read_for(&mut consumer, &mut seen, Duration::from_millis(500)).await;
     }
-    let moved_away: Vec<&Event> = seen
+    let moved_away: Vec<&ConsumerEvent> = seen
         .events
         .iter()
         .map(|(_, e)| e)
-        .filter(|e| matches!(e, Event::RevokeRequested { .. } | Event::Lost { .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                ConsumerEvent::RevokeRequested { .. } | ConsumerEvent::Lost { .. }
+            )
+        })
         .collect();
     assert!(moved_away.is_empty(), "{moved_away:?}");
-    let found = seen
-        .events
-        .iter()
-        .filter(|(_, e)| matches!(e, Event::CoordinatorFound { .. }))
-        .count();
+    let found = seen.lookups;
     assert!(
         found >= 2,
         "the member followed the coordinator: {found} lookups"
@@ -227,16 +241,16 @@ async fn mock_fenced_member_loses_its_partitions_rejoins_and_loses_no_record() {
         read_for(&mut consumer, &mut seen, Duration::from_millis(500)).await;
     }
     read_for(&mut consumer, &mut seen, Duration::from_secs(1)).await;
-    let events: Vec<&Event> = seen.events.iter().map(|(_, e)| e).collect();
+    let events: Vec<&ConsumerEvent> = seen.events.iter().map(|(_, e)| e).collect();
     let lost = events
         .iter()
         .position(|e| {
-            matches!(e, Event::Lost { reason: LostReason::FencedEpoch, partitions } if partitions.len() == PARTITIONS as usize)
+            matches!(e, ConsumerEvent::Lost { reason: LostReason::FencedEpoch, partitions, .. } if partitions.len() == PARTITIONS as usize)
         })
         .unwrap_or_else(|| panic!("no loss by fencing: {events:?}"));
     let joined_again = events[lost..]
         .iter()
-        .any(|e| matches!(e, Event::Joined { .. }));
+        .any(|e| matches!(e, ConsumerEvent::Joined { .. }));
     assert!(joined_again, "rejoined after the fence: {events:?}");
     assert_eq!(seen.owned().len(), PARTITIONS as usize, "{events:?}");
     assert_eq!(seen.records.len() as u64, records, "no record lost");
@@ -363,9 +377,10 @@ async fn scale_out(move_coordinator: bool) {
         read_for(&mut a, &mut seen_a, Duration::from_millis(100)).await;
         read_for(&mut b, &mut seen_b, Duration::from_millis(100)).await;
         let asked = seen_a.events.iter().find_map(|(_, e)| match e {
-            Event::RevokeRequested {
+            ConsumerEvent::RevokeRequested {
                 generation,
                 partitions,
+                ..
             } => Some((*generation, partitions.clone())),
             _ => None,
         });
@@ -409,7 +424,12 @@ async fn scale_out(move_coordinator: bool) {
     let revocations = seen_a
         .events
         .iter()
-        .filter(|(_, e)| matches!(e, Event::RevokeRequested { .. } | Event::Lost { .. }))
+        .filter(|(_, e)| {
+            matches!(
+                e,
+                ConsumerEvent::RevokeRequested { .. } | ConsumerEvent::Lost { .. }
+            )
+        })
         .count();
     assert_eq!(
         revocations, 1,
@@ -518,7 +538,7 @@ async fn mock_topic_authorization_failed_is_returned_by_recv_and_the_member_goes
             Ok(Err(ottla::Error::GroupRetrying(e))) => refusals.push(e.to_string()),
             Ok(Err(e)) => panic!("not a retrying group error: {e}"),
         }
-        while let Some(ConsumerEvent::Group(e)) = consumer.try_event() {
+        while let Some(e) = consumer.try_event() {
             seen.events.push((Instant::now(), e));
         }
     }
@@ -532,7 +552,7 @@ async fn mock_topic_authorization_failed_is_returned_by_recv_and_the_member_goes
     let lost: Vec<_> = seen
         .events
         .iter()
-        .filter(|(_, e)| matches!(e, Event::Lost { .. } | Event::Fatal(_)))
+        .filter(|(_, e)| matches!(e, ConsumerEvent::Lost { .. } | ConsumerEvent::Fatal(_)))
         .collect();
     assert!(lost.is_empty(), "the member kept its partitions: {lost:?}");
     assert_eq!(seen.owned().len(), PARTITIONS as usize);
@@ -588,7 +608,11 @@ fn silence(mock: &MockCluster, group: &str) -> Instant {
 }
 
 /// The first event at or after `since` that `pick` matches, and when.
-fn first_after(seen: &Seen, since: Instant, pick: impl Fn(&Event) -> bool) -> Option<Instant> {
+fn first_after(
+    seen: &Seen,
+    since: Instant,
+    pick: impl Fn(&ConsumerEvent) -> bool,
+) -> Option<Instant> {
     seen.events
         .iter()
         .find(|(at, e)| *at >= since && pick(e))
@@ -619,11 +643,11 @@ async fn mock_silent_coordinator_while_stable_is_left_within_the_java_bound() {
             seen.events
         );
         read_for(&mut a, &mut seen, Duration::from_millis(100)).await;
-        let found = first_after(
-            &seen,
-            silenced,
-            |e| matches!(e, Event::CoordinatorFound { node, .. } if node.0 == 2),
-        );
+        let found = seen
+            .coordinators
+            .iter()
+            .find(|(at, node)| *at >= silenced && *node == 2)
+            .map(|(at, _)| *at);
         if let Some(at) = found {
             break at;
         }
@@ -639,7 +663,7 @@ async fn mock_silent_coordinator_while_stable_is_left_within_the_java_bound() {
     let lapsed = first_after(&seen, silenced, |e| {
         matches!(
             e,
-            Event::Lost {
+            ConsumerEvent::Lost {
                 reason: LostReason::SessionLapsed,
                 ..
             }
@@ -692,11 +716,7 @@ async fn mock_silent_coordinator_while_joining_is_left_within_the_java_bound() {
             seen.events
         );
         read_for(&mut a, &mut seen, Duration::from_millis(5)).await;
-        if seen
-            .events
-            .iter()
-            .any(|(_, e)| matches!(e, Event::CoordinatorFound { node, .. } if node.0 == 1))
-        {
+        if seen.coordinators.iter().any(|(_, node)| *node == 1) {
             mock.set_group_coordinator(group, 2).expect("move");
             break Instant::now();
         }
@@ -709,7 +729,7 @@ async fn mock_silent_coordinator_while_joining_is_left_within_the_java_bound() {
     let joined_at_1 = seen
         .events
         .iter()
-        .any(|(at, e)| *at < moved && matches!(e, Event::Joined { .. }));
+        .any(|(at, e)| *at < moved && matches!(e, ConsumerEvent::Joined { .. }));
     assert!(!joined_at_1, "the join was answered: {:?}", seen.events);
     println!(
         "consumer protocol, silent coordinator while joining: assigned at the new coordinator {took:?} after the move ({:?} after the start) (Java: request.timeout.ms = {SILENT_REQUEST:?}, then a lookup and a join)",
@@ -753,9 +773,10 @@ async fn mock_silent_coordinator_while_revoking_hands_over_without_a_double_owne
         read_for(&mut a, &mut seen_a, Duration::from_millis(50)).await;
         read_for(&mut b, &mut seen_b, Duration::from_millis(50)).await;
         let asked = seen_a.events.iter().find_map(|(_, e)| match e {
-            Event::RevokeRequested {
+            ConsumerEvent::RevokeRequested {
                 generation,
                 partitions,
+                ..
             } => Some((*generation, partitions.clone())),
             _ => None,
         });
@@ -781,9 +802,10 @@ async fn mock_silent_coordinator_while_revoking_hands_over_without_a_double_owne
             .events
             .iter()
             .filter_map(|(_, e)| match e {
-                Event::RevokeRequested {
+                ConsumerEvent::RevokeRequested {
                     generation,
                     partitions,
+                    ..
                 } => Some((*generation, partitions.clone())),
                 _ => None,
             })
@@ -813,7 +835,7 @@ async fn mock_silent_coordinator_while_revoking_hands_over_without_a_double_owne
             .filter(|(_, e)| {
                 matches!(
                     e,
-                    Event::Lost {
+                    ConsumerEvent::Lost {
                         reason: LostReason::SessionLapsed,
                         ..
                     }

@@ -598,10 +598,12 @@ async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assig
 /// call (`Event::Joined`).
 fn joined_protocols(consumer: &mut Consumer) -> Vec<String> {
     use ottla::consumer::ConsumerEvent;
-    use ottla::proto::group::member::Event;
     let mut out = Vec::new();
     while let Some(event) = consumer.try_event() {
-        if let ConsumerEvent::Group(Event::Joined { protocol, .. }) = event {
+        if let ConsumerEvent::Joined {
+            assignor: protocol, ..
+        } = event
+        {
             out.push(protocol);
         }
     }
@@ -915,18 +917,13 @@ async fn ottla_beside_a_peer_under_load(peer_kind: &str) {
     let log = happened.clone();
     let watcher = tokio::spawn(async move {
         use ottla::consumer::ConsumerEvent;
-        use ottla::proto::group::member::Event;
         while let Some(event) = events.recv().await {
             let what = match event {
-                ConsumerEvent::Group(Event::Joined { generation, .. }) => {
-                    Happened::Joined(generation)
-                }
-                ConsumerEvent::Group(Event::RevokeRequested { partitions, .. }) => {
+                ConsumerEvent::Joined { generation, .. } => Happened::Joined(generation),
+                ConsumerEvent::RevokeRequested { partitions, .. } => {
                     Happened::Revoked(partitions.len())
                 }
-                ConsumerEvent::Group(Event::Lost { partitions, .. }) => {
-                    Happened::Lost(partitions.len())
-                }
+                ConsumerEvent::Lost { partitions, .. } => Happened::Lost(partitions.len()),
                 _ => continue,
             };
             log.lock().unwrap().push((Instant::now(), what));

@@ -838,13 +838,8 @@ async fn until_assigned(consumer: &mut Consumer, n: usize) {
     }
 }
 
-fn group_events(consumer: &mut Consumer) -> Vec<Event> {
-    std::iter::from_fn(|| consumer.try_event())
-        .filter_map(|e| match e {
-            ConsumerEvent::Group(e) => Some(e),
-            _ => None,
-        })
-        .collect()
+fn group_events(consumer: &mut Consumer) -> Vec<ConsumerEvent> {
+    std::iter::from_fn(|| consumer.try_event()).collect()
 }
 
 fn mock_peer() -> Peer {
@@ -874,7 +869,7 @@ async fn mock_an_application_away_longer_than_the_session_timeout_keeps_its_part
         .iter()
         .rev()
         .find_map(|e| match e {
-            Event::Joined { generation, .. } => Some(*generation),
+            ConsumerEvent::Joined { generation, .. } => Some(*generation),
             _ => None,
         })
         .expect("joined");
@@ -887,10 +882,10 @@ async fn mock_an_application_away_longer_than_the_session_timeout_keeps_its_part
     assert!(
         !after.iter().any(|e| matches!(
             e,
-            Event::Lost { .. }
-                | Event::RevokeRequested { .. }
-                | Event::ProgressTimeout { .. }
-                | Event::Joined { .. }
+            ConsumerEvent::Lost { .. }
+                | ConsumerEvent::RevokeRequested { .. }
+                | ConsumerEvent::ProgressTimeout { .. }
+                | ConsumerEvent::Joined { .. }
         )),
         "{after:?}"
     );
@@ -899,7 +894,7 @@ async fn mock_an_application_away_longer_than_the_session_timeout_keeps_its_part
     assert!(
         !group_events(&mut consumer)
             .iter()
-            .any(|e| matches!(e, Event::Joined { generation: g, .. } if *g != generation))
+            .any(|e| matches!(e, ConsumerEvent::Joined { generation: g, .. } if *g != generation))
     );
     consumer.close().await.expect("close");
 }
@@ -928,15 +923,16 @@ async fn mock_an_application_away_longer_than_max_poll_interval_leaves_and_rejoi
     assert!(
         events
             .iter()
-            .any(|e| matches!(e, Event::ProgressTimeout { max_poll_interval } if *max_poll_interval == Duration::from_secs(4))),
+            .any(|e| matches!(e, ConsumerEvent::ProgressTimeout { max_poll_interval, .. } if *max_poll_interval == Duration::from_secs(4))),
         "{events:?}"
     );
     assert!(
         events.iter().any(|e| matches!(
             e,
-            Event::Lost {
+            ConsumerEvent::Lost {
                 reason: LostReason::ProgressTimeout,
-                partitions
+                partitions,
+                ..
             } if partitions.len() == 2
         )),
         "{events:?}"
@@ -954,7 +950,7 @@ async fn mock_an_application_away_longer_than_max_poll_interval_leaves_and_rejoi
     assert!(
         group_events(&mut consumer)
             .iter()
-            .any(|e| matches!(e, Event::Joined { .. }))
+            .any(|e| matches!(e, ConsumerEvent::Joined { .. }))
     );
     consumer.close().await.expect("close");
 }

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use ottla::consumer::{ConsumerEvent, OffsetReset, TopicPartition};
 use ottla::producer::ProducerRecord;
-use ottla::proto::group::member::Event;
 use ottla::security::{Pem, SaslConfig, SecurityProtocol, TlsConfig};
 use ottla::{AuthError, ClientConfig, Consumer, Error, Producer, RequestError, TlsFailure};
 use protocol_tests::tansu::{
@@ -141,7 +140,7 @@ async fn group_read_until(
             loop {
                 tokio::select! {
                     Some(event) = events.recv() => {
-                        if let ConsumerEvent::Group(e @ (Event::Assigned { .. } | Event::RevokeRequested { .. } | Event::Lost { .. })) = event {
+                        if let e @ (ConsumerEvent::Assigned { .. } | ConsumerEvent::RevokeRequested { .. } | ConsumerEvent::Lost { .. }) = event {
                             tally.lock().unwrap().changes.entry(m).or_default().push((Instant::now(), format!("{e:?}")));
                         }
                     }

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 use ottla::consumer::{Consumer, ConsumerBuilder, ConsumerEvent, Events, OffsetReset};
-use ottla::proto::group::member::Event;
 use protocol_tests::data::produce;
 use protocol_tests::proxy::CorruptingProxy;
 use protocol_tests::tansu::{Tansu, behind_a_front};
@@ -91,7 +90,7 @@ impl Setup {
 struct Member {
     consumer: Consumer,
     events: Events,
-    seen: Vec<(Instant, Event)>,
+    seen: Vec<(Instant, ConsumerEvent)>,
     records: u64,
 }
 
@@ -112,7 +111,7 @@ impl Member {
     async fn step(&mut self) {
         tokio::select! {
             event = self.events.recv() => {
-                if let Some(ConsumerEvent::Group(e)) = event {
+                if let Some(e) = event {
                     self.seen.push((Instant::now(), e));
                 }
             }
@@ -128,7 +127,7 @@ impl Member {
     /// When the member was first assigned every partition after `after`.
     fn fully_assigned_after(&self, after: Instant) -> Option<Instant> {
         self.seen.iter().find_map(|(at, e)| match e {
-            Event::Assigned { assignment, .. }
+            ConsumerEvent::Assigned { assignment, .. }
                 if *at >= after && assignment.len() == PARTITIONS as usize =>
             {
                 Some(*at)

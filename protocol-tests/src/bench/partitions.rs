@@ -700,7 +700,7 @@ fn len(b: Option<&[u8]>) -> usize {
 }
 
 async fn ottla(job: &Job, commit: bool) -> anyhow::Result<Outcome> {
-    use ottla::consumer::{Consumer, ConsumerEvent, GroupEvent, OffsetReset};
+    use ottla::consumer::{Consumer, ConsumerEvent, OffsetReset};
     let mut consumer = Consumer::builder(&job.bootstrap)
         .group_id(job.group.clone())
         .topics(job.topics.clone())
@@ -715,7 +715,7 @@ async fn ottla(job: &Job, commit: bool) -> anyhow::Result<Outcome> {
     let noted = assigned.clone();
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
-            if let ConsumerEvent::Group(GroupEvent::Assigned { added, .. }) = event
+            if let ConsumerEvent::Assigned { added, .. } = event
                 && !added.is_empty()
             {
                 noted.get_or_init(Instant::now);

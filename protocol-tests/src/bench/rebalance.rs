@@ -478,8 +478,7 @@ async fn ottla_member(ctx: &Ctx, index: usize) -> anyhow::Result<()> {
             _ = stop.changed() => break,
             Some(event) = events.recv() => {
                 use ottla::consumer::ConsumerEvent;
-                use ottla::proto::group::member::Event;
-                if let ConsumerEvent::Group(Event::RevokeRequested { partitions, .. }) = event {
+                if let ConsumerEvent::RevokeRequested { partitions, .. } = event {
                     let at = Instant::now();
                     let mut log = lock(&ctx.log);
                     log.revocations.extend(partitions.iter().map(|tp| (at, index, tp.partition)));

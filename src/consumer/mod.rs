@@ -47,15 +47,20 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, warn};
 
+mod events;
+
+pub use events::ConsumerEvent;
+
 use crate::config::ClientConfig;
 pub use crate::driver::BrokerHangUp;
 use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
 pub use crate::event_queue::{CAPACITY as EVENTS_CAPACITY, Events};
 use crate::proto::admin::OffsetSpec;
+use crate::proto::fetch::fetcher::FetcherEvent;
 pub use crate::proto::fetch::fetcher::{
-    ConsumerRecord, ConsumerRecordBuilder, FetchError, FetcherEvent, Header, Headers, OffsetReset,
-    ResetReason, TimestampType,
+    ConsumerRecord, ConsumerRecordBuilder, FetchError, Header, Headers, OffsetReset, ResetReason,
+    TimestampType,
 };
 use crate::proto::fetch::fetcher::{Fetcher, FetcherConfig};
 pub use crate::proto::fetch::request::IsolationLevel;
@@ -63,8 +68,7 @@ use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
 pub use crate::proto::group::member::{
-    CommitError, Event as GroupEvent, Failure, GroupConfig, GroupError, GroupProtocol, LostReason,
-    Membership, RequestId, StateKind,
+    CommitError, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership, StateKind,
 };
 use crate::proto::group::member::{
     DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
@@ -85,20 +89,6 @@ pub mod assignor {
         RangeAssignor, RebalanceProtocol, RoundRobinAssignor, StickyAssignor,
     };
     pub use crate::proto::group::consumer_protocol::{Assignment, Subscription};
-}
-
-/// What the consumer tells the application besides records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConsumerEvent {
-    /// A group event (joined, assigned, revoke requested, lost, commit completed, ...).
-    Group(Event),
-    /// A fetcher event (offset reset, partition stopped).
-    Fetch(FetcherEvent),
-    /// A broker kept closing the connection on one request at one version (most
-    /// likely it advertises a version it cannot parse); ottla steps down to a lower
-    /// version when both sides have one. Also logged at WARN.
-    BrokerHangUp(BrokerHangUp),
 }
 
 /// `auto.commit.interval.ms` when only `enable.auto.commit=true` is given (5 s, as in
@@ -1505,7 +1495,9 @@ async fn drive(mut d: Driver) {
                 match event {
                     FetcherEvent::MetadataNeeded => d.session.metadata_needed(),
                     other => {
-                        d.events.send(ConsumerEvent::Fetch(other));
+                        if let Some(event) = ConsumerEvent::from_fetch(other) {
+                            d.events.send(event);
+                        }
                     }
                 }
             }
@@ -1682,7 +1674,9 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
         }
         _ => {}
     }
-    d.events.send(ConsumerEvent::Group(event));
+    if let Some(event) = ConsumerEvent::from_group(event) {
+        d.events.send(event);
+    }
 }
 
 /// One Fetch to `node`: negotiate (once per connection), build, send, hand back.
@@ -1761,5 +1755,4 @@ async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
 }
 
 #[cfg(test)]
-#[path = "properties/consumer_tests.rs"]
-mod property_tests;
+mod tests;
