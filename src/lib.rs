@@ -5,7 +5,7 @@
 //!
 //! What most applications use:
 //!
-//! - [`Processor`](processor::Processor): a handler per record (or per batch), retries
+//! - [`Processor`]: a handler per record (or per batch), retries
 //!   with backoff that never stall other partitions, a dead-letter topic, commits that
 //!   never pass an unfinished record, and acquiescing on rebalance;
 //! - [`Consumer`]: a consumer-group member (or manual assignment) with a zero-copy
@@ -97,6 +97,7 @@ pub use admin::{AdminClient, AdminClientBuilder};
 pub use config::ClientConfig;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord};
 pub use error::{AuthError, Error, NegotiationError, RequestError, Result, TlsFailure, WireError};
+pub use processor::{Processor, ProcessorBuilder};
 pub use producer::{Producer, ProducerBuilder, ProducerRecord, RecordMetadata};
 
 /// The README's examples, compiled by `cargo test --doc` so that they stay true.

@@ -21,6 +21,10 @@ use crate::proto::group::messages::CommitOffset;
 use crate::proto::produce::accumulator::ProduceError;
 use crate::telemetry::{GroupMetrics, PartitionMetrics, TopicMetrics};
 
+/// What a [`Processor`](crate::Processor) did in one run: records handled, retried,
+/// dead-lettered, commits (`Processor::run`'s result, `ProcessorHandle::stats`).
+pub use crate::proto::process::lanes::Stats as ProcessorStats;
+
 /// What a [`Consumer`](crate::Consumer) has handed over and how its group has gone
 /// ([`Consumer::stats`](crate::Consumer::stats)). The figures of the
 /// `ottla.consumer.*` metrics.

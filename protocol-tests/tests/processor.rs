@@ -808,7 +808,7 @@ async fn run_as<H, F, S>(
     form: Form,
     handler: H,
     shutdown: S,
-) -> ottla::Result<ottla::processor::Stats>
+) -> ottla::Result<ottla::stats::ProcessorStats>
 where
     H: Fn(ottla::ConsumerRecord, ottla::processor::Cancel) -> F + Send + Sync + 'static,
     F: std::future::Future<Output = Result<(), ProcessError>> + Send + 'static,

@@ -29,8 +29,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ottla::ClientConfig;
-use ottla::processor::{Metric, ProcessError, Processor, RetryBackoff, RetryPolicy, Stats};
+use ottla::processor::{Metric, ProcessError, Processor, RetryBackoff, RetryPolicy};
 use ottla::producer::{Producer, ProducerRecord};
+use ottla::stats::ProcessorStats as Stats;
 use protocol_tests::mock::MockCluster;
 use tokio::sync::watch;
 

@@ -1,0 +1,789 @@
+//! The processing loop: a handler per record, retries with backoff that never stall
+//! other partitions, a dead-letter topic for what cannot succeed, and commits that
+//! never pass an unfinished record.
+//!
+//! ```no_run
+//! # async fn demo() -> ottla::Result<()> {
+//! use ottla::processor::{Processor, ProcessError};
+//!
+//! let processor = Processor::builder("127.0.0.1:9092", "billing", ["orders"]).build().await?;
+//! let stats = processor
+//!     .run(
+//!         |record, _cancel| {
+//!             // The record is lent: the future takes what it needs (a shared slice).
+//!             let value = record.value_bytes().unwrap_or_default();
+//!             async move {
+//!                 let text = std::str::from_utf8(&value).map_err(|e| ProcessError::malformed(e.to_string()))?;
+//!                 println!("{text}");
+//!                 Ok(())
+//!             }
+//!         },
+//!         tokio::time::sleep(std::time::Duration::from_secs(3600)), // or a shutdown signal
+//!     )
+//!     .await?;
+//! println!("{stats:?}");
+//! # Ok(()) }
+//! ```
+//!
+//! **Lanes.** Each partition is a lane: its records are handled one at a time (or one
+//! batch at a time with [`Processor::run_batch`]), in order. Up to `concurrency` lanes run at once. A lane whose record waits for a retry
+//! is paused (its partition is not fetched) while the others keep flowing; heartbeats
+//! are sent by the group task whatever handlers do.
+//!
+//! **Commit rule.** An offset becomes committable only when its record succeeded or its
+//! dead-letter write was acknowledged; commits carry each partition's finished prefix.
+//! A dead-letter write that fails halts its lane (paused, nothing committed past it)
+//! and is retried with backoff until it succeeds.
+//!
+//! **Rebalances.** When partitions are revoked, their backoff waits are cancelled, their
+//! running handlers are signalled through [`Cancel`] and awaited for up to
+//! `acquiesce_share` of the rebalance timeout, the finished prefix is committed, and
+//! only then is the revocation acknowledged. The other partitions go on meanwhile.
+//! Lost partitions are dropped without a commit.
+//!
+//! **Pauses and lag.** [`Processor::handle`] gives a [`ProcessorHandle`]: pause and
+//! resume partitions (a circuit breaker, from a handler or another task) and read each
+//! partition's lag.
+//!
+//! **Where the rules are.** Every rule above lives in the sans-IO
+//! [`crate::proto::process::lanes::Lanes`] machine, tested on a virtual clock;
+//! this module drives it: it runs handlers and writes as tasks, commits, and passes
+//! the results, the group's events and the time back.
+//!
+//! **Shutdown.** When `shutdown` resolves, fetching stops, running handlers are
+//! signalled and awaited, the finished prefix is committed and the member leaves the
+//! group, all within [`ProcessorBuilder::shutdown_timeout`] (default 25 s).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::admin::{AdminClient, NewTopic};
+use crate::config::ClientConfig;
+use crate::consumer::{
+    Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, ConsumerView, TopicPartition,
+};
+use crate::driver::{lock, sleep_until};
+use crate::error::{Error, Result};
+use crate::producer::{Producer, ProducerBuilder};
+use crate::proto::group::member::check_heartbeat;
+pub use crate::proto::process::classify::{
+    AsGiven, BatchError, Classifier, Disposition, ErrorCause, ErrorClass, HttpClassifier,
+    ProcessError,
+};
+pub use crate::proto::process::dlq::{DlqFormat, DlqTimestamp};
+use crate::proto::process::lanes::{
+    Action, Handover, Lanes, LanesConfig, Now, Outcome, Run, Ticket,
+};
+pub use crate::proto::process::retry::ConfigError;
+pub use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
+use crate::telemetry::ProcessorMetrics;
+use crate::trace::TraceContext;
+
+mod builder;
+mod chunk;
+mod handle;
+
+use builder::MetricsHook;
+pub use builder::{ProcessorBuilder, TopicCreation};
+use chunk::*;
+pub use handle::ProcessorHandle;
+use handle::{Control, Holds};
+
+/// Tells a running handler that its partition is being taken away (or the processor
+/// shuts down): finish quickly and return `Ok(())` (the record is done and committed),
+/// or stop and return `Err(ProcessError::cancelled())` (the record is not committed,
+/// and the partition's next owner handles it again). Returning `Ok(())` without
+/// finishing commits a record nobody processed.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<CancelState>);
+
+/// A [`Cancel`]'s flag and its waiters, in one allocation: a handler call takes a
+/// clone, one reference count.
+#[derive(Debug, Default)]
+struct CancelState {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Cancel {
+    /// Whether cancellation was requested.
+    #[inline]
+    pub fn is_cancelled(&self) -> bool {
+        self.0.flag.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when cancellation is requested.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn cancel(&self) {
+        self.0.flag.store(true, Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+}
+
+pub use crate::proto::process::lanes::Metric;
+pub use crate::stats::ProcessorStats;
+
+/// The processing loop. See the module docs.
+pub struct Processor {
+    consumer: Consumer,
+    producer: Arc<Producer>,
+    /// What the lanes need (the group, the retry policy, dead letters, ...).
+    lanes: LanesConfig,
+    acquiesce: Duration,
+    metrics: Option<MetricsHook>,
+    telemetry: ProcessorMetrics,
+    shutdown_timeout: Duration,
+    processing_budget: Duration,
+    /// What [`ProcessorHandle`]s send; `run` takes the receiving end.
+    control: mpsc::UnboundedSender<Control>,
+    controls: mpsc::UnboundedReceiver<Control>,
+    holds: Arc<Holds>,
+    /// The run's counters as of its last turn, for [`ProcessorHandle::stats`].
+    live: Arc<Mutex<ProcessorStats>>,
+}
+
+impl std::fmt::Debug for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor")
+            .field("group", &self.lanes.group)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`ProcessorBuilder::shutdown_timeout`]'s default.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+
+pub use crate::proto::process::lanes::{RETRY_HOP, retry_topic};
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A record handler whose future may borrow the record it is lent, for
+/// [`Processor::run_handler`]. A closure's future cannot borrow its argument (on stable
+/// Rust, with `Send`); a `Handler`'s can:
+///
+/// ```no_run
+/// use ottla::ConsumerRecord;
+/// use ottla::processor::{Cancel, Handler, ProcessError};
+///
+/// struct Billing;
+///
+/// impl Handler for Billing {
+///     async fn handle(&self, record: &ConsumerRecord, _cancel: Cancel) -> Result<(), ProcessError> {
+///         let text = std::str::from_utf8(record.value().unwrap_or_default())
+///             .map_err(|e| ProcessError::malformed(e.to_string()))?;
+///         tokio::task::yield_now().await; // `text` borrows the record across the await
+///         println!("{text}");
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one record; the record stays lent until the future finishes.
+    fn handle(
+        &self,
+        record: &ConsumerRecord,
+        cancel: Cancel,
+    ) -> impl Future<Output = std::result::Result<(), ProcessError>> + Send;
+}
+
+/// Adapts a handler that takes its record by value to [`Processor::run`], which lends
+/// it: each record is cloned for the handler (one reference count). For code written
+/// before `run` lent the record, and for handlers that keep every record anyway.
+///
+/// ```no_run
+/// # async fn demo(processor: ottla::processor::Processor) -> ottla::Result<()> {
+/// use ottla::processor::owned;
+///
+/// processor
+///     .run(
+///         owned(|record, _cancel| async move {
+///             println!("{:?}", record.value());
+///             Ok(())
+///         }),
+///         tokio::time::sleep(std::time::Duration::from_secs(3600)),
+///     )
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub fn owned<H, F>(handler: H) -> impl Fn(&ConsumerRecord, Cancel) -> F + Send + Sync + 'static
+where
+    H: Fn(ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+{
+    move |record, cancel| handler(record.clone(), cancel)
+}
+
+/// [`Processor::run`]'s closure as a [`Handler`].
+struct Lent<H>(H);
+
+impl<H, F> Handler for Lent<H>
+where
+    H: Fn(&ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+    F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+{
+    fn handle(
+        &self,
+        record: &ConsumerRecord,
+        cancel: Cancel,
+    ) -> impl Future<Output = std::result::Result<(), ProcessError>> + Send {
+        (self.0)(record, cancel)
+    }
+}
+
+impl Processor {
+    /// A builder.
+    pub fn builder<I, S>(bootstrap: &str, group: &str, topics: I) -> ProcessorBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ProcessorBuilder::new(bootstrap, group, topics)
+    }
+
+    /// A handle to pause and resume partitions and read the lag, from another task or
+    /// a handler, while [`Processor::run`] runs.
+    pub fn handle(&self) -> ProcessorHandle {
+        ProcessorHandle {
+            control: self.control.clone(),
+            holds: self.holds.clone(),
+            live: self.live.clone(),
+            view: self.consumer.view(),
+        }
+    }
+
+    /// Hands the lanes' metrics to the hook and the `metrics` facade, and their
+    /// counters to [`ProcessorHandle::stats`].
+    fn report(&self, lanes: &mut Lanes) {
+        while let Some(m) = lanes.poll_metric() {
+            self.metric(m);
+        }
+        self.telemetry.publish(lanes.stats(), lanes.queued());
+        lanes.stats().clone_into(&mut lock(&self.live));
+    }
+
+    fn metric(&self, m: Metric) {
+        self.telemetry.observe(&m);
+        if let Some(h) = &self.metrics {
+            h(m);
+        }
+    }
+
+    /// Runs `handler` on every record until `shutdown` resolves, then stops fetching,
+    /// lets running handlers finish (within the acquiesce window), commits the finished
+    /// prefix and leaves the group.
+    ///
+    /// The handler is lent each record (`&ConsumerRecord`) and returns a future that
+    /// owns what it needs: `record.value_bytes()` (a shared slice, no copy) or
+    /// `record.clone()` (one reference count) taken before `async move`. A future that
+    /// borrows the record across its awaits is a [`Handler`] ([`Processor::run_handler`]).
+    pub async fn run<H, F, S>(self, handler: H, shutdown: S) -> Result<ProcessorStats>
+    where
+        H: Fn(&ConsumerRecord, Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), ProcessError>> + Send + 'static,
+        S: Future + Send,
+    {
+        self.run_handler(Lent(handler), shutdown).await
+    }
+
+    /// [`Processor::run`] with a [`Handler`], whose future may borrow the record for as
+    /// long as it runs (an `async fn handle(&self, record: &ConsumerRecord, ..)`).
+    pub async fn run_handler<H, S>(self, handler: H, shutdown: S) -> Result<ProcessorStats>
+    where
+        H: Handler,
+        S: Future + Send,
+    {
+        // A task takes up to RUN_CHUNK records of its lane and calls the handler on
+        // them one after the other, for up to RUN_SLICE: the cost of a task is shared
+        // by the records of a fast handler, and a slow one still gets a task per record.
+        let handler = Arc::new(handler);
+        // Each record's own time, for the hook's `Metric::Processed`. The `metrics`
+        // feature times whole calls instead (`ProcessorMetrics::handled`): two clock
+        // reads per record cost more than the budget of the metrics.
+        let timed = self.metrics.is_some();
+        let budget = self.processing_budget;
+        let holds = self.holds.clone();
+        let group: Arc<str> = Arc::from(self.lanes.group.as_str());
+        let call = move |records: Run, cancel: Cancel, progress: Progress, attempt: u32| {
+            let handler = handler.clone();
+            let holds = holds.clone();
+            let group = group.clone();
+            async move {
+                let chunk = Chunk {
+                    handler: &*handler,
+                    records: &records,
+                    cancel: &cancel,
+                    progress: &progress,
+                    holds: &holds,
+                    group: &group,
+                    attempt,
+                    budget,
+                    timed,
+                };
+                chunk.run().await
+            }
+        };
+        self.run_inner(RUN_CHUNK, call, shutdown).await
+    }
+
+    /// Like [`Processor::run`], but `handler` gets up to `max_records` records of one
+    /// partition at a time, in offset order (whatever is buffered; it never waits to
+    /// fill a batch). A batch is handled by one call, so one partition still has one
+    /// call at a time.
+    ///
+    /// On error, [`BatchError::at`] names the failing record: the records before it
+    /// count as handled, it goes through the retry policy (retried alone) and the
+    /// dead-letter topic like a record of [`Processor::run`], and the records after it
+    /// come again in later batches. [`BatchError::whole`] (or `?` on a
+    /// [`ProcessError`]) replays the batch one record at a time, so that only the
+    /// records that fail on their own are retried or dead-lettered. A panic counts as
+    /// a batch error without an index.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> ottla::Result<()> {
+    /// use ottla::processor::{BatchError, ProcessError, Processor};
+    ///
+    /// let processor = Processor::builder("127.0.0.1:9092", "audit", ["events"]).build().await?;
+    /// processor
+    ///     .run_batch(
+    ///         200,
+    ///         |records, _cancel| {
+    ///             // Checked while the batch is lent; the future owns what it keeps.
+    ///             let bad = records.iter().position(|r| r.value().is_none());
+    ///             let rows = records.len();
+    ///             async move {
+    ///                 if let Some(i) = bad {
+    ///                     return Err(BatchError::at(i, ProcessError::malformed("no value")));
+    ///                 }
+    ///                 // ... one bulk insert of the `rows` records ...
+    ///                 let _ = rows;
+    ///                 Ok(())
+    ///             }
+    ///         },
+    ///         tokio::time::sleep(std::time::Duration::from_secs(3600)),
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_batch<H, F, S>(
+        mut self,
+        max_records: usize,
+        handler: H,
+        shutdown: S,
+    ) -> Result<ProcessorStats>
+    where
+        H: Fn(&[ConsumerRecord], Cancel) -> F + Send + Sync + 'static,
+        F: Future<Output = std::result::Result<(), BatchError>> + Send + 'static,
+        S: Future + Send,
+    {
+        if max_records == 0 {
+            return Err(Error::Config {
+                setting: "max_records",
+                message: "a batch must allow at least 1 record".into(),
+            });
+        }
+        self.lanes.lane_buffer = self.lanes.lane_buffer.max(max_records);
+        let handler = Arc::new(handler);
+        let budget = self.processing_budget;
+        let group: Arc<str> = Arc::from(self.lanes.group.as_str());
+        let call = move |records: Run, cancel: Cancel, _: Progress, attempt: u32| {
+            let handler = handler.clone();
+            let group = group.clone();
+            async move {
+                // A record retried (or replayed) alone gets the record's span, and its
+                // retries and dead letter continue its trace; a batch gets one span,
+                // and a record failing in it passes its own context on.
+                let (span, trace) = match &records[..] {
+                    [one] => crate::trace::record_span(&group, one, attempt),
+                    _ => (batch_span(&group, &records), None),
+                };
+                // Read only for a failing record, after the call: the records are
+                // still here.
+                let context_of = |index: Option<usize>| match (trace, index) {
+                    (Some(t), _) => Some(t),
+                    (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
+                    (None, None) => None,
+                };
+                let call =
+                    catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
+                match within(budget, call).await {
+                    Some(Ok(Ok(()))) => Outcome::of(Ok(())),
+                    Some(Ok(Err(e))) => Outcome {
+                        trace: context_of(e.index),
+                        ..Outcome::of(Err(e))
+                    },
+                    Some(Err(message)) => Outcome {
+                        trace: context_of(None),
+                        ..Outcome::panic(message, None)
+                    },
+                    // Which record held it up is unknown: the batch goes again one
+                    // record at a time, each with the budget.
+                    None => Outcome::of(Err(BatchError {
+                        index: None,
+                        error: over_budget(budget),
+                    })),
+                }
+            }
+        };
+        self.run_inner(max_records, call, shutdown).await
+    }
+
+    async fn run_inner<H, F, S>(
+        mut self,
+        max_batch: usize,
+        handler: H,
+        shutdown: S,
+    ) -> Result<ProcessorStats>
+    where
+        H: Fn(Run, Cancel, Progress, u32) -> F + Send + Sync + 'static,
+        F: Future<Output = Outcome> + Send + 'static,
+        S: Future + Send,
+    {
+        self.lanes.max_batch = max_batch;
+        self.lanes.metrics = self.metrics.is_some() || crate::telemetry::ENABLED;
+        self.lanes.processed_metrics = self.metrics.is_some();
+        let mut lanes = Lanes::new(self.lanes.clone(), now());
+        // Records asked for at once: a call's worth (a delivery goes to its lane as one
+        // run, which a call then takes whole), and not fewer than 500.
+        let poll_records = max_batch.max(500);
+        let mut tasks: JoinSet<Finished> = JoinSet::new();
+        // The ticket of each task, for a task that ends without a result.
+        let mut tickets: HashMap<tokio::task::Id, Ticket> = HashMap::new();
+        let mut calls: HashMap<Ticket, Call> = HashMap::new();
+        let mut events = self.consumer.take_events();
+        // Set once the run stops (shutdown, or an error): the lanes hand everything
+        // over, then the member leaves by `until`.
+        let mut stopped: Option<(Result<()>, Instant)> = None;
+        tokio::pin!(shutdown);
+        'run: loop {
+            // Records finished by calls still running become committable now.
+            for (ticket, call) in calls.iter_mut() {
+                let done = call.progress.done();
+                if done > call.seen {
+                    call.seen = done;
+                    lanes.progress(*ticket, done, now());
+                }
+            }
+            while let Some(action) = lanes.poll_action() {
+                match action {
+                    Action::Dispatch {
+                        ticket,
+                        records,
+                        attempt,
+                        ..
+                    } => {
+                        let call = Call {
+                            records: records.len(),
+                            ..Call::default()
+                        };
+                        let work =
+                            handler(records, call.cancel.clone(), call.progress.clone(), attempt);
+                        let task = tasks.spawn(async move {
+                            let started = Instant::now();
+                            let outcome = work.await;
+                            Finished::Handled(ticket, outcome, started.elapsed())
+                        });
+                        tickets.insert(task.id(), ticket);
+                        calls.insert(ticket, call);
+                    }
+                    Action::Cancel(ticket) => {
+                        if let Some(call) = calls.get(&ticket) {
+                            call.cancel.cancel();
+                        }
+                    }
+                    Action::Yield(ticket) => {
+                        if let Some(call) = calls.get(&ticket) {
+                            call.progress.stop();
+                        }
+                    }
+                    Action::Produce { ticket, record, .. } => {
+                        let producer = self.producer.clone();
+                        let task = tasks.spawn(async move {
+                            let result = match producer.send(record).await {
+                                Ok(delivery) => delivery.await.map(|_| ()),
+                                Err(e) => Err(e),
+                            };
+                            Finished::Produced(ticket, result.map_err(|e| e.to_string()))
+                        });
+                        tickets.insert(task.id(), ticket);
+                    }
+                    Action::Commit(offsets) => {
+                        let ok = self.commit(&offsets).await;
+                        lanes.committed(&offsets, ok, now());
+                    }
+                    Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
+                    Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
+                    Action::Release {
+                        handover,
+                        partitions,
+                        offsets,
+                    } => {
+                        if !offsets.is_empty() {
+                            let ok = self.commit(&offsets).await;
+                            if !ok {
+                                warn!(
+                                    ?partitions,
+                                    "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
+                                );
+                            }
+                            lanes.committed(&offsets, ok, now());
+                        }
+                        while let Some(m) = lanes.poll_metric() {
+                            self.metric(m);
+                        }
+                        match handover {
+                            Handover::Revoked { generation } => {
+                                self.metric(Metric::Revoked {
+                                    generation,
+                                    partitions: partitions.clone(),
+                                });
+                                self.consumer.complete_revocation(generation, partitions);
+                            }
+                            Handover::Shutdown => break 'run,
+                        }
+                    }
+                }
+            }
+            self.report(&mut lanes);
+            let mut deadline = lanes.poll_timeout().map(Instant::from_std);
+            if lanes.holding() {
+                // Paused by the application: no records are asked for, so the member
+                // hears that the processor is alive from here, every second.
+                self.consumer.note_alive();
+                let tick = Instant::now() + Duration::from_secs(1);
+                deadline = Some(deadline.map_or(tick, |d| d.min(tick)));
+            }
+            let want_records = stopped.is_none() && lanes.wants_records();
+            // Biased: group events before records, so that a generation's events are
+            // seen (and reported) before any record of its new partitions; finished
+            // work and due timers before more records, so a steady stream of records
+            // cannot hold back commits and retries.
+            let stop = tokio::select! {
+                biased;
+                _ = &mut shutdown, if stopped.is_none() => Some(Ok(())),
+                Some(event) = events.recv() => match event {
+                    ConsumerEvent::Joined { generation, member_id, leader, .. } => {
+                        self.metric(Metric::Joined { generation, member_id, leader });
+                        None
+                    }
+                    ConsumerEvent::Assigned { generation, added, .. } => {
+                        self.metric(Metric::Assigned { generation, partitions: added });
+                        None
+                    }
+                    ConsumerEvent::RevokeRequested { generation, partitions, .. } => {
+                        lanes.release(partitions, Handover::Revoked { generation }, self.acquiesce, now());
+                        None
+                    }
+                    ConsumerEvent::Lost { partitions, .. } => {
+                        lanes.lose(&partitions, now());
+                        None
+                    }
+                    ConsumerEvent::Fatal(e) => Some(Err(Error::Group(e))),
+                    ConsumerEvent::GroupRetrying(error) => {
+                        warn!(%error, "the group member was refused; it keeps retrying");
+                        self.metric(Metric::GroupRetrying { error });
+                        None
+                    }
+                    _ => None,
+                },
+                Some(control) = self.controls.recv() => {
+                    match control {
+                        Control::Pause(partitions) => lanes.pause(partitions.as_deref(), now()),
+                        Control::Resume(partitions) => lanes.resume(partitions.as_deref(), now()),
+                    }
+                    None
+                }
+                Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    match done {
+                        Ok((id, Finished::Handled(ticket, outcome, took))) => {
+                            tickets.remove(&id);
+                            if let Some(call) = calls.remove(&ticket) {
+                                self.telemetry.handled(attempted(call.records, &outcome), took);
+                            }
+                            lanes.handled(ticket, outcome, took, now());
+                        }
+                        Ok((id, Finished::Produced(ticket, result))) => {
+                            tickets.remove(&id);
+                            lanes.produced(ticket, result, now());
+                        }
+                        Err(e) => {
+                            // The task panicked outside the handler (a panicking Drop,
+                            // the producer) or the runtime cancelled it: the lanes count
+                            // a failed attempt, so its partition does not stay busy.
+                            warn!(error = %e, "a processing task ended without a result");
+                            if let Some(ticket) = tickets.remove(&e.id()) {
+                                calls.remove(&ticket);
+                                lanes.crashed(ticket, format!("the task ended without a result: {e}"), now());
+                            }
+                        }
+                    }
+                    None
+                }
+                _ = sleep_until(deadline), if deadline.is_some() => {
+                    lanes.handle_timeout(now());
+                    None
+                }
+                batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
+                    Ok(records) => {
+                        lanes.deliver(records, now());
+                        None
+                    }
+                    Err(Error::Fetch(e)) => {
+                        // A partition stopped (corrupt batch): nothing is committed past it.
+                        error!(error = %e, "partition stopped; its records are not committed past this point");
+                        None
+                    }
+                    // Reported through the group's event (`Metric::GroupRetrying`); the
+                    // member keeps going.
+                    Err(Error::GroupRetrying(_)) => None,
+                    Err(e) => Some(Err(e)),
+                },
+            };
+            if let (Some(result), None) = (stop, &stopped) {
+                // Shut down within `shutdown_timeout`: the lanes hand everything over,
+                // then the member leaves by `until`.
+                stopped = Some((result, Instant::now() + self.shutdown_timeout));
+                lanes.shutdown(self.shutdown_timeout, self.acquiesce, now());
+            }
+        }
+        self.report(&mut lanes);
+        let (result, until) =
+            stopped.unwrap_or_else(|| (Ok(()), Instant::now() + self.shutdown_timeout));
+        let close = match tokio::time::timeout_at(until, self.consumer.close()).await {
+            Ok(close) => close,
+            Err(_) => {
+                warn!(timeout = ?self.shutdown_timeout, "leaving the group did not finish within the shutdown timeout");
+                Ok(())
+            }
+        };
+        result.and(close).map(|()| lanes.stats().clone())
+    }
+
+    /// Commits `offsets`; `false`: the commit failed (the lanes keep them pending).
+    async fn commit(&self, offsets: &[(TopicPartition, i64)]) -> bool {
+        match self.consumer.commit_offsets(offsets).await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %e, ?offsets, "commit failed");
+                false
+            }
+        }
+    }
+}
+
+/// The span of one `run_batch` call.
+fn batch_span(group: &str, records: &[ConsumerRecord]) -> tracing::Span {
+    let first = records.first();
+    tracing::debug_span!(
+        target: "ottla::record",
+        "ottla.process_batch",
+        otel.kind = "consumer",
+        group,
+        topic = first.map(|r| r.topic()),
+        partition = first.map(|r| r.partition()),
+        first_offset = first.map(|r| r.offset()),
+        records = records.len(),
+    )
+}
+
+/// A handler call's cancellation and progress, held by the driver while it runs.
+#[derive(Default)]
+struct Call {
+    cancel: Cancel,
+    progress: Progress,
+    /// The progress already given to the lanes.
+    seen: usize,
+    /// How many records it was given.
+    records: usize,
+}
+
+/// How many of the `given` records a call's handler was called on (or, for a batch,
+/// called with): all but those left after it stopped or failed.
+fn attempted(given: usize, outcome: &Outcome) -> usize {
+    match (&outcome.result, outcome.stopped_after) {
+        (_, Some(stopped)) => stopped,
+        (Err(e), None) => e.index.map_or(given, |i| i + 1),
+        (Ok(()), None) => given,
+    }
+    .min(given)
+}
+
+/// How many records of its batch a [`Processor::run`] call has finished so far, and
+/// whether it should stop between records (its partition was paused).
+#[derive(Debug, Clone, Default)]
+struct Progress(Arc<(AtomicUsize, AtomicBool)>);
+
+impl Progress {
+    fn done(&self) -> usize {
+        self.0.0.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn set(&self, done: usize) {
+        self.0.0.store(done, Ordering::Release);
+    }
+
+    fn stop(&self) {
+        self.0.1.store(true, Ordering::Release);
+    }
+
+    #[inline]
+    fn stopping(&self) -> bool {
+        self.0.1.load(Ordering::Acquire)
+    }
+}
+
+/// What a task reports when it ends.
+enum Finished {
+    Handled(Ticket, Outcome, Duration),
+    Produced(Ticket, std::result::Result<(), String>),
+}
+
+/// The clock, read for the lanes.
+fn now() -> Now {
+    Now {
+        at: Instant::now().into_std(),
+        unix_ms: now_ms(),
+    }
+}
+
+/// Shared counters for tests and tools that read metrics from another task.
+#[derive(Debug, Default, Clone)]
+pub struct MetricsLog(Arc<Mutex<Vec<Metric>>>);
+
+impl MetricsLog {
+    /// A hook that appends to this log.
+    pub fn hook(&self) -> impl Fn(Metric) + Send + Sync + 'static {
+        let log = self.0.clone();
+        move |m| {
+            if let Ok(mut l) = log.lock() {
+                l.push(m);
+            }
+        }
+    }
+
+    /// Everything observed so far.
+    pub fn snapshot(&self) -> Vec<Metric> {
+        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
