@@ -627,6 +627,7 @@ pub enum PropertyError {
 
 /// What a key is to ottla.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Lookup {
     /// A property ottla understands.
     Known(&'static Property),

@@ -137,6 +137,7 @@ impl fmt::Display for SecurityProtocol {
 
 /// PEM data, from a file or in memory (for secrets kept out of files).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Pem {
     /// A file holding PEM blocks.
     File(PathBuf),

@@ -73,6 +73,7 @@ impl NewTopic {
 
 /// Which offset of a partition [`crate::admin::AdminClient::list_offsets`] asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OffsetSpec {
     /// The log start offset.
     Earliest,

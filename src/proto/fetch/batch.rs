@@ -70,6 +70,7 @@ pub enum BatchErrorKind {
 
 /// Compression codecs of record batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Compression {
     /// None.
     None,

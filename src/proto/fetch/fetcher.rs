@@ -46,6 +46,7 @@ use crate::proto::needs_metadata_refresh;
 
 /// `auto.offset.reset`: where to start without a valid position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OffsetReset {
     /// The log start offset.
     Earliest,
@@ -173,6 +174,7 @@ impl FetchError {
 
 /// Why a position was reset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResetReason {
     /// The partition had no committed offset.
     NoCommittedOffset,

@@ -5,6 +5,7 @@ use std::fmt;
 
 /// Whether retrying can help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorClass {
     /// Retrying may succeed (timeouts, I/O, 429/5xx, transient broker or database errors).
     Transient,
@@ -41,6 +42,7 @@ pub struct ProcessError {
 
 /// What the processor does with a record whose handler returned a [`ProcessError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Disposition {
     /// Retried by its class, then dead-lettered (or sent to a retry topic).
     #[default]

@@ -8,6 +8,7 @@ use crate::proto::fetch::fetcher::TimestampType;
 
 /// The diagnostic header format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum DlqFormat {
     /// `__dlq.errors.*` (topic, partition, offset, group, delivery.count, message) plus
     /// `ottla.dlq.*` (class, type, timestamps, dedup id). The default.
@@ -27,6 +28,7 @@ pub enum DlqFormat {
 /// `ottla.dlq.original.timestamp` header either way (and Spring's
 /// `kafka_dlt-original-timestamp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum DlqTimestamp {
     /// When it was dead-lettered (the default): time-based retention of the DLQ counts
     /// from when the record got there, so a record dead-lettered long after it was

@@ -21,6 +21,7 @@ const CHANNEL_BINDING: &str = "biws";
 
 /// The hash of a SCRAM mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ScramHash {
     /// SHA-256.
     Sha256,

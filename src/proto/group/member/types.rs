@@ -204,6 +204,7 @@ pub struct Outgoing {
 
 /// How a request failed below the protocol (no response to interpret).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Failure {
     /// The connection dropped or could not be made.
     Disconnected,
@@ -218,6 +219,7 @@ pub enum Failure {
 
 /// Why partitions were lost (taken away without a chance to commit).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LostReason {
     /// The broker no longer knows this member id (UNKNOWN_MEMBER_ID; under KIP-848
     /// also GROUP_ID_NOT_FOUND to a member already in the group: the group itself is
@@ -488,6 +490,7 @@ pub enum Timer {
 
 /// The member's lifecycle state, as reported by [`GroupMember::state`](super::GroupMember::state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StateKind {
     /// Not in a generation; JoinGroup is due once the coordinator is known.
     Unjoined,
