@@ -28,7 +28,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::consumer_protocol::{TopicPartition, by_topic};
 use super::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
-use crate::error::WireError;
+use crate::proto::wire::WireError;
 use crate::proto::wire::{SUPPORTED, decode_response as decode_body};
 
 /// The classic group APIs, which a consumer in a group requires of every broker; their

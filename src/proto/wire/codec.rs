@@ -7,7 +7,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::frame::FrameDecoder;
-use crate::error::WireError;
+use crate::proto::wire::WireError;
 
 /// The correlation id of one request on one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

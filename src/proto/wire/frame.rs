@@ -2,7 +2,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::error::WireError;
+use crate::proto::wire::WireError;
 
 /// The default maximum size of one response frame: 100 MiB, the Java broker's
 /// `socket.request.max.bytes`. Fetch responses are bounded by `fetch.max.bytes`

@@ -5,10 +5,12 @@
 //! reads and writes the bytes it produces; nothing here performs I/O.
 
 mod codec;
+mod error;
 mod frame;
 mod versions;
 
 pub use codec::{Codec, CorrelationId, InFlight, ResponseFrame, decode_response, encode_body};
+pub use error::{NegotiationError, WireError};
 pub use frame::{DEFAULT_MAX_FRAME_SIZE, FrameDecoder};
 pub use versions::{
     ApiVersionsOutcome, SUPPORTED, VersionRangeDisplay, VersionTable, api_versions_request,

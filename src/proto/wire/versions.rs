@@ -9,7 +9,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::codec::decode_response;
-use crate::error::{NegotiationError, WireError};
+use super::{NegotiationError, WireError};
 
 /// The versions of each API that ottla's code implements, ordered by API key.
 ///
