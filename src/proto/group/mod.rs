@@ -28,171 +28,206 @@ use messages::{CommitOffset, GroupResponse};
 
 use crate::proto::metadata::NodeId;
 
-/// A group member of either protocol, chosen by [`GroupConfig::protocol`]: the two
-/// machines share one contract, so a driver runs either the same way.
-#[derive(Debug)]
-// One per group task, moved once into it: the size difference costs nothing, and a box
-// would only add an indirection to every call.
-#[allow(clippy::large_enum_variant)]
-pub enum Member {
-    /// The classic protocol.
-    Classic(GroupMember),
-    /// KIP-848's consumer protocol.
-    Consumer(ConsumerGroupMember),
-}
-
-macro_rules! both {
-    ($self:ident, $m:ident => $e:expr) => {
-        match $self {
-            Member::Classic($m) => $e,
-            Member::Consumer($m) => $e,
-        }
-    };
-}
-
-impl Member {
-    /// A member of the protocol `config.protocol` names. `entropy` makes the consumer
-    /// protocol's client-generated member id (KIP-1082); the classic protocol's id
-    /// comes from the broker.
-    pub fn new(config: GroupConfig, entropy: [u8; 16], now: Instant) -> Self {
-        match config.protocol {
-            GroupProtocol::Classic => Member::Classic(GroupMember::new(config, now)),
-            GroupProtocol::Consumer => {
-                let id = consumer_member::new_member_id(entropy);
-                Member::Consumer(ConsumerGroupMember::new(config, id, now))
-            }
-        }
-    }
-
+/// The contract both group members keep ([`GroupMember`] for the classic protocol,
+/// [`ConsumerGroupMember`] for KIP-848's), written once: a driver (the group task,
+/// the test harness, the simulation) runs either through it.
+///
+/// Inputs come in as `handle_*` (`now` first) and application commands as plain verbs;
+/// after each, drain [`GroupMachine::poll_request`], [`GroupMachine::poll_assignment`]
+/// and [`GroupMachine::poll_event`] until `None`, then sleep until
+/// [`GroupMachine::poll_timeout`].
+pub trait GroupMachine: std::fmt::Debug + Send {
     /// The lifecycle state.
-    pub fn state(&self) -> StateKind {
-        both!(self, m => m.state())
-    }
-
+    fn state(&self) -> StateKind;
+    /// The member id (empty for a classic member before its first JoinGroup).
+    fn member_id(&self) -> &str;
     /// The coordinator, if known.
-    pub fn coordinator(&self) -> Option<NodeId> {
-        both!(self, m => m.coordinator())
-    }
-
+    fn coordinator(&self) -> Option<NodeId>;
     /// Whether the driver closes the connection to a coordinator the member gave up
     /// on. The classic member's does, as Java's classic `markCoordinatorUnknown`: what
     /// waits on a host gone silent fails at once. The consumer protocol's does not, as
     /// Java's `CoordinatorRequestManager`: the group's state is the broker's, the
     /// heartbeat has its own deadline, and the librdkafka mock takes a closed
     /// connection for a member that released its partitions.
-    pub fn disconnects_lost_coordinator(&self) -> bool {
-        matches!(self, Member::Classic(_))
-    }
-
-    /// The member id.
-    pub fn member_id(&self) -> &str {
-        both!(self, m => m.member_id())
-    }
+    fn disconnects_lost_coordinator(&self) -> bool;
 
     /// The next request to send.
-    #[must_use]
-    pub fn poll_request(&mut self) -> Option<Outgoing> {
-        both!(self, m => m.poll_request())
-    }
-
+    fn poll_request(&mut self) -> Option<Outgoing>;
     /// The next event.
-    #[must_use]
-    pub fn poll_event(&mut self) -> Option<Event> {
-        both!(self, m => m.poll_event())
-    }
-
+    fn poll_event(&mut self) -> Option<Event>;
     /// When `handle_timeout` is next due.
-    #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        both!(self, m => m.poll_timeout())
-    }
-
-    /// A response arrived.
-    pub fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-        both!(self, m => m.handle_response(now, id, response))
-    }
-
+    fn poll_timeout(&self) -> Option<Instant>;
     /// The leader's assignment to compute off the member's task (the classic
     /// protocol's; the consumer protocol's is the broker's): see [`AssignmentJob`].
-    pub fn poll_assignment(&mut self) -> Option<AssignmentJob> {
-        match self {
-            Member::Classic(m) => m.poll_assignment(),
-            Member::Consumer(_) => None,
-        }
+    fn poll_assignment(&mut self) -> Option<AssignmentJob> {
+        None
     }
 
-    /// The assignment [`Member::poll_assignment`] gave was computed.
-    pub fn assignment_done(&mut self, now: Instant, done: AssignmentDone) {
-        if let Member::Classic(m) = self {
-            m.assignment_done(now, done);
-        }
-    }
-
-    /// Runs a pending assignment on the caller's thread (tests, simulations).
-    pub fn assign_inline(&mut self, now: Instant) {
-        if let Member::Classic(m) = self {
-            m.assign_inline(now);
-        }
-    }
-
-    /// A request failed without a response.
-    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        both!(self, m => m.handle_failure(now, id, failure))
-    }
-
+    /// A response to request `id` arrived.
+    fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse);
+    /// Request `id` failed without a response.
+    fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure);
     /// The clock moved.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        both!(self, m => m.handle_timeout(now))
-    }
-
-    /// Commits `offsets` with the live generation or epoch.
-    pub fn commit(
-        &mut self,
-        now: Instant,
-        offsets: Vec<CommitOffset>,
-    ) -> Result<RequestId, CommitError> {
-        both!(self, m => m.commit(now, offsets))
-    }
-
-    /// The application finished the revocation asked for with `generation`.
-    pub fn complete_revocation(&mut self, now: Instant, generation: i32) {
-        both!(self, m => m.complete_revocation(now, generation))
-    }
-
-    /// The application came back for records.
-    pub fn note_progress(&mut self, now: Instant) {
-        both!(self, m => m.note_progress(now))
-    }
-
-    /// Leaves (or stays, as `membership` says) and closes.
-    pub fn leave_with(&mut self, now: Instant, membership: Membership) {
-        both!(self, m => m.leave_with(now, membership))
-    }
-
-    /// See [`GroupMember::prepare_to_close`]. The consumer protocol's member rejoins
-    /// only through its heartbeat, which its leave replaces; nothing to do there.
-    pub fn prepare_to_close(&mut self) {
-        if let Member::Classic(m) = self {
-            m.prepare_to_close();
-        }
-    }
-
+    fn handle_timeout(&mut self, now: Instant);
+    /// The assignment [`GroupMachine::poll_assignment`] gave was computed.
+    fn assignment_done(&mut self, _now: Instant, _done: AssignmentDone) {}
+    /// Runs a pending assignment on the caller's thread (tests, simulations).
+    fn assign_inline(&mut self, _now: Instant) {}
     /// What one metadata answer tells the member: partition counts and replica racks
     /// (the classic leader assigns with them), topic names by id (the consumer
     /// protocol's assignments name topics by id).
-    pub fn set_metadata(
+    fn set_metadata(
         &mut self,
         now: Instant,
         counts: BTreeMap<String, i32>,
         racks: PartitionRacks,
         names: BTreeMap<Uuid, String>,
-    ) {
-        match self {
-            Member::Classic(m) => {
-                m.set_partition_racks(racks);
-                m.set_topic_partitions(now, counts);
+    );
+
+    /// Commits `offsets` with the live generation or epoch.
+    fn commit(
+        &mut self,
+        now: Instant,
+        offsets: Vec<CommitOffset>,
+    ) -> Result<RequestId, CommitError>;
+    /// The application finished the revocation asked for with `generation`.
+    fn complete_revocation(&mut self, now: Instant, generation: i32);
+    /// The application came back for records.
+    fn note_progress(&mut self, now: Instant);
+    /// The application is about to close: see [`GroupMember::prepare_to_close`]. The
+    /// consumer protocol's member rejoins only through its heartbeat, which its leave
+    /// replaces; nothing to do there.
+    fn prepare_to_close(&mut self) {}
+    /// Leaves (or stays, as `membership` says) and closes.
+    fn leave_with(&mut self, now: Instant, membership: Membership);
+}
+
+/// A group member of either protocol, chosen by [`GroupConfig::protocol`], driven
+/// through [`GroupMachine`] (it dereferences to one).
+#[derive(Debug)]
+pub struct Member(Box<dyn GroupMachine>);
+
+impl Member {
+    /// A member of the protocol `config.protocol` names. `entropy` makes the consumer
+    /// protocol's client-generated member id (KIP-1082); the classic protocol's id
+    /// comes from the broker.
+    pub fn new(config: GroupConfig, entropy: [u8; 16], now: Instant) -> Self {
+        Member(match config.protocol {
+            GroupProtocol::Classic => Box::new(GroupMember::new(config, now)),
+            GroupProtocol::Consumer => {
+                let id = consumer_member::new_member_id(entropy);
+                Box::new(ConsumerGroupMember::new(config, id, now))
             }
-            Member::Consumer(m) => m.set_topic_ids(now, names),
+        })
+    }
+}
+
+impl std::ops::Deref for Member {
+    type Target = dyn GroupMachine;
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for Member {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
+    }
+}
+
+/// The trait's methods both members implement alike, as their inherent ones (shared
+/// through `common::member_surface!`).
+macro_rules! group_machine {
+    ($t:ty) => {
+        fn state(&self) -> StateKind {
+            <$t>::state(self)
         }
+        fn member_id(&self) -> &str {
+            <$t>::member_id(self)
+        }
+        fn coordinator(&self) -> Option<NodeId> {
+            <$t>::coordinator(self)
+        }
+        fn poll_request(&mut self) -> Option<Outgoing> {
+            <$t>::poll_request(self)
+        }
+        fn poll_event(&mut self) -> Option<Event> {
+            <$t>::poll_event(self)
+        }
+        fn poll_timeout(&self) -> Option<Instant> {
+            <$t>::poll_timeout(self)
+        }
+        fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
+            <$t>::handle_response(self, now, id, response)
+        }
+        fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+            <$t>::handle_failure(self, now, id, failure)
+        }
+        fn handle_timeout(&mut self, now: Instant) {
+            <$t>::handle_timeout(self, now)
+        }
+        fn commit(
+            &mut self,
+            now: Instant,
+            offsets: Vec<CommitOffset>,
+        ) -> Result<RequestId, CommitError> {
+            <$t>::commit(self, now, offsets)
+        }
+        fn complete_revocation(&mut self, now: Instant, generation: i32) {
+            <$t>::complete_revocation(self, now, generation)
+        }
+        fn note_progress(&mut self, now: Instant) {
+            <$t>::note_progress(self, now)
+        }
+        fn leave_with(&mut self, now: Instant, membership: Membership) {
+            <$t>::leave_with(self, now, membership)
+        }
+    };
+}
+
+impl GroupMachine for GroupMember {
+    group_machine!(GroupMember);
+
+    fn disconnects_lost_coordinator(&self) -> bool {
+        true
+    }
+    fn poll_assignment(&mut self) -> Option<AssignmentJob> {
+        GroupMember::poll_assignment(self)
+    }
+    fn assignment_done(&mut self, now: Instant, done: AssignmentDone) {
+        GroupMember::assignment_done(self, now, done)
+    }
+    fn assign_inline(&mut self, now: Instant) {
+        GroupMember::assign_inline(self, now)
+    }
+    fn set_metadata(
+        &mut self,
+        now: Instant,
+        counts: BTreeMap<String, i32>,
+        racks: PartitionRacks,
+        _names: BTreeMap<Uuid, String>,
+    ) {
+        self.set_partition_racks(racks);
+        self.set_topic_partitions(now, counts);
+    }
+    fn prepare_to_close(&mut self) {
+        GroupMember::prepare_to_close(self)
+    }
+}
+
+impl GroupMachine for ConsumerGroupMember {
+    group_machine!(ConsumerGroupMember);
+
+    fn disconnects_lost_coordinator(&self) -> bool {
+        false
+    }
+    fn set_metadata(
+        &mut self,
+        now: Instant,
+        _counts: BTreeMap<String, i32>,
+        _racks: PartitionRacks,
+        names: BTreeMap<Uuid, String>,
+    ) {
+        self.set_topic_ids(now, names)
     }
 }

@@ -9,56 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::consumer_member::ConsumerGroupMember;
-use super::member::{Event, GroupMember, LostReason, Outgoing, RequestId, StateKind};
+use super::member::{Event, LostReason, Outgoing, RequestId, StateKind};
 use super::messages::{GroupRequest, GroupResponse};
 
-/// What the harness drives: either group member.
-pub trait Machine {
-    /// The next request to send.
-    fn poll_request(&mut self) -> Option<Outgoing>;
-    /// The next event.
-    fn poll_event(&mut self) -> Option<Event>;
-    /// A response arrived.
-    fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse);
-    /// The clock moved.
-    fn handle_timeout(&mut self, now: Instant);
-    /// The lifecycle state.
-    fn state(&self) -> StateKind;
-    /// Runs the leader's pending assignment at once (the classic member's; see
-    /// `GroupMember::assign_inline`).
-    fn assign_inline(&mut self, now: Instant);
-}
-
-macro_rules! machine {
-    ($t:ty, $assign:expr) => {
-        impl Machine for $t {
-            fn poll_request(&mut self) -> Option<Outgoing> {
-                <$t>::poll_request(self)
-            }
-            fn poll_event(&mut self) -> Option<Event> {
-                <$t>::poll_event(self)
-            }
-            fn handle_response(&mut self, now: Instant, id: RequestId, response: GroupResponse) {
-                <$t>::handle_response(self, now, id, response)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$t>::handle_timeout(self, now)
-            }
-            fn state(&self) -> StateKind {
-                <$t>::state(self)
-            }
-            fn assign_inline(&mut self, now: Instant) {
-                let assign: fn(&mut $t, Instant) = $assign;
-                assign(self, now)
-            }
-        }
-    };
-}
-
-machine!(GroupMember, |m, now| m.assign_inline(now));
-// The consumer protocol's assignment is the broker's.
-machine!(ConsumerGroupMember, |_, _| {});
+/// What the harness drives: either group member, through their one contract.
+pub use super::GroupMachine as Machine;
 
 /// A member `m` on a virtual clock `now`.
 #[derive(Debug)]
