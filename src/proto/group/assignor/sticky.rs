@@ -1,3 +1,6 @@
+//! `sticky` and `cooperative-sticky`: the two assignors, the Java `StickyAssignor`
+//! user data, and their engine.
+//!
 //! The sticky assignors' engine in index form, near-linear in the number of partitions
 //! (issue 36).
 //!
@@ -32,12 +35,219 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{MemberSubscription, decode_sticky_user_data_with};
-use crate::proto::group::consumer_protocol::TopicPartition;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use super::{
+    AssignError, Assignor, MemberSubscription, PartitionRacks, RebalanceProtocol, empty_result,
+    finish, sorted_members,
+};
+use crate::proto::group::consumer_protocol::{Assignment, TopicPartition};
 
 mod racks;
 
-pub(super) use racks::{Racks, assign as assign_with_racks};
+use racks::{Racks, assign as assign_with_racks};
+
+/// `sticky` (eager): balanced, keeping previous owners where balance allows. The
+/// previous assignment travels in the user data, in the Java `StickyAssignor` layout.
+///
+/// With racks (KIP-881): balance first, then rack locality, then stickiness. A member
+/// gives up a partition its rack holds no replica of if another subscriber's rack
+/// does, and new partitions go to a subscriber in a rack with a replica where balance
+/// allows; the loads are then as balanced as can be, never less than without racks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StickyAssignor;
+
+impl Assignor for StickyAssignor {
+    fn name(&self) -> &'static str {
+        "sticky"
+    }
+
+    fn protocol(&self) -> RebalanceProtocol {
+        RebalanceProtocol::Eager
+    }
+
+    fn subscription_user_data(
+        &self,
+        previous: &[TopicPartition],
+        generation: i32,
+    ) -> Option<Bytes> {
+        Some(encode_sticky_user_data(previous, generation))
+    }
+
+    fn assign(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        self.assign_with_racks(partitions_per_topic, &PartitionRacks::new(), members)
+    }
+
+    fn assign_with_racks(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        partition_racks: &PartitionRacks,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        // Eager: every member gave everything back before joining, so nothing is held
+        // back (Java's `StickyAssignor` has no `adjustAssignment`).
+        let result = sticky_assign(partitions_per_topic, partition_racks, members, false)?;
+        Ok(finish(result))
+    }
+}
+
+/// `cooperative-sticky` (KIP-429): as `sticky` (racks included), but a partition whose
+/// owner changes is left unassigned in this round; its old owner revokes it and
+/// rejoins, and the follow-up rebalance hands it to the new owner. So is a partition
+/// two members claim in the same generation, or whose holder left its topic.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CooperativeStickyAssignor;
+
+impl Assignor for CooperativeStickyAssignor {
+    fn name(&self) -> &'static str {
+        "cooperative-sticky"
+    }
+
+    fn protocol(&self) -> RebalanceProtocol {
+        RebalanceProtocol::Cooperative
+    }
+
+    fn subscription_user_data(
+        &self,
+        _previous: &[TopicPartition],
+        generation: i32,
+    ) -> Option<Bytes> {
+        // Java's CooperativeStickyAssignor sends only the generation (owned partitions
+        // travel in the subscription itself).
+        let mut out = BytesMut::with_capacity(4);
+        out.put_i32(generation);
+        Some(out.freeze())
+    }
+
+    fn assign(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        self.assign_with_racks(partitions_per_topic, &PartitionRacks::new(), members)
+    }
+
+    fn assign_with_racks(
+        &self,
+        partitions_per_topic: &BTreeMap<String, i32>,
+        partition_racks: &PartitionRacks,
+        members: &[MemberSubscription],
+    ) -> Result<BTreeMap<String, Assignment>, AssignError> {
+        // KIP-429: a partition someone else still holds is left out until its holders
+        // have revoked it (Java: `CooperativeStickyAssignor.adjustAssignment` removes the
+        // "partitions transferring ownership"). That covers a partition moving to a new
+        // owner (for balance or rack locality), one held by a member that left its
+        // topic (Java: `computePartitionsTransferringOwnership` compares with the raw
+        // `ownedPartitions`, whatever the topic), and one two members claim in
+        // the same generation: none of its claimants keeps it either, so both revoke it
+        // (Java: `ConstrainedAssignmentBuilder.assignNewPartition` marks every partition
+        // of `partitionsWithMultiplePreviousOwners` as transferring). Java's general case
+        // (`computePartitionsTransferringOwnership`) would let one of two such claimants
+        // keep it if the balance happened to pick it; we never do.
+        let result = sticky_assign(partitions_per_topic, partition_racks, members, true)?;
+        Ok(finish(result))
+    }
+}
+
+/// The balanced sticky assignment, per member (every member has an entry), with the
+/// partitions a cooperative round must hold back already left out when `cooperative`.
+///
+/// Claims are resolved as the Java client does ([`Claims::read`]). Without
+/// racks (or where racks cannot help, [`Racks::new`]) the assignment is
+/// [`assign`]'s: owners keep what they own, the rest goes to the least loaded
+/// subscribers, then moves balance it in Java's sense. With racks,
+/// [`assign_with_racks`]: the same with rack locality before stickiness (in a
+/// cooperative round, only where that gains locality, so that the group settles). Both
+/// are near-linear in the number of partitions.
+pub(super) fn sticky_assign(
+    partitions_per_topic: &BTreeMap<String, i32>,
+    partition_racks: &PartitionRacks,
+    members: &[MemberSubscription],
+    cooperative: bool,
+) -> Result<BTreeMap<String, Vec<TopicPartition>>, AssignError> {
+    let sorted = sorted_members(members)?;
+    let index = Index::new(partitions_per_topic, sorted);
+    let claims = Claims::read(&index);
+    let assigned = match Racks::new(&index, partition_racks) {
+        Some(racks) => assign_with_racks(&index, &claims, &racks, cooperative),
+        None => assign(&index, &claims),
+    };
+    let mut result = empty_result(members);
+    for (m, partitions) in assigned.into_iter().enumerate() {
+        let m = m as u32;
+        let list = index.names(
+            partitions
+                .into_iter()
+                .filter(|&p| !cooperative || claims.may_have(m, p)),
+        );
+        result.insert(index.members[m as usize].member_id.clone(), list);
+    }
+    Ok(result)
+}
+
+/// Java `StickyAssignor` user data (v1): `[topic, [partition]]` then the generation.
+pub(super) fn encode_sticky_user_data(previous: &[TopicPartition], generation: i32) -> Bytes {
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for p in previous {
+        by_topic.entry(&p.topic).or_default().push(p.partition);
+    }
+    let mut out = BytesMut::new();
+    out.put_i32(by_topic.len() as i32);
+    for (topic, partitions) in by_topic {
+        out.put_i16(topic.len() as i16);
+        out.put_slice(topic.as_bytes());
+        out.put_i32(partitions.len() as i32);
+        for p in partitions {
+            out.put_i32(p);
+        }
+    }
+    out.put_i32(generation);
+    out.freeze()
+}
+
+/// Reads [`encode_sticky_user_data`]'s layout (the generation is absent in v0).
+#[cfg(test)]
+pub(super) fn decode_sticky_user_data(b: Bytes) -> Option<(Vec<TopicPartition>, Option<i32>)> {
+    let mut out = Vec::new();
+    let generation = decode_sticky_user_data_with(&b, |t, p| out.push(TopicPartition::new(t, p)))?;
+    Some((out, generation))
+}
+
+/// Walks [`encode_sticky_user_data`]'s layout, calling `f(topic, partition)` for each
+/// partition, and returns the generation (absent in v0); `None` if the data is
+/// malformed, possibly after some calls of `f` (validate with a no-op `f` first).
+fn decode_sticky_user_data_with(b: &Bytes, mut f: impl FnMut(&str, i32)) -> Option<Option<i32>> {
+    let mut b: &[u8] = b;
+    let topics = usize::try_from(get_i32(&mut b)?).ok()?;
+    for _ in 0..topics {
+        let len = usize::try_from(get_i16(&mut b)?).ok()?;
+        if b.remaining() < len {
+            return None;
+        }
+        let topic = std::str::from_utf8(&b[..len]).ok()?;
+        b.advance(len);
+        let n = usize::try_from(get_i32(&mut b)?).ok()?;
+        if b.remaining() < n.checked_mul(4)? {
+            return None;
+        }
+        for _ in 0..n {
+            f(topic, b.get_i32());
+        }
+    }
+    Some(get_i32(&mut b))
+}
+
+fn get_i32(b: &mut &[u8]) -> Option<i32> {
+    (b.remaining() >= 4).then(|| b.get_i32())
+}
+
+fn get_i16(b: &mut &[u8]) -> Option<i16> {
+    (b.remaining() >= 2).then(|| b.get_i16())
+}
 
 /// No member (an unclaimed partition in [`Claims`], no sticky owner).
 pub(super) const NOBODY: u32 = u32::MAX;

@@ -65,6 +65,11 @@ use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 use crate::proto::error_name;
 use crate::proto::metadata::NodeId;
 
+mod errors;
+mod timers;
+
+use errors::{Reaction, hint, reaction};
+
 /// The epoch a member joins with.
 const JOIN_EPOCH: i32 = 0;
 /// The epoch a member leaves with.
@@ -211,76 +216,6 @@ enum Sent {
     },
 }
 
-/// What an error code on a ConsumerGroupHeartbeat does (the Java client's
-/// `AbstractHeartbeatRequestManager.onErrorResponse` and librdkafka's handler).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reaction {
-    /// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: find it again, then heartbeat.
-    Rediscover,
-    /// Transient: heartbeat again after the backoff, with every field.
-    Retry,
-    /// FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: the partitions are lost; rejoin with
-    /// epoch 0 and the same member id.
-    Fenced,
-    /// GROUP_ID_NOT_FOUND: the group is gone (deleted, or its coordinator lost it) or
-    /// is a classic group. To a member in the group: lost and rejoin with epoch 0,
-    /// which creates the group again; to a join: fatal (a classic group of that id).
-    GroupGone,
-    /// TOPIC_AUTHORIZATION_FAILED: reported to the application, retried after the
-    /// backoff (KAFKA-18813).
-    TopicAuthorization,
-    /// Configuration or a broker that cannot serve this member: closed, sticky.
-    Fatal,
-}
-
-fn reaction(code: i16) -> Reaction {
-    use ResponseError as E;
-    match ResponseError::try_from_code(code) {
-        Some(E::NotCoordinator | E::CoordinatorNotAvailable) => Reaction::Rediscover,
-        Some(E::FencedMemberEpoch | E::UnknownMemberId) => Reaction::Fenced,
-        Some(E::GroupIdNotFound) => Reaction::GroupGone,
-        Some(E::TopicAuthorizationFailed) => Reaction::TopicAuthorization,
-        Some(
-            E::GroupAuthorizationFailed
-            | E::InvalidRequest
-            | E::GroupMaxSizeReached
-            | E::UnsupportedAssignor
-            | E::UnsupportedVersion
-            | E::UnreleasedInstanceId
-            | E::FencedInstanceId
-            | E::InvalidRegularExpression
-            | E::InvalidGroupId,
-        ) => Reaction::Fatal,
-        // COORDINATOR_LOAD_IN_PROGRESS retries in Java too. Java closes the member on codes it does not expect; ottla retries them
-        // after the backoff with a warning, as its classic member does, since a
-        // member that stays can recover and one that closed cannot.
-        _ => Reaction::Retry,
-    }
-}
-
-fn hint(code: i16) -> Option<&'static str> {
-    use ResponseError as E;
-    match ResponseError::try_from_code(code)? {
-        E::UnsupportedAssignor => {
-            Some("group.remote.assignor names an assignor the broker does not have")
-        }
-        E::UnsupportedVersion => Some(
-            "the broker does not support the consumer group protocol (set group.protocol=classic)",
-        ),
-        E::UnreleasedInstanceId => {
-            Some("a member with this group.instance.id has not left the group yet")
-        }
-        E::FencedInstanceId => Some("another member uses the same group.instance.id"),
-        E::GroupAuthorizationFailed => Some("the principal lacks READ on the group"),
-        E::GroupMaxSizeReached => Some("the group has group.max.size members already"),
-        E::InvalidRegularExpression => Some("the subscription's regular expression is invalid"),
-        E::GroupIdNotFound => Some(
-            "a classic group with this group.id exists and the broker does not convert it (group.consumer.migration.policy); use group.protocol=classic or another group.id",
-        ),
-        _ => None,
-    }
-}
-
 impl ConsumerGroupMember {
     /// A member with the client-generated `member_id` (KIP-1082: a random UUID,
     /// [`new_member_id`]) that will look for its coordinator at once.
@@ -331,107 +266,7 @@ impl ConsumerGroupMember {
 
     common::member_surface!();
 
-    /// The earliest armed timer and when it fires.
-    pub fn next_timer(&self) -> Option<(Timer, Instant)> {
-        let mut timers: Vec<(Timer, Instant)> = Vec::new();
-        if self.has_business() {
-            timers.extend(self.core.coordinator.timer());
-        }
-        if let State::Leaving { deadline, .. } = &self.state {
-            timers.push((Timer::Request, *deadline));
-        }
-        if let State::Suspended {
-            leave_owed: Some(_),
-            leave_sent,
-            give_up_at,
-            ..
-        } = &self.state
-        {
-            timers.push((Timer::Request, *give_up_at));
-            if let Some((_, overdue)) = leave_sent {
-                timers.push((Timer::Request, *overdue));
-            }
-        }
-        let in_group = matches!(
-            self.state,
-            State::Joining | State::Stable | State::Revoking { .. }
-        );
-        // Only where `advance` sends one: a timer that fires and does nothing stays in
-        // the past and spins the driver.
-        if in_group && self.coordinator().is_some() {
-            match self.heartbeat.in_flight {
-                Some(f) => timers.push((Timer::Request, f.deadline)),
-                // Joining and acknowledging go at once from `advance`; what is left to
-                // wait for is the interval or a failure's backoff.
-                None => timers.push((Timer::Heartbeat, self.heartbeat.next_at)),
-            }
-        }
-        if let Some(at) = self.session_deadline() {
-            timers.push((Timer::Session, at));
-        }
-        if let State::Revoking { deadline, .. } = &self.state {
-            timers.push((Timer::Revocation, *deadline));
-        }
-        if in_group {
-            timers.push((Timer::Progress, self.core.progress_deadline()));
-        }
-        if in_group && self.coordinator().is_some() {
-            if let Some(at) = self.core.fetch.as_ref().and_then(PendingFetch::due_at) {
-                timers.push((Timer::OffsetFetch, at));
-            }
-        }
-        timers.into_iter().min_by_key(|(_, at)| *at)
-    }
-
     // ----- inputs -----
-
-    /// The clock moved; fire whatever is due.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if matches!(&self.state, State::Revoking { deadline, .. } if now >= *deadline) {
-            // Every partition is lost, not only those under revocation: the member
-            // rejoins as a new incarnation and owns nothing (Java's
-            // `transitionToFenced`). Losing only the revoked ones left the kept ones
-            // with the application, fetched and handled after the rejoin.
-            warn!(group = %self.core.config.group_id, "revocation not completed within the rebalance timeout; partitions lost");
-            self.fence(now, LostReason::RevocationTimedOut, "revocation timed out");
-            self.leave_before_rejoining(
-                now,
-                "the revocation was not completed within the rebalance timeout",
-            );
-        }
-        if self.session_deadline().is_some_and(|at| now >= at) {
-            // No heartbeat accepted for a session: the broker has expired this member
-            // and handed its partitions on (it starts its clock no earlier than the
-            // request this member sent). Keeping them, as the Java client does, leaves
-            // a zombie handling partitions another member owns until the coordinator
-            // answers again; as the classic member, they are lost here and the member
-            // rejoins under the same id once the coordinator is found again.
-            warn!(group = %self.core.config.group_id, member = %self.core.member_id, session = ?self.core.config.session_timeout, "no heartbeat accepted within the session timeout; partitions lost, rediscovering the coordinator and rejoining");
-            self.fence(now, LostReason::SessionLapsed, "session lapsed");
-            self.mark_coordinator_unknown(now);
-            self.leave_before_rejoining(now, "no heartbeat accepted within the session timeout");
-        }
-        if matches!(self.state, State::Leaving { deadline, .. } if now >= deadline) {
-            self.close(None);
-        }
-        self.leave_owed_due(now);
-        if let Some(f) = self.heartbeat.in_flight {
-            if now >= f.deadline {
-                self.handle_failure(now, f.id, Failure::Timeout);
-            }
-        }
-        if let Some(id) = self.core.coordinator.overdue(now) {
-            self.handle_failure(now, id, Failure::Timeout);
-        }
-        let in_group = matches!(
-            self.state,
-            State::Joining | State::Stable | State::Revoking { .. }
-        );
-        if in_group && now >= self.core.progress_deadline() {
-            self.progress_timeout(now);
-        }
-        self.advance(now);
-    }
 
     /// The answer to request `id`, sent for `sent` (FindCoordinator and OffsetFetch aside); a
     /// response of another kind is given back.
@@ -695,17 +530,6 @@ impl ConsumerGroupMember {
                     .sent_fields
                     .as_ref()
                     .is_some_and(|f| f.owned != self.core.owned))
-    }
-
-    /// When the session lapses without a heartbeat accepted: in the group, once one
-    /// was (`session.timeout.ms`, which the consumer protocol does not send: set it to
-    /// the broker's `group.consumer.session.timeout.ms`, 45 s by default on Kafka as
-    /// here).
-    fn session_deadline(&self) -> Option<Instant> {
-        if !matches!(self.state, State::Stable | State::Revoking { .. }) {
-            return None;
-        }
-        Some(self.heartbeat.last_ok? + self.core.config.session_timeout)
     }
 
     /// Whether the member has something to send the coordinator, so looks it up: in

@@ -6,7 +6,10 @@ use proptest::prelude::*;
 
 use super::script::{T0_MS, record, tp, two_retries};
 use super::*;
-use crate::proto::process::retry::RetryBackoff;
+use crate::proto::process::classify::{ErrorClass, ProcessError};
+use crate::proto::process::dlq::{DeadLetter, DlqFormat, DlqTimestamp};
+use crate::proto::process::retry::{RetryBackoff, RetryPolicy};
+use crate::proto::produce::record::ProducerRecord;
 
 /// Two retries, 100 ms then 200 ms, no jitter; commits after every step.
 fn config() -> LanesConfig {
