@@ -35,10 +35,12 @@ use tracing::{Instrument, debug, warn};
 
 use crate::config::ClientConfig;
 use crate::driver::{Cluster, TopicScope, lock, sleep_until};
-use crate::error::{Error, Result};
+use crate::error::{Error, RequestError, Result};
 pub use crate::proto::fetch::batch::Compression;
 use crate::proto::metadata::{NodeId, RefreshPace};
-use crate::proto::produce::accumulator::{Accumulator, AccumulatorEvent, AppendError, RecordId};
+use crate::proto::produce::accumulator::{
+    Accumulator, AccumulatorEvent, AppendError, ConnectionFailure, RecordId,
+};
 pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
 use crate::proto::produce::encode::OutRecord;
 pub use crate::proto::produce::record::ProducerRecord;
@@ -74,7 +76,10 @@ impl Future for DeliveryFuture {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.rx).poll(cx).map(|r| match r {
             Ok(Ok(m)) => Ok(m),
-            Ok(Err(ProduceError::Connection(e))) => Err(Error::Request(e)),
+            Ok(Err(ProduceError::Connection(e))) => match e.downcast_ref::<RequestError>() {
+                Some(e) => Err(Error::Request(e.clone())),
+                None => Err(Error::Produce(ProduceError::Connection(e))),
+            },
             Ok(Err(e)) => Err(Error::Produce(e)),
             Err(_) => Err(Error::Produce(ProduceError::Closed)),
         })

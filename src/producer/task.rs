@@ -47,7 +47,9 @@ pub(super) async fn drive(cluster: Cluster, shared: Arc<Shared>) {
                     if e.is_security() {
                         // Nothing can be sent without a producer id: fail the records
                         // now rather than at delivery.timeout.ms.
-                        lock(&shared.state).acc.fail_all(e);
+                        lock(&shared.state)
+                            .acc
+                            .fail_all(&ConnectionFailure::new(e.clone()));
                     }
                 }
                 if let Err(e) = &result {
@@ -142,7 +144,9 @@ pub(super) async fn produce_round(cluster: Cluster, shared: Arc<Shared>, node: N
         Ok(t) => t.version(ApiKey::Produce),
         Err(e) if e.is_security() => {
             // No retry will get through: fail the waiting records now.
-            lock(&shared.state).acc.fail_node(node, &e);
+            lock(&shared.state)
+                .acc
+                .fail_node(node, &ConnectionFailure::new(e.clone()));
             release(&shared);
             return;
         }

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use super::Accumulator;
 use super::state::Batch;
-use super::types::ProduceError;
+use super::types::{ConnectionFailure, ProduceError};
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::metadata::NodeId;
 
@@ -14,7 +14,7 @@ impl Accumulator {
     /// the waiting batches of the partitions it leads fail now with `error`, instead of
     /// at `delivery.timeout.ms`, as the Java client fails them. Batches in flight keep
     /// their fate.
-    pub fn fail_node(&mut self, node: NodeId, error: &crate::error::RequestError) {
+    pub fn fail_node(&mut self, node: NodeId, error: &ConnectionFailure) {
         let led: BTreeSet<TopicPartition> = self
             .leaders
             .iter()
@@ -29,7 +29,7 @@ impl Accumulator {
 
     /// No producer id can be had because every connection fails TLS or SASL: the
     /// waiting batches of every partition fail now with `error`.
-    pub fn fail_all(&mut self, error: &crate::error::RequestError) {
+    pub fn fail_all(&mut self, error: &ConnectionFailure) {
         self.fail_waiting(|_, _| true, |_| ProduceError::Connection(error.clone()));
     }
 

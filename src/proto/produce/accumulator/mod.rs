@@ -36,8 +36,8 @@ mod types;
 
 use state::{Batch, PartitionState, ProducerIdState};
 pub use types::{
-    AccumulatorEvent, Acks, AppendError, Delivery, ProduceError, ProduceToken, ProducerConfig,
-    RecordId,
+    AccumulatorEvent, Acks, AppendError, ConnectionFailure, Delivery, ProduceError, ProduceToken,
+    ProducerConfig, RecordId,
 };
 
 /// The producer's state. See the module docs.

@@ -326,3 +326,26 @@ fn an_expired_batch_fails_with_a_timeout() {
     ));
     assert!(a.is_idle());
 }
+
+#[test]
+fn records_behind_a_connection_no_retry_fixes_fail_with_the_drivers_error_kept_whole() {
+    // The core keeps the IO layer's error opaque (it names no type of the driver's), and
+    // the driver gets it back typed.
+    let (mut a, now) = ready(ProducerConfig::default());
+    a.append(now, "t", Some(0), record("x")).unwrap();
+    let cause = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "SASL refused");
+    let failure = ConnectionFailure::new(cause);
+    a.fail_all(&failure);
+    let d = a
+        .poll_delivery()
+        .expect("failed now, not at delivery.timeout.ms");
+    let Err(ProduceError::Connection(f)) = d.result else {
+        panic!("{:?}", d.result)
+    };
+    assert_eq!(f, failure);
+    let io = f
+        .downcast_ref::<std::io::Error>()
+        .expect("the driver's type");
+    assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+    assert_eq!(f.to_string(), "SASL refused");
+}

@@ -119,8 +119,49 @@ pub enum ProduceError {
     /// The connection to the partition's leader fails in a way no retry fixes: TLS
     /// or SASL authentication.
     #[error(transparent)]
-    Connection(crate::error::RequestError),
+    Connection(ConnectionFailure),
 }
+
+/// Why no connection can carry a partition's records: a failure of the IO layer (a TLS
+/// handshake or a SASL authentication refused), which the driver hands in and the core
+/// keeps opaque. `Producer`'s delivery futures give it back typed, as
+/// `ottla::Error::Request`.
+#[derive(Debug, Clone)]
+pub struct ConnectionFailure(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl ConnectionFailure {
+    /// Wraps the driver's error.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(error))
+    }
+
+    /// The driver's error, if it is a `T`.
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref::<T>()
+    }
+}
+
+impl std::fmt::Display for ConnectionFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ConnectionFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The same failure (one connection's error fails many records), or one that reads
+/// the same.
+impl PartialEq for ConnectionFailure {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for ConnectionFailure {}
 
 /// Why a record was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
