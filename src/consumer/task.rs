@@ -4,6 +4,9 @@
 //! revocations the application hands back.
 
 use super::*;
+use crate::driver::failure;
+use crate::proto::Failure;
+use crate::proto::fetch::fetcher::FetcherRequest;
 
 pub(super) struct Driver {
     pub(super) cluster: Cluster,
@@ -273,23 +276,30 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
 
 /// One Fetch to `node`: negotiate (once per connection), build, send, hand back.
 async fn fetch_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Done {
-    let fail = |shared: &Shared| {
-        lock(&shared.fetcher).handle_fetch_failure(Instant::now().into_std(), node);
+    let fail = |shared: &Shared, failure: Failure| {
+        let request = FetcherRequest::Fetch(node);
+        lock(&shared.fetcher).handle_failure(Instant::now().into_std(), request, failure);
     };
     let conn = match cluster.broker(node) {
         Ok(c) => c,
+        // No address for the node (it left the metadata): as a lost connection.
         Err(_) => {
-            fail(&shared);
+            fail(&shared, Failure::Disconnected);
             return Done::Io;
         }
     };
     let version = match conn.versions().await {
-        Ok(t) => t.version(ApiKey::Fetch),
-        Err(_) => None,
+        Ok(t) => t.version(ApiKey::Fetch).ok_or_else(|| {
+            Failure::Unsupported(format!("{} offers no usable Fetch version", conn.address()))
+        }),
+        Err(e) => Err(failure(e)),
     };
-    let Some(version) = version else {
-        fail(&shared);
-        return Done::Io;
+    let version = match version {
+        Ok(v) => v,
+        Err(f) => {
+            fail(&shared, f);
+            return Done::Io;
+        }
     };
     let built = lock(&shared.fetcher).build_fetch(Instant::now().into_std(), node, version);
     let Some((request, token)) = built else {
@@ -305,7 +315,7 @@ async fn fetch_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
         }
         Err(e) => {
             debug!(node = node.0, error = %e, "fetch failed");
-            fail(&shared);
+            fail(&shared, failure(e));
         }
     }
     shared.wake_app();
@@ -314,20 +324,33 @@ async fn fetch_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
 
 /// One ListOffsets to `node` for the partitions it leads that need a reset.
 async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Done {
-    let fail = |shared: &Shared| {
-        lock(&shared.fetcher).handle_list_offsets_failure(Instant::now().into_std(), node);
+    let fail = |shared: &Shared, failure: Failure| {
+        let request = FetcherRequest::ListOffsets(node);
+        lock(&shared.fetcher).handle_failure(Instant::now().into_std(), request, failure);
     };
-    let Ok(conn) = cluster.broker(node) else {
-        fail(&shared);
-        return Done::Io;
+    let conn = match cluster.broker(node) {
+        Ok(c) => c,
+        // No address for the node (it left the metadata): as a lost connection.
+        Err(_) => {
+            fail(&shared, Failure::Disconnected);
+            return Done::Io;
+        }
     };
     let version = match conn.versions().await {
-        Ok(t) => t.version(ApiKey::ListOffsets),
-        Err(_) => None,
+        Ok(t) => t.version(ApiKey::ListOffsets).ok_or_else(|| {
+            Failure::Unsupported(format!(
+                "{} offers no usable ListOffsets version",
+                conn.address()
+            ))
+        }),
+        Err(e) => Err(failure(e)),
     };
-    let Some(version) = version else {
-        fail(&shared);
-        return Done::Io;
+    let version = match version {
+        Ok(v) => v,
+        Err(f) => {
+            fail(&shared, f);
+            return Done::Io;
+        }
     };
     let request: Option<ListOffsetsRequest> =
         lock(&shared.fetcher).build_list_offsets(Instant::now().into_std(), node, version);
@@ -340,7 +363,7 @@ async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
         }
         Err(e) => {
             debug!(node = node.0, error = %e, "ListOffsets failed");
-            fail(&shared);
+            fail(&shared, failure(e));
         }
     }
     Done::Io

@@ -16,8 +16,8 @@ use tracing::{Instrument, Span, debug, warn};
 
 use super::cluster::Cluster;
 use super::connection::BrokerConnection;
+use super::failure;
 use super::sleep_until;
-use crate::error::RequestError;
 use crate::proto::group::Member;
 use crate::proto::group::assignor::PartitionRacks;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
@@ -630,19 +630,4 @@ async fn send_inner(
     }
     .map_err(failure)?;
     codec::decode_response(api, version, frame.body).map_err(|e| Failure::Protocol(e.to_string()))
-}
-
-fn failure(e: RequestError) -> Failure {
-    match e {
-        RequestError::Timeout { .. } => Failure::Timeout,
-        // A TLS or SASL failure is surfaced by the Consumer (from the cluster's alarm);
-        // the member treats it as a lost coordinator and retries after its backoff,
-        // which the connection stretches to the longest reconnect backoff.
-        RequestError::Connect { .. }
-        | RequestError::Disconnected { .. }
-        | RequestError::Closed { .. }
-        | RequestError::Tls { .. }
-        | RequestError::Authentication { .. } => Failure::Disconnected,
-        other => Failure::Protocol(other.to_string()),
-    }
 }

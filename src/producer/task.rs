@@ -204,7 +204,7 @@ pub(super) async fn produce_round(cluster: Cluster, shared: Arc<Shared>, node: N
             }
             Err(e) => {
                 debug!(node = node.0, error = %e, "produce failed; retrying");
-                s.acc.handle_failure(now, token);
+                s.acc.handle_failure(now, token, crate::driver::failure(e));
             }
         }
     }

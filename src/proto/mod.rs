@@ -18,6 +18,24 @@ pub mod wire;
 
 use kafka_protocol::ResponseError;
 
+/// How a request failed below the protocol, with no response to interpret: the one
+/// input every machine takes for it (`handle_failure(now, <request>, failure)` on the
+/// group members, the fetcher and the accumulator).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The connection dropped or could not be made (TLS and SASL failures included:
+    /// the driver reports those to the application itself).
+    Disconnected,
+    /// No response within the request timeout.
+    Timeout,
+    /// The response could not be decoded, or the version is unusable.
+    Protocol(String),
+    /// The broker does not offer the API at any version ottla speaks (a broker without
+    /// KIP-848 asked for ConsumerGroupHeartbeat).
+    Unsupported(String),
+}
+
 /// The protocol name of a Kafka error code (`"NOT_COORDINATOR"` style is the Java
 /// client's; ottla uses the `kafka-protocol` variant names, e.g. `NotCoordinator`).
 pub fn error_name(code: i16) -> String {

@@ -40,7 +40,9 @@ mod types;
 
 pub use super::record::{ConsumerRecord, ConsumerRecordBuilder, Header, Headers, TimestampType};
 use state::{Completed, InFlightFetch, PartitionState, Position, Session};
-pub use types::{FetchError, FetchToken, FetcherConfig, FetcherEvent, OffsetReset, ResetReason};
+pub use types::{
+    FetchError, FetchToken, FetcherConfig, FetcherEvent, FetcherRequest, OffsetReset, ResetReason,
+};
 
 /// The fetcher. See the module docs.
 #[derive(Debug)]

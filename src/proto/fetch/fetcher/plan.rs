@@ -94,7 +94,7 @@ impl Fetcher {
 
     /// Brokers that can be fetched from now. Each is marked in flight: follow with
     /// [`Fetcher::build_fetch`], then [`Fetcher::handle_fetch`] or
-    /// [`Fetcher::handle_fetch_failure`].
+    /// [`Fetcher::handle_failure`].
     pub fn claim_fetches(&mut self, now: Instant) -> Vec<NodeId> {
         if self.buffered_bytes >= self.config.buffer_max_bytes {
             return Vec::new();

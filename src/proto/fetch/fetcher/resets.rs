@@ -107,7 +107,7 @@ impl Fetcher {
     }
 
     /// A ListOffsets to `node` failed: its partitions retry after a backoff.
-    pub fn handle_list_offsets_failure(&mut self, now: Instant, node: NodeId) {
+    pub(super) fn list_offsets_failed(&mut self, now: Instant, node: NodeId) {
         self.resetting.remove(&node);
         for s in self.partitions.values_mut() {
             if let Position::Resetting(n, reason) = s.position {

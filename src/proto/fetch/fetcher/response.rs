@@ -12,8 +12,10 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::Fetcher;
+use super::FetcherRequest;
 use super::state::{Completed, Position, SentPartition, sent_in, sent_of_topic};
 use super::types::{FetchError, FetchToken, ResetReason};
+use crate::proto::Failure;
 use crate::proto::error_name;
 use crate::proto::fetch::batch::{Batches, CommittedFilter, control_markers};
 use crate::proto::fetch::request::IsolationLevel;
@@ -22,9 +24,18 @@ use crate::proto::metadata::NodeId;
 use crate::proto::needs_metadata_refresh;
 
 impl Fetcher {
-    /// A Fetch failed without a response (disconnect, timeout, undecodable answer):
-    /// the session is dropped and the broker backs off.
-    pub fn handle_fetch_failure(&mut self, now: Instant, node: NodeId) {
+    /// A request failed without a response (disconnect, timeout, undecodable answer,
+    /// no usable version). A Fetch: the session is dropped and the broker backs off. A
+    /// ListOffsets: its partitions retry after a backoff.
+    pub fn handle_failure(&mut self, now: Instant, request: FetcherRequest, failure: Failure) {
+        debug!(?request, ?failure, "fetcher request failed");
+        match request {
+            FetcherRequest::Fetch(node) => self.fetch_failed(now, node),
+            FetcherRequest::ListOffsets(node) => self.list_offsets_failed(now, node),
+        }
+    }
+
+    fn fetch_failed(&mut self, now: Instant, node: NodeId) {
         self.fetching.remove(&node);
         self.sessions.remove(&node);
         let at = self.node_backoff(now, node);

@@ -1,6 +1,7 @@
 //! Scenario tests of the fetcher against hand-built responses. The same paths run
 //! against the mock cluster and tansu in `protocol-tests/tests/consumer.rs`.
 
+use crate::proto::Failure;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -486,7 +487,7 @@ fn leadership_errors_refresh_metadata_and_fetch_from_the_new_leader() {
     assert_eq!(req.topics[0].partitions[0].current_leader_epoch, 6);
     // Stale metadata (an older epoch) does not move the leader back.
     f.update_metadata(&metadata(&[(1, 5), (1, 5)]));
-    f.handle_fetch_failure(later, NodeId(2));
+    f.handle_failure(later, FetcherRequest::Fetch(NodeId(2)), Failure::Timeout);
     let (req, _) = {
         f.fetching.remove(&NodeId(1));
         let later = later + Duration::from_secs(1);
@@ -507,7 +508,7 @@ fn a_broker_failing_again_and_again_is_fetched_from_after_a_doubling_backoff() {
     for _ in 0..5 {
         assert_eq!(f.claim_fetches(at), vec![NodeId(1)]);
         f.build_fetch(at, NodeId(1), 16).expect("a fetch");
-        f.handle_fetch_failure(at, NodeId(1));
+        f.handle_failure(at, FetcherRequest::Fetch(NodeId(1)), Failure::Disconnected);
         let again = f.poll_timeout().expect("the broker's backoff is timed");
         assert_eq!(f.claim_fetches(again - Duration::from_millis(1)), vec![]);
         waits.push((again - at).as_millis() as u64);
@@ -523,7 +524,7 @@ fn a_broker_failing_again_and_again_is_fetched_from_after_a_doubling_backoff() {
     f.handle_fetch(at, token, response(0, vec![(0, 0, None), (1, 0, None)]));
     assert_eq!(f.claim_fetches(at), vec![NodeId(1)]);
     f.build_fetch(at, NodeId(1), 16).expect("a fetch");
-    f.handle_fetch_failure(at, NodeId(1));
+    f.handle_failure(at, FetcherRequest::Fetch(NodeId(1)), Failure::Disconnected);
     let again = f.poll_timeout().expect("timed");
     assert!(
         (again - at) < Duration::from_millis(121),

@@ -170,6 +170,15 @@ pub enum FetcherEvent {
     PartitionStopped(FetchError),
 }
 
+/// A request of the fetcher's, as [`super::Fetcher::handle_failure`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetcherRequest {
+    /// The Fetch to this broker.
+    Fetch(NodeId),
+    /// The ListOffsets (offset resets) to this broker.
+    ListOffsets(NodeId),
+}
+
 /// Whether a response belongs to a fetch the fetcher still expects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetchToken {

@@ -202,20 +202,7 @@ pub struct Outgoing {
     pub wait: Option<Duration>,
 }
 
-/// How a request failed below the protocol (no response to interpret).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Failure {
-    /// The connection dropped or could not be made.
-    Disconnected,
-    /// No response within the request timeout.
-    Timeout,
-    /// The response could not be decoded, or the version is unusable.
-    Protocol(String),
-    /// The broker does not offer the API at any version ottla speaks (a broker without
-    /// KIP-848 asked for ConsumerGroupHeartbeat).
-    Unsupported(String),
-}
+pub use crate::proto::Failure;
 
 /// Why partitions were lost (taken away without a chance to commit).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 use super::Accumulator;
 use super::state::Batch;
 use super::types::{Delivery, ProduceError, ProduceToken};
+use crate::proto::Failure;
 use crate::proto::error_name;
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::needs_metadata_refresh;
@@ -60,7 +61,12 @@ impl Accumulator {
 
     /// The Produce failed without an answer (disconnect, timeout): every batch in it
     /// is sent again, unchanged, after a backoff.
-    pub fn handle_failure(&mut self, now: Instant, token: ProduceToken) {
+    pub fn handle_failure(&mut self, now: Instant, token: ProduceToken, failure: Failure) {
+        debug!(
+            node = token.node.0,
+            ?failure,
+            "produce failed without an answer"
+        );
         let Some(sent) = self.take_in_flight(token) else {
             return;
         };

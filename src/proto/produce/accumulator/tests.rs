@@ -1,5 +1,6 @@
 //! The accumulator's scenario tests, on hand-built responses and a virtual clock.
 
+use crate::proto::Failure;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -122,7 +123,7 @@ fn a_batch_failing_again_and_again_backs_off_exponentially_to_the_cap() {
     for _ in 0..6 {
         assert_eq!(a.claim_ready(at), vec![NodeId(1)]);
         let (_, token) = a.build_produce(at, NodeId(1), 9).expect("an attempt");
-        a.handle_failure(at, token);
+        a.handle_failure(at, token, Failure::Timeout);
         let retry = a.poll_timeout().expect("a retry is timed");
         assert_eq!(
             a.claim_ready(retry - Duration::from_millis(1)),
@@ -184,7 +185,7 @@ fn a_retried_batch_is_sent_again_with_the_same_sequence_numbers() {
     let first = req.topic_data[0].partition_data[0].records.clone();
     // More records meanwhile go to a new batch, held back behind the first.
     a.append(later, "t", Some(0), record("r3")).unwrap();
-    a.handle_failure(later, token);
+    a.handle_failure(later, token, Failure::Disconnected);
     let retry = later + Duration::from_secs(1);
     a.claim_ready(retry);
     let (req, token) = a.build_produce(retry, NodeId(1), 9).expect("the retry");
