@@ -86,8 +86,9 @@ mod event_queue;
 pub mod processor;
 pub mod producer;
 pub mod properties;
+/// The sans-IO core, its own crate ([`ottla_proto`]): used here as `crate::proto`.
 #[doc(hidden)]
-pub mod proto;
+pub use ottla_proto as proto;
 pub mod security;
 pub mod stats;
 pub mod telemetry;

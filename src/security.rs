@@ -394,6 +394,10 @@ impl SaslConfig {
                     ),
                 }
             }
+            _ => bad(
+                "sasl.mechanism",
+                "not supported: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+            ),
         }
     }
 }

@@ -385,6 +385,7 @@ impl CommitResult {
             CommitError::Request(_) => CommitResult::Request,
             CommitError::Stale { .. } => CommitResult::Stale,
             CommitError::Closed(_) => CommitResult::Closed,
+            _ => CommitResult::Broker,
         }
     }
 

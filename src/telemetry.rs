@@ -300,6 +300,8 @@ mod on {
                 | Metric::Assigned { .. }
                 | Metric::Revoked { .. }
                 | Metric::Lost { .. } => {}
+                // A metric named here later: nothing recorded until it is.
+                _ => {}
             }
         }
     }
@@ -613,6 +615,7 @@ pub(crate) fn produce_error_label(e: &ProduceError) -> String {
         ProduceError::Encode(_) => "encode".into(),
         ProduceError::Closed => "closed".into(),
         ProduceError::Connection(_) => "connection".into(),
+        _ => "other".into(),
     }
 }
 

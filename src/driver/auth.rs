@@ -68,6 +68,10 @@ impl Authenticator {
                     &token.extensions,
                 )?)
             }
+            // `SaslConfig::validate` refuses a mechanism this client cannot run.
+            other => Err(AuthError::Token(format!(
+                "{other:?} is not supported by this client"
+            ))),
         }
     }
 }

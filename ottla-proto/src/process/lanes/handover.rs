@@ -1,0 +1,129 @@
+//! Handing partitions over (revoked, or the processor shuts down) and losing them.
+
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::state::{Releasing, Work};
+use super::types::{Action, Handover, Metric, Now};
+use super::{LOG_TARGET, Lanes};
+use crate::group::consumer_protocol::TopicPartition;
+
+impl Lanes {
+    /// Hands `partitions` over (revoked, or the processor shuts down): their waits
+    /// and queued records are dropped, their running handlers are told to stop, and
+    /// once their work has stopped (or at `now + wait`) [`Action::Release`] gives
+    /// their finished prefix to commit.
+    pub fn release(
+        &mut self,
+        partitions: Vec<TopicPartition>,
+        handover: Handover,
+        wait: Duration,
+        now: Now,
+    ) {
+        for tp in &partitions {
+            self.actions.push_back(Action::Pause(tp.clone()));
+            let Some(lane) = self.lanes.get_mut(tp) else {
+                continue;
+            };
+            lane.releasing = true;
+            lane.paused = true;
+            lane.queue.clear();
+            lane.queued = 0;
+            match &mut lane.work {
+                Work::Waiting { .. } | Work::Halted { .. } => lane.work = Work::Idle,
+                Work::Running {
+                    ticket, cancelled, ..
+                } => {
+                    *cancelled = true;
+                    self.actions.push_back(Action::Cancel(*ticket));
+                }
+                Work::Idle | Work::Forwarding { .. } => {}
+            }
+        }
+        self.releases.push(Releasing {
+            handover,
+            partitions,
+            deadline: now.at + wait,
+        });
+        self.step(now);
+    }
+
+    /// The processor shuts down within `timeout`: every lane is handed over, its
+    /// handlers getting four fifths of the timeout (at most the acquiesce window), so
+    /// the commit of the finished prefix and leaving the group have the rest.
+    pub fn shutdown(&mut self, timeout: Duration, acquiesce: Duration, now: Now) {
+        let wait = timeout.mul_f64(0.8).min(acquiesce);
+        self.release(self.partitions(), Handover::Shutdown, wait, now);
+    }
+
+    /// `partitions` were taken away without a chance to commit: their lanes go, and
+    /// their running handlers are told to stop (what they report is dropped).
+    pub fn lose(&mut self, partitions: &[TopicPartition], now: Now) {
+        for tp in partitions {
+            if let Some(lane) = self.remove_lane(tp) {
+                if let Work::Running { ticket, .. } = lane.work {
+                    self.actions.push_back(Action::Cancel(ticket));
+                }
+            }
+        }
+        for r in &mut self.releases {
+            r.partitions.retain(|tp| !partitions.contains(tp));
+        }
+        warn!(
+            target: LOG_TARGET,
+            ?partitions,
+            "partitions lost: in-flight results are dropped, nothing is committed for them"
+        );
+        self.metric(Metric::Lost {
+            partitions: partitions.to_vec(),
+        });
+        self.step(now);
+    }
+
+    /// Handovers whose work has stopped, or whose deadline passed, release their
+    /// partitions.
+    pub(super) fn finish_releases(&mut self, now: Now) {
+        let mut i = 0;
+        while i < self.releases.len() {
+            let Some(r) = self.releases.get(i) else {
+                break;
+            };
+            let busy = r.partitions.iter().any(|tp| {
+                self.lanes
+                    .get(tp)
+                    .is_some_and(|l| !matches!(l.work, Work::Idle))
+            });
+            if busy && now.at < r.deadline {
+                i += 1;
+                continue;
+            }
+            let r = self.releases.remove(i);
+            if busy {
+                warn!(
+                    target: LOG_TARGET,
+                    partitions = ?r.partitions,
+                    "handlers did not finish within the acquiesce window; their records are not committed"
+                );
+            }
+            let offsets = self.pending(Some(&r.partitions));
+            for tp in &r.partitions {
+                if let Some(lane) = self.remove_lane(tp) {
+                    if let Work::Running {
+                        ticket,
+                        cancelled: false,
+                        ..
+                    } = lane.work
+                    {
+                        self.actions.push_back(Action::Cancel(ticket));
+                    }
+                }
+            }
+            self.actions.push_back(Action::Release {
+                handover: r.handover,
+                partitions: r.partitions,
+                offsets,
+            });
+        }
+    }
+}

@@ -1,0 +1,679 @@
+//! The processor's rules as a sans-IO machine: one lane per partition, each handling
+//! its records one call at a time, in order; retries that wait without holding up the
+//! other lanes; dead-letter and retry-topic writes; halts while the dead-letter topic
+//! cannot be written; commits of each lane's finished prefix; revocations and loss.
+//!
+//! [`Lanes`] takes its inputs as calls (records delivered, a handler's outcome, a write
+//! acknowledged, a commit answered, partitions revoked or lost, the time) and gives
+//! its outputs through [`Lanes::poll_action`]: start a handler, stop one, write a
+//! record, commit, pause or resume a partition, hand partitions over. It reads no
+//! clock and starts no task: `ottla::processor` does both and is only a driver.
+//!
+//! Invariants, checked after every step by the tests and the `lanes_ops` fuzz target
+//! ([`Lanes::check`]):
+//! 1. A commit never passes a record that was delivered and has not finished
+//!    (succeeded, skipped, or its dead-letter or retry-topic write acknowledged).
+//! 2. At most one handler call or write is in flight per partition.
+//! 3. Retry state dies with the assignment that made it: a revoked or lost partition
+//!    keeps no lane, and an answer for work of an older assignment changes nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::run::offset_runs;
+use super::tracker::OffsetTracker;
+use crate::backoff::Backoff;
+use crate::fetch::fetcher::ConsumerRecord;
+use crate::group::consumer_protocol::TopicPartition;
+
+mod forward;
+mod handover;
+mod outcome;
+mod state;
+mod types;
+
+pub use super::run::Run;
+use forward::hop_of;
+pub use forward::producer_headers;
+pub use forward::{HALT_BACKOFF, RETRY_HOP, dead_letter_record, retry_topic};
+use state::{Attempt, Lane, Releasing, Work};
+pub use types::{Action, DlqName, Handover, LanesConfig, Metric, Now, Outcome, Stats, Ticket};
+
+/// The target of the lanes' log lines: the processor's, as before the rules moved here,
+/// so `RUST_LOG=ottla::processor=...` filters them as it always did.
+const LOG_TARGET: &str = "ottla::processor";
+
+/// The lanes of one processor run. See the module docs.
+#[derive(Debug)]
+pub struct Lanes {
+    config: LanesConfig,
+    lanes: BTreeMap<TopicPartition, Lane>,
+    /// The lane of each ticket in flight.
+    tickets: HashMap<Ticket, TopicPartition>,
+    next_ticket: u64,
+    /// xorshift state (never zero).
+    jitter: u64,
+    /// The pace of a halted lane's write: [`HALT_BACKOFF`], jittered.
+    halt_backoff: Backoff,
+    next_commit: Option<Instant>,
+    commit_in_flight: bool,
+    releases: Vec<Releasing>,
+    halted: usize,
+    /// Partitions the application paused ([`Lanes::pause`]); `held_all`: every one.
+    held: BTreeSet<TopicPartition>,
+    held_all: bool,
+    actions: VecDeque<Action>,
+    metrics: VecDeque<Metric>,
+    stats: Stats,
+}
+
+impl Lanes {
+    /// Lanes for one run, starting at `now`.
+    pub fn new(config: LanesConfig, now: Now) -> Self {
+        Self {
+            next_commit: config.commit_interval.map(|i| now.at + i),
+            jitter: config.jitter_seed.max(1),
+            halt_backoff: Backoff::new(HALT_BACKOFF.0, HALT_BACKOFF.1, config.jitter_seed),
+            config,
+            lanes: BTreeMap::new(),
+            tickets: HashMap::new(),
+            next_ticket: 0,
+            commit_in_flight: false,
+            releases: Vec::new(),
+            halted: 0,
+            held: BTreeSet::new(),
+            held_all: false,
+            actions: VecDeque::new(),
+            metrics: VecDeque::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The next thing for the driver to do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The next metric observation (only with [`LanesConfig::metrics`]).
+    pub fn poll_metric(&mut self) -> Option<Metric> {
+        self.metrics.pop_front()
+    }
+
+    /// When [`Lanes::handle_timeout`] is next due: a retry's wait, a halted write's
+    /// next try, the commit interval, a handover's deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let saturated = self.saturated();
+        let lanes = self.lanes.iter().filter_map(|(tp, l)| match &l.work {
+            // A retry whose time has come waits for a free slot, which only a
+            // handler's answer frees, or for the application's resume: no timer.
+            Work::Waiting { until, .. } if !saturated && !self.is_held(tp) => Some(*until),
+            Work::Halted { retry_at, .. } => Some(*retry_at),
+            _ => None,
+        });
+        let commit = self.next_commit.filter(|_| !self.commit_in_flight);
+        lanes
+            .chain(commit)
+            .chain(self.releases.iter().map(|r| r.deadline))
+            .min()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Records fetched and waiting in the lanes for their handler call (not counting
+    /// those in a call, or waiting for a retry).
+    pub fn queued(&self) -> usize {
+        self.lanes.values().map(|l| l.queued).sum()
+    }
+
+    /// The partitions that have a lane.
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        self.lanes.keys().cloned().collect()
+    }
+
+    /// Whether more records are welcome (fewer than four lane buffers are queued).
+    pub fn wants_records(&self) -> bool {
+        self.queued() < self.config.lane_buffer.saturating_mul(4)
+    }
+
+    /// The application pauses `partitions` (`None`: every partition, those assigned
+    /// later included), for a circuit breaker: no handler call starts on them, a due
+    /// retry waits too, and they are not fetched, until [`Lanes::resume`]. Calls
+    /// running finish; dead-letter writes go on.
+    pub fn pause(&mut self, partitions: Option<&[TopicPartition]>, now: Now) {
+        match partitions {
+            Some(ps) => {
+                for tp in ps {
+                    // A partition without a lane is paused here; a lane's pause
+                    // follows from its state (`update_pauses`).
+                    if !self.lanes.contains_key(tp) && self.held.insert(tp.clone()) {
+                        self.actions.push_back(Action::Pause(tp.clone()));
+                    }
+                    self.held.insert(tp.clone());
+                }
+            }
+            None => self.held_all = true,
+        }
+        // Calls running on many records stop after the one in hand.
+        for (tp, lane) in &self.lanes {
+            if let Work::Running { ticket, .. } = lane.work {
+                if self.held_all || self.held.contains(tp) {
+                    self.actions.push_back(Action::Yield(ticket));
+                }
+            }
+        }
+        self.step(now);
+    }
+
+    /// Lifts [`Lanes::pause`] of `partitions` (`None`: every pause, the one of every
+    /// partition and each partition's own).
+    pub fn resume(&mut self, partitions: Option<&[TopicPartition]>, now: Now) {
+        let lifted: Vec<TopicPartition> = match partitions {
+            Some(ps) => ps
+                .iter()
+                .filter(|tp| self.held.remove(*tp))
+                .cloned()
+                .collect(),
+            None => {
+                self.held_all = false;
+                std::mem::take(&mut self.held).into_iter().collect()
+            }
+        };
+        for tp in lifted {
+            if !self.lanes.contains_key(&tp) {
+                self.actions.push_back(Action::Resume(tp));
+            }
+        }
+        self.step(now);
+    }
+
+    /// Whether the application holds any partition paused.
+    pub fn holding(&self) -> bool {
+        self.held_all || !self.held.is_empty()
+    }
+
+    fn is_held(&self, tp: &TopicPartition) -> bool {
+        self.held_all || self.held.contains(tp)
+    }
+
+    /// Whether a handover is under way.
+    pub fn releasing(&self) -> bool {
+        !self.releases.is_empty()
+    }
+
+    /// Whether [`Metric::Processed`] is read (see [`LanesConfig::processed_metrics`]).
+    fn wants_processed(&self) -> bool {
+        self.config.metrics && self.config.processed_metrics
+    }
+
+    /// [`Metric::Processed`], built only when someone reads it.
+    fn processed(&mut self, success: bool, duration: Duration) {
+        if self.wants_processed() {
+            self.metrics
+                .push_back(Metric::Processed { success, duration });
+        }
+    }
+
+    /// Any other metric: every `Processed` goes through [`Lanes::processed`].
+    fn metric(&mut self, m: Metric) {
+        if self.config.metrics {
+            self.metrics.push_back(m);
+        }
+    }
+
+    fn ticket(&mut self, tp: &TopicPartition) -> Ticket {
+        self.next_ticket += 1;
+        let t = Ticket(self.next_ticket);
+        self.tickets.insert(t, tp.clone());
+        t
+    }
+
+    fn next_jitter(&mut self) -> f64 {
+        let s = &mut self.jitter;
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        (*s >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn running(&self) -> usize {
+        self.lanes
+            .values()
+            .filter(|l| matches!(l.work, Work::Running { .. }))
+            .count()
+    }
+
+    fn saturated(&self) -> bool {
+        self.running() >= self.config.concurrency
+    }
+
+    fn remove_lane(&mut self, tp: &TopicPartition) -> Option<Lane> {
+        let lane = self.lanes.remove(tp)?;
+        if let Some(t) = lane.work.ticket() {
+            self.tickets.remove(&t);
+        }
+        Some(lane)
+    }
+
+    /// Records fetched, in offset order per partition.
+    pub fn deliver(&mut self, mut records: Vec<ConsumerRecord>, now: Now) {
+        // Records come in runs of one partition, usually one run a delivery: each run
+        // goes to its lane whole, with one lookup, without a copy when it is the only one.
+        let mut starts = Vec::new();
+        let mut at = 0;
+        while let Some(first) = records.get(at) {
+            starts.push(at);
+            let (topic, partition) = (first.topic_arc(), first.partition());
+            at += records
+                .get(at..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|r| r.is_in(topic, partition))
+                .count();
+        }
+        // The later runs are split off; the first keeps the delivery's vector.
+        let mut runs = Vec::with_capacity(starts.len());
+        for &start in starts.iter().skip(1).rev() {
+            runs.push(records.split_off(start));
+        }
+        runs.push(records);
+        for run in runs.into_iter().rev() {
+            self.deliver_run(run);
+        }
+        self.step(now);
+    }
+
+    /// Records of one partition, in offset order, to its lane.
+    fn deliver_run(&mut self, records: Vec<ConsumerRecord>) {
+        let Some(first) = records.first() else {
+            return;
+        };
+        // A new lane owns nothing before its first record: committing from there.
+        let start = first.offset();
+        let lane = self
+            .lanes
+            .entry(first.topic_partition())
+            .or_insert_with(|| Lane {
+                tracker: OffsetTracker::starting_at(start),
+                ..Lane::default()
+            });
+        if lane.releasing {
+            // Fetched before the pause took hold: the next owner reads them.
+            return;
+        }
+        for run in offset_runs(&records) {
+            lane.tracker.deliver_run(run);
+        }
+        lane.queued += records.len();
+        // Onto the last run while it is short of half a batch and no call has had any
+        // of it yet: a call then takes what came in small deliveries (many partitions)
+        // at once, without a copy. A longer run is left as it is, so records are
+        // copied only while runs are short.
+        let want = self.config.max_batch.max(1);
+        let records = match lane.queue.back_mut() {
+            Some(last) if last.len() * 2 < want => match last.append(records, want) {
+                Ok(()) => return,
+                Err(records) => records,
+            },
+            _ => records,
+        };
+        lane.queue.push_back(Run::new(records));
+    }
+
+    /// The work `ticket` names, taken out of its lane (which is `Idle` then), and the
+    /// ticket retired; `None` when the lane no longer holds that work (it was revoked,
+    /// lost or handed over). A ticket names one kind of work: a handler call's is only
+    /// answered by [`Lanes::handled`], a write's by [`Lanes::produced`].
+    fn take_work(&mut self, ticket: Ticket) -> Option<(TopicPartition, Work)> {
+        let tp = self.tickets.remove(&ticket)?;
+        let lane = self.lanes.get_mut(&tp)?;
+        (lane.work.ticket() == Some(ticket)).then(|| (tp, std::mem::take(&mut lane.work)))
+    }
+
+    fn lane_of(&mut self, ticket: Ticket) -> Option<&mut Lane> {
+        let tp = self.tickets.get(&ticket)?;
+        self.lanes
+            .get_mut(tp)
+            .filter(|l| l.work.ticket() == Some(ticket))
+    }
+
+    /// The commit of `offsets` succeeded (`true`) or failed.
+    pub fn committed(&mut self, offsets: &[(TopicPartition, i64)], ok: bool, now: Now) {
+        self.commit_in_flight = false;
+        if ok && !offsets.is_empty() {
+            self.stats.commits += 1;
+            for (tp, o) in offsets {
+                if let Some(l) = self.lanes.get_mut(tp) {
+                    l.tracker.committed(*o);
+                }
+                self.metric(Metric::Committed {
+                    partition: tp.clone(),
+                    offset: *o,
+                });
+            }
+        }
+        self.step(now);
+    }
+
+    /// The time passed [`Lanes::poll_timeout`].
+    pub fn handle_timeout(&mut self, now: Now) {
+        let due: Vec<TopicPartition> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| matches!(l.work, Work::Halted { retry_at, .. } if now.at >= retry_at))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in due {
+            let Some(lane) = self.lanes.get_mut(&tp) else {
+                continue;
+            };
+            if let Work::Halted {
+                attempt,
+                class,
+                to,
+                failures,
+                ..
+            } = std::mem::take(&mut lane.work)
+            {
+                self.forward(&tp, attempt, class, to, failures, now);
+            }
+        }
+        self.step(now);
+    }
+
+    /// Starts what can start, finishes handovers, sets pauses and commits.
+    fn step(&mut self, now: Now) {
+        self.finish_releases(now);
+        self.dispatch(now);
+        self.update_pauses();
+        self.commit_if_due(now);
+    }
+
+    /// Starts handlers for lanes that are idle and have records, up to `concurrency`.
+    fn dispatch(&mut self, now: Now) {
+        let mut running = self.running();
+        let mut starts = Vec::new();
+        let (held, held_all) = (&self.held, self.held_all);
+        for (tp, lane) in self.lanes.iter_mut() {
+            if running >= self.config.concurrency {
+                break;
+            }
+            if lane.releasing || held_all || held.contains(tp) {
+                continue;
+            }
+            let (run, retry) = match std::mem::take(&mut lane.work) {
+                Work::Waiting { attempt, until } if now.at >= until => (
+                    Run::new(vec![attempt.record.clone()]),
+                    Some(Box::new(attempt)),
+                ),
+                Work::Idle => match next_batch(&self.config, lane, now) {
+                    Some(run) => (run, None),
+                    None => continue,
+                },
+                other => {
+                    lane.work = other;
+                    continue;
+                }
+            };
+            running += 1;
+            starts.push((tp.clone(), run, retry));
+        }
+        for (tp, run, retry) in starts {
+            let ticket = self.ticket(&tp);
+            let attempt = retry.as_ref().map_or(1, |a| a.attempts.saturating_add(1));
+            let records = run.clone();
+            if let Some(lane) = self.lanes.get_mut(&tp) {
+                lane.work = Work::Running {
+                    ticket,
+                    run,
+                    retry,
+                    reported: 0,
+                    cancelled: false,
+                };
+            }
+            self.actions.push_back(Action::Dispatch {
+                ticket,
+                partition: tp,
+                records,
+                attempt,
+            });
+        }
+    }
+
+    fn update_pauses(&mut self) {
+        let mut halted = 0;
+        let (held, held_all) = (&self.held, self.held_all);
+        for (tp, lane) in self.lanes.iter_mut() {
+            // A write tried again after it failed still halts its lane.
+            let halt = matches!(lane.work, Work::Halted { .. })
+                || matches!(lane.work, Work::Forwarding { failures, .. } if failures > 0);
+            let waiting = halt || matches!(lane.work, Work::Waiting { .. });
+            halted += usize::from(halt);
+            let should = lane.releasing
+                || waiting
+                || held_all
+                || held.contains(tp)
+                || lane.queued >= self.config.lane_buffer;
+            if should && !lane.paused {
+                self.actions.push_back(Action::Pause(tp.clone()));
+                lane.paused = true;
+            } else if !should && lane.paused {
+                self.actions.push_back(Action::Resume(tp.clone()));
+                lane.paused = false;
+            }
+        }
+        if halted != self.halted {
+            self.halted = halted;
+            self.metric(Metric::Halted { partitions: halted });
+        }
+    }
+
+    /// Each lane's finished prefix not yet committed.
+    fn pending(&self, only: Option<&[TopicPartition]>) -> Vec<(TopicPartition, i64)> {
+        self.lanes
+            .iter()
+            .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+            .filter_map(|(tp, l)| l.tracker.pending_commit().map(|o| (tp.clone(), o)))
+            .collect()
+    }
+
+    fn commit_if_due(&mut self, now: Now) {
+        if self.commit_in_flight {
+            return;
+        }
+        if let Some(interval) = self.config.commit_interval {
+            if self.next_commit.is_some_and(|t| now.at < t) {
+                return;
+            }
+            self.next_commit = Some(now.at + interval);
+        }
+        let offsets = self.pending(None);
+        if !offsets.is_empty() {
+            self.commit_in_flight = true;
+            self.actions.push_back(Action::Commit(offsets));
+        }
+    }
+
+    /// Checks the invariants of the module docs against what the lanes hold; the
+    /// first broken one, named. For tests and the fuzz target.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen = HashMap::new();
+        for (tp, lane) in &self.lanes {
+            if let Some(t) = lane.work.ticket() {
+                if self.tickets.get(&t) != Some(tp) {
+                    return Err(format!("{tp:?}: its work's ticket is not in flight"));
+                }
+                if seen.insert(t, tp).is_some() {
+                    return Err(format!("{tp:?}: a ticket shared by two lanes"));
+                }
+            }
+            // What a commit would carry never passes an unfinished record.
+            let unfinished = self.unfinished_of(lane);
+            if let (Some(commit), Some(first)) = (lane.tracker.pending_commit(), unfinished) {
+                if commit > first {
+                    return Err(format!(
+                        "{tp:?}: commit {commit} passes unfinished record {first}"
+                    ));
+                }
+            }
+            if lane.releasing && lane.queued > 0 {
+                return Err(format!(
+                    "{tp:?}: records queued on a lane being handed over"
+                ));
+            }
+            let runs: usize = lane.queue.iter().map(|r| r.len()).sum();
+            if runs != lane.queued || lane.queue.iter().any(|r| r.is_empty()) {
+                return Err(format!(
+                    "{tp:?}: {runs} records in runs, {} counted, or an empty run",
+                    lane.queued
+                ));
+            }
+            // Every record delivered and not finished is queued or in the lane's work:
+            // none is stranded (a lane being handed over drops what it will not do).
+            let held = lane.queued
+                + match &lane.work {
+                    Work::Idle => 0,
+                    Work::Running { run, reported, .. } => run.len().saturating_sub(*reported),
+                    _ => 1,
+                };
+            if !lane.releasing && held != lane.tracker.in_progress() {
+                return Err(format!(
+                    "{tp:?}: {} records unfinished, {held} queued or in work",
+                    lane.tracker.in_progress()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The lowest offset a lane holds that has not finished.
+    fn unfinished_of(&self, lane: &Lane) -> Option<i64> {
+        let work = match &lane.work {
+            Work::Idle => None,
+            Work::Running { run, reported, .. } => run.get(*reported).map(ConsumerRecord::offset),
+            Work::Waiting { attempt, .. }
+            | Work::Forwarding { attempt, .. }
+            | Work::Halted { attempt, .. } => Some(attempt.record.offset()),
+        };
+        work.into_iter()
+            .chain(
+                lane.queue
+                    .front()
+                    .and_then(|r| r.first())
+                    .map(ConsumerRecord::offset),
+            )
+            .min()
+    }
+}
+
+/// Puts records not handled back at the front of their lane, in order; a lane being
+/// handed over keeps none (its next owner reads them).
+fn requeue(lane: &mut Lane, records: Run) {
+    if lane.releasing || records.is_empty() {
+        return;
+    }
+    lane.queued += records.len();
+    lane.queue.push_front(records);
+}
+
+/// The records of `records`, finished, to the tracker: a range of offsets at a time.
+fn finish(tracker: &mut OffsetTracker, records: &[ConsumerRecord]) {
+    for run in offset_runs(records) {
+        tracker.finish_run(run);
+    }
+}
+
+/// The next records of an idle lane: up to `max_batch` (one while replaying a failed
+/// batch), stopping before a retry-topic record that must still wait (which then
+/// waits in the lane).
+fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Option<Run> {
+    let want = config.max_batch.max(1);
+    let Lane {
+        queue,
+        solo_through,
+        work,
+        ..
+    } = lane;
+    // How many to take. Without a batch to replay one record at a time or retry
+    // topics to wait for, that is all there are, up to a batch, unread.
+    let mut take = want.min(queue.iter().map(|r| r.len()).sum());
+    let mut wait_until = None;
+    if solo_through.is_some() || !config.retry_delays.is_empty() {
+        take = 0;
+        'scan: for record in queue.iter().flat_map(|r| r.iter()) {
+            if take == want {
+                break;
+            }
+            let solo = solo_through.is_some_and(|o| record.offset() <= o);
+            if !solo {
+                *solo_through = None;
+            }
+            if solo && take > 0 {
+                break;
+            }
+            // A retry-topic record waits for its timestamp plus the delay.
+            let delay = hop_of(record)
+                .checked_sub(1)
+                .and_then(|i| config.retry_delays.get(i as usize));
+            let wait = delay.map_or(0, |d| {
+                record
+                    .timestamp()
+                    .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                    .saturating_sub(now.unix_ms)
+            });
+            if wait > 0 {
+                if take == 0 {
+                    take = 1;
+                    wait_until = Some(now.at + Duration::from_millis(wait.unsigned_abs()));
+                }
+                break 'scan;
+            }
+            take += 1;
+            if solo {
+                break;
+            }
+        }
+    }
+    if take == 0 {
+        return None;
+    }
+    let front = queue.front_mut()?;
+    // From the first run alone, without a copy, when it has what to take or half a
+    // batch; from several runs (one reference count a record) when it is a remnant.
+    let run = if take <= front.len() || front.len() * 2 >= want {
+        let run = front.take_front(take);
+        if front.is_empty() {
+            queue.pop_front();
+        }
+        run
+    } else {
+        let mut records = Vec::with_capacity(take);
+        while records.len() < take {
+            let Some(front) = queue.front_mut() else {
+                break;
+            };
+            records.extend(front.take_front(take - records.len()).iter().cloned());
+            if front.is_empty() {
+                queue.pop_front();
+            }
+        }
+        Run::new(records)
+    };
+    lane.queued -= run.len();
+    if let Some(until) = wait_until {
+        let record = run.first()?.clone();
+        *work = Work::Waiting {
+            attempt: Attempt::first(record),
+            until,
+        };
+        return None;
+    }
+    Some(run)
+}
+
+#[cfg(any(test, feature = "testing"))]
+pub mod script;
+#[cfg(test)]
+mod tests;
