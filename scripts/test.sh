@@ -24,6 +24,16 @@ if grep -E '^(cc|cmake|bindgen|pkg-config) ' <<<"$build_tree"; then
 fi
 echo "ok: $(wc -l <<<"$tree") crates, none of them C"
 
+echo "== the sans-IO core (ottla-proto): no tokio, sockets or clock reads"
+core_tree="$(cargo tree -p ottla-proto -e normal,build --prefix none --format '{p}')"
+if grep -E '^(tokio|mio|socket2|async-std|async-io|smol|futures-timer|libc|cc|cmake|[A-Za-z0-9_-]+-sys) ' <<<"$core_tree"; then
+    echo "error: ottla-proto must not depend on an IO runtime, sockets or C (found the crates above)" >&2
+    exit 1
+fi
+# Its own code: clock reads, threads and std sockets are denied by its clippy.toml.
+cargo clippy -p ottla-proto --features testing -- -D warnings
+echo "ok: $(sort -u <<<"$core_tree" | wc -l) crates under ottla-proto, none of them IO; no clock read, thread or socket in its code"
+
 echo "== dependency rule with --features metrics,opentelemetry: still no C"
 metrics_tree="$(cargo tree -p ottla --features metrics,opentelemetry -e normal,build --prefix none --format '{p}')"
 if grep -E '^(rdkafka|[A-Za-z0-9_-]+-sys|cc|cmake|bindgen|pkg-config) ' <<<"$metrics_tree"; then

@@ -258,8 +258,11 @@ pub fn run(script: &[u8]) -> Result<(), String> {
         metrics: true,
         ..LanesConfig::default()
     };
+    // A script's virtual clock starts at the real time once (`testing` only).
+    #[allow(clippy::disallowed_methods)]
+    let start = Instant::now();
     let mut now = Now {
-        at: Instant::now(),
+        at: start,
         unix_ms: T0_MS,
     };
     let mut lanes = Lanes::new(config, now);

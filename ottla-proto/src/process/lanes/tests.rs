@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use super::script::{T0_MS, record, tp, two_retries};
 use super::*;
+use crate::process::classify::BatchError;
 use crate::process::classify::{ErrorClass, ProcessError};
 use crate::process::dlq::{DeadLetter, DlqFormat, DlqTimestamp};
 use crate::process::retry::{RetryBackoff, RetryPolicy};
