@@ -82,7 +82,6 @@ pub mod dlq;
 #[doc(hidden)]
 pub mod driver;
 pub mod error;
-mod event_queue;
 pub mod processor;
 pub mod producer;
 pub mod properties;
@@ -91,6 +90,7 @@ pub mod properties;
 pub use ottla_proto as proto;
 pub mod security;
 pub mod stats;
+mod sync;
 pub mod telemetry;
 pub mod trace;
 

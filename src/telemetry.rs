@@ -149,8 +149,8 @@ mod on {
     use metrics::{Counter, Gauge, Histogram, Label, counter, gauge, histogram};
 
     use super::*;
-    use crate::driver::lock;
     use crate::proto::group::member::GroupError;
+    use crate::sync::lock;
 
     fn labels(group: &str, more: &[(&'static str, String)]) -> Vec<Label> {
         let mut out = vec![Label::new("group", group.to_string())];

@@ -24,6 +24,7 @@ pub mod group;
 pub mod metadata;
 pub mod process;
 pub mod produce;
+pub mod record_format;
 pub mod sasl;
 pub mod session;
 pub mod trace;

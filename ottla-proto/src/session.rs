@@ -11,10 +11,7 @@ use crate::backoff::Backoff;
 use crate::group::member::CommitError;
 use crate::metadata::RefreshPace;
 
-/// How long a close may take by default, its commit ([`CloseCommit`]) and the group
-/// member's leave alike: the Java consumer's `close()` timeout
-/// (`DEFAULT_CLOSE_TIMEOUT_MS`, 30 s).
-pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::group::member::DEFAULT_CLOSE_TIMEOUT;
 
 /// The consumer's session settings (the Java client's names).
 #[derive(Debug, Clone)]

@@ -566,7 +566,7 @@ impl ConsumerBuilder {
             revoke_pending: AtomicBool::new(false),
         });
         let (commands, rx) = mpsc::unbounded_channel();
-        let (events_tx, events) = crate::event_queue::channel();
+        let (events_tx, events) = super::queue::channel();
         let commander = group.as_ref().map(GroupHandle::commander);
         let group_counters = group.as_ref().map(GroupHandle::counters);
         let lookup = OffsetLookup {

@@ -49,6 +49,7 @@ use tracing::{Instrument, debug, warn};
 
 mod builder;
 mod events;
+mod queue;
 mod task;
 
 pub use builder::ConsumerBuilder;
@@ -60,7 +61,6 @@ use crate::config::ClientConfig;
 pub use crate::driver::BrokerHangUp;
 use crate::driver::{Cluster, GroupCommander, GroupHandle, TopicScope, lock, sleep_until};
 use crate::error::{Error, Result};
-pub use crate::event_queue::{CAPACITY as EVENTS_CAPACITY, Events};
 use crate::proto::admin::OffsetSpec;
 use crate::proto::fetch::fetcher::FetcherEvent;
 pub use crate::proto::fetch::fetcher::{
@@ -85,6 +85,7 @@ use crate::proto::session::{
     CloseCommit, CloseStep, ConsumerSession, DEFAULT_CLOSE_TIMEOUT, SessionAction, SessionConfig,
 };
 use crate::stats::{ConsumerStats, DeliveryCounts, GroupCounters};
+pub use queue::{CAPACITY as EVENTS_CAPACITY, Events};
 
 /// The partition assignors, and the trait to write one's own
 /// ([`ConsumerBuilder::custom_assignors`]).

@@ -14,7 +14,7 @@ pub(super) struct Driver {
     pub(super) group: Option<GroupHandle>,
     pub(super) commander: Option<GroupCommander>,
     pub(super) commands: mpsc::UnboundedReceiver<Command>,
-    pub(super) events: crate::event_queue::EventSender,
+    pub(super) events: super::queue::EventSender,
     /// When to commit automatically and refresh metadata (sans-IO).
     pub(super) session: ConsumerSession,
     /// With a group: its configuration, from which the commit at a revocation takes

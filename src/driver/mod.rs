@@ -44,11 +44,4 @@ pub(crate) async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Locks a mutex whose data stays consistent even if a holder panicked (every critical
-/// section here is a few field updates).
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
+pub(crate) use crate::sync::lock;

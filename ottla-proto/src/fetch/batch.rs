@@ -12,6 +12,8 @@ use std::io::Read;
 use bytes::{Buf, Bytes};
 
 use super::record::{Headers, Span, nullable};
+pub use crate::record_format::Compression;
+use crate::record_format::{varint, varlong};
 
 /// A batch-level failure, naming where it happened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,55 +70,15 @@ pub enum BatchErrorKind {
     Malformed(&'static str),
 }
 
-/// Compression codecs of record batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Compression {
-    /// None.
-    None,
-    /// gzip (flate2 on a pure-Rust backend).
-    Gzip,
-    /// snappy (raw or xerial-framed, as the Java client writes).
-    Snappy,
-    /// lz4 frame format.
-    Lz4,
-    /// zstd (pure-Rust decoder).
-    Zstd,
-}
-
-impl Compression {
-    /// The codec's bits in a batch's attributes.
-    pub fn attribute_bits(self) -> i16 {
-        match self {
-            Compression::None => 0,
-            Compression::Gzip => 1,
-            Compression::Snappy => 2,
-            Compression::Lz4 => 3,
-            Compression::Zstd => 4,
-        }
-    }
-
-    /// `compression.type` by name: none, gzip, snappy, lz4, zstd.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "none" => Compression::None,
-            "gzip" => Compression::Gzip,
-            "snappy" => Compression::Snappy,
-            "lz4" => Compression::Lz4,
-            "zstd" => Compression::Zstd,
-            _ => return None,
-        })
-    }
-
-    fn from_attributes(attributes: i16) -> Result<Self, BatchErrorKind> {
-        match attributes & 0x07 {
-            0 => Ok(Compression::None),
-            1 => Ok(Compression::Gzip),
-            2 => Ok(Compression::Snappy),
-            3 => Ok(Compression::Lz4),
-            4 => Ok(Compression::Zstd),
-            other => Err(BatchErrorKind::Codec(other)),
-        }
+/// The codec a batch's attributes name.
+fn compression_of(attributes: i16) -> Result<Compression, BatchErrorKind> {
+    match attributes & 0x07 {
+        0 => Ok(Compression::None),
+        1 => Ok(Compression::Gzip),
+        2 => Ok(Compression::Snappy),
+        3 => Ok(Compression::Lz4),
+        4 => Ok(Compression::Zstd),
+        other => Err(BatchErrorKind::Codec(other)),
     }
 }
 
@@ -169,7 +131,7 @@ pub struct RecordBatch {
 impl RecordBatch {
     /// The compression codec.
     pub fn compression(&self) -> Compression {
-        Compression::from_attributes(self.attributes).unwrap_or(Compression::None)
+        compression_of(self.attributes).unwrap_or(Compression::None)
     }
 
     /// Whether the batch belongs to a transaction.
@@ -358,7 +320,7 @@ fn parse_batch(
             "batch offsets past the end of the log",
         )));
     }
-    let compression = Compression::from_attributes(attributes).map_err(err)?;
+    let compression = compression_of(attributes).map_err(err)?;
     let records = match compression {
         Compression::None => b.clone(),
         codec => decompress(codec, b, options.max_decompressed).map_err(err)?,
@@ -594,64 +556,6 @@ fn read_record<'a>(
         headers,
         header_count: count,
     })
-}
-
-/// A zigzag varint (i32): a varlong that must fit an i32. One and two bytes, the usual
-/// lengths in a record, are read without a loop (and always fit).
-#[inline(always)]
-pub(crate) fn varint(b: &mut &[u8]) -> Option<i32> {
-    match **b {
-        [b0, ref rest @ ..] if b0 < 0x80 => {
-            *b = rest;
-            Some(zigzag32(u32::from(b0)))
-        }
-        // b0 has its continuation bit (the arm above took it otherwise).
-        [b0, b1, ref rest @ ..] if b1 < 0x80 => {
-            *b = rest;
-            Some(zigzag32(u32::from(b0 & 0x7f) | u32::from(b1) << 7))
-        }
-        _ => i32::try_from(varlong_long(b)?).ok(),
-    }
-}
-
-#[inline(always)]
-fn zigzag32(raw: u32) -> i32 {
-    ((raw >> 1) as i32) ^ -((raw & 1) as i32)
-}
-
-#[inline(always)]
-fn zigzag(raw: u64) -> i64 {
-    ((raw >> 1) as i64) ^ -((raw & 1) as i64)
-}
-
-/// A zigzag varlong (i64), at most 10 bytes; one or two are read without a loop.
-#[inline(always)]
-fn varlong(b: &mut &[u8]) -> Option<i64> {
-    match **b {
-        [b0, ref rest @ ..] if b0 < 0x80 => {
-            *b = rest;
-            Some(zigzag(u64::from(b0)))
-        }
-        [b0, b1, ref rest @ ..] if b1 < 0x80 => {
-            *b = rest;
-            Some(zigzag(u64::from(b0 & 0x7f) | u64::from(b1) << 7))
-        }
-        _ => varlong_long(b),
-    }
-}
-
-/// [`varlong`] of any length (and the end of the bytes, or an eleventh byte: `None`).
-#[inline(never)]
-fn varlong_long(b: &mut &[u8]) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for (i, &byte) in b.iter().take(10).enumerate() {
-        raw |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *b = b.get(i + 1..)?;
-            return Some(zigzag(raw));
-        }
-    }
-    None
 }
 
 /// Length-prefixed bytes, null for a negative length, read from `r` (which ends at

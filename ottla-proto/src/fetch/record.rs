@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::batch::{Record, varint};
+use super::batch::Record;
 use crate::group::consumer_protocol::TopicPartition;
-use crate::produce::encode::put_bytes;
+use crate::record_format::{put_bytes, varint};
 
 /// How a record's timestamp was set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::io::Write;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::fetch::batch::Compression;
+use crate::record_format::{Compression, put_bytes, put_varint};
 
 /// One record to write.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -71,25 +71,6 @@ pub struct EncodeError {
     pub codec: &'static str,
     /// Why.
     pub message: String,
-}
-
-fn put_varint(out: &mut BytesMut, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.put_u8((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.put_u8(z as u8);
-}
-
-pub(crate) fn put_bytes(out: &mut BytesMut, b: Option<&[u8]>) {
-    match b {
-        Some(b) => {
-            put_varint(out, b.len() as i64);
-            out.put_slice(b);
-        }
-        None => put_varint(out, -1),
-    }
 }
 
 /// Encodes `records` as one v2 batch with base offset 0 (the broker assigns offsets).

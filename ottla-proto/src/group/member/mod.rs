@@ -55,7 +55,7 @@ use errors::{Reaction, hint, reaction};
 pub use revocation::{PendingRevocation, RevocationCommit, RevocationStep};
 use state::{Generation, Sent, State};
 pub use types::{
-    AssignmentDone, AssignmentJob, CommitError, DEFAULT_HEARTBEAT_INTERVAL,
+    AssignmentDone, AssignmentJob, CommitError, DEFAULT_CLOSE_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event, Failure, GroupConfig, GroupError,
     GroupProtocol, LostReason, Membership, Outgoing, RequestId, StateKind, Target, Timer,
     check_heartbeat,

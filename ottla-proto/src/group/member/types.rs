@@ -112,6 +112,10 @@ impl std::str::FromStr for GroupProtocol {
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 /// `heartbeat.interval.ms`'s default (the Java client's).
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(3);
+/// How long a close may take by default, the member's leave and the consumer's commit
+/// on close alike (`crate::session::CloseCommit`): the Java consumer's `close()` timeout
+/// (`DEFAULT_CLOSE_TIMEOUT_MS`, 30 s).
+pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// `max.poll.interval.ms`'s default (the Java client's).
 pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
 
@@ -164,7 +168,7 @@ impl GroupConfig {
             request_slack: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             leader_sync_delay: Duration::ZERO,
-            close_timeout: crate::session::DEFAULT_CLOSE_TIMEOUT,
+            close_timeout: DEFAULT_CLOSE_TIMEOUT,
             metadata_max_age: Duration::from_secs(300),
             rack: None,
             seed: 0x5eed,

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use crate::error_name;
-use crate::fetch::batch::Compression;
 use crate::group::consumer_protocol::TopicPartition;
 use crate::metadata::NodeId;
 use crate::produce::encode::EncodeError;
+use crate::record_format::Compression;
 
 /// `acks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::error::TryRecvError;
 use tracing::warn;
 
-use crate::consumer::ConsumerEvent;
+use super::ConsumerEvent;
 
 /// How many events the stream holds unread.
 pub const CAPACITY: usize = 1024;
