@@ -17,6 +17,7 @@ pub mod member;
 pub mod messages;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod types;
 
 use assignor::PartitionRacks;
 use consumer_member::ConsumerGroupMember;

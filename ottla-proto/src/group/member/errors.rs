@@ -80,16 +80,16 @@ pub(super) fn heartbeat_reaction(code: i16) -> Reaction {
 /// What a refused OffsetCommit does: to the member (`None`: nothing, the commit alone
 /// fails), and whether the same commit may succeed later ([`CommitError::is_retriable`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct CommitReaction {
+pub(crate) struct CommitReaction {
     pub(super) member: Option<Reaction>,
-    pub(super) retriable: bool,
+    pub(crate) retriable: bool,
 }
 
 /// OffsetCommit's table, after the Java client's `OffsetCommitResponseHandler`. Codes
 /// about what one commit carried (too-large metadata, a topic without rights) and codes
 /// it does not expect (GROUP_ID_NOT_FOUND, STALE_MEMBER_EPOCH, ...: Java's "Unexpected
 /// error in commit") fail that commit and change nothing else.
-pub(super) fn commit_reaction(code: i16) -> CommitReaction {
+pub(crate) fn commit_reaction(code: i16) -> CommitReaction {
     use ResponseError as E;
     let (member, retriable) = match ResponseError::try_from_code(code) {
         // Java marks the coordinator unknown for these three.

@@ -19,10 +19,10 @@ use super::super::messages::{GroupRequest, JoinedMember};
 use super::GroupMember;
 use super::errors::{Reaction, reaction};
 use super::state::{AfterRevoke, Generation, Heartbeat, Sent, State};
-use super::types::{
+use crate::error_name;
+use crate::group::types::{
     AssignmentDone, AssignmentJob, Event, GroupError, LostReason, RequestId, Target,
 };
-use crate::error_name;
 use crate::metadata::NodeId;
 
 /// The ConsumerProtocol version ottla writes; readers handle every version.

@@ -33,12 +33,12 @@
 
 mod coordinator;
 mod errors;
+pub(crate) use errors::commit_reaction;
 mod join;
 mod revocation;
 mod stable;
 mod state;
 mod timers;
-mod types;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -50,16 +50,16 @@ use super::assignor::PartitionRacks;
 use super::common::{self, Core};
 use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
-use crate::metadata::NodeId;
-use errors::{Reaction, hint, reaction};
-pub use revocation::{PendingRevocation, RevocationCommit, RevocationStep};
-use state::{Generation, Sent, State};
-pub use types::{
+pub use crate::group::types::{
     AssignmentDone, AssignmentJob, CommitError, DEFAULT_CLOSE_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event, Failure, GroupConfig, GroupError,
     GroupProtocol, LostReason, Membership, Outgoing, RequestId, StateKind, Target, Timer,
     check_heartbeat,
 };
+use crate::metadata::NodeId;
+use errors::{Reaction, hint, reaction};
+pub use revocation::{PendingRevocation, RevocationCommit, RevocationStep};
+use state::{Generation, Sent, State};
 
 /// One member of a consumer group (the classic protocol).
 #[derive(Debug)]

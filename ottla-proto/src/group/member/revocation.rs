@@ -8,7 +8,7 @@ use crate::backoff::Backoff;
 
 use kafka_protocol::ResponseError;
 
-use super::types::{CommitError, GroupConfig, GroupProtocol};
+use crate::group::types::{CommitError, GroupConfig, GroupProtocol};
 
 /// The commit of the partitions being revoked, tried again while it may still succeed.
 ///

@@ -13,8 +13,8 @@ use super::super::messages::CommitOffset;
 use super::GroupMember;
 use super::errors::{Reaction, commit_reaction, heartbeat_reaction, reaction};
 use super::state::{AfterRevoke, State};
-use super::types::{CommitError, Event, LostReason, RequestId};
 use crate::error_name;
+use crate::group::types::{CommitError, Event, LostReason, RequestId};
 
 impl GroupMember {
     pub(super) fn on_heartbeat(

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::super::assignor::RebalanceProtocol;
 use super::super::consumer_protocol::TopicPartition;
 use super::super::messages::{CommitOffset, GroupRequest};
-use super::types::{GroupError, RequestId};
+use crate::group::types::{GroupError, RequestId};
 
 /// What happens once a revocation completes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use tracing::warn;
 
 use super::GroupMember;
 use super::state::State;
-use super::types::{Event, Failure, LostReason, Timer};
+use crate::group::types::{Event, Failure, LostReason, Timer};
 
 impl GroupMember {
     /// The earliest armed timer and when it fires.

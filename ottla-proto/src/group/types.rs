@@ -1,13 +1,14 @@
-//! The member's public types: its configuration, requests, events and errors.
+//! The contract both group members share (the classic one, `member`, and KIP-848's,
+//! `consumer_member`): configuration, requests, events, errors, states.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::assignor::{AssignError, Assignor, MemberSubscription, PartitionRacks};
-use super::super::consumer_protocol::{Assignment, TopicPartition};
-use super::super::messages::{CommitOffset, GroupRequest};
-use super::errors::commit_reaction;
+use super::assignor::{AssignError, Assignor, MemberSubscription, PartitionRacks};
+use super::consumer_protocol::{Assignment, TopicPartition};
+use super::member::commit_reaction;
+use super::messages::{CommitOffset, GroupRequest};
 use crate::metadata::NodeId;
 
 /// Configuration of one group member.
