@@ -115,11 +115,6 @@ impl Load {
     }
 }
 
-/// How long the oldest request on a connection may wait before the connection ranks
-/// behind one that is not connected yet. Brokers answer most requests within
-/// milliseconds; a Fetch waits `fetch.max.wait.ms` (500 ms by default) at most.
-const STALLED_AFTER: Duration = Duration::from_secs(1);
-
 /// How a connection ranks for a request any broker can answer, lowest first: a
 /// ready connection by its load, then one that may connect now, then a stalled one by
 /// how long its oldest request has waited, then one still in its reconnect backoff by
@@ -214,9 +209,10 @@ impl ConnectionSettings {
     }
 }
 
-/// How many times in a row a broker may close the connection on one request at one
-/// version before ottla says so and steps down to a lower version.
-pub const HANGUPS_BEFORE_DIAGNOSIS: u32 = 3;
+pub use crate::proto::wire::lifecycle::HANGUPS_BEFORE_DIAGNOSIS;
+use crate::proto::wire::lifecycle::{
+    HANDSHAKE_GRACE, HANGUP_REPORTS_KEPT, STALLED_AFTER, backstop, reauth_point, request_queue,
+};
 
 /// A broker kept closing the connection on one request at one version, after good
 /// connects and ApiVersions exchanges: most likely it advertises a version it cannot
@@ -306,9 +302,6 @@ pub(crate) struct HangUpLog {
     recent: VecDeque<BrokerHangUp>,
 }
 
-/// How many hang-up reports wait for a reader.
-const HANGUP_REPORTS_KEPT: usize = 64;
-
 impl HangUpReports {
     fn raise(&self, report: BrokerHangUp) {
         self.report(|log| {
@@ -377,14 +370,12 @@ impl BrokerConnection {
     /// Starts the task for the broker at `address` (`host:port`). It connects lazily,
     /// on the first request.
     pub(crate) fn spawn(address: &str, settings: Arc<ConnectionSettings>) -> Self {
-        // Twice the in-flight cap: enough to keep the pipeline full, small enough that a
-        // stalled broker pushes back on callers instead of buffering without limit.
-        let (tx, rx) = mpsc::channel(settings.max_in_flight * 2);
+        let (tx, rx) = mpsc::channel(request_queue(settings.max_in_flight));
         let (versions_tx, versions) = watch::channel(None);
         let address: Arc<str> = Arc::from(address);
         let (connect_timeout, request_timeout) =
             (settings.connect_timeout, settings.request_timeout);
-        let backstop = connect_timeout + request_timeout + Duration::from_secs(1);
+        let backstop = backstop(connect_timeout, request_timeout);
         let seed = settings.jitter_seed ^ fxhash(address.as_bytes());
         let backoff = Backoff::new(
             settings.reconnect_backoff,
@@ -543,7 +534,7 @@ impl BrokerConnection {
             deadline: Instant::now() + self.connect_timeout + timeout,
             respond,
         };
-        let backstop = self.connect_timeout + timeout + Duration::from_secs(1);
+        let backstop = backstop(self.connect_timeout, timeout);
         self.submit(api, Command::Request(pending), rx, backstop)
             .await
     }
@@ -895,7 +886,7 @@ impl Task {
         // A little past the deadline, so that a TLS handshake that never ends reports
         // itself (see `open`).
         let (mut connected, lifetime) =
-            match tokio::time::timeout_at(deadline + Duration::from_millis(100), attempt).await {
+            match tokio::time::timeout_at(deadline + HANDSHAKE_GRACE, attempt).await {
                 Ok(result) => result?,
                 Err(_) => {
                     return Err(connect_err(format!(
@@ -961,11 +952,10 @@ impl Task {
         }
     }
 
-    /// When to re-authenticate a session of `lifetime`: at a random point between 85%
-    /// and 95% of it, as the Java client does, so that the connections of many clients
-    /// do not all re-authenticate at once.
+    /// When to re-authenticate a session of `lifetime` ([`reauth_point`]).
     fn reauth_point(&mut self, lifetime: Duration) -> Instant {
-        Instant::now() + lifetime.mul_f64(0.85 + 0.10 * self.backoff.unit())
+        let unit = self.backoff.unit();
+        Instant::from_std(reauth_point(Instant::now().into_std(), lifetime, unit))
     }
 
     /// KIP-368 re-authentication on the open connection (the pipeline is empty).

@@ -7,6 +7,7 @@
 mod codec;
 mod error;
 mod frame;
+pub mod lifecycle;
 mod versions;
 
 pub use codec::{Codec, CorrelationId, InFlight, ResponseFrame, decode_response, encode_body};
