@@ -4,7 +4,6 @@
 
 pub mod alloc;
 pub mod bench;
-pub mod chaos;
 pub mod data;
 pub mod group_app;
 pub mod hostile;
