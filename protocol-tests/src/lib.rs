@@ -3,7 +3,6 @@
 //! external cluster named by `OTTLA_BOOTSTRAP`. `PEERS.md` lists their quirks.
 
 pub mod alloc;
-pub mod bench;
 pub mod data;
 pub mod group_app;
 pub mod hostile;
@@ -36,16 +35,6 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
-}
-
-/// `--name VALUE` from the command line of a benchmark program, or `default`.
-pub fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// A retry policy of `max_retries` retries 20 ms apart, without jitter: for the suites
