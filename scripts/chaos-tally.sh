@@ -12,7 +12,7 @@ runs="${2:?usage: chaos-tally.sh classic|consumer RUNS [LOG]}"
 log="${3:-$root/target/chaos-tally-$protocol.log}"
 duration="${OTTLA_TALLY_DURATION:-40s}"
 contention="${OTTLA_TALLY_CONTENTION:-2}"
-cargo build --release -q -p protocol-tests --bin chaos --manifest-path "$root/Cargo.toml"
+cargo build --release -q -p ottla-chaos --bin chaos --manifest-path "$root/Cargo.toml"
 bin="${CARGO_TARGET_DIR:-$root/target}/release/chaos"
 mkdir -p "$(dirname "$log")"
 pass=0

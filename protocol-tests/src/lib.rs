@@ -3,8 +3,6 @@
 //! external cluster named by `OTTLA_BOOTSTRAP`. `PEERS.md` lists their quirks.
 
 pub mod alloc;
-pub mod bench;
-pub mod chaos;
 pub mod data;
 pub mod group_app;
 pub mod hostile;
@@ -15,14 +13,16 @@ pub mod mock;
 pub mod peer;
 pub mod proxy;
 pub mod pyclient;
-pub mod rng;
 pub mod sasl_responder;
-pub mod sim;
 pub mod tansu;
 pub mod tls;
 pub mod traced;
 
 pub use mock::{MockCluster, TrackedRequest};
+/// A test's length or size knob from the environment (e.g. `OTTLA_REAUTH_SECS`).
+pub use ottla_core_tests::env_number;
+/// The one seeded generator (splitmix64), from the broker-free harness.
+pub use ottla_core_tests::rng;
 pub use peer::Peer;
 pub use tansu::{Tansu, find_tansu};
 
@@ -35,25 +35,6 @@ pub fn init_tracing() {
         .with_env_filter(filter)
         .with_test_writer()
         .try_init();
-}
-
-/// The number in the environment variable `name` (a test's length or size knob, e.g.
-/// `OTTLA_REAUTH_SECS`), or `default` when it is unset or not a number.
-pub fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
-
-/// `--name VALUE` from the command line of a benchmark program, or `default`.
-pub fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// A retry policy of `max_retries` retries 20 ms apart, without jitter: for the suites

@@ -1,14 +1,14 @@
-//! Deterministic simulation of the group protocol (see `protocol_tests::sim`): generated
+//! Deterministic simulation of the group protocol (see `ottla_core_tests::sim`): generated
 //! fault schedules with the invariants checked after every step, and replay.
 //!
 //! `OTTLA_SIM_SCHEDULES` sets how many schedules run (CI: 10,000).
 
 use std::time::Duration;
 
-use protocol_tests::sim::{Rng, Sim, SimConfig, random_schedule};
+use ottla_core_tests::sim::{Rng, Sim, SimConfig, random_schedule};
 
 fn schedules() -> u64 {
-    protocol_tests::env_number("OTTLA_SIM_SCHEDULES", 10_000)
+    ottla_core_tests::env_number("OTTLA_SIM_SCHEDULES", 10_000)
 }
 
 const ASSIGNORS: [&str; 4] = ["range", "roundrobin", "sticky", "cooperative-sticky"];
@@ -98,7 +98,7 @@ fn replay_one_seed_from_the_environment() {
 /// a rebalance.
 #[test]
 fn a_static_member_restarted_within_the_session_timeout_causes_no_rebalance() {
-    use protocol_tests::sim::Action;
+    use ottla_core_tests::sim::Action;
     let cfg = SimConfig {
         assignor: "range",
         members: 3,
@@ -150,7 +150,7 @@ fn a_static_member_restarted_within_the_session_timeout_causes_no_rebalance() {
 /// lapses and nobody sees an extra revocation.
 #[test]
 fn a_leader_assigning_for_two_sessions_still_forms_the_group() {
-    use protocol_tests::sim::Action;
+    use ottla_core_tests::sim::Action;
     for assignor in ASSIGNORS {
         let quick = SimConfig {
             assignor,

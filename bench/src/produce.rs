@@ -48,7 +48,7 @@ pub fn key(i: u64) -> [u8; KEY_BYTES] {
 /// `i % partitions`, linger 50 ms, `batch.size` 1 MB, the cell's codec, waiting for every
 /// delivery.
 pub async fn produce(bootstrap: &str, cell: &Cell) -> anyhow::Result<()> {
-    let producer: FutureProducer = crate::data::producer(
+    let producer: FutureProducer = protocol_tests::data::producer(
         bootstrap,
         cell.codec(),
         &[("linger.ms", "50"), ("batch.size", "1000000")],

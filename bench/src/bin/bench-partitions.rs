@@ -22,11 +22,11 @@
 
 use std::process::ExitCode;
 
-use protocol_tests::bench::partitions::{PClient, Plan, Shape, child_main, legend, run};
-use protocol_tests::bench::{flag, opt};
+use ottla_bench::partitions::{PClient, Plan, Shape, child_main, legend, run};
+use ottla_bench::{flag, opt};
 
 fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-partitions") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-partitions") {
         return refused;
     }
     if flag("--child") {

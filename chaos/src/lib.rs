@@ -5,7 +5,7 @@
 //! group's invariants held, and prints the figures.
 //!
 //! ```text
-//! cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]
+//! cargo run --release -p ottla-chaos --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]
 //! ```
 //!
 //! With `--group-protocol consumer` the members speak KIP-848 (mock only); every fault
@@ -60,13 +60,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ottla::consumer::{Consumer, GroupProtocol, OffsetReset, TopicPartition};
+use protocol_tests::mock::MockCluster;
+use protocol_tests::peer::Peer;
 use rdkafka::ClientConfig as RdConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::mock::MockCluster;
-use crate::peer::Peer;
 use journal::{Analysis, Journal};
 use member::{Fates, Member, MemberContext, Stop};
 use schedule::{Action, FaultKind, PlanInput};
@@ -427,7 +427,7 @@ impl Config {
             BrokerKind::Tansu => "tansu",
         };
         let mut cmd = format!(
-            "cargo run --release -p protocol-tests --bin chaos -- --duration {} --seed {} --broker {broker} --members {}",
+            "cargo run --release -p ottla-chaos --bin chaos -- --duration {} --seed {} --broker {broker} --members {}",
             format_duration(self.duration),
             self.seed,
             self.members
@@ -1572,14 +1572,12 @@ mod tests {
             drained: true,
             drain_time: Duration::ZERO,
             dlq_records: 0,
-            replay: "cargo run --release -p protocol-tests --bin chaos -- --seed 1".into(),
+            replay: "cargo run --release -p ottla-chaos --bin chaos -- --seed 1".into(),
         };
         assert_eq!(report(0).replay_line(), None);
         assert_eq!(
             report(2).replay_line().as_deref(),
-            Some(
-                "chaos: replay with: cargo run --release -p protocol-tests --bin chaos -- --seed 1"
-            )
+            Some("chaos: replay with: cargo run --release -p ottla-chaos --bin chaos -- --seed 1")
         );
     }
 }

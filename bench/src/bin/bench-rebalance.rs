@@ -28,20 +28,20 @@
 //! Times are taken in the consumer loops as records arrive; only records past every
 //! offset the partition delivered before count. Prints every run, then medians, minima
 //! and maxima, and the ratio ottla/librdkafka of the medians. Every setting is printed
-//! first. See `protocol_tests::bench::rebalance` for the details, and
+//! first. See `ottla_bench::rebalance` for the details, and
 //! `docs/benchmarks.md` for what the mock's group state machine adds.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use protocol_tests::arg;
-use protocol_tests::bench::opt;
-use protocol_tests::bench::rebalance::{self, Client, METRICS, Scenario, Settings};
+use ottla_bench::arg;
+use ottla_bench::opt;
+use ottla_bench::rebalance::{self, Client, METRICS, Scenario, Settings};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-rebalance") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-rebalance") {
         return refused;
     }
     match run().await {

@@ -548,7 +548,7 @@ pub fn legend(clients: &[PClient]) {
 /// Writes `shape`'s records: record `i` to global partition `i % partitions`, linger
 /// 50 ms, `batch.size` 1 MB, uncompressed, waiting for every delivery.
 async fn produce(bootstrap: &str, shape: &Shape) -> anyhow::Result<()> {
-    let producer: FutureProducer = crate::data::producer(
+    let producer: FutureProducer = protocol_tests::data::producer(
         bootstrap,
         "none",
         &[("linger.ms", "50"), ("batch.size", "1000000")],

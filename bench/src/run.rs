@@ -6,10 +6,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use protocol_tests::peer::Peer;
 
 use super::table::{Row, Sample};
 use super::{Cell, Client, produce};
-use crate::peer::Peer;
 
 /// What the command line asked for.
 #[derive(Debug, Clone)]

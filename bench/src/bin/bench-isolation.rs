@@ -20,11 +20,11 @@ use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, owned
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
 
-use protocol_tests::arg;
+use ottla_bench::arg;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-isolation") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-isolation") {
         return refused;
     }
     let secs = arg("--retry-secs", 30);

@@ -25,7 +25,7 @@ const TOPIC: &str = "memory";
 const PARTITIONS: i32 = 8;
 const RECORD: usize = 1024;
 
-use protocol_tests::arg;
+use ottla_bench::arg;
 
 fn status_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -40,7 +40,7 @@ fn status_kb(field: &str) -> u64 {
 }
 
 fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-memory") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-memory") {
         return refused;
     }
     if std::env::args().nth(1).as_deref() == Some("consume") {

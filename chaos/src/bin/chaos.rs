@@ -1,15 +1,15 @@
 //! The chaos runner: an ottla consumer group under injected faults.
 //!
-//! `cargo run --release -p protocol-tests --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]`
+//! `cargo run --release -p ottla-chaos --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]`
 //!
-//! See `protocol_tests::chaos` for what it does and checks, and `--help` for every
+//! See the `ottla_chaos` library for what it does and checks, and `--help` for every
 //! flag. The first line printed is the command that replays the run; the last is a
 //! one-line summary, and when the run failed the replay command comes again right
 //! before it. The exit status is non-zero when a record was lost or a check failed.
 
 use std::process::ExitCode;
 
-use protocol_tests::chaos::{Config, USAGE, run};
+use ottla_chaos::{Config, USAGE, run};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {

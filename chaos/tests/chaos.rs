@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use ottla::consumer::GroupProtocol;
-use protocol_tests::chaos::schedule::{self, Action, FaultKind};
-use protocol_tests::chaos::{Config, Report, parse_duration, run};
+use ottla_chaos::schedule::{self, Action, FaultKind};
+use ottla_chaos::{Config, Report, parse_duration, run};
 
 /// Every fault kind at a rate that makes it happen within a short run.
 fn short_config(group_protocol: GroupProtocol, seed: u64) -> Config {

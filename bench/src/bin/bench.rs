@@ -31,15 +31,15 @@
 
 use std::process::ExitCode;
 
-use protocol_tests::bench::run::{Plan, run};
-use protocol_tests::bench::{Cell, Client, flag, opt, table, targets};
+use ottla_bench::run::{Plan, run};
+use ottla_bench::{Cell, Client, flag, opt, table, targets};
 
 fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench") {
         return refused;
     }
     if flag("--child") {
-        return protocol_tests::bench::child::main();
+        return ottla_bench::child::main();
     }
     let plan = match plan() {
         Ok(p) => p,

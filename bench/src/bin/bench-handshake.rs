@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use ottla::ClientConfig;
 use ottla::driver::{Cluster, TopicScope};
 use ottla::security::{Pem, SecurityProtocol, TlsConfig};
-use protocol_tests::arg;
+use ottla_bench::arg;
 use protocol_tests::pyclient::python_command;
 use protocol_tests::tansu::Tansu;
 use protocol_tests::tls::{KeyFormat, TestPki, TlsTansu, TlsTansuOptions};
@@ -95,7 +95,7 @@ fn confluent_setups(conf: &[(&'static str, String)], runs: usize) -> anyhow::Res
 }
 
 fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-handshake") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-handshake") {
         return refused;
     }
     // RUST_LOG=ottla=trace shows where a setup's time goes.

@@ -45,8 +45,8 @@ use ottla::driver::{Cluster, TopicScope};
 use ottla::proto::fetch::batch::{BatchOptions, Batches, Compression};
 use ottla::proto::fetch::request::{FetchParams, FetchTarget, fetch_request, fetched_partitions};
 use ottla::proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
-use protocol_tests::arg;
-use protocol_tests::bench::targets::{self, Outcome};
+use ottla_bench::arg;
+use ottla_bench::targets::{self, Outcome};
 use protocol_tests::peer::Peer;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureRecord, Producer};
@@ -60,7 +60,7 @@ const PARTITION_FETCH_BYTES: i32 = 1 << 20;
 const BATCH_HEADER: usize = 61;
 
 fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-decode") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-decode") {
         return refused;
     }
     match run() {

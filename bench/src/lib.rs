@@ -1,4 +1,4 @@
-//! The consumer benchmark behind `cargo run --release -p protocol-tests --no-default-features --bin bench`:
+//! The consumer benchmark behind `cargo run --release -p ottla-bench --bin bench`:
 //! ottla beside rust-rdkafka, rskafka, krafka and the confluent-kafka crate, each
 //! consuming the same data from the same broker in its own process.
 //!
@@ -25,18 +25,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// `None` in the default build of ottla; with ottla's `metrics` feature compiled in,
-/// the exit code a benchmark program stops with, after saying why. protocol-tests
-/// turns the feature on by default for the demo's metrics summary; the benchmarks'
-/// figures are those of ottla's default build, so they are built with
-/// `--no-default-features`.
+/// the exit code a benchmark program stops with, after saying why. The benchmarks'
+/// figures are those of ottla's default build, which is what `cargo run -p ottla-bench`
+/// gives; a build together with other workspace members (`--workspace`) may unify the
+/// feature in through protocol-tests' default (the demo's metrics summary).
 pub fn refuse_metrics_build(program: &str) -> Option<std::process::ExitCode> {
     if !ottla::telemetry::ENABLED {
         return None;
     }
     eprintln!(
         "{program}: built with ottla's `metrics` feature (protocol-tests' default, for the \
-         demo), whose figures are not the default build's; run it as \
-         `cargo run --release -p protocol-tests --no-default-features --bin {program} -- ...`"
+         demo), whose figures are not the default build's; run it on its own as \
+         `cargo run --release -p ottla-bench --bin {program} -- ...`"
     );
     Some(std::process::ExitCode::from(2))
 }
@@ -418,6 +418,11 @@ pub fn opt(name: &str) -> Option<String> {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .cloned()
+}
+
+/// `--name VALUE` from the command line as a number, or `default`.
+pub fn arg(name: &str, default: u64) -> u64 {
+    opt(name).and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Whether `--name` is on the command line.

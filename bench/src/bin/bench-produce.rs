@@ -18,7 +18,7 @@ use protocol_tests::peer::Peer;
 
 const PARTITIONS: i32 = 8;
 
-use protocol_tests::arg;
+use ottla_bench::arg;
 
 /// CPU seconds (user + system) of this process.
 fn cpu_seconds() -> f64 {
@@ -37,7 +37,7 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() -> ExitCode {
-    if let Some(refused) = protocol_tests::bench::refuse_metrics_build("bench-produce") {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-produce") {
         return refused;
     }
     let args: Vec<String> = std::env::args().collect();

@@ -52,7 +52,7 @@ use tokio::sync::watch;
 
 use ottla::consumer::GroupProtocol;
 
-use crate::mock::MockCluster;
+use protocol_tests::mock::MockCluster;
 
 /// JoinGroup's API key.
 const JOIN_GROUP: i16 = 11;

@@ -611,7 +611,7 @@ impl Model {
     }
 }
 
-pub use crate::rng::{Rng, mix, unit};
+pub use protocol_tests::rng::{Rng, mix, unit};
 
 #[cfg(test)]
 mod tests {
