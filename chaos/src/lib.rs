@@ -355,7 +355,7 @@ impl Config {
         }
         let known: &[&str] = match self.group_protocol {
             GroupProtocol::Classic => &ASSIGNORS,
-            GroupProtocol::Consumer => &REMOTE_ASSIGNORS,
+            _ => &REMOTE_ASSIGNORS,
         };
         if let Some(a) = &self.assignor
             && !known.contains(&a.as_str())
@@ -392,7 +392,7 @@ impl Config {
             GroupProtocol::Classic => Some(self.assignor.clone().unwrap_or_else(|| {
                 ASSIGNORS[(schedule::mix(self.seed, 7) % ASSIGNORS.len() as u64) as usize].into()
             })),
-            GroupProtocol::Consumer => self.assignor.clone(),
+            _ => self.assignor.clone(),
         }
     }
 

@@ -304,8 +304,9 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
                     Err(_) => c,
                 },
                 (GroupProtocol::Classic, None) => c,
-                (GroupProtocol::Consumer, a) => {
-                    let c = c.group_protocol(GroupProtocol::Consumer);
+                // The consumer protocol (and any later one: the broker assigns).
+                (protocol, a) => {
+                    let c = c.group_protocol(protocol);
                     match a {
                         Some(a) => c.group_remote_assignor(a),
                         None => c,

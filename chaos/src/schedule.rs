@@ -211,7 +211,8 @@ pub const INJECTED_APIS_CONSUMER: [InjectedApi; 4] = [
 pub fn injected_apis(protocol: GroupProtocol) -> &'static [InjectedApi] {
     match protocol {
         GroupProtocol::Classic => &INJECTED_APIS,
-        GroupProtocol::Consumer => &INJECTED_APIS_CONSUMER,
+        // The consumer protocol, and any later one heartbeating the same way.
+        _ => &INJECTED_APIS_CONSUMER,
     }
 }
 

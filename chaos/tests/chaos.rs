@@ -64,7 +64,7 @@ async fn run_briefly(config: Config) -> Report {
         .collect();
     let group_api = match config.group_protocol {
         GroupProtocol::Classic => ["JoinGroup", "SyncGroup", "Heartbeat"].as_slice(),
-        GroupProtocol::Consumer => ["ConsumerGroupHeartbeat"].as_slice(),
+        _ => ["ConsumerGroupHeartbeat"].as_slice(),
     };
     assert!(
         group_api.iter().any(|a| apis.contains(a)),

@@ -76,6 +76,7 @@ pub struct GroupConfig {
 
 /// `group.protocol`: which consumer-group protocol a member speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum GroupProtocol {
     /// The classic protocol (JoinGroup, SyncGroup, Heartbeat): the default, as in the
     /// Java client; every broker since 0.9 has it.

@@ -32,6 +32,7 @@ pub use sticky::{CooperativeStickyAssignor, StickyAssignor};
 
 /// How partitions move in a rebalance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RebalanceProtocol {
     /// Every member gives back everything before the rebalance.
     Eager,
