@@ -9,7 +9,7 @@
 //! side drains records with [`Fetcher::next_record`]. Nothing here reads a clock: every
 //! call that needs the time takes `now`.
 //!
-//! Rules this module keeps (see docs/architecture.md):
+//! Rules this module keeps (see docs/invariants.md):
 //! - At most one Fetch in flight per broker, and a partition is never in a request while
 //!   fetched data of it waits in the buffer.
 //! - Data is kept only if the partition's position still equals the offset it was
