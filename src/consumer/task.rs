@@ -4,7 +4,7 @@
 //! revocations the application hands back.
 
 use super::*;
-use crate::driver::failure;
+use crate::driver::{BrokerConnection, failure};
 use crate::proto::Failure;
 use crate::proto::fetch::fetcher::FetcherRequest;
 
@@ -288,13 +288,7 @@ async fn fetch_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
             return Done::Io;
         }
     };
-    let version = match conn.versions().await {
-        Ok(t) => t.version(ApiKey::Fetch).ok_or_else(|| {
-            Failure::Unsupported(format!("{} offers no usable Fetch version", conn.address()))
-        }),
-        Err(e) => Err(failure(e)),
-    };
-    let version = match version {
+    let version = match negotiated(&conn, ApiKey::Fetch).await {
         Ok(v) => v,
         Err(f) => {
             fail(&shared, f);
@@ -336,16 +330,7 @@ async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
             return Done::Io;
         }
     };
-    let version = match conn.versions().await {
-        Ok(t) => t.version(ApiKey::ListOffsets).ok_or_else(|| {
-            Failure::Unsupported(format!(
-                "{} offers no usable ListOffsets version",
-                conn.address()
-            ))
-        }),
-        Err(e) => Err(failure(e)),
-    };
-    let version = match version {
+    let version = match negotiated(&conn, ApiKey::ListOffsets).await {
         Ok(v) => v,
         Err(f) => {
             fail(&shared, f);
@@ -367,4 +352,17 @@ async fn reset_round(cluster: Cluster, shared: Arc<Shared>, node: NodeId) -> Don
         }
     }
     Done::Io
+}
+
+/// The version of `api` negotiated with `conn`'s broker, or why there is none.
+async fn negotiated(conn: &BrokerConnection, api: ApiKey) -> Result<i16, Failure> {
+    match conn.versions().await {
+        Ok(t) => t.version(api).ok_or_else(|| {
+            Failure::Unsupported(format!(
+                "{} offers no usable {api:?} version",
+                conn.address()
+            ))
+        }),
+        Err(e) => Err(failure(e)),
+    }
 }
