@@ -103,7 +103,9 @@ echo "ok"
 
 # Everything is built before anything runs, while the peers install: the suites, then what
 # the later steps build in feature sets of their own (the README's programs, downstream/,
-# the fuzz targets).
+# the fuzz targets). downstream/ and fuzz/ are workspaces of their own with the same dev
+# profile as this one, built into its target directory, so that the crates they build
+# alike with it (same versions and features) are built once.
 echo "== build: the suites"
 nextest=false
 if cargo nextest --version >/dev/null 2>&1; then
@@ -118,7 +120,7 @@ bash scripts/readme-smoke.sh --build
 echo "== build: downstream/"
 cargo test --manifest-path downstream/Cargo.toml --target-dir "$root/target" --no-run
 echo "== build: the fuzz targets, on stable"
-cargo build --manifest-path fuzz/Cargo.toml --bins --examples
+cargo build --manifest-path fuzz/Cargo.toml --target-dir "$root/target" --bins --examples
 
 echo "== test peers: waiting for the install"
 if ! wait "$peers_pid"; then
@@ -150,7 +152,7 @@ echo "== fuzz targets: check the seeds, replay them, short uninstrumented runs"
 # target in fuzz/Cargo.toml building (above), checks that the committed seeds are current
 # and get where they were written to go, and runs each target over its seeds (crash
 # regressions included) and 20,000 mutations of them. A failing input is kept for replay.
-fuzz/target/debug/examples/seeds --check
+target/debug/examples/seeds --check
 targets="$(sed -n '/^\[\[bin\]\]/,/^path/s/^name = "\(.*\)"/\1/p' fuzz/Cargo.toml)"
 [ -n "$targets" ] || { echo "error: no fuzz targets found in fuzz/Cargo.toml" >&2; exit 1; }
 artifacts="$(mktemp -d)"
@@ -161,11 +163,11 @@ for target in $targets; do
     # A copy: libFuzzer adds what it finds to the corpus directory it is given.
     corpus="$artifacts/$target-corpus"
     cp -r "$seeds" "$corpus"
-    if ! "fuzz/target/debug/$target" -runs=20000 -max_len=4096 -timeout=20 \
+    if ! "target/debug/$target" -runs=20000 -max_len=4096 -timeout=20 \
         -artifact_prefix="$artifacts/$target-" "$corpus" >"$log" 2>&1; then
         tail -n 60 "$log" >&2
         echo "error: fuzz target $target failed; the input is in $artifacts (replay:" \
-            "fuzz/target/debug/$target <file>)" >&2
+            "target/debug/$target <file>)" >&2
         exit 1
     fi
     echo "ok: $target ($(ls "$seeds" | wc -l) seeds)"
