@@ -298,6 +298,7 @@ mod on {
                 // assignment and losses.
                 Metric::Joined { .. }
                 | Metric::Assigned { .. }
+                | Metric::RevokeRequested { .. }
                 | Metric::Revoked { .. }
                 | Metric::Lost { .. } => {}
                 // A metric named here later: nothing recorded until it is.

@@ -108,6 +108,45 @@ struct Inner {
     /// Partition -> the incarnations its last assignments went to and have not taken
     /// back (from the metrics hooks), with when and in which generation.
     holders: BTreeMap<i32, BTreeMap<usize, (f64, i32)>>,
+    /// The broker assigns (the consumer protocol, KIP-848): a partition granted to one
+    /// member while another still holds it is the broker's doing ([`EarlyGrant`]).
+    broker_assigns: bool,
+    /// `(partition, incarnation)` -> when the group last asked it for the partition back.
+    revoke_asked: HashMap<(i32, usize), f64>,
+    /// Grants of a partition to one incarnation while another still held it and had not
+    /// been asked for it.
+    early_grants: Vec<EarlyGrant>,
+    /// Finished records handled again below a commit of an incarnation that held the
+    /// partition when this one was granted it: decided in [`Journal::analyse`], when
+    /// it is known whether the broker asked the holder for it only afterwards.
+    deferred: Vec<Deferred>,
+    /// Deferred redos the broker's early grant explained.
+    redone_after_early_grant: u64,
+}
+
+/// A partition granted to `new` at `at` while `old` still held it, `old` not asked to
+/// give it back since it got it. `confirmed`: the group asked `old` for it afterwards,
+/// so the broker still counted `old` as its owner when it granted it to `new`; two
+/// members owned it at once by the broker's own record. The librdkafka mock does this
+/// in a consumer-protocol group: it forgets a member's partitions when that member's
+/// connection closes (`rd_kafka_mock_cgrps_consumer_connection_closed` clears its
+/// current and returned assignment), and gives them to whoever heartbeats first.
+#[derive(Debug, Clone)]
+struct EarlyGrant {
+    partition: i32,
+    new: usize,
+    old: usize,
+    at: f64,
+    confirmed: Option<f64>,
+}
+
+/// A [`Check::BelowCommit`] candidate waiting for [`Journal::analyse`].
+#[derive(Debug, Clone)]
+struct Deferred {
+    partition: i32,
+    inc: usize,
+    by: usize,
+    message: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -275,6 +314,13 @@ pub struct Analysis {
     pub checks: BTreeMap<Check, u64>,
     /// All failures.
     pub violation_count: u64,
+    /// Partitions the broker granted to one member while it still counted another as
+    /// their owner (it asked that one for them only afterwards): see [`EarlyGrant`].
+    pub early_grants: u64,
+    /// Finished records handled again below a commit that the previous owner made
+    /// after the broker had granted the partition anew: the broker's double grant, not
+    /// a client's error.
+    pub redone_after_early_grant: u64,
 }
 
 impl Journal {
@@ -284,6 +330,16 @@ impl Journal {
             start: Instant::now(),
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// The broker assigns the partitions (the consumer protocol): a record redone below
+    /// a commit its previous owner made after the broker had already granted the
+    /// partition to the redoing member, and asked the previous owner for it only then,
+    /// is counted as the broker's double grant ([`Analysis::redone_after_early_grant`])
+    /// rather than as a [`Check::BelowCommit`]. Under the classic protocol a member
+    /// (ottla's own leader) assigns, and every such redo stays a violation.
+    pub fn set_broker_assigns(&self, yes: bool) {
+        self.lock().broker_assigns = yes;
     }
 
     /// Seconds since the start.
@@ -394,10 +450,51 @@ impl Journal {
         let at = self.now();
         let mut j = self.lock();
         for p in partitions {
+            // Another live incarnation still holds it and was not asked for it since it
+            // got it: granted early, unless that one is asked for it later
+            // (`revoke_requested`) it was a loss the hooks report late.
+            let held: Vec<usize> = j
+                .holders
+                .get(p)
+                .into_iter()
+                .flatten()
+                .filter(|(h, (since, _))| {
+                    **h != inc
+                        && j.incarnations.get(**h).is_some_and(|i| i.ended.is_none())
+                        && j.revoke_asked
+                            .get(&(*p, **h))
+                            .is_none_or(|asked| asked < since)
+                })
+                .map(|(h, _)| *h)
+                .collect();
+            for old in held {
+                j.early_grants.push(EarlyGrant {
+                    partition: *p,
+                    new: inc,
+                    old,
+                    at,
+                    confirmed: None,
+                });
+            }
             j.holders
                 .entry(*p)
                 .or_default()
                 .insert(inc, (at, generation));
+        }
+    }
+
+    /// The group asked `inc` for `partitions` back (the Processor's
+    /// `Metric::RevokeRequested`).
+    pub fn revoke_requested(&self, inc: usize, partitions: &[i32]) {
+        let at = self.now();
+        let mut j = self.lock();
+        for p in partitions {
+            j.revoke_asked.insert((*p, inc), at);
+            for g in j.early_grants.iter_mut() {
+                if g.partition == *p && g.old == inc && g.confirmed.is_none() {
+                    g.confirmed = Some(at);
+                }
+            }
         }
     }
 
@@ -514,10 +611,28 @@ impl Journal {
                 j.counts.in_flight_bound += (max_finished + 1 - base).max(0) as u64;
             }
             if let Some((c, by, when)) = committed.filter(|c| offset < c.0) {
-                let by = j.name(by);
-                violation = Some(format!(
-                    "t={at:.1}s: {name} handled {partition}@{offset} again, below the committed offset {c} ({by} committed it at t={when:.1}s)"
-                ));
+                let by_name = j.name(by);
+                let message = format!(
+                    "t={at:.1}s: {name} handled {partition}@{offset} again, below the committed offset {c} ({by_name} committed it at t={when:.1}s)"
+                );
+                // Below a commit of the member that held the partition when the broker
+                // granted it to this one: decided at the end, once it is known whether
+                // the broker asked that member for it only afterwards.
+                let early = j.broker_assigns
+                    && by != inc
+                    && j.early_grants
+                        .iter()
+                        .any(|g| g.partition == partition && g.new == inc && g.old == by);
+                if early {
+                    j.deferred.push(Deferred {
+                        partition,
+                        inc,
+                        by,
+                        message,
+                    });
+                } else {
+                    violation = Some(message);
+                }
             }
         }
         if let Some(v) = violation {
@@ -803,6 +918,35 @@ impl Journal {
     /// topic.
     pub fn analyse(&self, in_dlq: &BTreeSet<u64>) -> Analysis {
         let mut j = self.lock();
+        // Redos below a previous owner's commit: the broker's double grant when it asked
+        // that owner for the partition only after granting it to the redoing member.
+        let deferred = std::mem::take(&mut j.deferred);
+        for d in deferred {
+            let grant = j
+                .early_grants
+                .iter()
+                .find(|g| {
+                    g.partition == d.partition
+                        && g.new == d.inc
+                        && g.old == d.by
+                        && g.confirmed.is_some()
+                })
+                .cloned();
+            match grant {
+                Some(g) => {
+                    j.redone_after_early_grant += 1;
+                    if j.notes.len() < 50 {
+                        let (new, old) = (j.name(g.new), j.name(g.old));
+                        let asked = g.confirmed.unwrap_or(g.at);
+                        j.notes.push(format!(
+                            "broker double grant, not a client error: {}; the broker granted partition {} to {new} at t={:.1}s while {old} still held it, and asked {old} for it only at t={asked:.1}s",
+                            d.message, g.partition, g.at
+                        ));
+                    }
+                }
+                None => j.violation(Check::BelowCommit, d.message),
+            }
+        }
         let mut handled = BTreeSet::new();
         let mut lettered = BTreeSet::new();
         for r in j.offsets.values() {
@@ -916,6 +1060,12 @@ impl Journal {
                 .map(|c| (c, j.checks.get(&c).copied().unwrap_or(0)))
                 .collect(),
             violation_count: j.checks.values().sum(),
+            early_grants: j
+                .early_grants
+                .iter()
+                .filter(|g| g.confirmed.is_some())
+                .count() as u64,
+            redone_after_early_grant: j.redone_after_early_grant,
         }
     }
 }
@@ -1037,6 +1187,74 @@ mod tests {
         assert_eq!(
             a.checks.get(&Check::Regression),
             Some(&1),
+            "{:?}",
+            a.violations
+        );
+    }
+
+    /// Partition 0: `old` handles 0..10 and commits 5; the broker grants it to `new`
+    /// (which reads 5); `old` commits 10 after that; `new` redoes 5..10. `asked`:
+    /// whether (and when) the group then asks `old` for the partition back.
+    fn granted_while_held(broker_assigns: bool, asked: bool, redo_by_old: bool) -> Analysis {
+        let (j, old) = journal_with_member();
+        j.set_broker_assigns(broker_assigns);
+        j.assigned(old, &[0], 1);
+        handle(&j, old, 0..10);
+        j.committed(old, 0, 5);
+        let new = j.incarnation_started("m1.0".into());
+        j.member_log(new, "synced".into(), Some(2));
+        j.assigned(new, &[0], 2);
+        if asked {
+            j.revoke_requested(old, &[0]);
+        }
+        j.committed(old, 0, 10);
+        j.released(old, &[0]);
+        let redo = if redo_by_old { old } else { new };
+        for o in 5..10 {
+            j.handler_started(redo, 0, o, o as u64);
+            j.handled(redo, 0, o);
+            j.handler_finished(redo, 0);
+        }
+        j.analyse(&BTreeSet::new())
+    }
+
+    #[test]
+    fn a_redo_after_the_broker_granted_a_partition_its_holder_still_had_is_the_brokers() {
+        let a = granted_while_held(true, true, false);
+        assert_eq!(a.violation_count, 0, "{:?}", a.violations);
+        assert_eq!((a.early_grants, a.redone_after_early_grant), (1, 5));
+        assert!(
+            a.notes.iter().any(|n| n.contains("broker double grant")),
+            "{:?}",
+            a.notes
+        );
+    }
+
+    #[test]
+    fn a_redo_below_a_commit_stays_a_violation_unless_the_broker_asked_the_holder_afterwards() {
+        // Never asked: the holder lost it (a zombie still committing), the client's
+        // window, not the broker's grant.
+        let a = granted_while_held(true, false, false);
+        assert_eq!(
+            a.checks.get(&Check::BelowCommit),
+            Some(&5),
+            "{:?}",
+            a.violations
+        );
+        assert_eq!(a.early_grants, 0);
+        // The classic protocol: a member assigned it.
+        let a = granted_while_held(false, true, false);
+        assert_eq!(
+            a.checks.get(&Check::BelowCommit),
+            Some(&5),
+            "{:?}",
+            a.violations
+        );
+        // The holder redoes below its own commit.
+        let a = granted_while_held(true, true, true);
+        assert_eq!(
+            a.checks.get(&Check::BelowCommit),
+            Some(&5),
             "{:?}",
             a.violations
         );

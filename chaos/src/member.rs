@@ -274,6 +274,10 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
             journal.assigned(inc, &ps, generation);
             journal.member_log(inc, "assigned".into(), Some(generation))
         }
+        Metric::RevokeRequested { partitions, .. } => {
+            let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
+            journal.revoke_requested(inc, &ps);
+        }
         Metric::Revoked { partitions, .. } | Metric::Lost { partitions } => {
             let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
             journal.released(inc, &ps);

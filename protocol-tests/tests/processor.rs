@@ -1376,6 +1376,8 @@ async fn group_events(peer: &Peer, assignor: &'static str) {
         let mut joined: Option<i32> = None;
         let mut owned: BTreeSet<TopicPartition> = BTreeSet::new();
         let mut owned_in: Option<i32> = None;
+        // Asked back (RevokeRequested) and not yet given back (Revoked).
+        let mut asked: BTreeSet<TopicPartition> = BTreeSet::new();
         for s in &seen {
             match s {
                 Seen::Metric(Metric::Joined { generation, .. }) => joined = Some(*generation),
@@ -1406,6 +1408,19 @@ async fn group_events(peer: &Peer, assignor: &'static str) {
                             owned.remove(tp),
                             "{name}: {tp} revoked but not owned: {seen:?}"
                         );
+                        assert!(
+                            asked.remove(tp),
+                            "{name}: {tp} given back without RevokeRequested first: {seen:?}"
+                        );
+                    }
+                }
+                Seen::Metric(Metric::RevokeRequested { partitions, .. }) => {
+                    for tp in partitions {
+                        assert!(
+                            owned.contains(tp),
+                            "{name}: {tp} asked back but not owned: {seen:?}"
+                        );
+                        asked.insert(tp.clone());
                     }
                 }
                 Seen::Metric(Metric::Lost { partitions }) => {

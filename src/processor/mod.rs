@@ -591,6 +591,7 @@ impl Processor {
                         None
                     }
                     ConsumerEvent::RevokeRequested { generation, partitions, .. } => {
+                        self.metric(Metric::RevokeRequested { generation, partitions: partitions.clone() });
                         lanes.release(partitions, Handover::Revoked { generation }, self.acquiesce, now());
                         None
                     }

@@ -326,6 +326,15 @@ pub enum Metric {
         /// The partitions added.
         partitions: Vec<TopicPartition>,
     },
+    /// The group asked for partitions back: their handlers are being stopped and their
+    /// finished prefix committed; [`Metric::Revoked`] follows when they are given back
+    /// (the time between the two is what the revocation cost this member).
+    RevokeRequested {
+        /// The generation the revocation was asked in.
+        generation: i32,
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+    },
     /// Partitions were given back in a rebalance, after their work stopped (finished,
     /// or cancelled past the acquiescence budget) and their finished offsets were
     /// committed; reported just before the revocation is acknowledged.
