@@ -383,10 +383,28 @@ impl<S, C> Core<S, C> {
 
     /// The partitions whose committed offsets are due to be asked for now (forgetting
     /// those no longer owned).
+    ///
+    /// A partition this member still has a commit of, on the wire or queued, waits for
+    /// it to settle: an answer read before that commit lands would send the member back
+    /// below its own commit. The Java client sends its commits and OffsetFetches on one
+    /// connection in the order made, so the broker reads an earlier commit first; here
+    /// commits go one at a time (a queued one has not reached the broker), and a commit
+    /// made before a loss may still be on the wire to another coordinator (chaos,
+    /// consumer protocol, seed 76387901: handled again below its own commit).
     pub(crate) fn offsets_due(&mut self, now: Instant) -> Option<BTreeSet<TopicPartition>> {
+        let pending = self.commits.pending();
         let f = self.fetch.as_mut()?;
         f.retain(&self.owned);
-        f.due(now)
+        f.due(now, &pending)
+    }
+
+    /// When the next OffsetFetch is due: as [`PendingFetch::due_at`], none while every
+    /// partition left waits for a commit of its own ([`Core::offsets_due`]; its answer
+    /// is what moves the member on).
+    pub(crate) fn offsets_due_at(&self) -> Option<Instant> {
+        self.fetch
+            .as_ref()
+            .and_then(|f| f.due_at(&self.commits.pending()))
     }
 
     /// When the application must next come back for records.
@@ -878,11 +896,13 @@ impl CoordinatorLookup {
 /// OffsetCommits, one on the wire at a time in the order they were made, so a later
 /// commit can never be overtaken (and undone) by an earlier one. `T` is what waits:
 /// the request itself (classic: built with the generation of the moment), or the
-/// offsets (consumer protocol: sent with the epoch of the moment they go out).
+/// offsets (consumer protocol: sent with the epoch of the moment they go out). Each
+/// keeps the partitions it commits, so that an OffsetFetch waits for them
+/// ([`CommitQueue::pending`]).
 #[derive(Debug)]
 pub(crate) struct CommitQueue<T> {
-    in_flight: Option<RequestId>,
-    queue: VecDeque<(RequestId, T)>,
+    in_flight: Option<(RequestId, BTreeSet<TopicPartition>)>,
+    queue: VecDeque<(RequestId, T, BTreeSet<TopicPartition>)>,
 }
 
 impl<T> CommitQueue<T> {
@@ -893,14 +913,26 @@ impl<T> CommitQueue<T> {
         }
     }
 
-    /// Queues a commit.
-    pub(crate) fn push(&mut self, id: RequestId, commit: T) {
-        self.queue.push_back((id, commit));
+    /// Queues a commit of `partitions`.
+    pub(crate) fn push(
+        &mut self,
+        id: RequestId,
+        commit: T,
+        partitions: impl IntoIterator<Item = TopicPartition>,
+    ) {
+        self.queue
+            .push_back((id, commit, partitions.into_iter().collect()));
     }
 
-    /// Puts a commit back at the head of the queue, to go again.
-    pub(crate) fn retry(&mut self, id: RequestId, commit: T) {
-        self.queue.push_front((id, commit));
+    /// Puts a commit of `partitions` back at the head of the queue, to go again.
+    pub(crate) fn retry(
+        &mut self,
+        id: RequestId,
+        commit: T,
+        partitions: impl IntoIterator<Item = TopicPartition>,
+    ) {
+        self.queue
+            .push_front((id, commit, partitions.into_iter().collect()));
     }
 
     /// The next commit to send, if none is on the wire; it is on the wire from now.
@@ -908,22 +940,34 @@ impl<T> CommitQueue<T> {
         if self.in_flight.is_some() {
             return None;
         }
-        let (id, commit) = self.queue.pop_front()?;
-        self.in_flight = Some(id);
+        let (id, commit, partitions) = self.queue.pop_front()?;
+        self.in_flight = Some((id, partitions));
         Some((id, commit))
     }
 
     /// Request `id` was answered or failed: if it was the commit on the wire, the next
     /// may go.
     pub(crate) fn settled(&mut self, id: RequestId) {
-        if self.in_flight == Some(id) {
+        if self.in_flight.as_ref().is_some_and(|(f, _)| *f == id) {
             self.in_flight = None;
         }
     }
 
+    /// The partitions of the commit on the wire and of those waiting: until each
+    /// settles, the broker's committed offset of these may still move.
+    pub(crate) fn pending(&self) -> BTreeSet<TopicPartition> {
+        self.in_flight
+            .iter()
+            .map(|(_, p)| p)
+            .chain(self.queue.iter().map(|(_, _, p)| p))
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     /// Every commit still waiting, taken out (the member is closing).
     pub(crate) fn drain(&mut self) -> Vec<(RequestId, T)> {
-        self.queue.drain(..).collect()
+        self.queue.drain(..).map(|(id, c, _)| (id, c)).collect()
     }
 }
 
@@ -996,17 +1040,27 @@ impl PendingFetch {
     }
 
     /// When the next OffsetFetch is due, if one is to be sent (none in flight, some
-    /// partitions left).
-    pub(crate) fn due_at(&self) -> Option<Instant> {
-        (self.in_flight.is_none() && !self.partitions.is_empty()).then_some(self.retry_at)
+    /// partitions left that are not `held`: a commit of them is still pending).
+    pub(crate) fn due_at(&self, held: &BTreeSet<TopicPartition>) -> Option<Instant> {
+        (self.in_flight.is_none() && self.partitions.iter().any(|p| !held.contains(p)))
+            .then_some(self.retry_at)
     }
 
-    /// The partitions to ask for now, if due; the caller sends them and reports the id
-    /// with [`PendingFetch::sent`].
-    pub(crate) fn due(&self, now: Instant) -> Option<BTreeSet<TopicPartition>> {
-        self.due_at()
-            .filter(|at| now >= *at)
-            .map(|_| self.partitions.clone())
+    /// The partitions to ask for now, if due, leaving out those `held` (they stay
+    /// pending for a later fetch); the caller sends them and reports the id with
+    /// [`PendingFetch::sent`].
+    pub(crate) fn due(
+        &self,
+        now: Instant,
+        held: &BTreeSet<TopicPartition>,
+    ) -> Option<BTreeSet<TopicPartition>> {
+        self.due_at(held).filter(|at| now >= *at).map(|_| {
+            self.partitions
+                .iter()
+                .filter(|p| !held.contains(*p))
+                .cloned()
+                .collect()
+        })
     }
 
     /// The OffsetFetch `id` went out.
@@ -1109,7 +1163,7 @@ mod pending_fetch_tests {
         let mut fetch = None;
         PendingFetch::grant(&mut fetch, now, 9, [tp(0), tp(5)], &owned);
         let f = fetch.as_mut().expect("pending");
-        let asked = f.due(now).expect("due");
+        let asked = f.due(now, &BTreeSet::new()).expect("due");
         f.sent(RequestId(1));
         PendingFetch::grant(&mut fetch, now, 11, [tp(5)], &owned);
         let f = fetch.as_mut().expect("pending");
@@ -1129,6 +1183,9 @@ mod pending_fetch_tests {
             }
         );
         // p5 is asked for again.
-        assert_eq!(f.due(now), Some([tp(5)].into_iter().collect()));
+        assert_eq!(
+            f.due(now, &BTreeSet::new()),
+            Some([tp(5)].into_iter().collect())
+        );
     }
 }

@@ -430,12 +430,13 @@ impl ConsumerGroupMember {
         self.core
             .may_commit(self.closed(), self.epoch(), &offsets)?;
         let id = self.core.outbox.reserve();
+        let partitions: Vec<TopicPartition> = offsets.iter().map(|o| o.partition.clone()).collect();
         let commit = QueuedCommit {
             incarnation: self.incarnation,
             epoch: self.epoch,
             offsets,
         };
-        self.core.commits.push(id, commit);
+        self.core.commits.push(id, commit, partitions);
         self.advance(now);
         Ok(id)
     }
@@ -1184,12 +1185,14 @@ impl ConsumerGroupMember {
                 .all(|o| self.core.owned.contains(&o.partition))
         {
             debug!(group = %self.core.config.group_id, old = epoch, new = self.epoch, "commit had a stale epoch; sending it again");
+            let partitions: Vec<TopicPartition> =
+                offsets.iter().map(|o| o.partition.clone()).collect();
             let commit = QueuedCommit {
                 incarnation,
                 epoch,
                 offsets,
             };
-            self.core.commits.retry(id, commit);
+            self.core.commits.retry(id, commit, partitions);
             return;
         }
         let result = Err(CommitError::Broker {

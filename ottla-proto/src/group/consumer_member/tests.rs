@@ -469,6 +469,75 @@ fn stable_commit_with_a_stale_epoch_goes_again_with_the_new_one() {
     );
 }
 
+/// Chaos, consumer protocol, seed 76387901: a member lost p5 with its commit of it on
+/// the wire, rejoined, got p5 back and asked for its committed offset; the answer
+/// predated that commit, which landed after, and the member handled again what it had
+/// just committed. The committed offset of a partition is asked for only once this
+/// member's own commits of it have settled.
+#[test]
+fn a_partition_granted_while_its_commit_is_on_the_wire_is_fetched_once_the_commit_settles() {
+    let mut h = H::stable(vec![0, 1]);
+    let offsets = vec![CommitOffset {
+        partition: tp(0),
+        offset: 50,
+        leader_epoch: -1,
+        metadata: None,
+    }];
+    let cid = h.m.commit(h.now, offsets.clone()).unwrap();
+    let commit = h.request();
+    assert!(matches!(commit.request, GroupRequest::OffsetCommit { .. }));
+    // Fenced while the commit is out: everything lost, a leave, then a rejoin.
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.respond(id, refused(ResponseError::FencedMemberEpoch.code()));
+    h.events();
+    let (leave, _) = h.heartbeat();
+    h.answer(leave, -1, None);
+    let (join, hb) = h.heartbeat();
+    assert_eq!(hb.epoch, 0);
+    h.answer(join, 3, Some(vec![0, 1]));
+    let (ack, _) = h.heartbeat();
+    h.answer(ack, 3, None);
+    // p1 is asked for at once; p0 waits for its commit.
+    let fetch = h.request();
+    let GroupRequest::OffsetFetch { partitions, .. } = &fetch.request else {
+        panic!("not an OffsetFetch: {fetch:?}")
+    };
+    assert_eq!(partitions, &vec![tp(1)]);
+    h.respond(
+        fetch.id,
+        GroupResponse::OffsetFetch {
+            error: 0,
+            partitions: vec![(tp(1), 40, -1, 0)],
+        },
+    );
+    h.events();
+    h.no_request();
+    assert!(
+        h.m.poll_timeout().is_some_and(|at| at > h.now),
+        "no OffsetFetch timer due while p0's commit is out"
+    );
+    // The commit lands (the broker took it before the fencing): now p0 is asked for.
+    h.respond(
+        commit.id,
+        GroupResponse::OffsetCommit {
+            partitions: vec![(tp(0), 0)],
+        },
+    );
+    assert_eq!(
+        h.events(),
+        vec![Event::CommitCompleted {
+            id: cid,
+            result: Ok(offsets)
+        }]
+    );
+    let fetch = h.request();
+    let GroupRequest::OffsetFetch { partitions, .. } = &fetch.request else {
+        panic!("not an OffsetFetch: {fetch:?}")
+    };
+    assert_eq!(partitions, &vec![tp(0)]);
+}
+
 #[test]
 fn stable_commit_for_an_unowned_partition_is_refused() {
     let mut h = H::stable(vec![0]);

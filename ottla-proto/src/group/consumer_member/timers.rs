@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use tracing::warn;
 
-use super::common::PendingFetch;
 use super::{ConsumerGroupMember, State, Timer};
 use crate::group::member::{Failure, LostReason};
 
@@ -54,7 +53,7 @@ impl ConsumerGroupMember {
             timers.push((Timer::Progress, self.core.progress_deadline()));
         }
         if in_group && self.coordinator().is_some() {
-            if let Some(at) = self.core.fetch.as_ref().and_then(PendingFetch::due_at) {
+            if let Some(at) = self.core.offsets_due_at() {
                 timers.push((Timer::OffsetFetch, at));
             }
         }

@@ -65,7 +65,7 @@ impl GroupMember {
         // As `advance` decides to send it: in the group, with partitions left to ask for
         // (a revocation may have taken them all while a retry was pending).
         if in_group && self.coordinator().is_some() {
-            if let Some(at) = self.core.fetch.as_ref().and_then(|f| f.due_at()) {
+            if let Some(at) = self.core.offsets_due_at() {
                 timers.push((Timer::OffsetFetch, at));
             }
         }
