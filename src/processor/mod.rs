@@ -69,7 +69,7 @@ use tracing::{error, info, warn};
 use crate::admin::{AdminClient, NewTopic};
 use crate::config::ClientConfig;
 use crate::consumer::{
-    Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, ConsumerView, TopicPartition,
+    Consumer, ConsumerBuilder, ConsumerEvent, ConsumerRecord, ConsumerView, Events, TopicPartition,
 };
 use crate::driver::{lock, sleep_until};
 use crate::error::{Error, Result};
@@ -471,6 +471,8 @@ impl Processor {
         let mut tickets: HashMap<tokio::task::Id, Ticket> = HashMap::new();
         let mut calls: HashMap<Ticket, Call> = HashMap::new();
         let mut events = self.consumer.take_events();
+        // A stop asked for by a group event read before a commit (`events_before_commit`).
+        let mut held_stop: Option<Result<()>> = None;
         // Set once the run stops (shutdown, or an error): the lanes hand everything
         // over, then the member leaves by `until`.
         let mut stopped: Option<(Result<()>, Instant)> = None;
@@ -528,8 +530,16 @@ impl Processor {
                         tickets.insert(task.id(), ticket);
                     }
                     Action::Commit(offsets) => {
-                        let ok = self.commit(&offsets).await;
-                        lanes.committed(&offsets, ok, now());
+                        let offsets = self.events_before_commit(
+                            &mut lanes,
+                            &mut events,
+                            &mut held_stop,
+                            offsets,
+                        );
+                        if !offsets.is_empty() {
+                            let ok = self.commit(&offsets).await;
+                            lanes.committed(&offsets, ok, now());
+                        }
                     }
                     Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
                     Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
@@ -538,6 +548,12 @@ impl Processor {
                         partitions,
                         offsets,
                     } => {
+                        let offsets = self.events_before_commit(
+                            &mut lanes,
+                            &mut events,
+                            &mut held_stop,
+                            offsets,
+                        );
                         if !offsets.is_empty() {
                             let ok = self.commit(&offsets).await;
                             if !ok {
@@ -578,87 +594,66 @@ impl Processor {
             // seen (and reported) before any record of its new partitions; finished
             // work and due timers before more records, so a steady stream of records
             // cannot hold back commits and retries.
-            let stop = tokio::select! {
-                biased;
-                _ = &mut shutdown, if stopped.is_none() => Some(Ok(())),
-                Some(event) = events.recv() => match event {
-                    ConsumerEvent::Joined { generation, member_id, leader, .. } => {
-                        self.metric(Metric::Joined { generation, member_id, leader });
+            let stop = if let Some(result) = held_stop.take() {
+                Some(result)
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown, if stopped.is_none() => Some(Ok(())),
+                    Some(event) = events.recv() => self.on_group_event(&mut lanes, event),
+                    Some(control) = self.controls.recv() => {
+                        match control {
+                            Control::Pause(partitions) => lanes.pause(partitions.as_deref(), now()),
+                            Control::Resume(partitions) => lanes.resume(partitions.as_deref(), now()),
+                        }
                         None
                     }
-                    ConsumerEvent::Assigned { generation, added, .. } => {
-                        self.metric(Metric::Assigned { generation, partitions: added });
-                        None
-                    }
-                    ConsumerEvent::RevokeRequested { generation, partitions, .. } => {
-                        self.metric(Metric::RevokeRequested { generation, partitions: partitions.clone() });
-                        lanes.release(partitions, Handover::Revoked { generation }, self.acquiesce, now());
-                        None
-                    }
-                    ConsumerEvent::Lost { partitions, .. } => {
-                        lanes.lose(&partitions, now());
-                        None
-                    }
-                    ConsumerEvent::Fatal(e) => Some(Err(Error::Group(e))),
-                    ConsumerEvent::GroupRetrying(error) => {
-                        warn!(%error, "the group member was refused; it keeps retrying");
-                        self.metric(Metric::GroupRetrying { error });
-                        None
-                    }
-                    _ => None,
-                },
-                Some(control) = self.controls.recv() => {
-                    match control {
-                        Control::Pause(partitions) => lanes.pause(partitions.as_deref(), now()),
-                        Control::Resume(partitions) => lanes.resume(partitions.as_deref(), now()),
-                    }
-                    None
-                }
-                Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    match done {
-                        Ok((id, Finished::Handled(ticket, outcome, took))) => {
-                            tickets.remove(&id);
-                            if let Some(call) = calls.remove(&ticket) {
-                                self.telemetry.handled(attempted(call.records, &outcome), took);
+                    Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                        match done {
+                            Ok((id, Finished::Handled(ticket, outcome, took))) => {
+                                tickets.remove(&id);
+                                if let Some(call) = calls.remove(&ticket) {
+                                    self.telemetry.handled(attempted(call.records, &outcome), took);
+                                }
+                                lanes.handled(ticket, outcome, took, now());
                             }
-                            lanes.handled(ticket, outcome, took, now());
-                        }
-                        Ok((id, Finished::Produced(ticket, result))) => {
-                            tickets.remove(&id);
-                            lanes.produced(ticket, result, now());
-                        }
-                        Err(e) => {
-                            // The task panicked outside the handler (a panicking Drop,
-                            // the producer) or the runtime cancelled it: the lanes count
-                            // a failed attempt, so its partition does not stay busy.
-                            warn!(error = %e, "a processing task ended without a result");
-                            if let Some(ticket) = tickets.remove(&e.id()) {
-                                calls.remove(&ticket);
-                                lanes.crashed(ticket, format!("the task ended without a result: {e}"), now());
+                            Ok((id, Finished::Produced(ticket, result))) => {
+                                tickets.remove(&id);
+                                lanes.produced(ticket, result, now());
+                            }
+                            Err(e) => {
+                                // The task panicked outside the handler (a panicking Drop,
+                                // the producer) or the runtime cancelled it: the lanes count
+                                // a failed attempt, so its partition does not stay busy.
+                                warn!(error = %e, "a processing task ended without a result");
+                                if let Some(ticket) = tickets.remove(&e.id()) {
+                                    calls.remove(&ticket);
+                                    lanes.crashed(ticket, format!("the task ended without a result: {e}"), now());
+                                }
                             }
                         }
-                    }
-                    None
-                }
-                _ = sleep_until(deadline), if deadline.is_some() => {
-                    lanes.handle_timeout(now());
-                    None
-                }
-                batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
-                    Ok(records) => {
-                        lanes.deliver(records, now());
                         None
                     }
-                    Err(Error::Fetch(e)) => {
-                        // A partition stopped (corrupt batch): nothing is committed past it.
-                        error!(error = %e, "partition stopped; its records are not committed past this point");
+                    _ = sleep_until(deadline), if deadline.is_some() => {
+                        lanes.handle_timeout(now());
                         None
                     }
-                    // Reported through the group's event (`Metric::GroupRetrying`); the
-                    // member keeps going.
-                    Err(Error::GroupRetrying(_)) => None,
-                    Err(e) => Some(Err(e)),
-                },
+                    batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
+                        Ok(records) => {
+                            lanes.deliver(records, now());
+                            None
+                        }
+                        Err(Error::Fetch(e)) => {
+                            // A partition stopped (corrupt batch): nothing is committed past it.
+                            error!(error = %e, "partition stopped; its records are not committed past this point");
+                            None
+                        }
+                        // Reported through the group's event (`Metric::GroupRetrying`); the
+                        // member keeps going.
+                        Err(Error::GroupRetrying(_)) => None,
+                        Err(e) => Some(Err(e)),
+                    },
+                }
             };
             if let (Some(result), None) = (stop, &stopped) {
                 // Shut down within `shutdown_timeout`: the lanes hand everything over,
@@ -678,6 +673,88 @@ impl Processor {
             }
         };
         result.and(close).map(|()| lanes.stats().clone())
+    }
+
+    /// A group event, applied to the lanes; `Some`: the run stops with this result.
+    fn on_group_event(&self, lanes: &mut Lanes, event: ConsumerEvent) -> Option<Result<()>> {
+        match event {
+            ConsumerEvent::Joined {
+                generation,
+                member_id,
+                leader,
+                ..
+            } => {
+                self.metric(Metric::Joined {
+                    generation,
+                    member_id,
+                    leader,
+                });
+                None
+            }
+            ConsumerEvent::Assigned {
+                generation, added, ..
+            } => {
+                self.metric(Metric::Assigned {
+                    generation,
+                    partitions: added,
+                });
+                None
+            }
+            ConsumerEvent::RevokeRequested {
+                generation,
+                partitions,
+                ..
+            } => {
+                self.metric(Metric::RevokeRequested {
+                    generation,
+                    partitions: partitions.clone(),
+                });
+                lanes.release(
+                    partitions,
+                    Handover::Revoked { generation },
+                    self.acquiesce,
+                    now(),
+                );
+                None
+            }
+            ConsumerEvent::Lost { partitions, .. } => {
+                lanes.lose(&partitions, now());
+                None
+            }
+            ConsumerEvent::Fatal(e) => Some(Err(Error::Group(e))),
+            ConsumerEvent::GroupRetrying(error) => {
+                warn!(%error, "the group member was refused; it keeps retrying");
+                self.metric(Metric::GroupRetrying { error });
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Before a commit: the group events that arrived meanwhile, applied in order (a
+    /// stop they ask for kept in `stop`), and `offsets` without the partitions they
+    /// say were lost. A commit waits for its answer, and events queue meanwhile: a
+    /// commit that failed because the member was fenced is retried by the lanes, and
+    /// without this it went out before the loss was read. The member, in the group
+    /// again and granted the same partition, took it, after the new assignment's
+    /// OffsetFetch had read the older offset: the new lane handled those records again
+    /// (chaos, consumer protocol, seed 76387901).
+    fn events_before_commit(
+        &self,
+        lanes: &mut Lanes,
+        events: &mut Events,
+        stop: &mut Option<Result<()>>,
+        mut offsets: Vec<(TopicPartition, i64)>,
+    ) -> Vec<(TopicPartition, i64)> {
+        while let Ok(event) = events.try_recv() {
+            if let ConsumerEvent::Lost { partitions, .. } = &event {
+                offsets.retain(|(tp, _)| !partitions.contains(tp));
+            }
+            if let Some(result) = self.on_group_event(lanes, event) {
+                stop.get_or_insert(result);
+            }
+        }
+        offsets
     }
 
     /// Commits `offsets`; `false`: the commit failed (the lanes keep them pending).
