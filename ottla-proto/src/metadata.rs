@@ -185,7 +185,7 @@ impl ClusterMetadata {
 /// coalesced into the next, and the next not before `retry.backoff.ms` after the last
 /// one ended, doubling with each failure in a row up to `retry.backoff.max.ms` (the
 /// Java client's `Metadata.timeToAllowUpdate`, KIP-580). The one pace of the
-/// consumer and the producer (not the group task, which refreshes at once; docs/invariants.md 88): a topic the cluster does not have yet,
+/// consumer, the producer and the group task: a topic the cluster does not have yet,
 /// asked for again at every turn, must not spin, and a broker that refuses metadata
 /// is not asked again and again.
 ///

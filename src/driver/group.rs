@@ -27,7 +27,7 @@ use crate::proto::group::member::{
     StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
-use crate::proto::metadata::{ClusterMetadata, NodeId};
+use crate::proto::metadata::{ClusterMetadata, NodeId, RefreshPace};
 use crate::stats::{GroupCounters, GroupCounts};
 
 /// A handle to a running group member. Dropping it makes the member leave the group.
@@ -201,6 +201,14 @@ async fn run(
     events: mpsc::UnboundedSender<Event>,
 ) {
     let group = config.group_id.clone();
+    // The refreshes the member asks for (a topic it must assign from), paced as the
+    // consumer's and the producer's are.
+    let mut metadata = RefreshPace::new(
+        config.retry_backoff,
+        config.retry_backoff_max,
+        config.seed.rotate_left(53),
+    );
+    let mut refreshing: JoinSet<bool> = JoinSet::new();
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
     let mut spans = RebalanceSpans::new(&group);
@@ -269,15 +277,7 @@ async fn run(
                 }
                 Event::MetadataNeeded { topics } => {
                     cluster.add_topics(topics.iter().cloned());
-                    // At once, not paced as the consumer's and the producer's are: pacing
-                    // these (RefreshPace, tried this stop) made the consumer-protocol
-                    // chaos runs redo records below their own commits (3 of 4 10-minute
-                    // runs against 0 of 3 without it; the mechanism is not found yet).
-                    // The counts reach the member through `updates`, as every refresh's.
-                    let cluster = cluster.clone();
-                    tokio::spawn(async move {
-                        let _ = cluster.refresh_metadata().await;
-                    });
+                    metadata.request();
                 }
                 _ => {}
             }
@@ -294,8 +294,20 @@ async fn run(
             debug!(%group, "group member closed");
             return;
         }
-        let deadline = member.poll_timeout().map(tokio::time::Instant::from_std);
+        if metadata.poll_start(tokio::time::Instant::now().into_std()) {
+            // The counts reach the member through `updates`, as every refresh's.
+            let cluster = cluster.clone();
+            refreshing.spawn(async move { cluster.refresh_metadata().await.is_ok() });
+        }
+        let deadline = [member.poll_timeout(), metadata.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(tokio::time::Instant::from_std);
         tokio::select! {
+            Some(done) = refreshing.join_next(), if !refreshing.is_empty() => {
+                metadata.handle_done(tokio::time::Instant::now().into_std(), done.unwrap_or(false));
+            }
             Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
                 let now = tokio::time::Instant::now().into_std();
                 match joined {
