@@ -1217,8 +1217,8 @@ async fn in_band_reauthentication_loses_and_reorders_nothing() {
 /// presented (the responder would refuse it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauthbearer_tokens_are_refreshed_before_they_expire() {
-    use ottla::proto::sasl::UnsecuredJwtConfig;
     use ottla::security::{OAuthToken, Secret, TokenError, TokenFuture, TokenProvider};
+    use ottla_proto::sasl::UnsecuredJwtConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::SystemTime;
 
