@@ -17,14 +17,16 @@
 //!
 //! The documented items are the stable surface: the modules [`config`], [`consumer`],
 //! [`producer`], [`processor`], [`admin`], [`properties`], [`dlq`], [`error`],
-//! [`security`] and [`stats`], and the re-exports at the crate root. Inside, ottla is layered as in `quinn`/`quinn-proto`: `proto` is the
-//! sans-IO core (framing, version negotiation, the group member, the fetcher, the
-//! producer's accumulator and the processing loop's rules, as state machines with no
-//! sockets, tasks or clocks) and `driver` runs it on tokio. Both are public only so that
-//! ottla's own suites, fuzz targets and benchmarks can drive the core directly; they are
-//! hidden from these docs and outside semver: any release may change them. A type that a
-//! stable signature names is re-exported where that signature lives (CI checks this
-//! with `scripts/public-surface.py`).
+//! [`security`] and [`stats`], and the re-exports at the crate root. Inside, ottla is
+//! layered as in `quinn`/`quinn-proto`: the crate [`ottla_proto`] is the sans-IO core
+//! (framing, version negotiation, the group member, the fetcher, the producer's
+//! accumulator and the processing loop's rules, as state machines with no sockets, tasks
+//! or clocks) and the `driver` module runs it on tokio. ottla re-exports every core type
+//! that a stable signature names where that signature lives; ottla's own suites, fuzz
+//! targets and benchmarks name the core as `ottla_proto` directly. `driver` is public
+//! only so that those suites can drive it; it is hidden from these docs and outside
+//! semver: any release may change it (CI checks that no stable signature names an item
+//! reachable only through it, with `scripts/public-surface.py`).
 //!
 //! ## Features
 //!
@@ -48,8 +50,10 @@
 //!   OpenTelemetry's span ids. Pure Rust; the SDK is the application's.
 //! - `serde`: `Serialize` and `Deserialize` for the counters' snapshots in [`stats`]
 //!   ([`Consumer::stats`], [`Producer::stats`]). Pure Rust.
-//! - `testing`: the group members' test harness, for suites that drive a member on a
-//!   virtual clock. For ottla's own tests; not part of the stable surface.
+//! - `testing`: turns on `ottla-proto`'s `testing` feature (the group members' test
+//!   harness, `ottla_proto::group::testing`, for suites that drive a member on a
+//!   virtual clock). ottla itself exposes nothing more with it. For ottla's own tests;
+//!   not part of the stable surface.
 //!
 //! ## Minimum supported Rust version
 //!
@@ -85,9 +89,10 @@ pub mod error;
 pub mod processor;
 pub mod producer;
 pub mod properties;
-/// The sans-IO core, its own crate ([`ottla_proto`]): used here as `crate::proto`.
-#[doc(hidden)]
-pub use ottla_proto as proto;
+// The sans-IO core, its own crate (`ottla_proto`): used here as `crate::proto`. Private:
+// what the stable API names is re-exported where that API lives, and suites, fuzz targets
+// and benchmarks that drive the core depend on `ottla-proto` themselves.
+use ottla_proto as proto;
 pub mod security;
 pub mod stats;
 mod sync;

@@ -14,12 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ottla::proto::group::assignor::{Assignor, builtin};
-use ottla::proto::group::consumer_protocol::{TopicPartition, decode_assignment};
-use ottla::proto::group::member::{
+use ottla_proto::group::assignor::{Assignor, builtin};
+use ottla_proto::group::consumer_protocol::{TopicPartition, decode_assignment};
+use ottla_proto::group::member::{
     AssignmentJob, Event, Failure, GroupConfig, GroupMember, Outgoing, RequestId, StateKind, Target,
 };
-use ottla::proto::group::messages::{GroupRequest, GroupResponse, JoinedMember};
+use ottla_proto::group::messages::{GroupRequest, GroupResponse, JoinedMember};
 
 /// Error codes used by the simulated coordinator.
 pub mod codes {
@@ -590,7 +590,7 @@ impl Sim {
                     if generation % 2 == 0
                         && let Some(p) = assignment.first().cloned()
                     {
-                        let offset = ottla::proto::group::messages::CommitOffset {
+                        let offset = ottla_proto::group::messages::CommitOffset {
                             partition: p,
                             offset: i64::from(generation),
                             leader_epoch: -1,

@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use ottla::proto::fetch::batch::{
+use ottla_proto::fetch::batch::{
     BatchErrorKind, BatchOptions, Batches, CommittedFilter, Marker, control_markers,
 };
 use proptest::prelude::*;
@@ -125,7 +125,7 @@ proptest! {
         let mut kept = Vec::new();
         for batch in batches.by_ref() {
             let batch = batch.expect("valid batch");
-            prop_assert_eq!(batch.compression() == ottla::proto::fetch::batch::Compression::None, codec == 0);
+            prop_assert_eq!(batch.compression() == ottla_proto::fetch::batch::Compression::None, codec == 0);
             kept.push(batch);
         }
         let count = kept.len();

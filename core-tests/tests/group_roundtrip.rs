@@ -6,10 +6,10 @@
 use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::{Decodable, Encodable, decode_request_header_from_buffer};
-use ottla::proto::group::codec::{CONSUMER_GROUP_APIS, EncodedGroupRequest, GROUP_APIS, encode};
-use ottla::proto::group::consumer_protocol::TopicPartition;
-use ottla::proto::group::messages::{CommitOffset, GroupRequest};
-use ottla::proto::wire::{Codec, SUPPORTED};
+use ottla_proto::group::codec::{CONSUMER_GROUP_APIS, EncodedGroupRequest, GROUP_APIS, encode};
+use ottla_proto::group::consumer_protocol::TopicPartition;
+use ottla_proto::group::messages::{CommitOffset, GroupRequest};
+use ottla_proto::wire::{Codec, SUPPORTED};
 use proptest::prelude::*;
 
 fn frame_roundtrip<R>(api: ApiKey, version: i16, request: &R) -> Result<(), TestCaseError>

@@ -7,7 +7,7 @@ use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes, decode_request_header_from_buffer};
-use ottla::proto::wire::{Codec, SUPPORTED};
+use ottla_proto::wire::{Codec, SUPPORTED};
 use proptest::prelude::*;
 
 /// Encodes `request` as a full frame, decodes header and body as a broker would,
@@ -104,7 +104,7 @@ fn metadata_request() -> impl Strategy<Value = (i16, MetadataRequest)> {
 }
 
 fn fetch_request() -> impl Strategy<Value = (i16, kafka_protocol::messages::FetchRequest)> {
-    use ottla::proto::fetch::request::{FetchParams, FetchTarget, IsolationLevel, fetch_request};
+    use ottla_proto::fetch::request::{FetchParams, FetchTarget, IsolationLevel, fetch_request};
     let target = (
         name(),
         any::<u128>(),
@@ -172,8 +172,8 @@ proptest! {
 fn fetcher_metadata(
     topics: &[(String, u128)],
     partitions: i32,
-) -> ottla::proto::metadata::ClusterMetadata {
-    use ottla::proto::metadata::{
+) -> ottla_proto::metadata::ClusterMetadata {
+    use ottla_proto::metadata::{
         ClusterMetadata, LeaderEpoch, NodeId, PartitionMetadata, TopicMetadata,
     };
     let mut m = ClusterMetadata::default();
@@ -217,10 +217,10 @@ proptest! {
     ) {
         use std::time::Instant;
         use kafka_protocol::messages::FetchResponse;
-        use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig};
-        use ottla::proto::fetch::request::IsolationLevel;
-        use ottla::proto::group::consumer_protocol::TopicPartition;
-        use ottla::proto::metadata::NodeId;
+        use ottla_proto::fetch::fetcher::{Fetcher, FetcherConfig};
+        use ottla_proto::fetch::request::IsolationLevel;
+        use ottla_proto::group::consumer_protocol::TopicPartition;
+        use ottla_proto::metadata::NodeId;
         let topics: Vec<(String, u128)> = topics.into_iter().collect();
         let mut config = FetcherConfig::default();
         if committed {
@@ -268,9 +268,9 @@ proptest! {
         committed in any::<bool>(),
     ) {
         use std::time::Instant;
-        use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig, OffsetReset};
-        use ottla::proto::fetch::request::IsolationLevel;
-        use ottla::proto::group::consumer_protocol::TopicPartition;
+        use ottla_proto::fetch::fetcher::{Fetcher, FetcherConfig, OffsetReset};
+        use ottla_proto::fetch::request::IsolationLevel;
+        use ottla_proto::group::consumer_protocol::TopicPartition;
         let topics: Vec<(String, u128)> = topics.into_iter().collect();
         let mut config = FetcherConfig {
             reset: if earliest { OffsetReset::Earliest } else { OffsetReset::Latest },
@@ -310,10 +310,10 @@ proptest! {
         idempotent in any::<bool>(),
     ) {
         use std::time::{Duration, Instant};
-        use ottla::proto::fetch::batch::Compression;
-        use ottla::proto::metadata::NodeId;
-        use ottla::proto::produce::accumulator::{Accumulator, ProducerConfig};
-        use ottla::proto::produce::encode::OutRecord;
+        use ottla_proto::fetch::batch::Compression;
+        use ottla_proto::metadata::NodeId;
+        use ottla_proto::produce::accumulator::{Accumulator, ProducerConfig};
+        use ottla_proto::produce::encode::OutRecord;
         let codec = [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd][codec];
         let mut a = Accumulator::new(ProducerConfig {
             compression: codec,
@@ -357,7 +357,7 @@ proptest! {
     /// the mechanisms ottla speaks.
     #[test]
     fn sasl_handshake_requests_round_trip(version in versions(ApiKey::SaslHandshake), which in 0usize..4) {
-        use ottla::proto::sasl::Mechanism;
+        use ottla_proto::sasl::Mechanism;
         let mechanism = [Mechanism::Plain, Mechanism::ScramSha256, Mechanism::ScramSha512, Mechanism::OAuthBearer][which];
         let request = kafka_protocol::messages::SaslHandshakeRequest::default()
             .with_mechanism(StrBytes::from_static_str(mechanism.name()));
@@ -389,7 +389,7 @@ fn topic_partitions() -> impl Strategy<Value = Vec<ottla::consumer::TopicPartiti
     })
 }
 
-// The admin client's requests, as `ottla::proto::admin` builds them, at every version
+// The admin client's requests, as `ottla_proto::admin` builds them, at every version
 // the admin client negotiates.
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
@@ -414,7 +414,7 @@ proptest! {
                 )
             })
             .collect();
-        let request = ottla::proto::admin::create_topics_request(&topics, timeout, validate_only);
+        let request = ottla_proto::admin::create_topics_request(&topics, timeout, validate_only);
         roundtrip(ApiKey::CreateTopics, version, &request)?;
     }
 
@@ -424,7 +424,7 @@ proptest! {
         names in topic_names(),
         timeout in 0..60_000i32,
     ) {
-        let request = ottla::proto::admin::delete_topics_request(&names, timeout, version);
+        let request = ottla_proto::admin::delete_topics_request(&names, timeout, version);
         roundtrip(ApiKey::DeleteTopics, version, &request)?;
     }
 
@@ -436,7 +436,7 @@ proptest! {
         validate_only in any::<bool>(),
     ) {
         let request =
-            ottla::proto::admin::create_partitions_request(&counts, timeout, validate_only);
+            ottla_proto::admin::create_partitions_request(&counts, timeout, validate_only);
         roundtrip(ApiKey::CreatePartitions, version, &request)?;
     }
 
@@ -445,7 +445,7 @@ proptest! {
         version in versions(ApiKey::DescribeConfigs),
         names in topic_names(),
     ) {
-        let request = ottla::proto::admin::describe_topic_configs_request(&names);
+        let request = ottla_proto::admin::describe_topic_configs_request(&names);
         roundtrip(ApiKey::DescribeConfigs, version, &request)?;
     }
 
@@ -471,7 +471,7 @@ proptest! {
         group in "[a-zA-Z0-9._-]{1,40}",
         partitions in topic_partitions(),
     ) {
-        let request = ottla::proto::admin::offset_delete_request(&group, &partitions);
+        let request = ottla_proto::admin::offset_delete_request(&group, &partitions);
         roundtrip(ApiKey::OffsetDelete, version, &request)?;
     }
 }

@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use ottla::proto::group::consumer_protocol::{
+use ottla_proto::group::consumer_protocol::{
     MAX_VERSION, decode_assignment, decode_subscription, encode_assignment, encode_subscription,
     version_of,
 };

@@ -9,9 +9,9 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use ottla::proto::wire::Codec;
 use ottla_fuzz::input::Input;
 use ottla_fuzz::response::{apply, select};
+use ottla_proto::wire::Codec;
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);

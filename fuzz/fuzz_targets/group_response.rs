@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use ottla::proto::group::codec::{GROUP_APIS, decode_response};
-use ottla::proto::wire::SUPPORTED;
+use ottla_proto::group::codec::{GROUP_APIS, decode_response};
+use ottla_proto::wire::SUPPORTED;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, body)) = data.split_first() else {

@@ -19,10 +19,10 @@
 use std::io::Write;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use ottla::proto::fetch::batch::{
+use ottla_proto::fetch::batch::{
     BatchOptions, Batches, CommittedFilter, Compression, control_markers,
 };
-use ottla::proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
+use ottla_proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
 
 use crate::input::Input;
 

@@ -59,16 +59,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ottla::proto::group::assignor::{Assignor, builtin};
-use ottla::proto::group::consumer_protocol::{
+use ottla_proto::group::assignor::{Assignor, builtin};
+use ottla_proto::group::consumer_protocol::{
     Assignment, Subscription, TopicPartition, encode_assignment, encode_subscription,
 };
-use ottla::proto::group::member::{
+use ottla_proto::group::member::{
     CommitError, Event, Failure, GroupConfig, GroupError, GroupMember, Outgoing, RequestId,
     StateKind, Target,
 };
-use ottla::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
-use ottla::proto::metadata::NodeId;
+use ottla_proto::group::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
+use ottla_proto::metadata::NodeId;
 
 use crate::input::Input;
 use crate::response::base;

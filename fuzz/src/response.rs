@@ -14,19 +14,17 @@ use kafka_protocol::messages::{
     ApiKey, FetchResponse, InitProducerIdResponse, ListOffsetsResponse, MetadataResponse,
     ProduceResponse, SaslAuthenticateResponse, SaslHandshakeResponse,
 };
-use ottla::proto::fetch::fetcher::{Fetcher, FetcherConfig, FetcherEvent, OffsetReset};
-use ottla::proto::fetch::request::IsolationLevel;
-use ottla::proto::group::codec::{
-    CONSUMER_GROUP_APIS, GROUP_APIS, decode_response as decode_group,
-};
-use ottla::proto::group::consumer_protocol::TopicPartition;
-use ottla::proto::metadata::{
+use ottla_proto::fetch::fetcher::{Fetcher, FetcherConfig, FetcherEvent, OffsetReset};
+use ottla_proto::fetch::request::IsolationLevel;
+use ottla_proto::group::codec::{CONSUMER_GROUP_APIS, GROUP_APIS, decode_response as decode_group};
+use ottla_proto::group::consumer_protocol::TopicPartition;
+use ottla_proto::metadata::{
     ClusterMetadata, LeaderEpoch, NodeId, PartitionMetadata, TopicMetadata,
 };
-use ottla::proto::produce::accumulator::{Accumulator, ProducerConfig};
-use ottla::proto::produce::encode::OutRecord;
-use ottla::proto::sasl::{SaslClient, ScramHash, Step};
-use ottla::proto::wire::{
+use ottla_proto::produce::accumulator::{Accumulator, ProducerConfig};
+use ottla_proto::produce::encode::OutRecord;
+use ottla_proto::sasl::{SaslClient, ScramHash, Step};
+use ottla_proto::wire::{
     ApiVersionsOutcome, SUPPORTED, decode_response, handle_api_versions_response, negotiate,
 };
 use uuid::Uuid;
@@ -121,7 +119,7 @@ pub fn decodes(api: ApiKey, version: i16, body: Bytes) -> bool {
     }
 }
 
-/// The admin client's APIs (`ottla::proto::admin`).
+/// The admin client's APIs (`ottla_proto::admin`).
 fn is_admin(api: ApiKey) -> bool {
     matches!(
         api,
@@ -162,11 +160,11 @@ fn admin_decodes(api: ApiKey, version: i16, body: Bytes) -> bool {
 }
 
 /// An admin answer, decoded as the admin client decodes it and read by the same pure
-/// readers (`ottla::proto::admin`): per-item results, topic configs, and each described
+/// readers (`ottla_proto::admin`): per-item results, topic configs, and each described
 /// member's subscription and assignment bytes.
 fn admin_response(api: ApiKey, version: i16, body: Bytes) {
     use kafka_protocol::messages as m;
-    use ottla::proto::admin;
+    use ottla_proto::admin;
     match api {
         ApiKey::CreateTopics => {
             if let Ok(r) = decode_response::<m::CreateTopicsResponse>(api, version, body) {

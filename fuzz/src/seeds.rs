@@ -35,14 +35,14 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::records::{
     Compression as KpCompression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
-use ottla::proto::fetch::batch::Compression;
-use ottla::proto::group::codec::GROUP_APIS;
-use ottla::proto::group::consumer_protocol::{
+use ottla_proto::fetch::batch::Compression;
+use ottla_proto::group::codec::GROUP_APIS;
+use ottla_proto::group::consumer_protocol::{
     Assignment, Subscription, TopicPartition, decode_assignment, decode_subscription,
     encode_assignment, encode_subscription,
 };
-use ottla::proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
-use ottla::proto::wire::SUPPORTED;
+use ottla_proto::produce::encode::{OutRecord, ProducerFields, encode_batch};
+use ottla_proto::wire::SUPPORTED;
 
 use crate::batch::{CHECK_CRCS, CONTROL_BIT, Codec, TRANSACTIONAL_BIT, mode, rebase};
 use crate::group_ops::Script;
@@ -156,7 +156,7 @@ pub fn validate() {
         }
     }
     for (name, script) in lanes_scripts() {
-        if let Err(broken) = ottla::proto::process::lanes::script::run(&script) {
+        if let Err(broken) = ottla_proto::process::lanes::script::run(&script) {
             panic!("{name}: {broken}");
         }
     }
@@ -455,7 +455,7 @@ fn response_body(api: ApiKey, version: i16) -> Vec<u8> {
             r.assignment = Some(assignment);
             encode(&r, version)
         }
-        // The admin client's answers (`ottla::proto::admin`).
+        // The admin client's answers (`ottla_proto::admin`).
         ApiKey::CreateTopics => {
             use kafka_protocol::messages::CreateTopicsResponse;
             use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -529,7 +529,7 @@ fn response_body(api: ApiKey, version: i16) -> Vec<u8> {
             use kafka_protocol::messages::describe_groups_response::{
                 DescribedGroup, DescribedGroupMember,
             };
-            use ottla::proto::group::consumer_protocol::{encode_assignment, encode_subscription};
+            use ottla_proto::group::consumer_protocol::{encode_assignment, encode_subscription};
             let subscription = Subscription {
                 topics: vec![TOPIC.to_string()],
                 user_data: None,
@@ -853,7 +853,7 @@ fn record_batches() -> Vec<(String, Vec<u8>)> {
 }
 
 /// `(name, script)` for `lanes_ops`, in the format of
-/// `ottla::proto::process::lanes::script`: a configuration byte, then operations.
+/// `ottla_proto::process::lanes::script`: a configuration byte, then operations.
 fn lanes_scripts() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         (

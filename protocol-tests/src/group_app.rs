@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use ottla::ClientConfig;
 use ottla::driver::{Cluster, GroupHandle, TopicScope};
-use ottla::proto::group::assignor::{Assignor, builtin};
-use ottla::proto::group::consumer_protocol::TopicPartition;
-use ottla::proto::group::member::{Event, GroupConfig, Membership};
+use ottla_proto::group::assignor::{Assignor, builtin};
+use ottla_proto::group::consumer_protocol::TopicPartition;
+use ottla_proto::group::member::{Event, GroupConfig, Membership};
 use tokio::sync::oneshot;
 
 /// What a test member has seen.

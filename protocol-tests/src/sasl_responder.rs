@@ -631,7 +631,7 @@ mod tests {
 
     #[test]
     fn claims_are_read_from_ottlas_unsecured_tokens() {
-        let config = ottla::proto::sasl::UnsecuredJwtConfig::parse("principal=svc lifeSeconds=30")
+        let config = ottla_proto::sasl::UnsecuredJwtConfig::parse("principal=svc lifeSeconds=30")
             .expect("config");
         let (token, exp_ms) = config.token(1_700_000_000_000);
         let claims = token.split('.').nth(1).expect("claims");

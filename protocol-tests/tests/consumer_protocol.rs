@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ottla::consumer::{
     Consumer, ConsumerBuilder, ConsumerEvent, GroupProtocol, Membership, OffsetReset,
 };
-use ottla::proto::group::member::LostReason;
+use ottla_proto::group::member::LostReason;
 use protocol_tests::data::produce;
 use protocol_tests::mock::MockCluster;
 use protocol_tests::tansu::Tansu;

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use ottla::ClientConfig;
 use ottla::driver::{Cluster, TopicScope};
-use ottla::proto::fetch::batch::{BatchOptions, Batches, CommittedFilter};
-use ottla::proto::fetch::request::{
+use ottla_proto::fetch::batch::{BatchOptions, Batches, CommittedFilter};
+use ottla_proto::fetch::request::{
     FetchParams, FetchTarget, FetchedPartition, IsolationLevel, fetch_request, fetched_partitions,
 };
 use protocol_tests::data::{expected, produce};

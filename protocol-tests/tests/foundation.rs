@@ -10,8 +10,8 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use ottla::driver::{Cluster, TopicScope};
-use ottla::proto::metadata::NodeId;
 use ottla::{ClientConfig, RequestError};
+use ottla_proto::metadata::NodeId;
 use protocol_tests::mock::MockCluster;
 use protocol_tests::peer::Peer;
 

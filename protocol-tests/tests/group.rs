@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
-use ottla::proto::group::member::{Event, GroupError, Membership};
+use ottla_proto::group::member::{Event, GroupError, Membership};
 use protocol_tests::group_app::{
     MemberOptions, TestMember, eventually, owned_exactly_once, partitions,
 };
@@ -554,9 +554,9 @@ async fn mock_transport_errors_are_retried_and_config_errors_are_fatal() {
 async fn commit_then_fetch(bootstrap: &str, group: &str) {
     use ottla::ClientConfig;
     use ottla::driver::{Cluster, GroupHandle, TopicScope};
-    use ottla::proto::group::assignor::builtin;
-    use ottla::proto::group::member::GroupConfig;
-    use ottla::proto::group::messages::CommitOffset;
+    use ottla_proto::group::assignor::builtin;
+    use ottla_proto::group::member::GroupConfig;
+    use ottla_proto::group::messages::CommitOffset;
     use std::sync::Arc;
 
     async fn member(bootstrap: &str, group: &str) -> GroupHandle {
@@ -565,7 +565,7 @@ async fn commit_then_fetch(bootstrap: &str, group: &str) {
             Cluster::connect(&config, TopicScope::Topics([TOPIC.to_string()].into()), &[])
                 .await
                 .unwrap();
-        let assignor: Arc<dyn ottla::proto::group::assignor::Assignor> =
+        let assignor: Arc<dyn ottla_proto::group::assignor::Assignor> =
             Arc::from(builtin("range").unwrap());
         let mut gc = GroupConfig::new(group, vec![TOPIC.into()], vec![assignor]);
         gc.session_timeout = Duration::from_secs(6);
@@ -640,23 +640,23 @@ struct SlowRange {
     took: Duration,
 }
 
-impl ottla::proto::group::assignor::Assignor for SlowRange {
+impl ottla_proto::group::assignor::Assignor for SlowRange {
     fn name(&self) -> &'static str {
         "range"
     }
-    fn protocol(&self) -> ottla::proto::group::assignor::RebalanceProtocol {
-        ottla::proto::group::assignor::RebalanceProtocol::Eager
+    fn protocol(&self) -> ottla_proto::group::assignor::RebalanceProtocol {
+        ottla_proto::group::assignor::RebalanceProtocol::Eager
     }
     fn assign(
         &self,
         partitions_per_topic: &std::collections::BTreeMap<String, i32>,
-        members: &[ottla::proto::group::assignor::MemberSubscription],
+        members: &[ottla_proto::group::assignor::MemberSubscription],
     ) -> Result<
-        std::collections::BTreeMap<String, ottla::proto::group::consumer_protocol::Assignment>,
-        ottla::proto::group::assignor::AssignError,
+        std::collections::BTreeMap<String, ottla_proto::group::consumer_protocol::Assignment>,
+        ottla_proto::group::assignor::AssignError,
     > {
         std::thread::sleep(self.took);
-        ottla::proto::group::assignor::RangeAssignor.assign(partitions_per_topic, members)
+        ottla_proto::group::assignor::RangeAssignor.assign(partitions_per_topic, members)
     }
 }
 
@@ -669,7 +669,7 @@ impl ottla::proto::group::assignor::Assignor for SlowRange {
 async fn tansu_a_leader_assigning_for_longer_than_the_session_still_forms_the_group() {
     use ottla::ClientConfig;
     use ottla::driver::{Cluster, GroupHandle, TopicScope};
-    use ottla::proto::group::member::GroupConfig;
+    use ottla_proto::group::member::GroupConfig;
     use std::sync::Arc;
 
     let t = Tansu::start().unwrap();
@@ -680,7 +680,7 @@ async fn tansu_a_leader_assigning_for_longer_than_the_session_still_forms_the_gr
             Cluster::connect(&config, TopicScope::Topics([TOPIC.to_string()].into()), &[])
                 .await
                 .unwrap();
-        let assignor: Arc<dyn ottla::proto::group::assignor::Assignor> = Arc::new(SlowRange {
+        let assignor: Arc<dyn ottla_proto::group::assignor::Assignor> = Arc::new(SlowRange {
             took: Duration::from_secs(9),
         });
         let mut gc = GroupConfig::new("slow-leader", vec![TOPIC.into()], vec![assignor]);

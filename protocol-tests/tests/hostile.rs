@@ -30,8 +30,8 @@ use tokio::time::timeout;
 use kafka_protocol::messages::{ApiKey, MetadataRequest};
 use ottla::consumer::{Consumer, ConsumerBuilder, FetchError, OffsetReset, TopicPartition};
 use ottla::driver::{BrokerConnection, Cluster, TopicScope};
-use ottla::proto::fetch::batch::BatchErrorKind;
 use ottla::{ClientConfig, RequestError, WireError};
+use ottla_proto::fetch::batch::BatchErrorKind;
 use protocol_tests::alloc::{Counting, MemoryWindow, mib};
 use protocol_tests::data::{index_of, matches, produce};
 use protocol_tests::hostile::{HostileProxy, Misbehaviour};
@@ -333,7 +333,7 @@ impl Seen {
 async fn frames_claiming_huge_or_invalid_sizes_fail_the_connection_before_any_allocation() {
     let f = Fixture::new().await;
     let (_cluster, conn) = f.connection(f.client()).await;
-    let default_max = ottla::proto::wire::DEFAULT_MAX_FRAME_SIZE;
+    let default_max = ottla_proto::wire::DEFAULT_MAX_FRAME_SIZE;
     let memory = MemoryWindow::open();
     // i32::MIN is 0x8000_0000: 2 GiB if a reader took the prefix as unsigned.
     for claimed in [i32::MAX, 0x7000_0000, 200 << 20, i32::MIN, -1, 0, 3] {

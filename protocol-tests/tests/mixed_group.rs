@@ -507,7 +507,7 @@ async fn until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
 /// Whether `error` is the INCONSISTENT_GROUP_PROTOCOL failure naming `offered` and
 /// the guide.
 fn names_assignors_and_guide(error: &ottla::Error, offered: &[&str]) {
-    use ottla::proto::group::member::GroupError;
+    use ottla_proto::group::member::GroupError;
     let ottla::Error::Group(GroupError::InconsistentGroupProtocol { offered: got, .. }) = error
     else {
         panic!("not INCONSISTENT_GROUP_PROTOCOL: {error:?}");

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ottla::consumer::{Consumer, ConsumerEvent, OffsetReset};
-use ottla::proto::group::assignor::{Assignor, builtin};
-use ottla::proto::group::consumer_protocol::{Assignment, TopicPartition, encode_assignment};
-use ottla::proto::group::member::{
+use ottla_proto::group::assignor::{Assignor, builtin};
+use ottla_proto::group::consumer_protocol::{Assignment, TopicPartition, encode_assignment};
+use ottla_proto::group::member::{
     CommitError, Event, Failure, GroupConfig, GroupMember, LostReason, Outgoing, RequestId,
     StateKind,
 };
-use ottla::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
-use ottla::proto::group::testing::Harness;
+use ottla_proto::group::messages::{CommitOffset, GroupRequest, GroupResponse, JoinedMember};
+use ottla_proto::group::testing::Harness;
 use protocol_tests::peer::Peer;
 
 const TOPIC: &str = "t";
@@ -679,7 +679,7 @@ fn cooperative_joining_unanswered_for_a_session_loses_the_kept_partitions() {
         let requests = h.requests();
         let events = h.events();
         if lost_at.is_none()
-            && ottla::proto::group::testing::lost(&events, LostReason::SessionLapsed)
+            && ottla_proto::group::testing::lost(&events, LostReason::SessionLapsed)
         {
             lost_at = Some(h.now.duration_since(renewed));
         } else if lost_at.is_some() {
@@ -740,7 +740,7 @@ fn stable_coordinator_found_again_and_again_with_no_answer_still_lapses_the_sess
         events.extend(h.events());
     }
     assert!(
-        ottla::proto::group::testing::lost(&events, LostReason::SessionLapsed),
+        ottla_proto::group::testing::lost(&events, LostReason::SessionLapsed),
         "12 s without an answer from the coordinator and the partitions are still owned: {events:?}, assignment {:?}",
         h.m.assignment()
     );

@@ -741,7 +741,7 @@ async fn scram_over_sasl_ssl_through_stunnel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_sessions_are_renewed_without_a_rebalance() {
     let logs =
-        protocol_tests::log_capture::LogCapture::install("warn,ottla::driver::connection=info,ottla::proto::group=info,ottla::driver::group=info,ottla::consumer=info")
+        protocol_tests::log_capture::LogCapture::install("warn,ottla::driver::connection=info,ottla_proto::group=info,ottla::driver::group=info,ottla::consumer=info")
             .expect("log capture");
     let secs = protocol_tests::env_number("OTTLA_REAUTH_SECS", 180);
     let broker = SaslTansu::start_with(&scram_users().topic("renewed", 6)).expect("SASL tansu");
@@ -1217,8 +1217,8 @@ async fn in_band_reauthentication_loses_and_reorders_nothing() {
 /// presented (the responder would refuse it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oauthbearer_tokens_are_refreshed_before_they_expire() {
-    use ottla::proto::sasl::UnsecuredJwtConfig;
     use ottla::security::{OAuthToken, Secret, TokenError, TokenFuture, TokenProvider};
+    use ottla_proto::sasl::UnsecuredJwtConfig;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::SystemTime;
 

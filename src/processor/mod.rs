@@ -46,7 +46,7 @@
 //! partition's lag.
 //!
 //! **Where the rules are.** Every rule above lives in the sans-IO
-//! [`crate::proto::process::lanes::Lanes`] machine, tested on a virtual clock;
+//! [`ottla_proto::process::lanes::Lanes`] machine, tested on a virtual clock;
 //! this module drives it: it runs handlers and writes as tasks, commits, and passes
 //! the results, the group's events and the time back.
 //!

@@ -38,10 +38,10 @@ use crate::driver::{Cluster, TopicScope, lock, sleep_until};
 use crate::error::{Error, RequestError, Result};
 pub use crate::proto::fetch::batch::Compression;
 use crate::proto::metadata::{NodeId, RefreshPace};
-use crate::proto::produce::accumulator::{
-    Accumulator, AccumulatorEvent, AppendError, ConnectionFailure, RecordId,
+use crate::proto::produce::accumulator::{Accumulator, AccumulatorEvent, AppendError, RecordId};
+pub use crate::proto::produce::accumulator::{
+    Acks, ConnectionFailure, ProduceError, ProducerConfig,
 };
-pub use crate::proto::produce::accumulator::{Acks, ProduceError, ProducerConfig};
 use crate::proto::produce::encode::OutRecord;
 pub use crate::proto::produce::record::ProducerRecord;
 
