@@ -16,8 +16,24 @@ for p in meta["packages"]:
 [ -n "$crates" ] || { echo "publish-check: no publishable crate found" >&2; exit 1; }
 args=()
 for c in $crates; do args+=(-p "$c"); done
+# The dry run verifies each package against the others through a temporary registry,
+# and cargo takes a registry crate for immutable: it extracts a crate of a given version
+# once (under $CARGO_HOME/registry/src/-<hash>/, the temporary registry's) and never
+# rebuilds what it built from it. A second run of the same version verified ottla
+# against the ottla-proto of the first (a new variant "not found"). So each run starts
+# from our crates' new packages: their extracted sources and their builds are removed
+# first (the builds in a target directory of their own, so that the suites' stay).
+target="target/publish-check"
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+rm -rf target/package
+for c in $crates; do
+    rm -rf "$cargo_home"/registry/src/-*/"$c"-[0-9]*
+    if [ -d "$target" ]; then
+        cargo clean --quiet --target-dir "$target" -p "$c" 2>/dev/null || true
+    fi
+done
 echo "publish-check: cargo publish --dry-run ${args[*]}"
-cargo publish --dry-run --locked "${args[@]}" "$@"
+cargo publish --dry-run --locked --target-dir "$target" "${args[@]}" "$@"
 for c in $crates; do
     echo "ok: $c packages and builds from its package ($(cargo package --locked -p "$c" --list "$@" 2>/dev/null | wc -l) files)"
 done
