@@ -536,10 +536,11 @@ impl Processor {
                             &mut held_stop,
                             offsets,
                         );
-                        if !offsets.is_empty() {
-                            let ok = self.commit(&offsets).await;
-                            lanes.committed(&offsets, ok, now());
-                        }
+                        // The lanes hear back whatever happened, even when the loss left
+                        // nothing to commit: until they do, they count this commit as out
+                        // and make no other.
+                        let ok = offsets.is_empty() || self.commit(&offsets).await;
+                        lanes.committed(&offsets, ok, now());
                     }
                     Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
                     Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
