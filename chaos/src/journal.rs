@@ -48,11 +48,21 @@ pub enum Check {
     Member,
     /// The committed offsets did not reach the log end in time after the faults.
     Drain,
+    /// A finished record waited longer than [`COMMIT_WAIT_BOUND`] after its last
+    /// finish for a commit past it: commits stalled while records were finished.
+    CommitWait,
 }
+
+/// How long a record may wait, from the last time it was finished, for a commit past
+/// it. The faults hold a coordinator away for 10-15 s at most, and a partition whose
+/// owner lost it is finished again by the next one; a Processor that stopped
+/// committing (issue 32: 140 s, the lanes waiting for an answer they never got) is far
+/// above it.
+pub const COMMIT_WAIT_BOUND: f64 = 90.0;
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::Regression,
         Check::UnfinishedCommit,
         Check::DoubleOwner,
@@ -61,6 +71,7 @@ impl Check {
         Check::DlqMissing,
         Check::Member,
         Check::Drain,
+        Check::CommitWait,
     ];
 
     /// Its name in the report.
@@ -74,6 +85,7 @@ impl Check {
             Check::DlqMissing => "dlq_missing",
             Check::Member => "member_failures",
             Check::Drain => "drain",
+            Check::CommitWait => "commit_waits",
         }
     }
 }
@@ -122,6 +134,8 @@ struct Inner {
     deferred: Vec<Deferred>,
     /// Deferred redos the broker's early grant explained.
     redone_after_early_grant: u64,
+    /// [`COMMIT_WAIT_BOUND`] unless a test sets another.
+    commit_wait_bound: Option<f64>,
 }
 
 /// A partition granted to `new` at `at` while `old` still held it, `old` not asked to
@@ -163,6 +177,8 @@ struct OffsetRecord {
     dead_lettered: u32,
     /// When it was first finished (handled or dead-lettered).
     done_at: Option<f64>,
+    /// When it was last finished.
+    last_done_at: Option<f64>,
 }
 
 impl OffsetRecord {
@@ -191,6 +207,8 @@ struct Partition {
     /// Each incarnation's last handler start here: offset, and whether it redid a
     /// finished record.
     last_start: HashMap<usize, (i64, bool)>,
+    /// Every commit the hooks reported: when, and the offset.
+    commit_log: Vec<(f64, i64)>,
     /// The last committed offset read back from the broker.
     polled: Option<i64>,
     polls: u64,
@@ -321,6 +339,9 @@ pub struct Analysis {
     /// after the broker had granted the partition anew: the broker's double grant, not
     /// a client's error.
     pub redone_after_early_grant: u64,
+    /// The longest wait from a record's last finish to a commit past it: the
+    /// partition, and the seconds ([`Check::CommitWait`]).
+    pub longest_commit_wait: Option<(i32, f64)>,
 }
 
 impl Journal {
@@ -340,6 +361,11 @@ impl Journal {
     /// (ottla's own leader) assigns, and every such redo stays a violation.
     pub fn set_broker_assigns(&self, yes: bool) {
         self.lock().broker_assigns = yes;
+    }
+
+    /// Another bound for [`Check::CommitWait`], in seconds (tests).
+    pub fn set_commit_wait_bound(&self, seconds: f64) {
+        self.lock().commit_wait_bound = Some(seconds);
     }
 
     /// Seconds since the start.
@@ -709,6 +735,7 @@ impl Journal {
             } = &mut *j;
             let p = partitions.entry(partition).or_default();
             p.commits += 1;
+            p.commit_log.push((at, offset));
             if let Some((last, by, when)) = p.committed
                 && offset < last
             {
@@ -1024,8 +1051,64 @@ impl Journal {
             }
             gaps.insert(p, worst);
         }
+        // The longest wait, per partition, from a record's last finish to a commit past
+        // it; a partition over the bound fails once, with its worst record.
+        let mut longest_commit_wait: Option<(i32, f64)> = None;
+        let bound = j.commit_wait_bound.unwrap_or(COMMIT_WAIT_BOUND);
+        let mut waits: Vec<(i32, i64, f64, f64)> = Vec::new();
+        for (p, part) in &j.partitions {
+            let log = &part.commit_log;
+            // The highest offset committed up to each report, in time order.
+            let mut best = Vec::with_capacity(log.len());
+            let mut max = i64::MIN;
+            for (_, o) in log {
+                max = max.max(*o);
+                best.push(max);
+            }
+            let mut worst: Option<(i64, f64, f64)> = None;
+            for ((rp, offset), r) in &j.offsets {
+                let (true, Some(done)) = (rp == p, r.last_done_at) else {
+                    continue;
+                };
+                // Reports from the last finish on; one before it already past the record
+                // means it was finished again below a commit (another check's).
+                let from = log.partition_point(|(t, _)| *t < done);
+                if from > 0 && best.get(from - 1).is_some_and(|b| *b > *offset) {
+                    continue;
+                }
+                let Some(tail) = best.get(from..) else {
+                    continue;
+                };
+                let k = tail.partition_point(|b| *b <= *offset);
+                let Some((at, _)) = log.get(from + k) else {
+                    // Never committed: the drain check's.
+                    continue;
+                };
+                let wait = at - done;
+                if worst.is_none_or(|(_, w, _)| wait > w) {
+                    worst = Some((*offset, wait, done));
+                }
+            }
+            if let Some((offset, wait, done)) = worst {
+                if longest_commit_wait.is_none_or(|(_, w)| wait > w) {
+                    longest_commit_wait = Some((*p, wait));
+                }
+                if wait > bound {
+                    waits.push((*p, offset, done, wait));
+                }
+            }
+        }
+        for (p, offset, done, wait) in waits {
+            j.violation(
+                Check::CommitWait,
+                format!(
+                    "partition {p}: {p}@{offset}, finished at t={done:.1}s, waited {wait:.1}s for a commit past it (bound {bound:.0}s)"
+                ),
+            );
+        }
         let c = j.counts.clone();
         Analysis {
+            longest_commit_wait,
             sent: j.sent,
             produced: j.acked.len() as u64,
             produce_failures: j.produce_failures,
@@ -1102,6 +1185,7 @@ impl Inner {
             r.ok += 1;
         }
         r.done_at.get_or_insert(at);
+        r.last_done_at = Some(at);
         let p = self.partitions.entry(partition).or_default();
         p.max_finished = p.max_finished.max(offset);
     }
@@ -1257,6 +1341,36 @@ mod tests {
             Some(&5),
             "{:?}",
             a.violations
+        );
+    }
+
+    #[test]
+    fn records_finished_and_not_committed_for_longer_than_the_bound_fail_once_per_partition() {
+        let (j, m) = journal_with_member();
+        j.set_commit_wait_bound(0.05);
+        handle(&j, m, 0..3);
+        j.committed(m, 0, 3);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            a.checks.get(&Check::CommitWait),
+            Some(&0),
+            "{:?}",
+            a.violations
+        );
+        // Finished now, committed only after the bound: the lanes stopped committing.
+        handle(&j, m, 3..6);
+        std::thread::sleep(Duration::from_millis(120));
+        j.committed(m, 0, 6);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            a.checks.get(&Check::CommitWait),
+            Some(&1),
+            "{:?}",
+            a.violations
+        );
+        assert!(
+            a.longest_commit_wait
+                .is_some_and(|(p, w)| p == 0 && w >= 0.1)
         );
     }
 

@@ -691,8 +691,12 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "commits:     {} partition commits reported by the metrics hooks; {} broker reads of the committed offsets ({} failed)",
-            a.commits, a.polls, a.poll_failures
+            "commits:     {} partition commits reported by the metrics hooks; {} broker reads of the committed offsets ({} failed); longest wait from a record's last finish to a commit past it: {}",
+            a.commits,
+            a.polls,
+            a.poll_failures,
+            a.longest_commit_wait
+                .map_or("none".to_string(), |(p, w)| format!("{w:.1}s (p{p})"))
         )?;
         writeln!(
             f,
