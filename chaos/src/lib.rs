@@ -38,7 +38,13 @@
 //!   the Processor's metrics hook, `Metric::Joined`);
 //! - a record handled again lies at or above the committed offset of that moment:
 //!   duplicates come only from the in-flight window of a handover; their number is
-//!   printed next to that window's size summed over the handovers;
+//!   printed next to that window's size summed over the handovers. Under the consumer
+//!   protocol, a redo below a commit that the previous owner made after the broker had
+//!   granted the partition anew, and that the broker asked that owner for only
+//!   afterwards, is the broker's double grant (`broker_double_grants`, the librdkafka
+//!   mock's quirk), not a failure;
+//! - no finished record waits more than [`journal::COMMIT_WAIT_BOUND`] (90 s) after its
+//!   last finish for a commit past it (`commit_waits`);
 //! - every member stops only when asked; the committed offsets reach the log end
 //!   within the drain timeout once the faults stop.
 //!
