@@ -334,7 +334,8 @@ pub struct Analysis {
     /// All failures.
     pub violation_count: u64,
     /// Partitions the broker granted to one member while it still counted another as
-    /// their owner (it asked that one for them only afterwards): see [`EarlyGrant`].
+    /// their owner (it asked that one for them only afterwards): the librdkafka mock
+    /// does this when a connection closes.
     pub early_grants: u64,
     /// Finished records handled again below a commit that the previous owner made
     /// after the broker had granted the partition anew: the broker's double grant, not
