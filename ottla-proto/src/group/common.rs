@@ -188,34 +188,6 @@ impl<S, C> Core<S, C> {
         Ok(live)
     }
 
-    /// Sends the OffsetFetch of the partitions due (if any) to the coordinator `node`:
-    /// `member` is what the request carries of the member (OffsetFetch v9's id and
-    /// epoch), `sent` what the member records of it.
-    pub(crate) fn fetch_offsets_if_due(
-        &mut self,
-        now: Instant,
-        node: NodeId,
-        member: Option<(String, i32)>,
-        sent: impl FnOnce(BTreeSet<TopicPartition>) -> S,
-    ) {
-        let Some(asked) = self.offsets_due(now) else {
-            return;
-        };
-        let request = GroupRequest::OffsetFetch {
-            group: self.config.group_id.clone(),
-            partitions: asked.iter().cloned().collect(),
-            // As the Java client: a new owner never resumes before a pending
-            // transactional commit of its partitions settles (dropped below
-            // OffsetFetch v7, which lacks the flag).
-            require_stable: true,
-            member,
-        };
-        let id = self.send(Target::Coordinator(node), request, sent(asked));
-        if let Some(f) = &mut self.fetch {
-            f.sent(id);
-        }
-    }
-
     /// A FindCoordinator answer: the lookup moves on, and a coordinator found is logged
     /// and reported ([`Event::CoordinatorFound`]). The caller decides whether a refusal
     /// is fatal and what a new coordinator means to its heartbeats.
@@ -381,6 +353,51 @@ impl<S, C> Core<S, C> {
         }
     }
 
+    /// When the application must next come back for records.
+    pub(crate) fn progress_deadline(&self) -> Instant {
+        self.last_progress + self.config.max_poll_interval
+    }
+
+    /// The application did not come back in time: logged and reported
+    /// ([`Event::ProgressTimeout`]); the member leaves as its protocol says.
+    pub(crate) fn progress_timed_out(&mut self) {
+        let interval = self.config.max_poll_interval;
+        warn!(group = %self.config.group_id, ?interval, "the application did not come back within max.poll.interval.ms; leaving the group");
+        self.events.push_back(Event::ProgressTimeout {
+            max_poll_interval: interval,
+        });
+    }
+}
+
+impl<S, C: Commits> Core<S, C> {
+    /// Sends the OffsetFetch of the partitions due (if any) to the coordinator `node`:
+    /// `member` is what the request carries of the member (OffsetFetch v9's id and
+    /// epoch), `sent` what the member records of it.
+    pub(crate) fn fetch_offsets_if_due(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        member: Option<(String, i32)>,
+        sent: impl FnOnce(BTreeSet<TopicPartition>) -> S,
+    ) {
+        let Some(asked) = self.offsets_due(now) else {
+            return;
+        };
+        let request = GroupRequest::OffsetFetch {
+            group: self.config.group_id.clone(),
+            partitions: asked.iter().cloned().collect(),
+            // As the Java client: a new owner never resumes before a pending
+            // transactional commit of its partitions settles (dropped below
+            // OffsetFetch v7, which lacks the flag).
+            require_stable: true,
+            member,
+        };
+        let id = self.send(Target::Coordinator(node), request, sent(asked));
+        if let Some(f) = &mut self.fetch {
+            f.sent(id);
+        }
+    }
+
     /// The partitions whose committed offsets are due to be asked for now (forgetting
     /// those no longer owned).
     ///
@@ -405,21 +422,6 @@ impl<S, C> Core<S, C> {
         self.fetch
             .as_ref()
             .and_then(|f| f.due_at(&self.commits.pending()))
-    }
-
-    /// When the application must next come back for records.
-    pub(crate) fn progress_deadline(&self) -> Instant {
-        self.last_progress + self.config.max_poll_interval
-    }
-
-    /// The application did not come back in time: logged and reported
-    /// ([`Event::ProgressTimeout`]); the member leaves as its protocol says.
-    pub(crate) fn progress_timed_out(&mut self) {
-        let interval = self.config.max_poll_interval;
-        warn!(group = %self.config.group_id, ?interval, "the application did not come back within max.poll.interval.ms; leaving the group");
-        self.events.push_back(Event::ProgressTimeout {
-            max_poll_interval: interval,
-        });
     }
 }
 
@@ -893,16 +895,27 @@ impl CoordinatorLookup {
     }
 }
 
+/// What a queued commit commits, whatever else it keeps.
+pub(crate) trait Commits {
+    /// Its offsets.
+    fn offsets(&self) -> &[CommitOffset];
+}
+
+/// The partitions of `offsets`.
+fn partitions(offsets: &[CommitOffset]) -> impl Iterator<Item = &TopicPartition> {
+    offsets.iter().map(|o| &o.partition)
+}
+
 /// OffsetCommits, one on the wire at a time in the order they were made, so a later
 /// commit can never be overtaken (and undone) by an earlier one. `T` is what waits:
 /// the request itself (classic: built with the generation of the moment), or the
-/// offsets (consumer protocol: sent with the epoch of the moment they go out). Each
-/// keeps the partitions it commits, so that an OffsetFetch waits for them
-/// ([`CommitQueue::pending`]).
+/// offsets (consumer protocol: sent with the epoch of the moment they go out). The
+/// partitions of the commit on the wire are kept, so that an OffsetFetch waits for
+/// them as for those queued ([`CommitQueue::pending`]).
 #[derive(Debug)]
 pub(crate) struct CommitQueue<T> {
     in_flight: Option<(RequestId, BTreeSet<TopicPartition>)>,
-    queue: VecDeque<(RequestId, T, BTreeSet<TopicPartition>)>,
+    queue: VecDeque<(RequestId, T)>,
 }
 
 impl<T> CommitQueue<T> {
@@ -913,36 +926,14 @@ impl<T> CommitQueue<T> {
         }
     }
 
-    /// Queues a commit of `partitions`.
-    pub(crate) fn push(
-        &mut self,
-        id: RequestId,
-        commit: T,
-        partitions: impl IntoIterator<Item = TopicPartition>,
-    ) {
-        self.queue
-            .push_back((id, commit, partitions.into_iter().collect()));
+    /// Queues a commit.
+    pub(crate) fn push(&mut self, id: RequestId, commit: T) {
+        self.queue.push_back((id, commit));
     }
 
-    /// Puts a commit of `partitions` back at the head of the queue, to go again.
-    pub(crate) fn retry(
-        &mut self,
-        id: RequestId,
-        commit: T,
-        partitions: impl IntoIterator<Item = TopicPartition>,
-    ) {
-        self.queue
-            .push_front((id, commit, partitions.into_iter().collect()));
-    }
-
-    /// The next commit to send, if none is on the wire; it is on the wire from now.
-    pub(crate) fn next(&mut self) -> Option<(RequestId, T)> {
-        if self.in_flight.is_some() {
-            return None;
-        }
-        let (id, commit, partitions) = self.queue.pop_front()?;
-        self.in_flight = Some((id, partitions));
-        Some((id, commit))
+    /// Puts a commit back at the head of the queue, to go again.
+    pub(crate) fn retry(&mut self, id: RequestId, commit: T) {
+        self.queue.push_front((id, commit));
     }
 
     /// Request `id` was answered or failed: if it was the commit on the wire, the next
@@ -953,21 +944,33 @@ impl<T> CommitQueue<T> {
         }
     }
 
+    /// Every commit still waiting, taken out (the member is closing).
+    pub(crate) fn drain(&mut self) -> Vec<(RequestId, T)> {
+        self.queue.drain(..).collect()
+    }
+}
+
+impl<T: Commits> CommitQueue<T> {
+    /// The next commit to send, if none is on the wire; it is on the wire from now.
+    pub(crate) fn next(&mut self) -> Option<(RequestId, T)> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        let (id, commit) = self.queue.pop_front()?;
+        self.in_flight = Some((id, partitions(commit.offsets()).cloned().collect()));
+        Some((id, commit))
+    }
+
     /// The partitions of the commit on the wire and of those waiting: until each
     /// settles, the broker's committed offset of these may still move.
     pub(crate) fn pending(&self) -> BTreeSet<TopicPartition> {
+        let waiting = self.queue.iter().flat_map(|(_, c)| partitions(c.offsets()));
         self.in_flight
             .iter()
-            .map(|(_, p)| p)
-            .chain(self.queue.iter().map(|(_, _, p)| p))
-            .flatten()
+            .flat_map(|(_, p)| p.iter())
+            .chain(waiting)
             .cloned()
             .collect()
-    }
-
-    /// Every commit still waiting, taken out (the member is closing).
-    pub(crate) fn drain(&mut self) -> Vec<(RequestId, T)> {
-        self.queue.drain(..).map(|(id, c, _)| (id, c)).collect()
     }
 }
 

@@ -133,6 +133,12 @@ struct QueuedCommit {
     offsets: Vec<CommitOffset>,
 }
 
+impl super::common::Commits for QueuedCommit {
+    fn offsets(&self) -> &[CommitOffset] {
+        &self.offsets
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     /// Not in the group: the next heartbeat joins with epoch 0.
@@ -430,13 +436,12 @@ impl ConsumerGroupMember {
         self.core
             .may_commit(self.closed(), self.epoch(), &offsets)?;
         let id = self.core.outbox.reserve();
-        let partitions: Vec<TopicPartition> = offsets.iter().map(|o| o.partition.clone()).collect();
         let commit = QueuedCommit {
             incarnation: self.incarnation,
             epoch: self.epoch,
             offsets,
         };
-        self.core.commits.push(id, commit, partitions);
+        self.core.commits.push(id, commit);
         self.advance(now);
         Ok(id)
     }
@@ -1185,14 +1190,12 @@ impl ConsumerGroupMember {
                 .all(|o| self.core.owned.contains(&o.partition))
         {
             debug!(group = %self.core.config.group_id, old = epoch, new = self.epoch, "commit had a stale epoch; sending it again");
-            let partitions: Vec<TopicPartition> =
-                offsets.iter().map(|o| o.partition.clone()).collect();
             let commit = QueuedCommit {
                 incarnation,
                 epoch,
                 offsets,
             };
-            self.core.commits.retry(id, commit, partitions);
+            self.core.commits.retry(id, commit);
             return;
         }
         let result = Err(CommitError::Broker {

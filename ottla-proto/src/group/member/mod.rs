@@ -323,12 +323,11 @@ impl GroupMember {
             offsets: offsets.clone(),
         };
         let id = self.core.outbox.reserve();
-        let partitions: Vec<TopicPartition> = offsets.iter().map(|o| o.partition.clone()).collect();
         let sent = Sent::Commit {
             generation,
             offsets,
         };
-        self.core.commits.push(id, (request, sent), partitions);
+        self.core.commits.push(id, (request, sent));
         self.advance(now);
         Ok(id)
     }

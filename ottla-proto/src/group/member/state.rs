@@ -152,3 +152,13 @@ pub(super) enum Sent {
         partitions: BTreeSet<TopicPartition>,
     },
 }
+
+/// A queued classic commit: its request, and what it is sent for.
+impl super::super::common::Commits for (GroupRequest, Sent) {
+    fn offsets(&self) -> &[CommitOffset] {
+        match &self.1 {
+            Sent::Commit { offsets, .. } => offsets,
+            _ => &[],
+        }
+    }
+}
