@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::{error, info, warn};
 
-use super::state::{Attempt, Destination, Work};
+use super::state::{Attempt, Destination, Slot, Work};
 use super::types::{Action, Metric, Now, Ticket};
 use super::{LOG_TARGET, Lanes};
 use crate::fetch::fetcher::ConsumerRecord;
@@ -115,6 +115,7 @@ impl Lanes {
     pub fn produced(&mut self, ticket: Ticket, result: Result<(), String>, now: Now) {
         let Some((
             tp,
+            slot,
             Work::Forwarding {
                 attempt,
                 class,
@@ -184,13 +185,16 @@ impl Lanes {
                         retry_in_ms = delay.as_millis() as u64,
                         "dead-letter write failed; the partition is halted and nothing is committed past this record"
                     );
-                    lane.work = Work::Halted {
-                        attempt,
-                        class,
-                        to,
-                        retry_at: now.at + delay,
-                        failures,
-                    };
+                    lane.set_work(
+                        slot,
+                        Work::Halted {
+                            attempt,
+                            class,
+                            to,
+                            retry_at: now.at + delay,
+                            failures,
+                        },
+                    );
                 }
             }
         }
@@ -198,9 +202,11 @@ impl Lanes {
     }
 
     /// Writes a record on: to a retry topic's hop, or to the dead-letter topic.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &mut self,
         tp: &TopicPartition,
+        slot: Slot,
         attempt: Attempt,
         class: ErrorClass,
         to: Destination,
@@ -208,18 +214,21 @@ impl Lanes {
         now: Now,
     ) {
         let record = self.outgoing(&attempt, class, to, now);
-        let ticket = self.ticket(tp);
+        let ticket = self.ticket(tp, slot);
         let Some(lane) = self.lanes.get_mut(tp) else {
             self.tickets.remove(&ticket);
             return;
         };
-        lane.work = Work::Forwarding {
-            ticket,
-            attempt,
-            class,
-            to,
-            failures,
-        };
+        lane.set_work(
+            slot,
+            Work::Forwarding {
+                ticket,
+                attempt,
+                class,
+                to,
+                failures,
+            },
+        );
         self.actions.push_back(Action::Produce {
             ticket,
             partition: tp.clone(),

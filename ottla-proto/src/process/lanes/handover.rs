@@ -28,17 +28,27 @@ impl Lanes {
             };
             lane.releasing = true;
             lane.paused = true;
-            lane.queue.clear();
-            lane.queued = 0;
-            match &mut lane.work {
-                Work::Waiting { .. } | Work::Halted { .. } => lane.work = Work::Idle,
-                Work::Running {
-                    ticket, cancelled, ..
-                } => {
-                    *cancelled = true;
-                    self.actions.push_back(Action::Cancel(*ticket));
+            lane.clear_queues();
+            let slots: Vec<_> = lane.lines.keys().copied().collect();
+            for slot in slots {
+                let Some(line) = lane.line_mut(slot) else {
+                    continue;
+                };
+                match line.work() {
+                    Work::Waiting { .. } | Work::Halted { .. } => {
+                        lane.set_work(slot, Work::Idle);
+                    }
+                    Work::Running { .. } => {
+                        if let Some(Work::Running {
+                            ticket, cancelled, ..
+                        }) = line.running_mut()
+                        {
+                            *cancelled = true;
+                            self.actions.push_back(Action::Cancel(*ticket));
+                        }
+                    }
+                    Work::Idle | Work::Forwarding { .. } => {}
                 }
-                Work::Idle | Work::Forwarding { .. } => {}
             }
         }
         self.releases.push(Releasing {
@@ -62,8 +72,10 @@ impl Lanes {
     pub fn lose(&mut self, partitions: &[TopicPartition], now: Now) {
         for tp in partitions {
             if let Some(lane) = self.remove_lane(tp) {
-                if let Work::Running { ticket, .. } = lane.work {
-                    self.actions.push_back(Action::Cancel(ticket));
+                for line in lane.lines.values() {
+                    if let Work::Running { ticket, .. } = line.work() {
+                        self.actions.push_back(Action::Cancel(*ticket));
+                    }
                 }
             }
         }
@@ -89,11 +101,10 @@ impl Lanes {
             let Some(r) = self.releases.get(i) else {
                 break;
             };
-            let busy = r.partitions.iter().any(|tp| {
-                self.lanes
-                    .get(tp)
-                    .is_some_and(|l| !matches!(l.work, Work::Idle))
-            });
+            let busy = r
+                .partitions
+                .iter()
+                .any(|tp| self.lanes.get(tp).is_some_and(|l| l.busy.any()));
             if busy && now.at < r.deadline {
                 i += 1;
                 continue;
@@ -109,13 +120,15 @@ impl Lanes {
             let offsets = self.pending(Some(&r.partitions));
             for tp in &r.partitions {
                 if let Some(lane) = self.remove_lane(tp) {
-                    if let Work::Running {
-                        ticket,
-                        cancelled: false,
-                        ..
-                    } = lane.work
-                    {
-                        self.actions.push_back(Action::Cancel(ticket));
+                    for line in lane.lines.values() {
+                        if let Work::Running {
+                            ticket,
+                            cancelled: false,
+                            ..
+                        } = line.work()
+                        {
+                            self.actions.push_back(Action::Cancel(*ticket));
+                        }
                     }
                 }
             }

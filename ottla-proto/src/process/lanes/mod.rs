@@ -1,5 +1,6 @@
-//! The processor's rules as a sans-IO machine: one lane per partition, each handling
-//! its records one call at a time, in order; retries that wait without holding up the
+//! The processor's rules as a sans-IO machine: one lane per partition, handling its
+//! records in lines, one call at a time per line, in offset order: one line per
+//! partition, or one per key ([`ProcessingOrder`]); retries that wait without holding up the
 //! other lanes; dead-letter and retry-topic writes; halts while the dead-letter topic
 //! cannot be written; commits of each lane's finished prefix; revocations and loss.
 //!
@@ -13,7 +14,9 @@
 //! ([`Lanes::check`]):
 //! 1. A commit never passes a record that was delivered and has not finished
 //!    (succeeded, skipped, or its dead-letter or retry-topic write acknowledged).
-//! 2. At most one handler call or write is in flight per partition.
+//! 2. At most one handler call or write is in flight per line: per partition under
+//!    [`ProcessingOrder::Partition`], per key under `Key`; a line's records go to
+//!    calls in offset order.
 //! 3. Retry state dies with the assignment that made it: a revoked or lost partition
 //!    keeps no lane, and an answer for work of an older assignment changes nothing.
 
@@ -36,8 +39,10 @@ pub use super::run::Run;
 use forward::hop_of;
 pub use forward::producer_headers;
 pub use forward::{HALT_BACKOFF, RETRY_HOP, dead_letter_record, retry_topic};
-use state::{Attempt, Lane, Releasing, Work};
-pub use types::{Action, DlqName, Handover, LanesConfig, Metric, Now, Outcome, Stats, Ticket};
+use state::{Attempt, Lane, Releasing, Slot, Work};
+pub use types::{
+    Action, DlqName, Handover, LanesConfig, Metric, Now, Outcome, ProcessingOrder, Stats, Ticket,
+};
 
 /// The target of the lanes' log lines: the processor's, as before the rules moved here,
 /// so `RUST_LOG=ottla::processor=...` filters them as it always did.
@@ -48,8 +53,8 @@ const LOG_TARGET: &str = "ottla::processor";
 pub struct Lanes {
     config: LanesConfig,
     lanes: BTreeMap<TopicPartition, Lane>,
-    /// The lane of each ticket in flight.
-    tickets: HashMap<Ticket, TopicPartition>,
+    /// The lane and line of each ticket in flight.
+    tickets: HashMap<Ticket, (TopicPartition, Slot)>,
     next_ticket: u64,
     /// xorshift state (never zero).
     jitter: u64,
@@ -103,13 +108,12 @@ impl Lanes {
     /// next try, the commit interval, a handover's deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let saturated = self.saturated();
-        let lanes = self.lanes.iter().filter_map(|(tp, l)| match &l.work {
-            // A retry whose time has come waits for a free slot, which only a
-            // handler's answer frees, or for the application's resume: no timer.
-            Work::Waiting { until, .. } if !saturated && !self.is_held(tp) => Some(*until),
-            Work::Halted { retry_at, .. } => Some(*retry_at),
-            _ => None,
-        });
+        // A retry whose time has come waits for a free slot, which only a handler's
+        // answer frees, or for the application's resume: no timer then.
+        let lanes = self
+            .lanes
+            .iter()
+            .filter_map(|(tp, l)| l.next_timer(!saturated && !self.is_held(tp)));
         let commit = self.next_commit.filter(|_| !self.commit_in_flight);
         lanes
             .chain(commit)
@@ -158,9 +162,11 @@ impl Lanes {
         }
         // Calls running on many records stop after the one in hand.
         for (tp, lane) in &self.lanes {
-            if let Work::Running { ticket, .. } = lane.work {
-                if self.held_all || self.held.contains(tp) {
-                    self.actions.push_back(Action::Yield(ticket));
+            if self.held_all || self.held.contains(tp) {
+                for line in lane.lines.values() {
+                    if let Work::Running { ticket, .. } = line.work() {
+                        self.actions.push_back(Action::Yield(*ticket));
+                    }
                 }
             }
         }
@@ -223,10 +229,10 @@ impl Lanes {
         }
     }
 
-    fn ticket(&mut self, tp: &TopicPartition) -> Ticket {
+    fn ticket(&mut self, tp: &TopicPartition, slot: Slot) -> Ticket {
         self.next_ticket += 1;
         let t = Ticket(self.next_ticket);
-        self.tickets.insert(t, tp.clone());
+        self.tickets.insert(t, (tp.clone(), slot));
         t
     }
 
@@ -239,10 +245,7 @@ impl Lanes {
     }
 
     fn running(&self) -> usize {
-        self.lanes
-            .values()
-            .filter(|l| matches!(l.work, Work::Running { .. }))
-            .count()
+        self.lanes.values().map(|l| l.busy.running).sum()
     }
 
     fn saturated(&self) -> bool {
@@ -251,7 +254,7 @@ impl Lanes {
 
     fn remove_lane(&mut self, tp: &TopicPartition) -> Option<Lane> {
         let lane = self.lanes.remove(tp)?;
-        if let Some(t) = lane.work.ticket() {
+        for t in lane.tickets() {
             self.tickets.remove(&t);
         }
         Some(lane)
@@ -280,25 +283,22 @@ impl Lanes {
         }
         runs.push(records);
         for run in runs.into_iter().rev() {
-            self.deliver_run(run);
+            self.deliver_run(run, now.at);
         }
         self.step(now);
     }
 
-    /// Records of one partition, in offset order, to its lane.
-    fn deliver_run(&mut self, records: Vec<ConsumerRecord>) {
+    /// Records of one partition, in offset order, to its lane: to its one line, or to
+    /// their keys' lines.
+    fn deliver_run(&mut self, records: Vec<ConsumerRecord>, at: Instant) {
         let Some(first) = records.first() else {
             return;
         };
         // A new lane owns nothing before its first record: committing from there.
-        let start = first.offset();
         let lane = self
             .lanes
             .entry(first.topic_partition())
-            .or_insert_with(|| Lane {
-                tracker: OffsetTracker::starting_at(start),
-                ..Lane::default()
-            });
+            .or_insert_with(|| Lane::starting_at(first.offset()));
         if lane.releasing {
             // Fetched before the pause took hold: the next owner reads them.
             return;
@@ -306,37 +306,56 @@ impl Lanes {
         for run in offset_runs(&records) {
             lane.tracker.deliver_run(run);
         }
-        lane.queued += records.len();
+        let want = self.config.max_batch.max(1);
+        if self.config.ordering != ProcessingOrder::Partition {
+            for (slot, records) in split_by_line(self.config.ordering, records, want) {
+                lane.push_back(slot, Run::new(records), at);
+            }
+            return;
+        }
         // Onto the last run while it is short of half a batch and no call has had any
         // of it yet: a call then takes what came in small deliveries (many partitions)
         // at once, without a copy. A longer run is left as it is, so records are
         // copied only while runs are short.
-        let want = self.config.max_batch.max(1);
-        let records = match lane.queue.back_mut() {
+        let n = records.len();
+        let records = match lane.line_mut(0).and_then(|l| l.queue.back_mut()) {
             Some(last) if last.len() * 2 < want => match last.append(records, want) {
-                Ok(()) => return,
+                Ok(()) => {
+                    lane.added(0, n);
+                    return;
+                }
                 Err(records) => records,
             },
             _ => records,
         };
-        lane.queue.push_back(Run::new(records));
+        lane.push_back(0, Run::new(records), at);
     }
 
     /// The work `ticket` names, taken out of its lane (which is `Idle` then), and the
     /// ticket retired; `None` when the lane no longer holds that work (it was revoked,
     /// lost or handed over). A ticket names one kind of work: a handler call's is only
     /// answered by [`Lanes::handled`], a write's by [`Lanes::produced`].
-    fn take_work(&mut self, ticket: Ticket) -> Option<(TopicPartition, Work)> {
-        let tp = self.tickets.remove(&ticket)?;
+    fn take_work(&mut self, ticket: Ticket) -> Option<(TopicPartition, Slot, Work)> {
+        let (tp, slot) = self.tickets.remove(&ticket)?;
         let lane = self.lanes.get_mut(&tp)?;
-        (lane.work.ticket() == Some(ticket)).then(|| (tp, std::mem::take(&mut lane.work)))
+        let line = lane.line(slot)?;
+        (line.work().ticket() == Some(ticket)).then(|| {
+            let work = lane.take_work(slot);
+            (tp, slot, work)
+        })
     }
 
-    fn lane_of(&mut self, ticket: Ticket) -> Option<&mut Lane> {
-        let tp = self.tickets.get(&ticket)?;
+    /// The lane and line whose work `ticket` is.
+    fn lane_of(&mut self, ticket: Ticket) -> Option<(&mut Lane, Slot)> {
+        let (tp, slot) = self.tickets.get(&ticket)?;
+        let slot = *slot;
         self.lanes
             .get_mut(tp)
-            .filter(|l| l.work.ticket() == Some(ticket))
+            .filter(|l| {
+                l.line(slot)
+                    .is_some_and(|l| l.work().ticket() == Some(ticket))
+            })
+            .map(|l| (l, slot))
     }
 
     /// The commit of `offsets` succeeded (`true`) or failed.
@@ -359,25 +378,26 @@ impl Lanes {
 
     /// The time passed [`Lanes::poll_timeout`].
     pub fn handle_timeout(&mut self, now: Now) {
-        let due: Vec<TopicPartition> = self
+        let due: Vec<(TopicPartition, Slot)> = self
             .lanes
             .iter()
-            .filter(|(_, l)| matches!(l.work, Work::Halted { retry_at, .. } if now.at >= retry_at))
-            .map(|(tp, _)| tp.clone())
+            .flat_map(|(tp, l)| l.due_halts(now.at).into_iter().map(|s| (tp.clone(), s)))
             .collect();
-        for tp in due {
+        for (tp, slot) in due {
             let Some(lane) = self.lanes.get_mut(&tp) else {
                 continue;
             };
-            if let Work::Halted {
-                attempt,
-                class,
-                to,
-                failures,
-                ..
-            } = std::mem::take(&mut lane.work)
-            {
-                self.forward(&tp, attempt, class, to, failures, now);
+            match lane.take_work(slot) {
+                Work::Halted {
+                    attempt,
+                    class,
+                    to,
+                    failures,
+                    ..
+                } => self.forward(&tp, slot, attempt, class, to, failures, now),
+                other => {
+                    lane.set_work(slot, other);
+                }
             }
         }
         self.step(now);
@@ -389,50 +409,87 @@ impl Lanes {
         self.dispatch(now);
         self.update_pauses();
         self.commit_if_due(now);
+        let keep = self.config.ordering == ProcessingOrder::Partition;
+        for lane in self.lanes.values_mut() {
+            lane.tidy(keep);
+        }
     }
 
-    /// Starts handlers for lanes that are idle and have records, up to `concurrency`.
+    /// Starts handlers on lines that are idle and have records, or whose retry is
+    /// due, up to `concurrency`: a line of each partition in turn.
     fn dispatch(&mut self, now: Now) {
+        let limit = self.config.concurrency;
         let mut running = self.running();
+        let mut next_ticket = self.next_ticket;
         let mut starts = Vec::new();
+        let mut waits = Vec::new();
+        let keyed = self.config.ordering == ProcessingOrder::Key;
         let (held, held_all) = (&self.held, self.held_all);
-        for (tp, lane) in self.lanes.iter_mut() {
-            if running >= self.config.concurrency {
-                break;
-            }
-            if lane.releasing || held_all || held.contains(tp) {
-                continue;
-            }
-            let (run, retry) = match std::mem::take(&mut lane.work) {
-                Work::Waiting { attempt, until } if now.at >= until => (
-                    Run::new(vec![attempt.record.clone()]),
-                    Some(Box::new(attempt)),
-                ),
-                Work::Idle => match next_batch(&self.config, lane, now) {
-                    Some(run) => (run, None),
-                    None => continue,
-                },
-                other => {
-                    lane.work = other;
+        loop {
+            let before = starts.len();
+            for (tp, lane) in self.lanes.iter_mut() {
+                if running >= limit {
+                    break;
+                }
+                if lane.releasing || held_all || held.contains(tp) {
                     continue;
                 }
-            };
-            running += 1;
-            starts.push((tp.clone(), run, retry));
-        }
-        for (tp, run, retry) in starts {
-            let ticket = self.ticket(&tp);
-            let attempt = retry.as_ref().map_or(1, |a| a.attempts.saturating_add(1));
-            let records = run.clone();
-            if let Some(lane) = self.lanes.get_mut(&tp) {
-                lane.work = Work::Running {
-                    ticket,
-                    run,
-                    retry,
-                    reported: 0,
-                    cancelled: false,
+                let (run, retry, slot) = loop {
+                    let Some(slot) = lane.next_start(now.at) else {
+                        break (None, None, 0);
+                    };
+                    match lane.take_work(slot) {
+                        Work::Waiting { attempt, .. } => {
+                            break (
+                                Some(Run::new(vec![attempt.record.clone()])),
+                                Some(Box::new(attempt)),
+                                slot,
+                            );
+                        }
+                        Work::Idle => {
+                            let blocked = lane.take_blocked(slot);
+                            if let Some(run) = next_batch(&self.config, lane, slot, now) {
+                                if let (true, Some(since)) = (keyed, blocked) {
+                                    waits.push(now.at.saturating_duration_since(since));
+                                }
+                                break (Some(run), None, slot);
+                            }
+                        }
+                        other => {
+                            lane.set_work(slot, other);
+                        }
+                    }
                 };
+                let Some(run) = run else {
+                    continue;
+                };
+                next_ticket += 1;
+                let ticket = Ticket(next_ticket);
+                let attempt = retry.as_ref().map_or(1, |a| a.attempts.saturating_add(1));
+                lane.set_work(
+                    slot,
+                    Work::Running {
+                        ticket,
+                        run: run.clone(),
+                        retry,
+                        reported: 0,
+                        cancelled: false,
+                    },
+                );
+                running += 1;
+                starts.push((ticket, tp.clone(), slot, run, attempt));
             }
+            // One line of a partition a turn; another turn while some started.
+            if self.config.ordering == ProcessingOrder::Partition
+                || starts.len() == before
+                || running >= limit
+            {
+                break;
+            }
+        }
+        self.next_ticket = next_ticket;
+        for (ticket, tp, slot, records, attempt) in starts {
+            self.tickets.insert(ticket, (tp.clone(), slot));
             self.actions.push_back(Action::Dispatch {
                 ticket,
                 partition: tp,
@@ -440,19 +497,24 @@ impl Lanes {
                 attempt,
             });
         }
+        for waited in waits {
+            self.metric(Metric::KeyWait { waited });
+        }
     }
 
     fn update_pauses(&mut self) {
         let mut halted = 0;
         let (held, held_all) = (&self.held, self.held_all);
+        let one_line = self.config.ordering == ProcessingOrder::Partition;
         for (tp, lane) in self.lanes.iter_mut() {
             // A write tried again after it failed still halts its lane.
-            let halt = matches!(lane.work, Work::Halted { .. })
-                || matches!(lane.work, Work::Forwarding { failures, .. } if failures > 0);
-            let waiting = halt || matches!(lane.work, Work::Waiting { .. });
+            let halt = lane.busy.halting();
+            let waiting = halt || lane.busy.waiting > 0;
             halted += usize::from(halt);
+            // A wait holds the whole partition only when it has one line; otherwise
+            // the other lines go on, and the buffer's bound pauses it.
             let should = lane.releasing
-                || waiting
+                || (one_line && waiting)
                 || held_all
                 || held.contains(tp)
                 || lane.queued >= self.config.lane_buffer;
@@ -501,16 +563,48 @@ impl Lanes {
     pub fn check(&self) -> Result<(), String> {
         let mut seen = HashMap::new();
         for (tp, lane) in &self.lanes {
-            if let Some(t) = lane.work.ticket() {
-                if self.tickets.get(&t) != Some(tp) {
-                    return Err(format!("{tp:?}: its work's ticket is not in flight"));
+            lane.check_books().map_err(|e| format!("{tp:?}: {e}"))?;
+            let mut held = lane.queued;
+            let mut unfinished = None::<i64>;
+            for (slot, line) in &lane.lines {
+                if let Some(t) = line.work().ticket() {
+                    if self.tickets.get(&t) != Some(&(tp.clone(), *slot)) {
+                        return Err(format!("{tp:?}: its work's ticket is not in flight"));
+                    }
+                    if seen.insert(t, tp).is_some() {
+                        return Err(format!("{tp:?}: a ticket shared by two lines"));
+                    }
                 }
-                if seen.insert(t, tp).is_some() {
-                    return Err(format!("{tp:?}: a ticket shared by two lanes"));
+                // A line's records, from its work through its queue, in offset order,
+                // and (by key) all of its key.
+                let offsets = line_records(line).map(ConsumerRecord::offset);
+                let mut last = None;
+                for o in offsets {
+                    if last.is_some_and(|l| l >= o) {
+                        return Err(format!("{tp:?}: line {slot} out of order at {o}"));
+                    }
+                    last = Some(o);
+                }
+                if self.config.ordering == ProcessingOrder::Key {
+                    if let Some(r) =
+                        line_records(line).find(|r| r.key().is_some_and(|k| key_slot(k) != *slot))
+                    {
+                        return Err(format!(
+                            "{tp:?}: record {} in another key's line",
+                            r.offset()
+                        ));
+                    }
+                }
+                held += match line.work() {
+                    Work::Idle => 0,
+                    Work::Running { run, reported, .. } => run.len().saturating_sub(*reported),
+                    _ => 1,
+                };
+                if let Some(first) = unfinished_of(line) {
+                    unfinished = Some(unfinished.map_or(first, |u| u.min(first)));
                 }
             }
             // What a commit would carry never passes an unfinished record.
-            let unfinished = self.unfinished_of(lane);
             if let (Some(commit), Some(first)) = (lane.tracker.pending_commit(), unfinished) {
                 if commit > first {
                     return Err(format!(
@@ -523,21 +617,8 @@ impl Lanes {
                     "{tp:?}: records queued on a lane being handed over"
                 ));
             }
-            let runs: usize = lane.queue.iter().map(|r| r.len()).sum();
-            if runs != lane.queued || lane.queue.iter().any(|r| r.is_empty()) {
-                return Err(format!(
-                    "{tp:?}: {runs} records in runs, {} counted, or an empty run",
-                    lane.queued
-                ));
-            }
-            // Every record delivered and not finished is queued or in the lane's work:
+            // Every record delivered and not finished is queued or in a line's work:
             // none is stranded (a lane being handed over drops what it will not do).
-            let held = lane.queued
-                + match &lane.work {
-                    Work::Idle => 0,
-                    Work::Running { run, reported, .. } => run.len().saturating_sub(*reported),
-                    _ => 1,
-                };
             if !lane.releasing && held != lane.tracker.in_progress() {
                 return Err(format!(
                     "{tp:?}: {} records unfinished, {held} queued or in work",
@@ -547,35 +628,78 @@ impl Lanes {
         }
         Ok(())
     }
-
-    /// The lowest offset a lane holds that has not finished.
-    fn unfinished_of(&self, lane: &Lane) -> Option<i64> {
-        let work = match &lane.work {
-            Work::Idle => None,
-            Work::Running { run, reported, .. } => run.get(*reported).map(ConsumerRecord::offset),
-            Work::Waiting { attempt, .. }
-            | Work::Forwarding { attempt, .. }
-            | Work::Halted { attempt, .. } => Some(attempt.record.offset()),
-        };
-        work.into_iter()
-            .chain(
-                lane.queue
-                    .front()
-                    .and_then(|r| r.first())
-                    .map(ConsumerRecord::offset),
-            )
-            .min()
-    }
 }
 
-/// Puts records not handled back at the front of their lane, in order; a lane being
+/// A line's records not finished, in the order its calls get them: its work's, then
+/// its queue's.
+fn line_records(line: &state::Line) -> impl Iterator<Item = &ConsumerRecord> {
+    let work: &[ConsumerRecord] = match line.work() {
+        Work::Idle => &[],
+        Work::Running { run, reported, .. } => run.get(*reported..).unwrap_or_default(),
+        Work::Waiting { attempt, .. }
+        | Work::Forwarding { attempt, .. }
+        | Work::Halted { attempt, .. } => std::slice::from_ref(&attempt.record),
+    };
+    work.iter().chain(line.queue.iter().flat_map(|r| r.iter()))
+}
+
+/// The lowest offset a line holds that has not finished.
+fn unfinished_of(line: &state::Line) -> Option<i64> {
+    line_records(line).next().map(ConsumerRecord::offset)
+}
+
+/// The line of a keyed record under key ordering: its key's hash, the top bit clear.
+fn key_slot(key: &[u8]) -> Slot {
+    // FNV-1a: the slot only needs to be the same for the same key; two keys sharing a
+    // slot are handled one after the other, as one key would be.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h & !(1 << 63)
+}
+
+/// A line of its own, for a record (or run) with no order to keep: its offset, the top
+/// bit set, so no key's line is the same.
+fn own_slot(offset: i64) -> Slot {
+    (offset as u64) | (1 << 63)
+}
+
+/// One partition's records, in offset order, split into their lines' runs: by key
+/// (records without a key each alone), or, unordered, into runs of up to `batch`.
+fn split_by_line(
+    order: ProcessingOrder,
+    records: Vec<ConsumerRecord>,
+    batch: usize,
+) -> Vec<(Slot, Vec<ConsumerRecord>)> {
+    let mut out: Vec<(Slot, Vec<ConsumerRecord>)> = Vec::new();
+    for record in records {
+        let slot = match order {
+            ProcessingOrder::Key => match record.key() {
+                Some(k) => key_slot(k),
+                None => own_slot(record.offset()),
+            },
+            _ => match out.last() {
+                Some((slot, run)) if run.len() < batch => *slot,
+                _ => own_slot(record.offset()),
+            },
+        };
+        match out.last_mut() {
+            Some((s, run)) if *s == slot => run.push(record),
+            _ => out.push((slot, vec![record])),
+        }
+    }
+    out
+}
+
+/// Puts records not handled back at the front of their line, in order; a lane being
 /// handed over keeps none (its next owner reads them).
-fn requeue(lane: &mut Lane, records: Run) {
+fn requeue(lane: &mut Lane, slot: Slot, records: Run) {
     if lane.releasing || records.is_empty() {
         return;
     }
-    lane.queued += records.len();
-    lane.queue.push_front(records);
+    lane.push_front(slot, records);
 }
 
 /// The records of `records`, finished, to the tracker: a range of offsets at a time.
@@ -585,17 +709,17 @@ fn finish(tracker: &mut OffsetTracker, records: &[ConsumerRecord]) {
     }
 }
 
-/// The next records of an idle lane: up to `max_batch` (one while replaying a failed
+/// The next records of an idle line: up to `max_batch` (one while replaying a failed
 /// batch), stopping before a retry-topic record that must still wait (which then
-/// waits in the lane).
-fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Option<Run> {
+/// waits in the line).
+fn next_batch(config: &LanesConfig, lane: &mut Lane, slot: Slot, now: Now) -> Option<Run> {
     let want = config.max_batch.max(1);
-    let Lane {
+    let line = lane.line_mut(slot)?;
+    let state::Line {
         queue,
         solo_through,
-        work,
         ..
-    } = lane;
+    } = line;
     // How many to take. Without a batch to replay one record at a time or retry
     // topics to wait for, that is all there are, up to a batch, unread.
     let mut take = want.min(queue.iter().map(|r| r.len()).sum());
@@ -661,18 +785,23 @@ fn next_batch(config: &LanesConfig, lane: &mut Lane, now: Now) -> Option<Run> {
         }
         Run::new(records)
     };
-    lane.queued -= run.len();
+    lane.took(slot, run.len());
     if let Some(until) = wait_until {
         let record = run.first()?.clone();
-        *work = Work::Waiting {
-            attempt: Attempt::first(record),
-            until,
-        };
+        lane.set_work(
+            slot,
+            Work::Waiting {
+                attempt: Attempt::first(record),
+                until,
+            },
+        );
         return None;
     }
     Some(run)
 }
 
+#[cfg(test)]
+mod order_tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod script;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 use super::forward::hop_of;
-use super::state::{Attempt, Destination, Ran, Work};
+use super::state::{Attempt, Destination, Lane, Ran, Slot, Work};
 use super::types::{Metric, Now, Outcome, Ticket};
 use super::{LOG_TARGET, Lanes, Run, finish, requeue};
 use crate::fetch::fetcher::ConsumerRecord;
@@ -17,20 +17,20 @@ impl Lanes {
     /// The call under `ticket` finished the first `done` records of its batch (it
     /// goes on with the rest): they become committable now, not when the call ends.
     pub fn progress(&mut self, ticket: Ticket, done: usize, now: Now) {
-        let Some(lane) = self.lane_of(ticket) else {
+        let Some((lane, slot)) = self.lane_of(ticket) else {
             return;
         };
-        let Work::Running { run, reported, .. } = &mut lane.work else {
+        let Lane { lines, tracker, .. } = lane;
+        let Some(Work::Running { run, reported, .. }) =
+            lines.get_mut(&slot).and_then(|l| l.running_mut())
+        else {
             return;
         };
         let done = done.min(run.len());
         if done <= *reported {
             return;
         }
-        finish(
-            &mut lane.tracker,
-            run.get(*reported..done).unwrap_or_default(),
-        );
+        finish(tracker, run.get(*reported..done).unwrap_or_default());
         let newly = (done - *reported) as u64;
         *reported = done;
         self.stats.succeeded += newly;
@@ -41,9 +41,9 @@ impl Lanes {
     /// panicked outside the handler, or was cancelled): a failed attempt of its
     /// records, as a panic is. A write's task that ended so is a failed write.
     pub fn crashed(&mut self, ticket: Ticket, message: String, now: Now) {
-        let running = self
-            .lane_of(ticket)
-            .is_some_and(|l| matches!(l.work, Work::Running { .. }));
+        let running = self.lane_of(ticket).is_some_and(|(l, slot)| {
+            matches!(l.line(slot).map(|l| l.work()), Some(Work::Running { .. }))
+        });
         if running {
             self.handled(ticket, Outcome::panic(message, None), Duration::ZERO, now);
         } else {
@@ -56,6 +56,7 @@ impl Lanes {
         // `None`: revoked, lost or handed over meanwhile.
         let Some((
             tp,
+            slot,
             Work::Running {
                 run,
                 retry,
@@ -73,13 +74,14 @@ impl Lanes {
             reported,
             cancelled,
         };
-        self.on_handled(&tp, call, outcome, took, now);
+        self.on_handled(&tp, slot, call, outcome, took, now);
         self.step(now);
     }
 
     fn on_handled(
         &mut self,
         tp: &TopicPartition,
+        slot: Slot,
         call: Ran,
         outcome: Outcome,
         took: Duration,
@@ -122,7 +124,7 @@ impl Lanes {
             Err(BatchError { error, .. }) if n == 1 => (0, Some(error)),
             Err(BatchError { .. }) if n == 0 => (0, None),
             Err(BatchError { error, .. }) => {
-                self.replay_solo(tp, run.tail(reported), &error);
+                self.replay_solo(tp, slot, run.tail(reported), &error);
                 return;
             }
         };
@@ -185,7 +187,7 @@ impl Lanes {
         };
         // The records not reached (after the failing one) come again, after it.
         let rest = reported + done + usize::from(failing.is_some());
-        requeue(lane, run.tail(rest));
+        requeue(lane, slot, run.tail(rest));
         if let Some((i, error)) = failing {
             // The first record of a call may be on a retry: it goes on counting.
             let mut attempt = match (i, retry) {
@@ -198,12 +200,12 @@ impl Lanes {
             attempt.attempts += 1;
             attempt.took = took_of(reported + handled);
             attempt.trace = trace;
-            self.on_failure(tp, attempt, error, now);
+            self.on_failure(tp, slot, attempt, error, now);
         }
     }
 
     /// A batch failed without naming a record: it goes again one record at a time.
-    fn replay_solo(&mut self, tp: &TopicPartition, records: Run, error: &ProcessError) {
+    fn replay_solo(&mut self, tp: &TopicPartition, slot: Slot, records: Run, error: &ProcessError) {
         let class = self
             .config
             .classifier
@@ -226,8 +228,10 @@ impl Lanes {
             first_offset = first, last_offset = last, error_type = %error.kind,
             error = %error.message, "batch failed without naming a record; replaying it one record at a time"
         );
-        lane.solo_through = last;
-        requeue(lane, records);
+        requeue(lane, slot, records);
+        if let Some(line) = lane.line_mut(slot) {
+            line.solo_through = last;
+        }
     }
 
     /// A record's attempt failed: retry it, send it on to a retry topic, or
@@ -235,6 +239,7 @@ impl Lanes {
     fn on_failure(
         &mut self,
         tp: &TopicPartition,
+        slot: Slot,
         mut attempt: Attempt,
         error: ProcessError,
         now: Now,
@@ -271,10 +276,13 @@ impl Lanes {
                     delay,
                 });
                 if let Some(lane) = self.lanes.get_mut(tp) {
-                    lane.work = Work::Waiting {
-                        attempt,
-                        until: now.at + delay,
-                    };
+                    lane.set_work(
+                        slot,
+                        Work::Waiting {
+                            attempt,
+                            until: now.at + delay,
+                        },
+                    );
                 }
             }
             Some(_) => {
@@ -290,7 +298,7 @@ impl Lanes {
                 } else {
                     Destination::DeadLetters
                 };
-                self.forward(tp, attempt, ErrorClass::Transient, to, 0, now);
+                self.forward(tp, slot, attempt, ErrorClass::Transient, to, 0, now);
             }
             None => {
                 warn!(
@@ -301,6 +309,7 @@ impl Lanes {
                 );
                 self.forward(
                     tp,
+                    slot,
                     attempt,
                     ErrorClass::Permanent,
                     Destination::DeadLetters,

@@ -5,12 +5,13 @@
 //! # Input
 //!
 //! One configuration byte (`max_batch` 1-3 from bits 0-1, a 700 ms commit interval
-//! from bit 2, `concurrency` 1-3 from bits 3-4), then operations until the input ends:
+//! from bit 2, `concurrency` 1-3 from bits 3-4, the [`ProcessingOrder`] from bits 5-6:
+//! partition, key, unordered), then operations until the input ends:
 //! one byte, `op % 11`, and the bytes its arguments need (a missing byte reads 0).
 //!
 //! | op | what happens |
 //! |---|---|
-//! | 0 | records delivered to one of three partitions (1-5 of them) |
+//! | 0 | records delivered to one of three partitions (1-5 of them; record `o` has key `o % 4`, none for 3) |
 //! | 1, 2 | a handler call in flight answers: done, a transient, permanent, skip or cancelled error at some record, an error naming no record, stopped early, or its task crashed |
 //! | 3 | a handler call in flight reports records finished on the way |
 //! | 4 | a write in flight is acknowledged or fails |
@@ -29,7 +30,10 @@
 //! - [`Lanes::check`] after every step.
 //! - A commit, or a handover's offsets, never passes a record the model has not seen
 //!   finish (its handler's success or skip, its progress, or its write acknowledged).
-//! - At most one handler call or write in flight per partition.
+//! - No more handler calls in flight than `concurrency`.
+//! - By partition: at most one handler call or write in flight per partition. By key:
+//!   per key, and a call's records are of one key, its first the key's first record
+//!   not finished (so a key's records are handled in offset order).
 //! - A released partition keeps no lane.
 //! - In the end, every record of a partition still held has finished: none is stranded
 //!   behind work that never ends.
@@ -37,7 +41,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::{Action, Handover, Lanes, LanesConfig, Now, Outcome, Ticket};
+use super::{Action, Handover, Lanes, LanesConfig, Now, Outcome, ProcessingOrder, Ticket};
 use crate::fetch::fetcher::ConsumerRecord;
 use crate::group::consumer_protocol::TopicPartition;
 use crate::process::classify::BatchError;
@@ -58,6 +62,24 @@ pub(super) fn record(p: i32, offset: i64) -> ConsumerRecord {
         .timestamp(T0_MS)
         .value("v")
         .build()
+}
+
+/// The key of a script's record at `offset`: `offset % 4`, none for 3.
+fn key_of(offset: i64) -> Option<u8> {
+    u8::try_from(offset % 4).ok().filter(|k| *k < 3)
+}
+
+/// A script's record of partition `p` at `offset`: keyed by [`key_of`], its offset as
+/// its value (so its dead letter names it).
+fn script_record(p: i32, offset: i64) -> ConsumerRecord {
+    let b = ConsumerRecord::builder("orders", p, offset)
+        .timestamp(T0_MS)
+        .value(offset.to_string());
+    match key_of(offset) {
+        Some(k) => b.key(vec![k]),
+        None => b,
+    }
+    .build()
 }
 
 /// The bytes of a script, read front to back; past the end, zeros.
@@ -200,8 +222,10 @@ struct Model {
     calls: Vec<Call>,
     /// Writes in flight: ticket, partition, the record's offset.
     writes: Vec<(Ticket, i32, i64)>,
-    /// The last record each partition's handler failed on: the next write is its.
-    failed: BTreeMap<i32, i64>,
+    /// Records whose handler failed, by partition: a write is for one of them.
+    failed: BTreeMap<i32, BTreeSet<i64>>,
+    order: ProcessingOrder,
+    concurrency: usize,
     /// Partitions revoked and not yet released.
     releasing: BTreeSet<i32>,
     fail_next_commit: bool,
@@ -219,6 +243,70 @@ impl Model {
             }
             _ => Ok(()),
         }
+    }
+
+    /// A call on `offsets` of partition `p` may start: within `concurrency`; by
+    /// partition, alone on it; by key, alone on its key, all of one key, and that
+    /// key's first record not finished.
+    fn check_dispatch(&self, p: i32, offsets: &[i64]) -> Result<(), String> {
+        if self.calls.len() >= self.concurrency {
+            return Err(format!(
+                "a call past the concurrency of {}",
+                self.concurrency
+            ));
+        }
+        let busy = |o: &i64| {
+            self.calls
+                .iter()
+                .filter(|c| c.p == p)
+                .flat_map(|c| c.offsets.iter().skip(c.reported))
+                .chain(self.writes.iter().filter(|w| w.1 == p).map(|w| &w.2))
+                .any(|b| b == o)
+        };
+        match self.order {
+            ProcessingOrder::Partition
+                if self.calls.iter().any(|c| c.p == p) || self.writes.iter().any(|w| w.1 == p) =>
+            {
+                return Err(format!("two things in flight on partition {p}"));
+            }
+            ProcessingOrder::Key => {
+                let first = offsets.first().copied().ok_or("an empty call")?;
+                let key = key_of(first);
+                if key.is_none() && offsets.len() > 1 {
+                    return Err(format!("records without a key in one call: {offsets:?}"));
+                }
+                if offsets.iter().any(|o| key_of(*o) != key) {
+                    return Err(format!("one call on records of two keys: {offsets:?}"));
+                }
+                if let Some(k) = key {
+                    let unfinished = self.unfinished.get(&p);
+                    let earlier = unfinished
+                        .into_iter()
+                        .flatten()
+                        .filter(|o| **o < first && key_of(**o) == Some(k))
+                        .copied()
+                        .collect::<Vec<_>>();
+                    if !earlier.is_empty() {
+                        return Err(format!(
+                            "record {first} of key {k} handed out before {earlier:?} finished"
+                        ));
+                    }
+                    let other = unfinished
+                        .into_iter()
+                        .flatten()
+                        .filter(|o| key_of(**o) == Some(k) && !offsets.contains(o))
+                        .any(busy);
+                    if other {
+                        return Err(format!("two things in flight on key {k} of partition {p}"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if offsets.iter().any(busy) {
+            return Err(format!("records {offsets:?} handed out while in flight"));
+        }
+        Ok(())
     }
 
     fn forget(&mut self, p: i32) {
@@ -255,6 +343,11 @@ pub fn run(script: &[u8]) -> Result<(), String> {
         max_batch: 1 + usize::from(header % 4).min(2),
         commit_interval: (header & 4 != 0).then_some(Duration::from_millis(700)),
         concurrency: 1 + usize::from((header >> 3) % 3),
+        ordering: match (header >> 5) % 4 {
+            1 => ProcessingOrder::Key,
+            2 => ProcessingOrder::Unordered,
+            _ => ProcessingOrder::Partition,
+        },
         metrics: true,
         ..LanesConfig::default()
     };
@@ -265,8 +358,12 @@ pub fn run(script: &[u8]) -> Result<(), String> {
         at: start,
         unix_ms: T0_MS,
     };
+    let mut model = Model {
+        order: config.ordering,
+        concurrency: config.concurrency,
+        ..Model::default()
+    };
     let mut lanes = Lanes::new(config, now);
-    let mut model = Model::default();
     while !b.0.is_empty() {
         let op = op(&mut b);
         let step = format!("{op:?}");
@@ -319,9 +416,7 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 ..
             } => {
                 let p = partition.partition;
-                if model.calls.iter().any(|c| c.p == p) || model.writes.iter().any(|w| w.1 == p) {
-                    return Err(format!("two things in flight on {partition:?}"));
-                }
+                model.check_dispatch(p, &records.iter().map(|r| r.offset()).collect::<Vec<_>>())?;
                 model.calls.push(Call {
                     ticket,
                     p,
@@ -330,14 +425,23 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 });
             }
             Action::Produce {
-                ticket, partition, ..
+                ticket,
+                partition,
+                record,
             } => {
                 let p = partition.partition;
-                let offset = model
-                    .failed
-                    .get(&p)
-                    .copied()
+                let offset = record
+                    .value
+                    .as_ref()
+                    .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok())
+                    .filter(|o| model.failed.get(&p).is_some_and(|f| f.contains(o)))
                     .ok_or("a write for a record that never failed")?;
+                if model.order == ProcessingOrder::Partition
+                    && (model.calls.iter().any(|c| c.p == p)
+                        || model.writes.iter().any(|w| w.1 == p))
+                {
+                    return Err(format!("two things in flight on {partition:?}"));
+                }
                 model.writes.push((ticket, p, offset));
             }
             Action::Commit(offsets) => {
@@ -374,7 +478,9 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
     match op {
         Op::Deliver { p, n } => {
             let next = model.next.entry(p).or_insert(0);
-            let records: Vec<_> = (0..i64::from(n)).map(|i| record(p, *next + i)).collect();
+            let records: Vec<_> = (0..i64::from(n))
+                .map(|i| script_record(p, *next + i))
+                .collect();
             *next += i64::from(n);
             if !model.releasing.contains(&p) {
                 model
@@ -422,7 +528,7 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
                         _ => ProcessError::cancelled(),
                     };
                     if let Some(o) = offsets.get(at(k)) {
-                        model.failed.insert(p, *o);
+                        model.failed.entry(p).or_default().insert(*o);
                     }
                     Outcome::of(Err(BatchError::at(at(k), error)))
                 }
@@ -434,7 +540,7 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
                     finish(reported);
                     if pending == 1 {
                         if let Some(o) = offsets.last() {
-                            model.failed.insert(p, *o);
+                            model.failed.entry(p).or_default().insert(*o);
                         }
                     }
                     if matches!(how, How::Crash) {

@@ -13,7 +13,7 @@ use crate::process::retry::{RetryBackoff, RetryPolicy};
 use crate::produce::record::ProducerRecord;
 
 /// Two retries, 100 ms then 200 ms, no jitter; commits after every step.
-fn config() -> LanesConfig {
+pub(super) fn config() -> LanesConfig {
     LanesConfig {
         group: "g".into(),
         policy: two_retries(false),
@@ -23,15 +23,15 @@ fn config() -> LanesConfig {
     }
 }
 
-struct Harness {
-    lanes: Lanes,
-    now: Now,
+pub(super) struct Harness {
+    pub(super) lanes: Lanes,
+    pub(super) now: Now,
     /// Every metric so far.
-    metrics: Vec<Metric>,
+    pub(super) metrics: Vec<Metric>,
 }
 
 impl Harness {
-    fn new(config: LanesConfig) -> Self {
+    pub(super) fn new(config: LanesConfig) -> Self {
         let now = Now {
             at: Instant::now(),
             unix_ms: T0_MS,
@@ -44,7 +44,7 @@ impl Harness {
     }
 
     /// The actions since the last call; the invariants hold.
-    fn actions(&mut self) -> Vec<Action> {
+    pub(super) fn actions(&mut self) -> Vec<Action> {
         if let Err(e) = self.lanes.check() {
             panic!("invariant broken: {e}");
         }
@@ -64,14 +64,18 @@ impl Harness {
         self.actions()
     }
 
-    fn advance(&mut self, d: Duration) -> Vec<Action> {
+    pub(super) fn advance(&mut self, d: Duration) -> Vec<Action> {
         self.now.at += d;
         self.now.unix_ms += i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         self.lanes.handle_timeout(self.now);
         self.actions()
     }
 
-    fn handled(&mut self, ticket: Ticket, result: Result<(), BatchError>) -> Vec<Action> {
+    pub(super) fn handled(
+        &mut self,
+        ticket: Ticket,
+        result: Result<(), BatchError>,
+    ) -> Vec<Action> {
         self.lanes.handled(
             ticket,
             Outcome::of(result),
@@ -81,14 +85,14 @@ impl Harness {
         self.actions()
     }
 
-    fn produced(&mut self, ticket: Ticket, result: Result<(), &str>) -> Vec<Action> {
+    pub(super) fn produced(&mut self, ticket: Ticket, result: Result<(), &str>) -> Vec<Action> {
         self.lanes
             .produced(ticket, result.map_err(str::to_string), self.now);
         self.actions()
     }
 
     /// Answers a commit as the broker would (accepted).
-    fn commit_ok(&mut self, offsets: &[(TopicPartition, i64)]) -> Vec<Action> {
+    pub(super) fn commit_ok(&mut self, offsets: &[(TopicPartition, i64)]) -> Vec<Action> {
         self.lanes.committed(offsets, true, self.now);
         self.actions()
     }
@@ -109,7 +113,7 @@ fn dispatched(actions: &[Action]) -> (Ticket, Vec<i64>) {
     found.into_iter().next().unwrap_or_else(|| unreachable!())
 }
 
-fn produce_of(actions: &[Action]) -> (Ticket, ProducerRecord) {
+pub(super) fn produce_of(actions: &[Action]) -> (Ticket, ProducerRecord) {
     let found: Vec<_> = actions
         .iter()
         .filter_map(|a| match a {
@@ -121,7 +125,7 @@ fn produce_of(actions: &[Action]) -> (Ticket, ProducerRecord) {
     found.into_iter().next().unwrap_or_else(|| unreachable!())
 }
 
-fn commits(actions: &[Action]) -> Vec<Vec<(TopicPartition, i64)>> {
+pub(super) fn commits(actions: &[Action]) -> Vec<Vec<(TopicPartition, i64)>> {
     actions
         .iter()
         .filter_map(|a| match a {

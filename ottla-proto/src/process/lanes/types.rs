@@ -45,9 +45,11 @@ pub struct LanesConfig {
     pub dlq_name: Option<DlqName>,
     /// The retry topics' delays, in hop order.
     pub retry_delays: Vec<Duration>,
-    /// Lanes running at once.
+    /// Which records of a partition may be handled at once.
+    pub ordering: ProcessingOrder,
+    /// Handler calls running at once, across every partition.
     pub concurrency: usize,
-    /// Records queued per lane before its partition is paused.
+    /// Records queued per partition before it is paused.
     pub lane_buffer: usize,
     /// Records per handler call.
     pub max_batch: usize,
@@ -75,6 +77,7 @@ impl Default for LanesConfig {
             dlq_suffix: ".dlq".into(),
             dlq_name: None,
             retry_delays: Vec::new(),
+            ordering: ProcessingOrder::Partition,
             concurrency: 16,
             lane_buffer: 1000,
             max_batch: 1,
@@ -91,6 +94,7 @@ impl std::fmt::Debug for LanesConfig {
         f.debug_struct("LanesConfig")
             .field("group", &self.group)
             .field("policy", &self.policy)
+            .field("ordering", &self.ordering)
             .field("concurrency", &self.concurrency)
             .field("max_batch", &self.max_batch)
             .finish_non_exhaustive()
@@ -105,6 +109,26 @@ impl LanesConfig {
             None => format!("{topic}{}", self.dlq_suffix),
         }
     }
+}
+
+/// Which records of one partition the Processor may handle at once. Whatever the order,
+/// a partition's commit is the prefix of its records that finished, so no commit
+/// passes a record that did not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProcessingOrder {
+    /// One call at a time per partition, in offset order: a record waiting for its
+    /// retry holds the records behind it (the default, and Kafka's own promise).
+    #[default]
+    Partition,
+    /// The records of one key in offset order, one call at a time per key; records of
+    /// other keys of the same partition at once. A record waiting for its retry holds
+    /// only its own key. Records without a key keep no order among themselves (the
+    /// producer spreads them over partitions anyway).
+    Key,
+    /// Any records at once, in no order: a call takes up to a batch of records that
+    /// arrived together, and a retry holds only the rest of its call's records.
+    Unordered,
 }
 
 /// Names one handler call or one write, so its answer finds its lane (and an answer
@@ -302,6 +326,13 @@ pub enum Metric {
         partition: TopicPartition,
         /// The offset committed (the next record to handle).
         offset: i64,
+    },
+    /// A record waited behind an earlier record of its own key (key ordering): the
+    /// time from its arrival to its handler call, for a record that arrived while its
+    /// key was busy.
+    KeyWait {
+        /// How long it waited.
+        waited: Duration,
     },
     /// The number of partitions halted because the dead-letter topic cannot be
     /// written changed (reported on each change, down to 0).
