@@ -114,6 +114,7 @@
 //! | property | builder method |
 //! |---|---|
 //! | `ottla.concurrency` | `concurrency` |
+//! | `ottla.processing.order` | `ordering` (`partition`, `key` or `unordered`) |
 //! | `ottla.commit.interval.ms` | `commit_interval` (`0`: after every record) |
 //! | `ottla.processing.budget.ms` | `processing_budget` |
 //! | `ottla.shutdown.timeout.ms` | `shutdown_timeout` |
@@ -330,6 +331,7 @@ pub const PROPERTIES: &[Property] = &[
     ),
     // Processor settings.
     p("ottla.concurrency", Processor),
+    p("ottla.processing.order", Processor),
     p("ottla.commit.interval.ms", Processor),
     p("ottla.processing.budget.ms", Processor),
     p("ottla.shutdown.timeout.ms", Processor),

@@ -97,6 +97,10 @@ pub mod names {
     pub const PRODUCER_RETRIES: &str = "ottla.producer.retries";
     /// Records fetched and waiting in the lanes for their handler call, by `group`.
     pub const QUEUE_DEPTH: &str = "queue.depth";
+    /// Seconds a record waited behind an earlier record of its key before its handler
+    /// call (key ordering; only records that arrived while their key was busy), by
+    /// `group`.
+    pub const KEY_WAIT: &str = "key.wait";
 
     /// Every name outside the Processor.
     pub const CLIENT: &[&str] = &[
@@ -133,6 +137,7 @@ pub mod names {
         COMMITS,
         PARTITIONS_HALTED,
         QUEUE_DEPTH,
+        KEY_WAIT,
     ];
 }
 
@@ -294,6 +299,7 @@ mod on {
                 }
                 Metric::Committed { .. } => self.commits.increment(1),
                 Metric::Halted { partitions } => self.halted.set(*partitions as f64),
+                Metric::KeyWait { waited } => self.time(names::KEY_WAIT, &[], *waited),
                 // The consumer under the Processor reports its group's rebalances,
                 // assignment and losses.
                 Metric::Joined { .. }

@@ -207,6 +207,14 @@ impl ProcessorBuilder {
                 self.consumer = self.consumer.clone().max_poll_interval(millis(key, value)?);
             }
             "ottla.concurrency" => self.lanes.concurrency = number(key, value, "a count")?,
+            "ottla.processing.order" => {
+                self.lanes.ordering = match value {
+                    "partition" => ProcessingOrder::Partition,
+                    "key" => ProcessingOrder::Key,
+                    "unordered" => ProcessingOrder::Unordered,
+                    _ => return Err(invalid(key, value, "partition, key or unordered")),
+                };
+            }
             "ottla.commit.interval.ms" => {
                 let every = millis(key, value)?;
                 self.lanes.commit_interval = (!every.is_zero()).then_some(every);
@@ -295,9 +303,21 @@ impl ProcessorBuilder {
         self
     }
 
-    /// Lanes running at once (default 16).
+    /// Handler calls running at once, across every partition (default 16; Parallel
+    /// Consumer's `maxConcurrency`). Under [`ProcessingOrder::Partition`] a partition
+    /// has one call at a time, so more than the partitions assigned adds nothing.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.lanes.concurrency = n;
+        self
+    }
+
+    /// Which records of one partition may be handled at once (default
+    /// [`ProcessingOrder::Partition`]): by key, a key's records one call at a time in
+    /// offset order and different keys at once; unordered, any. Whatever the order,
+    /// a partition's commit is the prefix of its records that finished, and a retrying
+    /// record holds only what the order puts behind it (the [module docs](crate::processor), "Orders").
+    pub fn ordering(mut self, order: ProcessingOrder) -> Self {
+        self.lanes.ordering = order;
         self
     }
 

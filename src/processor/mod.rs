@@ -26,9 +26,29 @@
 //! ```
 //!
 //! **Lanes.** Each partition is a lane: its records are handled one at a time (or one
-//! batch at a time with [`Processor::run_batch`]), in order. Up to `concurrency` lanes run at once. A lane whose record waits for a retry
-//! is paused (its partition is not fetched) while the others keep flowing; heartbeats
-//! are sent by the group task whatever handlers do.
+//! batch at a time with [`Processor::run_batch`]), in order. Up to `concurrency` handler
+//! calls run at once. A lane whose record waits for a retry is paused (its partition
+//! is not fetched) while the others keep flowing; heartbeats are sent by the group task
+//! whatever handlers do.
+//!
+//! **Orders.** [`ProcessorBuilder::ordering`] (`ottla.processing.order`) chooses what
+//! of one partition may run at once ([`ProcessingOrder`]):
+//!
+//! | order | at once | a retrying record holds | batches (`run_batch`) |
+//! |---|---|---|---|
+//! | `Partition` (default) | one call per partition | its whole partition (paused) | consecutive records of the partition |
+//! | `Key` | one call per key; different keys of a partition at once | the later records of its key | consecutive records of one key |
+//! | `Unordered` | any records: a delivery is spread over `concurrency` calls | the rest of its own call's records | records that arrived together |
+//!
+//! Records without a key keep no order under `Key` (each runs alone, as under
+//! `Unordered`; Parallel Consumer serialises them as one key, which its users asked it
+//! not to). Under every order the commit is each partition's finished prefix, so a slow
+//! or retrying key holds the partition's commit back, not its other keys' work; its
+//! records wait in the partition's buffer, and a partition whose buffer is full is
+//! paused (`Metric::KeyWait` reports how long records wait behind their key). A halted
+//! dead-letter write halts its key, not its partition. Retry topics, the dead-letter
+//! topic, revocations and shutdown behave as under `Partition`, per key: a revocation
+//! stops every call of its partitions and releases them once all have stopped.
 //!
 //! **Commit rule.** An offset becomes committable only when its record succeeded or its
 //! dead-letter write was acknowledged; commits carry each partition's finished prefix.
@@ -138,7 +158,7 @@ impl Cancel {
     }
 }
 
-pub use crate::proto::process::lanes::Metric;
+pub use crate::proto::process::lanes::{Metric, ProcessingOrder};
 pub use crate::stats::ProcessorStats;
 
 /// The processing loop. See the module docs.

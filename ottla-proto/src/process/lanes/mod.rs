@@ -308,7 +308,13 @@ impl Lanes {
         }
         let want = self.config.max_batch.max(1);
         if self.config.ordering != ProcessingOrder::Partition {
-            for (slot, records) in split_by_line(self.config.ordering, records, want) {
+            // Unordered, a delivery is spread over as many calls as may run at once,
+            // in runs of at most a batch.
+            let chunk = records
+                .len()
+                .div_ceil(self.config.concurrency.max(1))
+                .clamp(1, want);
+            for (slot, records) in split_by_line(self.config.ordering, records, chunk) {
                 lane.push_back(slot, Run::new(records), at);
             }
             return;
@@ -667,7 +673,8 @@ fn own_slot(offset: i64) -> Slot {
 }
 
 /// One partition's records, in offset order, split into their lines' runs: by key
-/// (records without a key each alone), or, unordered, into runs of up to `batch`.
+/// (records without a key each alone), or, unordered, into runs of up to `batch`
+/// (each its own line).
 fn split_by_line(
     order: ProcessingOrder,
     records: Vec<ConsumerRecord>,

@@ -337,3 +337,16 @@ fn by_key_a_revocation_waits_for_every_keys_call() {
     // 0 finished, 1 cancelled (its next owner handles it), 2 finished: commit 1.
     assert_eq!(released, vec![vec![(TopicPartition::new("orders", 0), 1)]]);
 }
+
+/// Unordered, a delivery is spread over as many calls as may run at once, however
+/// large a batch may be (`run` hands a call up to 1,024 records in a row).
+#[test]
+fn unordered_spreads_a_delivery_over_the_concurrency() {
+    let mut h = Harness::new(LanesConfig {
+        max_batch: 1024,
+        ..by(ProcessingOrder::Unordered, 4)
+    });
+    let acts = h.deliver_keys(0, &[None; 8]);
+    let calls: Vec<_> = dispatches(&acts).into_iter().map(|(_, o)| o).collect();
+    assert_eq!(calls, vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]);
+}

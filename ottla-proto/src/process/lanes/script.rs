@@ -57,6 +57,7 @@ pub(super) fn tp(p: i32) -> TopicPartition {
 }
 
 /// A record of partition `p` at `offset`, written at [`T0_MS`].
+#[cfg(test)]
 pub(super) fn record(p: i32, offset: i64) -> ConsumerRecord {
     ConsumerRecord::builder("orders", p, offset)
         .timestamp(T0_MS)

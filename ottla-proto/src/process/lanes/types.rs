@@ -126,8 +126,9 @@ pub enum ProcessingOrder {
     /// only its own key. Records without a key keep no order among themselves (the
     /// producer spreads them over partitions anyway).
     Key,
-    /// Any records at once, in no order: a call takes up to a batch of records that
-    /// arrived together, and a retry holds only the rest of its call's records.
+    /// Any records at once, in no order: each delivery is spread over as many calls as
+    /// may run at once (`concurrency`), each taking up to a batch of records that
+    /// arrived together; a retry holds only the rest of its call's records.
     Unordered,
 }
 
