@@ -51,6 +51,10 @@ pub enum Check {
     /// A finished record waited longer than [`COMMIT_WAIT_BOUND`] after its last
     /// finish for a commit past it: commits stalled while records were finished.
     CommitWait,
+    /// Under key ordering, a member ran two calls of one key at once, or started a
+    /// key's record before an earlier one it had started (both within one hold of the
+    /// partition: a new assignment starts over from the committed offset).
+    KeyOrder,
 }
 
 /// How long a record may wait, from the last time it was finished, for a commit past
@@ -63,7 +67,7 @@ pub const COMMIT_WAIT_BOUND: f64 = 90.0;
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 10] = [
         Check::Regression,
         Check::UnfinishedCommit,
         Check::DoubleOwner,
@@ -73,6 +77,7 @@ impl Check {
         Check::Member,
         Check::Drain,
         Check::CommitWait,
+        Check::KeyOrder,
     ];
 
     /// Its name in the report.
@@ -87,6 +92,7 @@ impl Check {
             Check::Member => "member_failures",
             Check::Drain => "drain",
             Check::CommitWait => "commit_waits",
+            Check::KeyOrder => "key_order",
         }
     }
 }
@@ -137,6 +143,9 @@ struct Inner {
     redone_after_early_grant: u64,
     /// [`COMMIT_WAIT_BOUND`] unless a test sets another.
     commit_wait_bound: Option<f64>,
+    /// Under key ordering, `(incarnation, partition, key)` -> whether a call on the key
+    /// runs, and the highest offset of the key started since the partition was assigned.
+    keys: HashMap<(usize, i32, Vec<u8>), (bool, i64)>,
 }
 
 /// A partition granted to `new` at `at` while `old` still held it, `old` not asked to
@@ -508,6 +517,43 @@ impl Journal {
                 .entry(*p)
                 .or_default()
                 .insert(inc, (at, generation));
+            // A new hold reads from the committed offset: a key's records start over.
+            j.keys.retain(|(i, part, _), _| !(*i == inc && part == p));
+        }
+    }
+
+    /// Under key ordering, `inc` starts a call on `partition`@`offset` of `key`.
+    pub fn key_started(&self, inc: usize, partition: i32, offset: i64, key: &[u8]) {
+        let at = self.now();
+        let mut j = self.lock();
+        let (running, last) = j
+            .keys
+            .insert((inc, partition, key.to_vec()), (true, offset))
+            .unwrap_or((false, offset));
+        let shown = String::from_utf8_lossy(key).into_owned();
+        let name = j.name(inc);
+        if running {
+            j.violation(
+                Check::KeyOrder,
+                format!("t={at:.1}s: {name} started {partition}@{offset} while a call on its key {shown} ran"),
+            );
+        }
+        if offset < last {
+            j.violation(
+                Check::KeyOrder,
+                format!("t={at:.1}s: {name} started {partition}@{offset} of key {shown} after {partition}@{last}"),
+            );
+            if let Some(k) = j.keys.get_mut(&(inc, partition, key.to_vec())) {
+                k.1 = last;
+            }
+        }
+    }
+
+    /// Under key ordering, `inc`'s call on `key` of `partition` ended (any way).
+    pub fn key_finished(&self, inc: usize, partition: i32, key: &[u8]) {
+        let mut j = self.lock();
+        if let Some(k) = j.keys.get_mut(&(inc, partition, key.to_vec())) {
+            k.0 = false;
         }
     }
 
@@ -1230,6 +1276,35 @@ mod tests {
             j.handled(inc, 0, o);
             j.handler_finished(inc, 0);
         }
+    }
+
+    /// Under key ordering: two calls of one key at once, and a key's record started
+    /// after a later one, are violations; a new assignment starts a key over.
+    #[test]
+    fn a_key_run_twice_at_once_or_out_of_order_is_a_violation() {
+        let (j, m) = journal_with_member();
+        j.assigned(m, &[0], 1);
+        j.key_started(m, 0, 0, b"k1");
+        j.key_finished(m, 0, b"k1");
+        j.key_started(m, 0, 0, b"k1"); // a retry of the same record
+        j.key_finished(m, 0, b"k1");
+        j.key_started(m, 0, 3, b"k1");
+        j.key_started(m, 0, 1, b"k2"); // another key at once
+        j.key_finished(m, 0, b"k2");
+        j.key_finished(m, 0, b"k1");
+        assert_eq!(j.analyse(&BTreeSet::new()).violation_count, 0);
+        // Assigned again: it reads from the committed offset.
+        j.assigned(m, &[0], 2);
+        j.key_started(m, 0, 0, b"k1");
+        j.key_finished(m, 0, b"k1");
+        assert_eq!(j.analyse(&BTreeSet::new()).violation_count, 0);
+        j.key_started(m, 0, 5, b"k1");
+        j.key_started(m, 0, 6, b"k1");
+        j.key_finished(m, 0, b"k1");
+        j.key_started(m, 0, 4, b"k1");
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.violation_count, 2, "{:?}", a.violations);
+        assert_eq!(a.checks.get(&Check::KeyOrder), Some(&2));
     }
 
     #[test]

@@ -66,6 +66,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ottla::consumer::{Consumer, GroupProtocol, OffsetReset, TopicPartition};
+pub use ottla::processor::ProcessingOrder;
 use protocol_tests::mock::MockCluster;
 use protocol_tests::peer::Peer;
 use rdkafka::ClientConfig as RdConfig;
@@ -147,6 +148,23 @@ pub struct Config {
     /// About how often a member's runtime is blocked when `stall` is set: the gaps are
     /// drawn between half and one and a half of it.
     pub stall_every: Duration,
+    /// The members' processing order. Under [`ProcessingOrder::Key`] each partition's
+    /// records carry one of [`KEYS_PER_PARTITION`] keys, and the journal checks that a
+    /// member runs one call per key at a time, in offset order (`key_order`).
+    pub ordering: ProcessingOrder,
+}
+
+/// Keys per partition under `--ordering key`: few, so that a key's records are close
+/// together and its order is tested often.
+pub const KEYS_PER_PARTITION: u64 = 8;
+
+/// The key of record `seq` on a topic of `partitions` partitions under key ordering
+/// (`None`: by partition, where the key is the sequence number).
+pub fn order_key(seq: u64, partitions: i32, ordering: ProcessingOrder) -> Option<String> {
+    (ordering == ProcessingOrder::Key).then(|| {
+        let p = u64::try_from(partitions.max(1)).unwrap_or(1);
+        format!("p{}k{}", seq % p, (seq / p) % KEYS_PER_PARTITION)
+    })
 }
 
 impl Default for Config {
@@ -180,6 +198,7 @@ impl Default for Config {
             contention: 0,
             stall: None,
             stall_every: Duration::from_secs(1),
+            ordering: ProcessingOrder::Partition,
         }
     }
 }
@@ -204,6 +223,9 @@ chaos: an ottla consumer group under injected faults; checks that nothing is los
                         and errors go on ConsumerGroupHeartbeat instead of JoinGroup, SyncGroup
                         and Heartbeat
   --members N           members at the start (env OTTLA_CHAOS_MEMBERS; default 3)
+  --ordering O          the Processor's order: partition or key (env OTTLA_CHAOS_ORDERING; default
+                        partition). Under key each partition's records carry one of 8 keys, and
+                        key_order checks one call per key at a time, in offset order
   --brokers N           mock brokers (default 3)
   --partitions N        topic partitions (default 6)
   --produce-rate R      records per second (default 200)
@@ -266,6 +288,9 @@ impl Config {
         if let Some(v) = env("OTTLA_CHAOS_STALL") {
             c.stall = parse_stall(&v).context("OTTLA_CHAOS_STALL")?;
         }
+        if let Some(v) = env("OTTLA_CHAOS_ORDERING") {
+            c.ordering = parse_ordering(&v)?;
+        }
         let mut rates: Vec<String> = env("OTTLA_CHAOS_RATES").into_iter().collect();
         let mut i = 0;
         while i < args.len() {
@@ -297,6 +322,7 @@ impl Config {
                 "--seed" => c.seed = value.parse().with_context(bad)?,
                 "--broker" => c.broker = parse_broker(&value)?,
                 "--group-protocol" => c.group_protocol = parse_protocol(&value)?,
+                "--ordering" => c.ordering = parse_ordering(&value)?,
                 "--members" => c.members = value.parse().with_context(bad)?,
                 "--brokers" => c.brokers = value.parse().with_context(bad)?,
                 "--partitions" => c.partitions = value.parse().with_context(bad)?,
@@ -441,6 +467,9 @@ impl Config {
         if self.group_protocol != GroupProtocol::Classic {
             cmd.push_str(&format!(" --group-protocol {}", self.group_protocol.name()));
         }
+        if self.ordering == ProcessingOrder::Key {
+            cmd.push_str(" --ordering key");
+        }
         let defaults = Config::default();
         let changed: Vec<String> = self
             .rates
@@ -516,6 +545,14 @@ impl Config {
 fn parse_stall(v: &str) -> anyhow::Result<Option<Duration>> {
     let d = parse_duration(v)?;
     Ok((!d.is_zero()).then_some(d))
+}
+
+fn parse_ordering(v: &str) -> anyhow::Result<ProcessingOrder> {
+    match v.trim() {
+        "partition" => Ok(ProcessingOrder::Partition),
+        "key" => Ok(ProcessingOrder::Key),
+        other => bail!("--ordering {other}: partition or key"),
+    }
 }
 
 fn parse_protocol(v: &str) -> anyhow::Result<GroupProtocol> {
@@ -903,6 +940,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
         session_timeout: config.session_timeout,
         fetch_max_wait: config.fetch_max_wait,
         stall: config.stall.map(|max| (max, config.stall_every)),
+        ordering: config.ordering,
         journal: journal.clone(),
     });
     let contention = Contention::start(config.contention);
@@ -955,7 +993,7 @@ pub async fn run(config: Config) -> anyhow::Result<Report> {
     let producer = tokio::spawn(produce(
         bootstrap.clone(),
         config.linger,
-        config.partitions,
+        (config.partitions, config.ordering),
         config.produce_rate,
         journal.clone(),
         producing.clone(),
@@ -1310,7 +1348,7 @@ impl Runner<'_> {
 async fn produce(
     bootstrap: String,
     linger: Duration,
-    partitions: i32,
+    (partitions, ordering): (i32, ProcessingOrder),
     rate: f64,
     journal: Arc<Journal>,
     producing: Arc<AtomicBool>,
@@ -1340,8 +1378,16 @@ async fn produce(
         owed += per_tick;
         while owed >= 1.0 {
             owed -= 1.0;
-            let key = seq.to_string();
-            let value = format!("seq={seq} {}", "x".repeat((seq % 64) as usize));
+            let (key, value) = match order_key(seq, partitions, ordering) {
+                Some(k) => {
+                    let value = format!("seq={seq} {k} {}", "x".repeat((seq % 64) as usize));
+                    (k, value)
+                }
+                None => (
+                    seq.to_string(),
+                    format!("seq={seq} {}", "x".repeat((seq % 64) as usize)),
+                ),
+            };
             let partition = (seq % partitions as u64) as i32;
             let mut record = FutureRecord::to(TOPIC)
                 .partition(partition)
@@ -1462,6 +1508,34 @@ mod tests {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("2 weeks").is_err());
         assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn the_ordering_is_a_flag_replayed_and_keys_each_partition_with_eight_keys() {
+        let args: Vec<String> = ["--ordering", "key"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let c = Config::from_args(&args, |_| None).unwrap();
+        assert_eq!(c.ordering, ProcessingOrder::Key);
+        assert!(
+            c.replay_command().contains("--ordering key"),
+            "{}",
+            c.replay_command()
+        );
+        assert!(Config::from_args(&["--ordering".into(), "random".into()], |_| None).is_err());
+        let by_default = Config::from_args(&[], |_| None).unwrap();
+        assert!(!by_default.replay_command().contains("--ordering"));
+        // Records 0..48 of 6 partitions: partition p gets keys p{p}k0..k7, each twice.
+        let keys: BTreeSet<String> = (0..96)
+            .filter_map(|seq| order_key(seq, 6, ProcessingOrder::Key))
+            .collect();
+        assert_eq!(keys.len(), 6 * KEYS_PER_PARTITION as usize);
+        assert_eq!(
+            order_key(7, 6, ProcessingOrder::Key).as_deref(),
+            Some("p1k1")
+        );
+        assert_eq!(order_key(7, 6, ProcessingOrder::Partition), None);
     }
 
     #[test]

@@ -19,7 +19,9 @@ use std::time::Duration;
 use ottla::ClientConfig;
 use ottla::ConsumerRecord;
 use ottla::consumer::{GroupProtocol, OffsetReset};
-use ottla::processor::{Cancel, Metric, ProcessError, Processor, RetryBackoff, RetryPolicy};
+use ottla::processor::{
+    Cancel, Metric, ProcessError, ProcessingOrder, Processor, RetryBackoff, RetryPolicy,
+};
 use tokio::sync::oneshot;
 
 use super::capture;
@@ -64,6 +66,8 @@ pub struct MemberContext {
     pub fetch_max_wait: Duration,
     /// Member stalls: the longest block and the mean gap between blocks (`None`: none).
     pub stall: Option<(Duration, Duration)>,
+    /// The Processor's order.
+    pub ordering: ProcessingOrder,
     /// The journal.
     pub journal: Arc<Journal>,
 }
@@ -292,6 +296,7 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
             Duration::from_secs(20),
         )
         .processing_budget(Duration::from_secs(5))
+        .ordering(ctx.ordering)
         .commit_interval(Some(ctx.commit_interval))
         .metrics(hook)
         .consumer(move |c| {
@@ -342,13 +347,32 @@ fn policy() -> RetryPolicy {
 }
 
 /// The sequence number a record carries in its key (`<seq>`), checked against its
-/// value (`seq=<seq> ...`).
+/// value (`seq=<seq> ...`); under key ordering the key is the order key, which the
+/// value repeats after the sequence number (`seq=<seq> <key> ...`).
 pub fn seq_of(record: &ConsumerRecord) -> Option<u64> {
-    let key = record.key()?;
-    let seq: u64 = std::str::from_utf8(key).ok()?.parse().ok()?;
-    let value = record.value()?;
-    let expected = format!("seq={seq} ");
-    value.starts_with(expected.as_bytes()).then_some(seq)
+    let key = std::str::from_utf8(record.key()?).ok()?;
+    let value = std::str::from_utf8(record.value()?).ok()?;
+    let mut words = value.strip_prefix("seq=")?.split(' ');
+    let seq: u64 = words.next()?.parse().ok()?;
+    match key.parse::<u64>() {
+        Ok(k) => (k == seq).then_some(seq),
+        Err(_) => (words.next()? == key).then_some(seq),
+    }
+}
+
+/// Ends the journal's call on a key when dropped, however the call ends.
+struct KeyRunning {
+    journal: Arc<Journal>,
+    inc: usize,
+    partition: i32,
+    key: Vec<u8>,
+}
+
+impl Drop for KeyRunning {
+    fn drop(&mut self) {
+        self.journal
+            .key_finished(self.inc, self.partition, &self.key);
+    }
 }
 
 /// Ends the journal's handler call when dropped, however the call ends.
@@ -392,6 +416,16 @@ fn handler(
                 inc,
                 partition,
             };
+            let _key = (ctx.ordering == ProcessingOrder::Key).then(|| {
+                let key = record.key().unwrap_or_default().to_vec();
+                journal.key_started(inc, partition, offset, &key);
+                KeyRunning {
+                    journal: journal.clone(),
+                    inc,
+                    partition,
+                    key,
+                }
+            });
             if let Some(work) = ctx.fates.work(ctx.seed, seq, attempt) {
                 tokio::select! {
                     _ = tokio::time::sleep(work) => {}
