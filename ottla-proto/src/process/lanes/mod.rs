@@ -298,7 +298,12 @@ impl Lanes {
         let lane = self
             .lanes
             .entry(first.topic_partition())
-            .or_insert_with(|| Lane::starting_at(first.offset()));
+            .or_insert_with(|| {
+                Lane::starting_at(
+                    first.offset(),
+                    self.config.ordering != ProcessingOrder::Partition,
+                )
+            });
         if lane.releasing {
             // Fetched before the pause took hold: the next owner reads them.
             return;
@@ -415,9 +420,10 @@ impl Lanes {
         self.dispatch(now);
         self.update_pauses();
         self.commit_if_due(now);
-        let keep = self.config.ordering == ProcessingOrder::Partition;
-        for lane in self.lanes.values_mut() {
-            lane.tidy(keep);
+        if self.config.ordering != ProcessingOrder::Partition {
+            for lane in self.lanes.values_mut() {
+                lane.tidy();
+            }
         }
     }
 

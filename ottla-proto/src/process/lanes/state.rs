@@ -181,18 +181,44 @@ fn step(n: usize, add: bool) -> usize {
     if add { n + 1 } else { n.saturating_sub(1) }
 }
 
+/// Hashes a [`Slot`], which is a key's hash or an offset already: one multiply, not
+/// SipHash (a line is looked up several times a record).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct SlotHasher(u64);
+
+impl std::hash::Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Lines = HashMap<Slot, Line, std::hash::BuildHasherDefault<SlotHasher>>;
+
 /// One partition's lane: its lines, what commits it, and its handover.
 #[derive(Debug, Default)]
 pub(super) struct Lane {
-    pub(super) lines: HashMap<Slot, Line>,
+    pub(super) lines: Lines,
     /// Lines idle with records, in the order they became so (an entry whose line is no
     /// longer so is dropped when it comes up).
     ready: VecDeque<Slot>,
     /// Lines waiting for a retry, or halted, by when they are due (an entry whose line
     /// no longer waits until then is dropped when it comes up).
     timers: BTreeSet<(Instant, Slot)>,
-    /// Lines that became idle and may have nothing left: removed by [`Lane::tidy`].
+    /// Lines that became idle and may have nothing left: removed by [`Lane::tidy`]
+    /// (only with `many` lines: the one line of a lane by partition lives as long as
+    /// the lane).
     emptied: Vec<Slot>,
+    many: bool,
     /// How many records the lines' queues hold.
     pub(super) queued: usize,
     pub(super) busy: Busy,
@@ -203,10 +229,12 @@ pub(super) struct Lane {
 }
 
 impl Lane {
-    /// A lane whose first record is at `start`.
-    pub(super) fn starting_at(start: i64) -> Self {
+    /// A lane whose first record is at `start`; with `many` lines (by key, unordered)
+    /// or one.
+    pub(super) fn starting_at(start: i64, many: bool) -> Self {
         Self {
             tracker: OffsetTracker::starting_at(start),
+            many,
             ..Self::default()
         }
     }
@@ -241,7 +269,7 @@ impl Lane {
                     line.ready = true;
                     self.ready.push_back(slot);
                 }
-            } else {
+            } else if self.many {
                 self.emptied.push(slot);
             }
         }
@@ -318,7 +346,9 @@ impl Lane {
             line.queue.clear();
             line.queued = 0;
             line.ready = false;
-            self.emptied.push(*slot);
+            if self.many {
+                self.emptied.push(*slot);
+            }
         }
         self.ready.clear();
         self.queued = 0;
@@ -381,13 +411,12 @@ impl Lane {
             .collect()
     }
 
-    /// Removes the lines that are idle with nothing queued (not under partition
-    /// ordering, whose one line lives as long as its lane).
-    pub(super) fn tidy(&mut self, keep: bool) {
+    /// Removes the lines that are idle with nothing queued (with `many` lines only).
+    pub(super) fn tidy(&mut self) {
+        if self.emptied.is_empty() {
+            return;
+        }
         for slot in std::mem::take(&mut self.emptied) {
-            if keep {
-                continue;
-            }
             if self
                 .lines
                 .get(&slot)
