@@ -1,14 +1,18 @@
 //! Isolation: while one partition's record is in retry backoff, do the other partitions
 //! keep their throughput?
 //!
-//! `cargo run --release -p protocol-tests --no-default-features --bin bench-isolation [-- --retry-secs 30 --runs 3]`
+//! `cargo run --release -p ottla-bench --bin bench-isolation [-- --retry-secs 30 --runs 3
+//! --order partition|key --keys 1000]`
 //!
 //! Four partitions on tansu, each with more records than can be handled in the window.
 //! The handler costs 1 ms per record (a sleep: a downstream call). In the "failing" run,
 //! the first record of partition 0 fails transiently for `--retry-secs` (retries every
-//! second); in the "clean" run nothing fails. For each run it prints the records/s of
-//! partitions 1-3 over the window, and the ratio failing/clean (interleaved runs,
-//! medians).
+//! second); in the "clean" run nothing fails. For each run it prints the records/s over
+//! the window of the others, and the ratio failing/clean (interleaved runs, medians).
+//! By partition (4 calls at once), the others are partitions 1-3. By key (16 calls at
+//! once; records keyed `k{i % keys}`, so partition 0 holds every fourth key and the
+//! failing record's key is one of its 250), the others are the other keys of partition
+//! 0: the records its retrying key does not hold.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -16,7 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ottla::consumer::OffsetReset;
-use ottla::processor::{ProcessError, Processor, RetryBackoff, RetryPolicy, owned};
+use ottla::processor::{
+    ProcessError, ProcessingOrder, Processor, RetryBackoff, RetryPolicy, owned,
+};
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
 
@@ -29,7 +35,15 @@ async fn main() -> ExitCode {
     }
     let secs = arg("--retry-secs", 30);
     let runs = arg("--runs", 3);
-    match run(secs, runs).await {
+    let by_key = match ottla_bench::opt("--order").as_deref() {
+        None | Some("partition") => None,
+        Some("key") => Some(arg("--keys", 1000).max(4)),
+        Some(other) => {
+            eprintln!("bench-isolation: --order {other}: partition or key");
+            return ExitCode::from(2);
+        }
+    };
+    match run(secs, runs, by_key).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bench-isolation: {e:#}");
@@ -38,7 +52,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
+async fn run(secs: u64, runs: u64, by_key: Option<u64>) -> anyhow::Result<()> {
     let peer = Peer::tansu()?;
     let window = Duration::from_secs(secs);
     // 1 ms per record over 4 lanes: at most ~4,000/s; give each partition more than
@@ -47,7 +61,7 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
     let mut results: Vec<(bool, f64)> = Vec::new();
     for run in 1..=runs {
         for failing in [false, true] {
-            let topic = format!("iso-{run}-{failing}");
+            let topic = format!("iso-{run}-{failing}-{}", by_key.map_or(0, |k| k));
             peer.create_topic(&topic, 4)?;
             // Never written (the failing record heals within its retries), but the
             // processor checks at startup that it exists.
@@ -55,9 +69,12 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
             let producer = Producer::builder(&peer.bootstrap()).build().await?;
             let mut pending = Vec::new();
             for i in 0..per_partition * 4 {
-                let r = ProducerRecord::new(&topic)
+                let mut r = ProducerRecord::new(&topic)
                     .partition((i % 4) as i32)
                     .value(format!("{i}"));
+                if let Some(keys) = by_key {
+                    r = r.key(format!("k{}", i % keys));
+                }
                 pending.push(producer.send(r).await?);
             }
             for p in pending {
@@ -83,7 +100,12 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
                         Duration::from_millis(500),
                         Duration::from_secs(2000),
                     )
-                    .concurrency(4)
+                    .concurrency(if by_key.is_some() { 16 } else { 4 })
+                    .ordering(if by_key.is_some() {
+                        ProcessingOrder::Key
+                    } else {
+                        ProcessingOrder::Partition
+                    })
                     .consumer(|c| c.offset_reset(OffsetReset::Earliest))
                     .build()
                     .await?;
@@ -98,8 +120,11 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
                         return Err(ProcessError::transient("Unavailable", "downstream down"));
                     }
                     tokio::time::sleep(Duration::from_millis(1)).await;
+                    // Partition 0's records of the failing record's key (k0) as -1.
+                    let of_k0 = r.key() == Some(b"k0".as_slice());
                     if t0.elapsed() < window {
-                        *c.lock().unwrap().entry(r.partition()).or_default() += 1;
+                        let p = if of_k0 { -1 } else { r.partition() };
+                        *c.lock().unwrap().entry(p).or_default() += 1;
                     }
                     Ok(())
                 }
@@ -118,12 +143,17 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
             };
             processor.run(handler, stop).await?;
             let counts = counts.lock().unwrap().clone();
-            let others: u64 = (1..4).map(|p| counts.get(&p).copied().unwrap_or(0)).sum();
+            let count = |p: i32| counts.get(&p).copied().unwrap_or(0);
+            let (others, what) = match by_key {
+                None => ((1..4).map(count).sum::<u64>(), "partitions 1-3"),
+                Some(_) => (count(0), "partition 0's other keys"),
+            };
             let rate = others as f64 / window.as_secs_f64();
             println!(
-                "run {run} {:>7}: partitions 1-3 handled {rate:>7.0} records/s; partition 0 handled {}",
+                "run {run} {:>7}: {what} handled {rate:>7.0} records/s; partition 0 handled {}, of them key k0 {}",
                 if failing { "failing" } else { "clean" },
-                counts.get(&0).copied().unwrap_or(0)
+                count(0) + count(-1),
+                count(-1)
             );
             results.push((failing, rate));
         }
@@ -134,8 +164,12 @@ async fn run(secs: u64, runs: u64) -> anyhow::Result<()> {
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
     let (clean, failing) = (median(false), median(true));
+    let (what, retrying) = match by_key {
+        None => ("partitions 1-3", "partition 0"),
+        Some(_) => ("partition 0's other keys", "key k0 of partition 0"),
+    };
     println!(
-        "median partitions 1-3: clean {clean:.0} records/s, with partition 0 retrying for {secs} s {failing:.0} records/s: ratio {:.3}",
+        "median {what}: clean {clean:.0} records/s, with {retrying} retrying for {secs} s {failing:.0} records/s: ratio {:.3}",
         failing / clean
     );
     Ok(())
