@@ -1477,13 +1477,11 @@ async fn read_dlq(bootstrap: &str, topic: &str) -> Vec<u64> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await {
+            // A dead letter keeps the record's key and value: its sequence number is
+            // read as the members read it (the key is the order key under
+            // `--ordering key`).
             Ok(Some(Ok(r))) => {
-                if let Some(seq) = r
-                    .key_bytes()
-                    .as_deref()
-                    .and_then(|k| std::str::from_utf8(k).ok())
-                    .and_then(|k| k.parse().ok())
-                {
+                if let Some(seq) = member::seq_of(&r) {
                     out.push(seq);
                 }
             }

@@ -744,6 +744,7 @@ impl Sim {
                     GroupResponse::OffsetFetch {
                         error: 0,
                         partitions,
+                        metadata: vec![],
                     },
                 );
             }
@@ -1235,6 +1236,7 @@ pub fn with_error(request: &GroupRequest, code: i16) -> GroupResponse {
         GroupRequest::OffsetFetch { .. } => GroupResponse::OffsetFetch {
             error: code,
             partitions: vec![],
+            metadata: vec![],
         },
         GroupRequest::ConsumerGroupHeartbeat { .. } => GroupResponse::ConsumerGroupHeartbeat {
             error: code,

@@ -866,6 +866,7 @@ impl Harness {
                 GroupResponse::OffsetFetch {
                     error: top,
                     partitions: answers,
+                    metadata: vec![],
                 }
             }
             GroupRequest::ConsumerGroupHeartbeat { .. } => {
@@ -907,6 +908,7 @@ impl Harness {
             _ => GroupResponse::OffsetFetch {
                 error,
                 partitions: vec![(TopicPartition::new("t", 0), 7, -1, 0)],
+                metadata: vec![],
             },
         }
     }

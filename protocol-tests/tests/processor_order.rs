@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ottla::consumer::{Consumer, OffsetReset, TopicPartition};
 use ottla::processor::{
-    ProcessError, ProcessingOrder, Processor, RetryBackoff, RetryPolicy, owned,
+    Metric, MetricsLog, ProcessError, ProcessingOrder, Processor, RetryBackoff, RetryPolicy, owned,
 };
 use ottla::producer::{Producer, ProducerRecord};
 use protocol_tests::peer::Peer;
@@ -283,4 +283,161 @@ async fn mock_by_partition_one_call_per_partition_and_a_retry_holds_the_partitio
     );
     drop(seen);
     assert_eq!(committed(&peer, "by-partition", topic).await, ends);
+}
+
+/// Under key ordering, a member whose first record never finishes while the 1,000
+/// after it do commits offset 0 with those 1,000 in the commit's metadata; it dies
+/// (its run dropped: no commit on the way out), and the next member of the group
+/// handles record 0 alone, then commits past all of them.
+/// tansu keeps no commit metadata (its OffsetFetch answers carry none: PEERS.md), so
+/// there the next owner handles the 1,000 again, once each: the fallback is the old
+/// behaviour, nothing lost and nothing committed early.
+async fn finished_records_survive_the_owner(peer: Peer, keeps_metadata: bool) {
+    protocol_tests::init_tracing();
+    let topic = format!("resume-{}", peer.name());
+    let group = format!("resume-{}", peer.name());
+    peer.create_topic(&topic, 1).expect("topic");
+    peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
+    let producer = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("producer");
+    let mut deliveries = Vec::new();
+    for i in 0..=1000u32 {
+        let key = if i == 0 {
+            "stuck".to_string()
+        } else {
+            format!("k{}", i % 50)
+        };
+        let r = ProducerRecord::new(&topic)
+            .partition(0)
+            .key(key)
+            .value(i.to_string());
+        deliveries.push(producer.send(r).await.expect("send"));
+    }
+    for d in deliveries {
+        d.await.expect("written");
+    }
+    producer.close().await;
+
+    let builder = |log: &MetricsLog| {
+        Processor::builder(&peer.bootstrap(), &group, [topic.clone()])
+            .ordering(ProcessingOrder::Key)
+            .concurrency(64)
+            .commit_interval(Some(Duration::from_millis(100)))
+            .processing_budget(Duration::from_secs(60))
+            .timeouts(
+                Duration::from_secs(6),
+                Duration::from_millis(500),
+                Duration::from_secs(120),
+            )
+            .metrics(log.hook())
+            .consumer(|c| {
+                c.offset_reset(OffsetReset::Earliest)
+                    .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50))
+            })
+    };
+    // The first member: record 0 hangs (until its run is dropped), the rest succeed.
+    let first_log = MetricsLog::default();
+    let first = builder(&first_log).build().await.expect("first");
+    let handled_first = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let h = handled_first.clone();
+    let handler = owned(
+        move |r: ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let h = h.clone();
+            async move {
+                if r.offset() == 0 {
+                    cancel.cancelled().await;
+                    return Err(ProcessError::cancelled());
+                }
+                h.lock().expect("lock").push(r.offset());
+                Ok(())
+            }
+        },
+    );
+    let run = first.run(handler, std::future::pending::<()>());
+    let log = first_log.clone();
+    let done = handled_first.clone();
+    let watch = async move {
+        let started = Instant::now();
+        loop {
+            let committed_after = done.lock().expect("lock").len() == 1000
+                && log
+                    .snapshot()
+                    .iter()
+                    .filter(|m| matches!(m, Metric::Committed { offset: 0, .. }))
+                    .count()
+                    >= 1;
+            if committed_after || started.elapsed() > Duration::from_secs(60) {
+                // Let one more commit interval pass, so the last commit names all.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        r = run => panic!("the first member's run ended: {r:?}"),
+        () = watch => {}
+    }
+    assert_eq!(handled_first.lock().expect("lock").len(), 1000);
+    // The run future is dropped here: the member dies without a last commit.
+
+    let second_log = MetricsLog::default();
+    let second = builder(&second_log).build().await.expect("second");
+    let handled_second = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let h = handled_second.clone();
+    let handler = owned(move |r: ottla::ConsumerRecord, _cancel| {
+        let h = h.clone();
+        async move {
+            h.lock().expect("lock").push(r.offset());
+            Ok(())
+        }
+    });
+    let log = second_log.clone();
+    let until = async move {
+        let started = Instant::now();
+        while !log
+            .snapshot()
+            .iter()
+            .any(|m| matches!(m, Metric::Committed { offset: 1001, .. }))
+            && started.elapsed() < Duration::from_secs(60)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let stats = tokio::time::timeout(Duration::from_secs(90), second.run(handler, until))
+        .await
+        .expect("run ends")
+        .expect("run");
+    let mut second_handled = handled_second.lock().expect("lock").clone();
+    if keeps_metadata {
+        assert_eq!(
+            second_handled,
+            vec![0],
+            "the next owner handles only the record its previous owner did not finish"
+        );
+        assert_eq!(stats.already_finished, 1000, "{stats:?}");
+    } else {
+        second_handled.sort_unstable();
+        assert_eq!(second_handled, (0..=1000).collect::<Vec<i64>>());
+        assert_eq!(stats.already_finished, 0, "{stats:?}");
+    }
+    assert!(
+        second_log
+            .snapshot()
+            .iter()
+            .any(|m| matches!(m, Metric::Committed { offset: 1001, .. })),
+        "committed past all of them"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_records_finished_past_the_commit_are_not_handled_again_by_the_next_owner() {
+    finished_records_survive_the_owner(Peer::mock(1).expect("mock"), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_keeps_no_commit_metadata_so_the_next_owner_handles_them_again_once() {
+    finished_records_survive_the_owner(Peer::tansu().expect("tansu"), false).await;
 }

@@ -182,6 +182,7 @@ impl Steps for Harness<GroupMember> {
             GroupResponse::OffsetFetch {
                 error: 0,
                 partitions: (0..4).map(|p| (tp(p), -1, -1, 0)).collect(),
+                metadata: vec![],
             },
         );
         h.events();

@@ -209,6 +209,7 @@ mod tests {
             Event::CommittedOffsets {
                 generation: 3,
                 offsets: vec![(tp.clone(), 5, 0)],
+                metadata: vec![],
             },
         ] {
             assert_eq!(ConsumerEvent::from_group(event.clone()), None, "{event:?}");

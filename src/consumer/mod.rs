@@ -125,6 +125,8 @@ struct AppState {
     stopped: bool,
     /// Last known committed offsets.
     committed: BTreeMap<TopicPartition, (i64, u64)>,
+    /// The offsets fetched at assignment whose metadata is not empty, with it.
+    committed_metadata: BTreeMap<TopicPartition, (i64, String)>,
     /// Commits are numbered when started; the cache keeps the latest started one
     /// that succeeded, whatever order the results are read in.
     commit_ticket: u64,
@@ -437,18 +439,51 @@ impl Consumer {
             .await
     }
 
+    /// Commits explicit offsets, each with its metadata (Java's `OffsetAndMetadata`):
+    /// the partition's next owner reads it back with
+    /// [`Consumer::committed_metadata`]. Brokers keep up to `offset.metadata.max.bytes`
+    /// (4 KiB by default) and refuse the commit past it.
+    pub async fn commit_offsets_with_metadata(
+        &self,
+        offsets: &[(TopicPartition, i64, Option<String>)],
+    ) -> Result<()> {
+        let commits = offsets
+            .iter()
+            .map(|(tp, o, m)| CommitOffset {
+                partition: tp.clone(),
+                offset: *o,
+                leader_epoch: -1,
+                metadata: m.clone(),
+            })
+            .collect();
+        self.commit_list(commits).await
+    }
+
+    /// The offset committed for `partition` and the metadata committed with it, as
+    /// fetched when the partition was assigned (`None`: no metadata, or empty).
+    pub fn committed_metadata(&self, partition: &TopicPartition) -> Option<(i64, String)> {
+        lock(&self.shared.app)
+            .committed_metadata
+            .get(partition)
+            .cloned()
+    }
+
     async fn commit_positions(&self, positions: Vec<(TopicPartition, i64, i32)>) -> Result<()> {
+        self.commit_list(to_commit(positions)).await
+    }
+
+    async fn commit_list(&self, commits: Vec<CommitOffset>) -> Result<()> {
         let Some(group) = &self.group else {
             return Err(Error::Config {
                 setting: "group.id",
                 message: "commits need a group".into(),
             });
         };
-        if positions.is_empty() {
+        if commits.is_empty() {
             return Ok(());
         }
         let ticket = commit_ticket(&self.shared);
-        let done = group.start_commit(to_commit(positions)).await?;
+        let done = group.start_commit(commits).await?;
         remember_committed(&self.shared, &done, ticket);
         Ok(())
     }

@@ -226,9 +226,20 @@ fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
             d.revocation.assigned(added);
             lock(&d.shared.fetcher).assign(added, true);
         }
-        Event::CommittedOffsets { offsets, .. } => {
+        Event::CommittedOffsets {
+            offsets, metadata, ..
+        } => {
             let mut f = lock(&d.shared.fetcher);
             let mut app = lock(&d.shared.app);
+            for (tp, _, _) in offsets {
+                app.committed_metadata.remove(tp);
+            }
+            for (tp, m) in metadata {
+                if let Some((_, offset, _)) = offsets.iter().find(|(o, _, _)| o == tp) {
+                    app.committed_metadata
+                        .insert(tp.clone(), (*offset, m.clone()));
+                }
+            }
             for (tp, offset, epoch) in offsets {
                 f.set_committed(tp, *offset, *epoch);
                 if *offset >= 0 {

@@ -550,6 +550,9 @@ impl Processor {
                         tickets.insert(task.id(), ticket);
                     }
                     Action::Commit(offsets) => {
+                        // What finished past each offset, read before a loss drops it.
+                        let metadata = lanes.commit_metadata(&offsets);
+                        let metadata = with_metadata(&offsets, metadata);
                         let offsets = self.events_before_commit(
                             &mut lanes,
                             &mut events,
@@ -559,7 +562,7 @@ impl Processor {
                         // The lanes hear back whatever happened, even when the loss left
                         // nothing to commit: until they do, they count this commit as out
                         // and make no other.
-                        let ok = offsets.is_empty() || self.commit(&offsets).await;
+                        let ok = offsets.is_empty() || self.commit(&offsets, &metadata).await;
                         lanes.committed(&offsets, ok, now());
                     }
                     Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
@@ -568,7 +571,9 @@ impl Processor {
                         handover,
                         partitions,
                         offsets,
+                        metadata,
                     } => {
+                        let metadata = with_metadata(&offsets, metadata);
                         let offsets = self.events_before_commit(
                             &mut lanes,
                             &mut events,
@@ -576,7 +581,7 @@ impl Processor {
                             offsets,
                         );
                         if !offsets.is_empty() {
-                            let ok = self.commit(&offsets).await;
+                            let ok = self.commit(&offsets, &metadata).await;
                             if !ok {
                                 warn!(
                                     ?partitions,
@@ -661,6 +666,7 @@ impl Processor {
                     }
                     batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
                         Ok(records) => {
+                            self.resume_partitions(&mut lanes, &records);
                             lanes.deliver(records, now());
                             None
                         }
@@ -778,9 +784,38 @@ impl Processor {
         offsets
     }
 
-    /// Commits `offsets`; `false`: the commit failed (the lanes keep them pending).
-    async fn commit(&self, offsets: &[(TopicPartition, i64)]) -> bool {
-        match self.consumer.commit_offsets(offsets).await {
+    /// For each partition of `records` the lanes have no lane for yet (just
+    /// assigned), the records its previous owner finished past the committed offset
+    /// (the commit's metadata), so they are not handled again.
+    fn resume_partitions(&self, lanes: &mut Lanes, records: &[ConsumerRecord]) {
+        let mut last: Option<&ConsumerRecord> = None;
+        for r in records {
+            if last.is_some_and(|l| l.is_in(r.topic_arc(), r.partition())) {
+                continue;
+            }
+            last = Some(r);
+            let tp = r.topic_partition();
+            if lanes.has_lane(&tp) {
+                continue;
+            }
+            if let Some((offset, metadata)) = self.consumer.committed_metadata(&tp) {
+                lanes.resume_from(tp, offset, &metadata);
+            }
+        }
+    }
+
+    /// Commits `offsets`, each with its metadata in `metadata`; `false`: the commit
+    /// failed (the lanes keep them pending).
+    async fn commit(
+        &self,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &HashMap<TopicPartition, String>,
+    ) -> bool {
+        let offsets: Vec<(TopicPartition, i64, Option<String>)> = offsets
+            .iter()
+            .map(|(tp, o)| (tp.clone(), *o, metadata.get(tp).cloned()))
+            .collect();
+        match self.consumer.commit_offsets_with_metadata(&offsets).await {
             Ok(()) => true,
             Err(e) => {
                 warn!(error = %e, ?offsets, "commit failed");
@@ -788,6 +823,18 @@ impl Processor {
             }
         }
     }
+}
+
+/// Each offset's metadata, by partition (those with some).
+fn with_metadata(
+    offsets: &[(TopicPartition, i64)],
+    metadata: Vec<Option<String>>,
+) -> HashMap<TopicPartition, String> {
+    offsets
+        .iter()
+        .zip(metadata)
+        .filter_map(|((tp, _), m)| Some((tp.clone(), m?)))
+        .collect()
 }
 
 /// The span of one `run_batch` call.

@@ -9,10 +9,10 @@
 //! the first record of partition 0 fails transiently for `--retry-secs` (retries every
 //! second); in the "clean" run nothing fails. For each run it prints the records/s over
 //! the window of the others, and the ratio failing/clean (interleaved runs, medians).
-//! By partition (4 calls at once), the others are partitions 1-3. By key (16 calls at
-//! once; records keyed `k{i % keys}`, so partition 0 holds every fourth key and the
-//! failing record's key is one of its 250), the others are the other keys of partition
-//! 0: the records its retrying key does not hold.
+//! By partition (4 calls at once), the others are partitions 1-3. By key, one partition
+//! (16 calls at once; records keyed `k{i % keys}`, 8,000 a second of the window, more
+//! than 16 calls of 1 ms can take), the others are the partition's other keys: the
+//! records its retrying key, `k0`, does not hold.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -58,19 +58,23 @@ async fn run(secs: u64, runs: u64, by_key: Option<u64>) -> anyhow::Result<()> {
     // 1 ms per record over 4 lanes: at most ~4,000/s; give each partition more than
     // the window can use.
     let per_partition = 1200 * secs.max(1);
+    let (partitions, records) = match by_key {
+        None => (4, per_partition * 4),
+        Some(_) => (1, 8000 * secs.max(1)),
+    };
     let mut results: Vec<(bool, f64)> = Vec::new();
     for run in 1..=runs {
         for failing in [false, true] {
             let topic = format!("iso-{run}-{failing}-{}", by_key.map_or(0, |k| k));
-            peer.create_topic(&topic, 4)?;
+            peer.create_topic(&topic, partitions)?;
             // Never written (the failing record heals within its retries), but the
             // processor checks at startup that it exists.
             peer.create_topic(&format!("{topic}.dlq"), 1)?;
             let producer = Producer::builder(&peer.bootstrap()).build().await?;
             let mut pending = Vec::new();
-            for i in 0..per_partition * 4 {
+            for i in 0..records {
                 let mut r = ProducerRecord::new(&topic)
-                    .partition((i % 4) as i32)
+                    .partition((i % partitions as u64) as i32)
                     .value(format!("{i}"));
                 if let Some(keys) = by_key {
                     r = r.key(format!("k{}", i % keys));

@@ -576,6 +576,19 @@ pub fn decode_response(
                             })
                         })
                         .collect(),
+                    metadata: g
+                        .topics
+                        .iter()
+                        .flat_map(|t| {
+                            t.partitions.iter().filter_map(move |p| {
+                                let m = p.metadata.as_ref().filter(|m| !m.is_empty())?;
+                                Some((
+                                    TopicPartition::new(t.name.0.to_string(), p.partition_index),
+                                    m.to_string(),
+                                ))
+                            })
+                        })
+                        .collect(),
                 }
             } else {
                 GroupResponse::OffsetFetch {
@@ -591,6 +604,19 @@ pub fn decode_response(
                                     p.committed_leader_epoch,
                                     p.error_code,
                                 )
+                            })
+                        })
+                        .collect(),
+                    metadata: r
+                        .topics
+                        .iter()
+                        .flat_map(|t| {
+                            t.partitions.iter().filter_map(move |p| {
+                                let m = p.metadata.as_ref().filter(|m| !m.is_empty())?;
+                                Some((
+                                    TopicPartition::new(t.name.0.to_string(), p.partition_index),
+                                    m.to_string(),
+                                ))
                             })
                         })
                         .collect(),

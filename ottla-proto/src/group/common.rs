@@ -19,7 +19,7 @@ use super::member::{
     CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Outgoing, RequestId, Target,
     Timer,
 };
-use super::messages::{CommitOffset, GroupRequest, GroupResponse};
+use super::messages::{CommitOffset, GroupRequest, GroupResponse, OffsetFetchAnswer};
 use crate::backoff::Backoff;
 use crate::metadata::NodeId;
 
@@ -314,7 +314,7 @@ impl<S, C> Core<S, C> {
         now: Instant,
         id: RequestId,
         asked: &BTreeSet<TopicPartition>,
-        (error, partitions): (i16, Vec<(TopicPartition, i64, i32, i16)>),
+        (error, partitions, metadata): OffsetFetchAnswer,
         is_fatal: fn(i16) -> bool,
     ) -> Offsets {
         let Some(f) = self.fetch.as_mut() else {
@@ -331,9 +331,14 @@ impl<S, C> Core<S, C> {
                 if done {
                     self.fetch = None;
                 }
+                let metadata = metadata
+                    .into_iter()
+                    .filter(|(tp, _)| offsets.iter().any(|(o, _, _)| o == tp))
+                    .collect();
                 self.events.push_back(Event::CommittedOffsets {
                     generation,
                     offsets,
+                    metadata,
                 });
                 return Offsets::Taken;
             }
@@ -451,9 +456,9 @@ pub(crate) fn refuses_coordination(response: &GroupResponse) -> bool {
         | GroupResponse::LeaveGroup { error, .. }
         | GroupResponse::ConsumerGroupHeartbeat { error, .. } => refused(*error),
         GroupResponse::OffsetCommit { partitions } => partitions.iter().any(|(_, e)| refused(*e)),
-        GroupResponse::OffsetFetch { error, partitions } => {
-            refused(*error) || partitions.iter().any(|(_, _, _, e)| refused(*e))
-        }
+        GroupResponse::OffsetFetch {
+            error, partitions, ..
+        } => refused(*error) || partitions.iter().any(|(_, _, _, e)| refused(*e)),
     }
 }
 
@@ -521,9 +526,13 @@ macro_rules! member_surface {
                 }
                 (
                     Sent::OffsetFetch { partitions: asked },
-                    GroupResponse::OffsetFetch { error, partitions },
+                    GroupResponse::OffsetFetch {
+                        error,
+                        partitions,
+                        metadata,
+                    },
                 ) => {
-                    self.on_offset_fetch(now, id, asked, (error, partitions));
+                    self.on_offset_fetch(now, id, asked, (error, partitions, metadata));
                     None
                 }
                 (sent, response) => self.on_response(now, id, sent, response),

@@ -145,6 +145,15 @@ impl GroupRequest {
     }
 }
 
+/// An OffsetFetch answer as the members take it: the top-level error,
+/// `(partition, committed offset or -1, leader epoch or -1, error code)`, and the
+/// metadata committed with the offsets where it is not empty.
+pub type OffsetFetchAnswer = (
+    i16,
+    Vec<(TopicPartition, i64, i32, i16)>,
+    Vec<(TopicPartition, String)>,
+);
+
 /// One partition's offset to commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitOffset {
@@ -230,6 +239,8 @@ pub enum GroupResponse {
         error: i16,
         /// `(partition, committed offset or -1, leader epoch or -1, error code)`.
         partitions: Vec<(TopicPartition, i64, i32, i16)>,
+        /// The metadata committed with the offsets, where it is not empty.
+        metadata: Vec<(TopicPartition, String)>,
     },
     /// ConsumerGroupHeartbeat.
     ConsumerGroupHeartbeat {

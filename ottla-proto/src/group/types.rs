@@ -424,6 +424,9 @@ pub enum Event {
         generation: i32,
         /// `(partition, offset, leader epoch)`.
         offsets: Vec<(TopicPartition, i64, i32)>,
+        /// The metadata committed with those offsets, where it is not empty (the
+        /// Processor's records finished past its commit).
+        metadata: Vec<(TopicPartition, String)>,
     },
     /// A commit finished.
     CommitCompleted {

@@ -25,6 +25,8 @@ pub struct OffsetTracker {
     high: Option<i64>,
     /// The last offset committed (or found committed).
     committed: Option<i64>,
+    /// Finishes so far (runs), to tell whether what finished changed.
+    finishes: u64,
 }
 
 impl OffsetTracker {
@@ -35,6 +37,7 @@ impl OffsetTracker {
             count: 0,
             high: Some(position),
             committed: Some(position),
+            finishes: 0,
         }
     }
 
@@ -77,6 +80,7 @@ impl OffsetTracker {
         if run.is_empty() {
             return;
         }
+        self.finishes += 1;
         // In order, the usual case: the run starts the first unfinished range.
         if let Some(first) = self.unfinished.front_mut() {
             if first.start == run.start && run.end <= first.end {
@@ -111,6 +115,32 @@ impl OffsetTracker {
     /// Records delivered and not finished.
     pub fn in_progress(&self) -> usize {
         self.count
+    }
+
+    /// How many runs have finished so far: it changes when anything finishes.
+    pub fn finishes(&self) -> u64 {
+        self.finishes
+    }
+
+    /// The offsets past the committable one that finished (sorted, disjoint ranges;
+    /// offsets that hold no record count as finished): what the commit's metadata can
+    /// tell the next owner to skip ([`super::finished`]).
+    pub fn finished_past_prefix(&self) -> Vec<Range<i64>> {
+        let (Some(high), Some(first)) = (self.high, self.unfinished.front()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut at = first.end;
+        for r in self.unfinished.iter().skip(1) {
+            if r.start > at {
+                out.push(at..r.start);
+            }
+            at = r.end;
+        }
+        if high > at {
+            out.push(at..high);
+        }
+        out
     }
 
     /// Adds `run` to the unfinished set anywhere: the ranges it overlaps or touches
@@ -301,6 +331,13 @@ mod tests {
                     Some(model.first().copied().unwrap_or(high))
                 );
                 assert_eq!(t.in_progress(), model.len());
+                // Past the first unfinished: every offset up to the end not unfinished.
+                let past: Vec<i64> = t.finished_past_prefix().into_iter().flatten().collect();
+                let expected: Vec<i64> = match model.first() {
+                    Some(&f) => (f..high).filter(|o| !model.contains(o)).collect(),
+                    None => Vec::new(),
+                };
+                assert_eq!(past, expected);
                 // The ranges stay sorted, apart and not empty.
                 let r: Vec<_> = t.unfinished.iter().cloned().collect();
                 assert!(r.iter().all(|r| !r.is_empty()), "{r:?}");

@@ -61,7 +61,7 @@ use super::member::{
     CommitError, Event, Failure, GroupConfig, GroupError, LostReason, Membership, Outgoing,
     RequestId, StateKind, Target, Timer,
 };
-use super::messages::{CommitOffset, GroupRequest, GroupResponse};
+use super::messages::{CommitOffset, GroupRequest, GroupResponse, OffsetFetchAnswer};
 use crate::error_name;
 use crate::metadata::NodeId;
 
@@ -1225,7 +1225,7 @@ impl ConsumerGroupMember {
         now: Instant,
         id: RequestId,
         asked: BTreeSet<TopicPartition>,
-        answer: (i16, Vec<(TopicPartition, i64, i32, i16)>),
+        answer: OffsetFetchAnswer,
     ) {
         let fatal = |code| code == ResponseError::GroupAuthorizationFailed.code();
         match self.core.offsets_answer(now, id, &asked, answer, fatal) {

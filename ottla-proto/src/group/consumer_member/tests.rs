@@ -509,6 +509,7 @@ fn a_partition_granted_while_its_commit_is_on_the_wire_is_fetched_once_the_commi
         GroupResponse::OffsetFetch {
             error: 0,
             partitions: vec![(tp(1), 40, -1, 0)],
+            metadata: vec![],
         },
     );
     h.events();

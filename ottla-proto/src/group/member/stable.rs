@@ -1,6 +1,7 @@
 //! In a generation: heartbeats, commits, committed offsets, and leaving the generation
 //! (a rebalance, a revocation, a reset).
 
+use crate::group::messages::OffsetFetchAnswer;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
@@ -145,7 +146,7 @@ impl GroupMember {
         now: Instant,
         id: RequestId,
         asked: BTreeSet<TopicPartition>,
-        answer: (i16, Vec<(TopicPartition, i64, i32, i16)>),
+        answer: OffsetFetchAnswer,
     ) {
         let fatal = |code| reaction(code) == Reaction::Fatal;
         match self.core.offsets_answer(now, id, &asked, answer, fatal) {

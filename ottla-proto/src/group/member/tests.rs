@@ -244,12 +244,20 @@ fn stable_offset_fetch_answered_after_a_new_generation_still_gives_offsets() {
         GroupResponse::OffsetFetch {
             error: 0,
             partitions: (0..4).map(|p| (tp(p), 10 + i64::from(p), -1, 0)).collect(),
+            metadata: vec![(tp(1), "ottla.f1:1,2".into()), (tp(9), "not ours".into())],
         },
     );
     let ev = h.events();
     assert!(
         ev.iter()
             .any(|e| matches!(e, Event::CommittedOffsets { offsets, .. } if offsets.len() == 4)),
+        "{ev:?}"
+    );
+    // The committed metadata comes along, for the partitions whose offsets came.
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::CommittedOffsets { metadata, .. }
+            if metadata == &vec![(tp(1), "ottla.f1:1,2".to_string())])),
         "{ev:?}"
     );
 }
@@ -804,6 +812,7 @@ fn joining_offset_fetch_retry_for_revoked_partitions_leaves_no_timer_due() {
         GroupResponse::OffsetFetch {
             error: ResponseError::CoordinatorLoadInProgress.code(),
             partitions: vec![],
+            metadata: vec![],
         },
     );
     h.advance(Duration::from_secs(1));
@@ -1604,6 +1613,7 @@ fn stable_offset_fetch_asks_for_stable_offsets_and_backs_off_exponentially() {
                 partitions: (0..4)
                     .map(|p| (tp(p), -1, -1, ResponseError::UnstableOffsetCommit.code()))
                     .collect(),
+                metadata: vec![],
             },
         );
         let (waited, next) = wait_for(&mut h, |r| matches!(r, GroupRequest::OffsetFetch { .. }));

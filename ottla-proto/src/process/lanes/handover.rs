@@ -82,6 +82,9 @@ impl Lanes {
         for r in &mut self.releases {
             r.partitions.retain(|tp| !partitions.contains(tp));
         }
+        for tp in partitions {
+            self.skips.remove(tp);
+        }
         warn!(
             target: LOG_TARGET,
             ?partitions,
@@ -118,6 +121,7 @@ impl Lanes {
                 );
             }
             let offsets = self.pending(Some(&r.partitions));
+            let metadata = self.commit_metadata(&offsets);
             for tp in &r.partitions {
                 if let Some(lane) = self.remove_lane(tp) {
                     for line in lane.lines.values() {
@@ -132,10 +136,14 @@ impl Lanes {
                     }
                 }
             }
+            for tp in &r.partitions {
+                self.skips.remove(tp);
+            }
             self.actions.push_back(Action::Release {
                 handover: r.handover,
                 partitions: r.partitions,
                 offsets,
+                metadata,
             });
         }
     }

@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::finished;
 use super::run::offset_runs;
 use super::tracker::OffsetTracker;
 use crate::backoff::Backoff;
@@ -63,6 +64,9 @@ pub struct Lanes {
     next_commit: Option<Instant>,
     commit_in_flight: bool,
     releases: Vec<Releasing>,
+    /// Finished ranges from a commit's metadata, for partitions whose lane is not made
+    /// yet ([`Lanes::resume_from`]).
+    skips: HashMap<TopicPartition, Vec<std::ops::Range<i64>>>,
     halted: usize,
     /// Partitions the application paused ([`Lanes::pause`]); `held_all`: every one.
     held: BTreeSet<TopicPartition>,
@@ -85,6 +89,7 @@ impl Lanes {
             next_ticket: 0,
             commit_in_flight: false,
             releases: Vec::new(),
+            skips: HashMap::new(),
             halted: 0,
             held: BTreeSet::new(),
             held_all: false,
@@ -130,6 +135,11 @@ impl Lanes {
     /// those in a call, or waiting for a retry).
     pub fn queued(&self) -> usize {
         self.lanes.values().map(|l| l.queued).sum()
+    }
+
+    /// Whether `tp` has a lane (it has had records since it was assigned).
+    pub fn has_lane(&self, tp: &TopicPartition) -> bool {
+        self.lanes.contains_key(tp)
     }
 
     /// The partitions that have a lane.
@@ -294,6 +304,10 @@ impl Lanes {
         let Some(first) = records.first() else {
             return;
         };
+        let skip = self
+            .skips
+            .remove(&first.topic_partition())
+            .unwrap_or_default();
         // A new lane owns nothing before its first record: committing from there.
         let lane = self
             .lanes
@@ -304,6 +318,9 @@ impl Lanes {
                     self.config.ordering != ProcessingOrder::Partition,
                 )
             });
+        if !skip.is_empty() {
+            lane.skip = skip;
+        }
         if lane.releasing {
             // Fetched before the pause took hold: the next owner reads them.
             return;
@@ -311,6 +328,22 @@ impl Lanes {
         for run in offset_runs(&records) {
             lane.tracker.deliver_run(run);
         }
+        // Those the previous owner finished (its commit's metadata) finish now.
+        let records = if lane.skip.is_empty() {
+            records
+        } else {
+            let last = records.last().map_or(0, ConsumerRecord::offset);
+            let (done, records): (Vec<_>, Vec<_>) = records
+                .into_iter()
+                .partition(|r| lane.skip.iter().any(|s| s.contains(&r.offset())));
+            finish(&mut lane.tracker, &done);
+            self.stats.already_finished += done.len() as u64;
+            lane.skip.retain(|s| s.end > last + 1);
+            if records.is_empty() {
+                return;
+            }
+            records
+        };
         let want = self.config.max_batch.max(1);
         if self.config.ordering != ProcessingOrder::Partition {
             // Unordered, a delivery is spread over as many calls as may run at once,
@@ -372,6 +405,14 @@ impl Lanes {
     /// The commit of `offsets` succeeded (`true`) or failed.
     pub fn committed(&mut self, offsets: &[(TopicPartition, i64)], ok: bool, now: Now) {
         self.commit_in_flight = false;
+        if !ok {
+            // What it carried goes again.
+            for (tp, _) in offsets {
+                if let Some(l) = self.lanes.get_mut(tp) {
+                    l.sent_finishes = None;
+                }
+            }
+        }
         if ok && !offsets.is_empty() {
             self.stats.commits += 1;
             for (tp, o) in offsets {
@@ -544,13 +585,53 @@ impl Lanes {
         }
     }
 
-    /// Each lane's finished prefix not yet committed.
-    fn pending(&self, only: Option<&[TopicPartition]>) -> Vec<(TopicPartition, i64)> {
+    /// Each lane's finished prefix not yet committed, or its committed one again when
+    /// records past it finished since its last commit (for the commit's metadata,
+    /// [`Lanes::commit_metadata`]); marked sent.
+    fn pending(&mut self, only: Option<&[TopicPartition]>) -> Vec<(TopicPartition, i64)> {
         self.lanes
-            .iter()
+            .iter_mut()
             .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
-            .filter_map(|(tp, l)| l.tracker.pending_commit().map(|o| (tp.clone(), o)))
+            .filter_map(|(tp, l)| {
+                let finishes = l.tracker.finishes();
+                let offset = l.tracker.pending_commit().or_else(|| {
+                    let past = l.sent_finishes != Some(finishes)
+                        && !l.tracker.finished_past_prefix().is_empty();
+                    past.then(|| l.tracker.committable()).flatten()
+                })?;
+                l.sent_finishes = Some(finishes);
+                Some((tp.clone(), offset))
+            })
             .collect()
+    }
+
+    /// The metadata of a commit of `offsets` (as [`Action::Commit`] or
+    /// [`Action::Release`] gave them): for each, the records past it that finished
+    /// ([`crate::process::finished`]), so that the partition's next owner skips them.
+    pub fn commit_metadata(&self, offsets: &[(TopicPartition, i64)]) -> Vec<Option<String>> {
+        offsets
+            .iter()
+            .map(|(tp, o)| {
+                let lane = self.lanes.get(tp)?;
+                finished::encode(*o, &lane.tracker.finished_past_prefix(), finished::MAX_LEN)
+            })
+            .collect()
+    }
+
+    /// The partition `tp`'s commit at `committed` carried `metadata`: the records it
+    /// names finished are not handled again when they are delivered (its previous
+    /// owner finished them; [`Stats::already_finished`] counts them).
+    pub fn resume_from(&mut self, tp: TopicPartition, committed: i64, metadata: &str) {
+        let ranges = finished::decode(committed, metadata);
+        if ranges.is_empty() {
+            return;
+        }
+        match self.lanes.get_mut(&tp) {
+            Some(lane) => lane.skip = ranges,
+            None => {
+                self.skips.insert(tp, ranges);
+            }
+        }
     }
 
     fn commit_if_due(&mut self, now: Now) {

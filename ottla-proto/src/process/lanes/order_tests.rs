@@ -29,6 +29,19 @@ fn keyed(offset: i64, key: Option<&str>) -> ConsumerRecord {
 }
 
 impl Harness {
+    /// No commit among `actions` passes `bound`; each is answered (accepted). A commit
+    /// of the prefix again, carrying the records finished past it in its metadata,
+    /// may be among them.
+    fn none_past(&mut self, actions: &[Action], bound: i64) {
+        for c in commits(actions) {
+            assert!(
+                c.iter().all(|(_, o)| *o <= bound),
+                "a commit past {bound}: {c:?} in {actions:?}"
+            );
+            self.commit_ok(&c);
+        }
+    }
+
     /// Delivers records of partition 0 from offset `from`, keyed by `keys`.
     fn deliver_keys(&mut self, from: i64, keys: &[Option<&str>]) -> Vec<Action> {
         let records = keys.iter().zip(from..).map(|(k, o)| keyed(o, *k)).collect();
@@ -95,23 +108,24 @@ fn by_key_a_retrying_key_holds_only_its_own_records_and_the_other_keys_flow() {
         !paused(&acts),
         "a retrying key pauses its partition: {acts:?}"
     );
-    // Key b goes on with its second record while a waits.
+    // Key b goes on with its second record while a waits; the commit stays at 0,
+    // carrying record 1 in its metadata.
     let acts = h.handled(ticket_of(&calls, 1), Ok(()));
+    h.none_past(&acts, 0);
+    let at_zero = [(TopicPartition::new("orders", 0), 0)];
+    assert_eq!(
+        h.lanes.commit_metadata(&at_zero),
+        vec![Some("ottla.f1:1,1".to_string())]
+    );
     let next = dispatches(&acts);
     assert_eq!(
         next.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(),
         vec![vec![4]]
     );
     let acts = h.handled(ticket_of(&next, 4), Ok(()));
-    assert!(
-        commits(&acts).is_empty(),
-        "a commit past the retrying record 0: {acts:?}"
-    );
+    h.none_past(&acts, 0);
     let acts = h.handled(ticket_of(&calls, 3), Ok(()));
-    assert!(
-        commits(&acts).is_empty(),
-        "a commit past the retrying record 0: {acts:?}"
-    );
+    h.none_past(&acts, 0);
     // The retry falls due: record 0 again, then a's second record, 2.
     let acts = h.advance(Duration::from_millis(100));
     let retry = dispatches(&acts);
@@ -193,12 +207,12 @@ fn unordered_records_run_at_once_and_the_commit_is_the_finished_prefix() {
         "records of one key at once, three by the concurrency"
     );
     let acts = h.handled(ticket_of(&calls, 2), Ok(()));
-    assert!(commits(&acts).is_empty(), "{acts:?}");
+    h.none_past(&acts, 0);
     let four = dispatches(&acts);
     let acts = h.handled(ticket_of(&calls, 1), Ok(()));
-    assert!(commits(&acts).is_empty(), "{acts:?}");
+    h.none_past(&acts, 0);
     let acts = h.handled(ticket_of(&four, 3), Ok(()));
-    assert!(commits(&acts).is_empty(), "{acts:?}");
+    h.none_past(&acts, 0);
     let acts = h.handled(ticket_of(&calls, 0), Ok(()));
     assert_eq!(
         commits(&acts),
@@ -225,16 +239,14 @@ fn by_key_a_halted_dead_letter_write_holds_only_its_key() {
         "a halted key pauses its partition: {acts:?}"
     );
     let acts = h.handled(ticket_of(&calls, 1), Ok(()));
+    h.none_past(&acts, 0);
     let next = dispatches(&acts);
     assert_eq!(
         next.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(),
         vec![vec![3]]
     );
     let acts = h.handled(ticket_of(&next, 3), Ok(()));
-    assert!(
-        commits(&acts).is_empty(),
-        "a commit past the halted record 0: {acts:?}"
-    );
+    h.none_past(&acts, 0);
     assert!(
         h.metrics
             .iter()
@@ -349,4 +361,67 @@ fn unordered_spreads_a_delivery_over_the_concurrency() {
     let acts = h.deliver_keys(0, &[None; 8]);
     let calls: Vec<_> = dispatches(&acts).into_iter().map(|(_, o)| o).collect();
     assert_eq!(calls, vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]);
+}
+
+/// By key, record 0 retrying while 1,000 records after it finish: the commit stays at 0
+/// and its metadata names the 1,000; the partition's next owner, given that metadata,
+/// handles record 0 alone and commits past all of them once it finishes.
+#[test]
+fn the_records_finished_past_the_commit_are_not_handled_again_by_the_next_owner() {
+    let mut keys: Vec<String> = vec!["slow".into()];
+    keys.extend((1..=1000).map(|i| format!("k{}", i % 50)));
+    let keys: Vec<Option<&str>> = keys.iter().map(|k| Some(k.as_str())).collect();
+    let mut first = Harness::new(by(ProcessingOrder::Key, 64));
+    let mut acts = first.deliver_keys(0, &keys);
+    let mut committed = Vec::new();
+    // Every call answers: record 0 fails (its retry waits 100 ms), the others succeed.
+    loop {
+        let calls = dispatches(&acts);
+        for c in commits(&acts) {
+            committed.extend(c.clone());
+            first.commit_ok(&c);
+        }
+        if calls.is_empty() {
+            break;
+        }
+        acts = Vec::new();
+        for (t, offsets) in calls {
+            let result = if offsets == [0] { transient() } else { Ok(()) };
+            acts.extend(first.handled(t, result));
+        }
+    }
+    assert_eq!(first.lanes.stats().succeeded, 1000);
+    assert!(committed.iter().all(|(_, o)| *o == 0), "{committed:?}");
+    // The member dies: its last commit is what the next owner reads.
+    let last = committed.last().map(|(tp, o)| (tp.clone(), *o));
+    let (tp, offset) = last.expect("a commit of 0 carrying the finished records");
+    let metadata = first.lanes.commit_metadata(&[(tp.clone(), offset)]);
+    let metadata = metadata.first().cloned().flatten().expect("metadata");
+    assert!(metadata.len() < 4000, "{}", metadata.len());
+
+    let mut next = Harness::new(by(ProcessingOrder::Key, 64));
+    next.lanes.resume_from(tp.clone(), offset, &metadata);
+    let acts = next.deliver_keys(0, &keys);
+    next.none_past(&acts, 0);
+    let calls = dispatches(&acts);
+    assert_eq!(
+        calls.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(),
+        vec![vec![0]],
+        "only the record its previous owner did not finish"
+    );
+    assert_eq!(next.lanes.stats().already_finished, 1000);
+    let acts = next.handled(ticket_of(&calls, 0), Ok(()));
+    assert_eq!(commits(&acts), vec![vec![(tp, 1001)]]);
+    assert_eq!(next.lanes.stats().succeeded, 1);
+}
+
+/// Metadata that is not ours, or names nothing, skips nothing.
+#[test]
+fn foreign_metadata_skips_nothing() {
+    let mut h = Harness::new(by(ProcessingOrder::Key, 8));
+    h.lanes
+        .resume_from(TopicPartition::new("orders", 0), 0, "app-checkpoint-7");
+    let acts = h.deliver_keys(0, &[Some("a"), Some("b")]);
+    assert_eq!(dispatches(&acts).len(), 2);
+    assert_eq!(h.lanes.stats().already_finished, 0);
 }

@@ -29,7 +29,8 @@
 //!
 //! - [`Lanes::check`] after every step.
 //! - A commit, or a handover's offsets, never passes a record the model has not seen
-//!   finish (its handler's success or skip, its progress, or its write acknowledged).
+//!   finish (its handler's success or skip, its progress, or its write acknowledged),
+//!   and its metadata names none as finished past it.
 //! - No more handler calls in flight than `concurrency`.
 //! - By partition: at most one handler call or write in flight per partition. By key:
 //!   per key, and a call's records are of one key, its first the key's first record
@@ -227,6 +228,8 @@ struct Model {
     failed: BTreeMap<i32, BTreeSet<i64>>,
     order: ProcessingOrder,
     concurrency: usize,
+    /// Records delivered while their partition was being handed over: dropped.
+    dropped: BTreeMap<i32, BTreeSet<i64>>,
     /// Partitions revoked and not yet released.
     releasing: BTreeSet<i32>,
     fail_next_commit: bool,
@@ -306,6 +309,38 @@ impl Model {
         }
         if offsets.iter().any(busy) {
             return Err(format!("records {offsets:?} handed out while in flight"));
+        }
+        Ok(())
+    }
+
+    /// A commit's metadata names only records the model saw finish.
+    fn claims(
+        &self,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &[Option<String>],
+    ) -> Result<(), String> {
+        if metadata.len() != offsets.len() {
+            return Err(format!(
+                "{} offsets, {} metadata",
+                offsets.len(),
+                metadata.len()
+            ));
+        }
+        for ((tp, o), m) in offsets.iter().zip(metadata) {
+            let Some(m) = m else { continue };
+            let p = tp.partition;
+            let next = self.next.get(&p).copied().unwrap_or(0);
+            for f in crate::process::finished::decode(*o, m)
+                .into_iter()
+                .flatten()
+            {
+                let unfinished = self.unfinished.get(&p).is_some_and(|u| u.contains(&f));
+                if unfinished || f >= next || self.dropped.get(&p).is_some_and(|d| d.contains(&f)) {
+                    return Err(format!(
+                        "commit metadata {m} of {tp:?} at {o} names {f}, not finished"
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -449,17 +484,20 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 for (tp, o) in &offsets {
                     model.bound(tp, *o)?;
                 }
+                model.claims(&offsets, &lanes.commit_metadata(&offsets))?;
                 let ok = !std::mem::take(&mut model.fail_next_commit);
                 lanes.committed(&offsets, ok, now);
             }
             Action::Release {
                 partitions,
                 offsets,
+                metadata,
                 ..
             } => {
                 for (tp, o) in &offsets {
                     model.bound(tp, *o)?;
                 }
+                model.claims(&offsets, &metadata)?;
                 lanes.committed(&offsets, true, now);
                 for tp in &partitions {
                     if lanes.partitions().contains(tp) {
@@ -483,13 +521,12 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
                 .map(|i| script_record(p, *next + i))
                 .collect();
             *next += i64::from(n);
-            if !model.releasing.contains(&p) {
-                model
-                    .unfinished
-                    .entry(p)
-                    .or_default()
-                    .extend(records.iter().map(|r| r.offset()));
-            }
+            let set = if model.releasing.contains(&p) {
+                model.dropped.entry(p).or_default()
+            } else {
+                model.unfinished.entry(p).or_default()
+            };
+            set.extend(records.iter().map(|r| r.offset()));
             lanes.deliver(records, *now);
         }
         Op::Answer { i, how } => {

@@ -226,6 +226,12 @@ pub(super) struct Lane {
     pub(super) paused: bool,
     /// Being handed over: nothing new starts, failures are not retried.
     pub(super) releasing: bool,
+    /// The tracker's finishes when the last commit carrying this lane's finished
+    /// records went out (`None`: none did, or it failed).
+    pub(super) sent_finishes: Option<u64>,
+    /// Records the commit's metadata of the previous owner says finished: delivered,
+    /// they are finished at once, not handled again.
+    pub(super) skip: Vec<std::ops::Range<i64>>,
 }
 
 impl Lane {

@@ -457,6 +457,7 @@ fn a_revocation_stops_running_work_then_releases_the_finished_prefix() {
             handover: revoked,
             partitions: vec![tp(0)],
             offsets: vec![],
+            metadata: vec![],
         }],
         "record 0 was committed already, record 1 is not done"
     );
@@ -492,6 +493,7 @@ fn a_handler_past_the_acquiesce_window_is_left_and_what_it_finished_is_released(
             handover: Handover::Shutdown,
             partitions: vec![tp(0)],
             offsets: vec![(tp(0), 2)],
+            metadata: vec![None],
         }],
         "the finished prefix is committed even though the call never returned"
     );
@@ -523,6 +525,7 @@ fn a_shutdown_gives_handlers_four_fifths_of_its_timeout_at_most_the_acquiesce_wi
                 handover: Handover::Shutdown,
                 partitions: vec![tp(0)],
                 offsets: vec![],
+                metadata: vec![],
             }],
             "{timeout} s, acquiesce {acquiesce} s: handed over after {wait} s"
         );

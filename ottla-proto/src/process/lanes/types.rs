@@ -244,6 +244,9 @@ pub enum Action {
         partitions: Vec<TopicPartition>,
         /// Their finished prefixes not yet committed.
         offsets: Vec<(TopicPartition, i64)>,
+        /// Each offset's commit metadata: the records past it that finished
+        /// ([`Lanes::commit_metadata`](super::Lanes::commit_metadata)).
+        metadata: Vec<Option<String>>,
     },
 }
 
@@ -269,6 +272,9 @@ pub struct Stats {
     pub cancelled: u64,
     /// Records skipped (`ProcessError::skip`): committed without being processed.
     pub skipped: u64,
+    /// Records not handled because the previous owner's commit said they finished
+    /// (past its committed offset, in the commit's metadata).
+    pub already_finished: u64,
 }
 
 /// One metric observation, for `ProcessorBuilder::metrics`.
