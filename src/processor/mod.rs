@@ -43,7 +43,9 @@
 //! Records without a key keep no order under `Key` (each runs alone, as under
 //! `Unordered`; Parallel Consumer serialises them as one key, which its users asked it
 //! not to). Under every order the commit is each partition's finished prefix, so a slow
-//! or retrying key holds the partition's commit back, not its other keys' work; its
+//! or retrying key holds the partition's commit back, not its other keys' work (the
+//! records finished past the commit go in its metadata, and the partition's next owner
+//! skips them: [`ProcessorStats::already_finished`]); its
 //! records wait in the partition's buffer, and a partition whose buffer is full is
 //! paused (`Metric::KeyWait` reports how long records wait behind their key). A halted
 //! dead-letter write halts its key, not its partition. Retry topics, the dead-letter
