@@ -61,7 +61,7 @@ async fn produce(peer: &Peer, topic: &str) -> BTreeMap<i32, i64> {
         .build()
         .await
         .expect("producer");
-    let mut seq = vec![0usize; KEYS];
+    let mut seq = [0usize; KEYS];
     let mut deliveries = Vec::new();
     for i in 0..RECORDS {
         let key = i % KEYS;
@@ -192,51 +192,52 @@ async fn by_key(peer: Peer) {
     let ends = produce(&peer, &topic).await;
     let group = format!("by-key-{}", peer.name());
     let seen = run(&peer, &topic, &group, ProcessingOrder::Key).await;
-    let seen = seen.lock().expect("lock");
-    // One call at a time per key, every record handled once, and each key's in order.
-    assert!(
-        seen.overlapped.is_empty(),
-        "two calls at once on keys {:?}",
-        seen.overlapped
-    );
-    assert_eq!(
-        seen.finished.len(),
-        RECORDS,
-        "handled {}",
-        seen.finished.len()
-    );
-    for (key, seqs) in &seen.done {
-        let expected: Vec<usize> = (0..seqs.len()).collect();
-        assert_eq!(seqs, &expected, "key {key} handled out of order or twice");
+    {
+        let seen = seen.lock().expect("lock");
+        // One call at a time per key, every record handled once, and each key's in order.
+        assert!(
+            seen.overlapped.is_empty(),
+            "two calls at once on keys {:?}",
+            seen.overlapped
+        );
+        assert_eq!(
+            seen.finished.len(),
+            RECORDS,
+            "handled {}",
+            seen.finished.len()
+        );
+        for (key, seqs) in &seen.done {
+            let expected: Vec<usize> = (0..seqs.len()).collect();
+            assert_eq!(seqs, &expected, "key {key} handled out of order or twice");
+        }
+        assert_eq!(seen.failures, 2);
+        // Keys of one partition ran at once.
+        let most = seen
+            .running
+            .values()
+            .map(|(_, max)| *max)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            most > 1,
+            "at most {most} call at once on a partition under key ordering"
+        );
+        // While the slow key waited for its retries, later records of its partition, of
+        // other keys, finished: it held only its own.
+        let (slow_p, slow_offset) = seen.slow_first.expect("the slow key failed");
+        let slow_done = seen.slow_done.expect("the slow key succeeded");
+        let passed = seen
+            .finished
+            .iter()
+            .filter(|(p, o, k, at)| {
+                *p == slow_p && *o > slow_offset && *k != SLOW_KEY && *at < slow_done
+            })
+            .count();
+        assert!(
+            passed > 0,
+            "nothing after the retrying record finished before it"
+        );
     }
-    assert_eq!(seen.failures, 2);
-    // Keys of one partition ran at once.
-    let most = seen
-        .running
-        .values()
-        .map(|(_, max)| *max)
-        .max()
-        .unwrap_or(0);
-    assert!(
-        most > 1,
-        "at most {most} call at once on a partition under key ordering"
-    );
-    // While the slow key waited for its retries, later records of its partition, of
-    // other keys, finished: it held only its own.
-    let (slow_p, slow_offset) = seen.slow_first.expect("the slow key failed");
-    let slow_done = seen.slow_done.expect("the slow key succeeded");
-    let passed = seen
-        .finished
-        .iter()
-        .filter(|(p, o, k, at)| {
-            *p == slow_p && *o > slow_offset && *k != SLOW_KEY && *at < slow_done
-        })
-        .count();
-    assert!(
-        passed > 0,
-        "nothing after the retrying record finished before it"
-    );
-    drop(seen);
     assert_eq!(committed(&peer, &group, &topic).await, ends);
 }
 
@@ -261,27 +262,28 @@ async fn mock_by_partition_one_call_per_partition_and_a_retry_holds_the_partitio
     peer.create_topic(&format!("{topic}.dlq"), 1).expect("dlq");
     let ends = produce(&peer, topic).await;
     let seen = run(&peer, topic, "by-partition", ProcessingOrder::Partition).await;
-    let seen = seen.lock().expect("lock");
-    assert_eq!(seen.finished.len(), RECORDS);
-    let most = seen
-        .running
-        .values()
-        .map(|(_, max)| *max)
-        .max()
-        .unwrap_or(0);
-    assert_eq!(most, 1, "more than one call at once on a partition");
-    let (slow_p, slow_offset) = seen.slow_first.expect("the slow key failed");
-    let slow_done = seen.slow_done.expect("the slow key succeeded");
-    let passed = seen
-        .finished
-        .iter()
-        .filter(|(p, o, _, at)| *p == slow_p && *o > slow_offset && *at < slow_done)
-        .count();
-    assert_eq!(
-        passed, 0,
-        "records after the retrying one finished before it"
-    );
-    drop(seen);
+    {
+        let seen = seen.lock().expect("lock");
+        assert_eq!(seen.finished.len(), RECORDS);
+        let most = seen
+            .running
+            .values()
+            .map(|(_, max)| *max)
+            .max()
+            .unwrap_or(0);
+        assert_eq!(most, 1, "more than one call at once on a partition");
+        let (slow_p, slow_offset) = seen.slow_first.expect("the slow key failed");
+        let slow_done = seen.slow_done.expect("the slow key succeeded");
+        let passed = seen
+            .finished
+            .iter()
+            .filter(|(p, o, _, at)| *p == slow_p && *o > slow_offset && *at < slow_done)
+            .count();
+        assert_eq!(
+            passed, 0,
+            "records after the retrying one finished before it"
+        );
+    }
     assert_eq!(committed(&peer, "by-partition", topic).await, ends);
 }
 

@@ -174,10 +174,8 @@ async fn one(peer: &Peer, plan: &Plan, run: u64, order: ProcessingOrder) -> anyh
                 o.fetch_add(1, AtomicOrdering::Relaxed);
             }
             tokio::time::sleep(wait).await;
-            if fresh {
-                if let Ok(mut set) = b.lock() {
-                    set.remove(&key);
-                }
+            if fresh && let Ok(mut set) = b.lock() {
+                set.remove(&key);
             }
             let at = t0.elapsed();
             if at >= WARM_UP && at < WARM_UP + window {
