@@ -10,7 +10,8 @@
 //!   never pass an unfinished record, and acquiescing on rebalance;
 //! - [`Consumer`]: a consumer-group member (or manual assignment) with a zero-copy
 //!   fetch path, pause/resume, seeks and every commit form;
-//! - [`Producer`]: an idempotent producer with the Java client's partitioner;
+//! - [`Producer`]: an idempotent producer with the Java client's partitioner or
+//!   librdkafka's (by name, key for key);
 //! - [`dlq`]: reading and replaying a dead-letter topic.
 //!
 //! ## Stability

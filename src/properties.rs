@@ -98,6 +98,8 @@
 //! | `queue.buffering.max.kbytes` | `buffer_memory` (× 1024) | |
 //! | `delivery.timeout.ms` (`message.timeout.ms`) | `delivery_timeout` | |
 //! | `max.block.ms` | `max_block` | |
+//! | `partitioner` | `partitioner` | librdkafka's seven names; unkeyed records stick by `batch.size`, not `sticky.partitioning.linger.ms` |
+//! | `partitioner.ignore.keys` | `partitioner_ignore_keys` | |
 //! | `max.request.size` (`message.max.bytes`) | `max_request_size` | the largest record, not the largest request |
 //!
 //! Processor settings ([`ProcessorBuilder`](crate::processor::ProcessorBuilder)). The
@@ -324,6 +326,13 @@ pub const PROPERTIES: &[Property] = &[
     alias("delivery.timeout.ms", &["message.timeout.ms"], Producer),
     p("max.block.ms", Producer),
     partly(
+        "partitioner",
+        &[],
+        Producer,
+        "librdkafka's seven by name; records without a key stick by batch.size, not sticky.partitioning.linger.ms",
+    ),
+    p("partitioner.ignore.keys", Producer),
+    partly(
         "max.request.size",
         &["message.max.bytes"],
         Producer,
@@ -365,23 +374,15 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     (
         "partitioner.class",
-        "ottla uses the Java default partitioner",
-    ),
-    (
-        "partitioner",
-        "ottla uses the Java default partitioner (murmur2)",
-    ),
-    (
-        "partitioner.ignore.keys",
-        "ottla uses the Java default partitioner",
+        "a Java class; give ProducerBuilder::custom_partitioner",
     ),
     (
         "partitioner.adaptive.partitioning.enable",
-        "ottla uses the Java default partitioner",
+        "ottla's sticky partitioner moves on by batch.size, not by broker load",
     ),
     (
         "partitioner.availability.timeout.ms",
-        "ottla uses the Java default partitioner",
+        "ottla's sticky partitioner moves on by batch.size, not by broker load",
     ),
     (
         "sticky.partitioning.linger.ms",

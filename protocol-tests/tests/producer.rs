@@ -1,8 +1,7 @@
 //! ottla's producer against real peers: records written by ottla under every codec,
 //! with headers and null keys and values, read back byte-identical by librdkafka (test
 //! code only) and by ottla's consumer; retries after lost responses leave no
-//! duplicates and no gaps; keyed records land where librdkafka's Java-compatible
-//! partitioner puts them.
+//! duplicates and no gaps. Where keys land: tests/partitioner.rs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -310,63 +309,6 @@ async fn tansu_lost_produce_answers_leave_no_duplicates_and_no_gaps() {
         "after lost answers",
     )
     .await;
-}
-
-/// Keyed records without a partition land where librdkafka's `murmur2_random`
-/// partitioner (the Java client's) puts the same keys.
-async fn keyed_partitions_match(peer: Peer) {
-    use rdkafka::producer::{FutureProducer, FutureRecord};
-    protocol_tests::init_tracing();
-    let partitions = 7;
-    peer.create_topic("keys-ottla", partitions).expect("topic");
-    peer.create_topic("keys-rdkafka", partitions)
-        .expect("topic");
-    let keys: Vec<String> = (0..300).map(|i| format!("customer-{i}")).collect();
-    let producer = Producer::builder(&peer.bootstrap())
-        .build()
-        .await
-        .expect("producer");
-    let mut ottla_partition = BTreeMap::new();
-    for k in &keys {
-        let f = producer
-            .send(ProducerRecord::new("keys-ottla").key(k.clone()).value("v"))
-            .await
-            .expect("send");
-        ottla_partition.insert(k.clone(), f.await.expect("delivered").partition);
-    }
-    producer.close().await;
-    let rd: FutureProducer = RdConfig::new()
-        .set("bootstrap.servers", peer.bootstrap())
-        .set("partitioner", "murmur2_random")
-        .create()
-        .expect("rdkafka producer");
-    let mut rd_partition = BTreeMap::new();
-    for k in &keys {
-        let delivery = rd
-            .send(
-                FutureRecord::to("keys-rdkafka").key(k).payload("v"),
-                Duration::from_secs(10),
-            )
-            .await
-            .expect("rdkafka send");
-        rd_partition.insert(k.clone(), delivery.partition);
-    }
-    assert_eq!(
-        ottla_partition,
-        rd_partition,
-        "{}: same key, same partition",
-        peer.name()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_keyed_records_land_where_the_java_partitioner_puts_them() {
-    keyed_partitions_match(Peer::mock(1).expect("mock")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_keyed_records_land_where_the_java_partitioner_puts_them() {
-    keyed_partitions_match(Peer::tansu().expect("tansu")).await;
 }
 
 /// `acks = 1` reports offsets; `acks = 0` resolves with offset -1 once written. Both

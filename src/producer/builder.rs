@@ -118,6 +118,16 @@ impl ProducerBuilder {
             "queue.buffering.max.kbytes" => self.config.buffer_memory = kibibytes(key, value)?,
             "delivery.timeout.ms" => self.config.delivery_timeout = millis(key, value)?,
             "max.block.ms" => self.max_block = millis(key, value)?,
+            "partitioner" => {
+                self.config.partitioner = value.parse().map_err(|_| {
+                    invalid(
+                        key,
+                        value,
+                        "random, consistent, consistent_random, murmur2, murmur2_random, fnv1a or fnv1a_random",
+                    )
+                })?;
+            }
+            "partitioner.ignore.keys" => self.config.ignore_keys = flag(key, value)?,
             "max.request.size" => {
                 self.config.max_request_size = number(key, value, "a number of bytes")?;
             }
@@ -178,6 +188,29 @@ impl ProducerBuilder {
     /// [`ProducerBuilder::client_config`] and `set("retry.backoff.ms", ..)` set too.
     pub fn retry_backoff(mut self, t: Duration) -> Self {
         self.client.retry_backoff = t;
+        self
+    }
+
+    /// `partitioner` (default `murmur2_random`, the Java client's): where a record
+    /// sent without a partition goes, by librdkafka's names. A producer that replaces
+    /// a librdkafka one keeps every key on its partition with librdkafka's setting:
+    /// `consistent_random` if it was left at librdkafka's default.
+    pub fn partitioner(mut self, partitioner: BuiltInPartitioner) -> Self {
+        self.config.partitioner = partitioner;
+        self
+    }
+
+    /// `partitioner.ignore.keys` (default off): records sent without a partition go
+    /// to the sticky partition whatever their key.
+    pub fn partitioner_ignore_keys(mut self, on: bool) -> Self {
+        self.config.ignore_keys = on;
+        self
+    }
+
+    /// A partitioner of your own, asked first for every record sent without a
+    /// partition; where it answers `None`, [`ProducerBuilder::partitioner`] decides.
+    pub fn custom_partitioner(mut self, partitioner: impl Partitioner + 'static) -> Self {
+        self.config.custom_partitioner = Some(Arc::new(partitioner));
         self
     }
 

@@ -15,6 +15,36 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A record without an explicit partition goes where the partitioner puts it: by
+//! default the Java client's (murmur2 of the key; unkeyed records stick to one partition
+//! per batch), or any of librdkafka's by name ([`BuiltInPartitioner`]: a producer moved
+//! from librdkafka keeps each key on its partition with librdkafka's `partitioner`
+//! value, `consistent_random` by default), or a [`Partitioner`] of your own:
+//!
+//! ```no_run
+//! # async fn demo() -> ottla::Result<()> {
+//! use ottla::producer::{BuiltInPartitioner, Partitioner, Producer};
+//!
+//! /// Orders of one region together; everything else as librdkafka would.
+//! #[derive(Debug)]
+//! struct ByRegion;
+//!
+//! impl Partitioner for ByRegion {
+//!     fn partition(&self, _topic: &str, key: Option<&[u8]>, partitions: i32) -> Option<i32> {
+//!         let region = key?.strip_prefix(b"eu:")?;
+//!         Some(i32::from(*region.first()?) % partitions)
+//!     }
+//! }
+//!
+//! let producer = Producer::builder("127.0.0.1:9092")
+//!     .partitioner(BuiltInPartitioner::ConsistentRandom)
+//!     .custom_partitioner(ByRegion)
+//!     .build()
+//!     .await?;
+//! # producer.close().await;
+//! # Ok(()) }
+//! ```
+//!
 //! `send` waits only while `buffer.memory` is full; the returned [`DeliveryFuture`]
 //! resolves once the broker acknowledged the record (or it failed for good). A retried
 //! batch keeps its sequence numbers, so a write the broker already took is not taken
@@ -43,6 +73,9 @@ pub use crate::proto::produce::accumulator::{
     Acks, ConnectionFailure, ProduceError, ProducerConfig,
 };
 use crate::proto::produce::encode::OutRecord;
+pub use crate::proto::produce::partitioner::{
+    BuiltInPartitioner, Partitioner, Placement, UnknownPartitioner,
+};
 pub use crate::proto::produce::record::ProducerRecord;
 
 mod builder;

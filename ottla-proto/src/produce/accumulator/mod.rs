@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
 use super::encode::OutRecord;
-use super::partitioner::{StickyPartitioner, partition_for_key};
+use super::partitioner::{Placement, StickyPartitioner};
 use crate::backoff::Backoff;
 use crate::group::consumer_protocol::TopicPartition;
 use crate::metadata::{ClusterMetadata, NodeId};
@@ -169,9 +169,10 @@ impl Accumulator {
         }
     }
 
-    /// Appends a record: to `partition` if given, else by key (murmur2, as the Java
-    /// client), else to the topic's sticky partition. A refused record comes back with
-    /// the reason.
+    /// Appends a record: to `partition` if given, else where the custom partitioner
+    /// puts it, else where the built-in `partitioner` does (by default murmur2 of the
+    /// key, as the Java client; without a key the topic's sticky partition). A refused
+    /// record comes back with the reason.
     // The refused record is returned by value so `send` need not clone every record
     // in case of a refusal; refusals are rare, so the large `Err` costs nothing.
     #[allow(clippy::result_large_err)]
@@ -191,19 +192,30 @@ impl Accumulator {
             self.need_metadata();
             return Err((AppendError::UnknownTopic(topic.to_string()), record));
         };
-        let partition = match (partition, &record.key) {
-            (Some(p), _) if p < 0 || p >= count => {
-                let error = AppendError::NoSuchPartition {
-                    topic: topic.to_string(),
-                    partition: p,
-                    partitions: count,
-                };
-                return Err((error, record));
+        let key = record.key.as_deref().filter(|_| !self.config.ignore_keys);
+        let partition = match partition {
+            Some(p) => p,
+            None => {
+                let custom = (self.config.custom_partitioner.as_ref())
+                    .and_then(|c| c.partition(topic, key, count));
+                match custom {
+                    Some(p) => p,
+                    None => match self.config.partitioner.place(key, count) {
+                        Placement::Partition(p) => p,
+                        Placement::Sticky => self.sticky.partition(topic, count, size),
+                        Placement::Random => self.sticky.random(count),
+                    },
+                }
             }
-            (Some(p), _) => p,
-            (None, Some(key)) => partition_for_key(key, count),
-            (None, None) => self.sticky.partition(topic, count, size),
         };
+        if partition < 0 || partition >= count {
+            let error = AppendError::NoSuchPartition {
+                topic: topic.to_string(),
+                partition,
+                partitions: count,
+            };
+            return Err((error, record));
+        }
         if self.buffered > 0 && self.buffered + size > self.config.buffer_memory {
             return Err((AppendError::BufferFull, record));
         }

@@ -12,6 +12,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::*;
 use crate::fetch::batch::{BatchOptions, Batches};
 use crate::metadata::{LeaderEpoch, PartitionMetadata, TopicMetadata};
+use crate::produce::partitioner::{BuiltInPartitioner, Partitioner, crc32, partition_for_key};
 
 fn metadata(partitions: i32) -> ClusterMetadata {
     let mut m = ClusterMetadata::default();
@@ -311,6 +312,90 @@ fn keyed_records_follow_murmur2_and_explicit_partitions_win() {
         a.append(now, "nope", None, record("x")),
         Err((AppendError::UnknownTopic(_), _))
     ));
+}
+
+/// Puts keys starting with `p` on partition 1, `x` on partition 9, and leaves the rest
+/// to the built-in partitioner.
+#[derive(Debug)]
+struct ByFirstByte;
+
+impl Partitioner for ByFirstByte {
+    fn partition(&self, topic: &str, key: Option<&[u8]>, partitions: i32) -> Option<i32> {
+        assert_eq!((topic, partitions), ("t", 2));
+        match key?.first()? {
+            b'p' => Some(1),
+            b'x' => Some(9),
+            _ => None,
+        }
+    }
+}
+
+#[test]
+fn a_custom_partitioner_is_asked_first_and_none_leaves_the_record_to_the_built_in_one() {
+    let (mut a, now) = ready(ProducerConfig {
+        partitioner: BuiltInPartitioner::Consistent,
+        custom_partitioner: Some(std::sync::Arc::new(ByFirstByte)),
+        ..Default::default()
+    });
+    let keyed = |k: &'static [u8]| {
+        let mut r = record("v");
+        r.key = Some(Bytes::from_static(k));
+        r
+    };
+    // "p..." by the custom one, although consistent puts it on 0.
+    let p: &'static [u8] = [&b"pear"[..], b"plum", b"peach", b"papaya", b"prune"]
+        .into_iter()
+        .find(|k| crc32(k) % 2 == 0)
+        .unwrap();
+    assert_eq!(a.append(now, "t", None, keyed(p)).unwrap().1.partition, 1);
+    // Left to consistent: CRC-32, not murmur2 (the two differ for this key).
+    let k: &'static [u8] = [&b"key-1"[..], b"key-2", b"key-3", b"key-4", b"key-5"]
+        .into_iter()
+        .find(|k| crc32(k) % 2 != partition_for_key(k, 2) as u32)
+        .unwrap();
+    let (_, tp) = a.append(now, "t", None, keyed(k)).unwrap();
+    assert_eq!(tp.partition as u32, crc32(k) % 2);
+    // A partition the topic does not have fails that record only.
+    assert!(matches!(
+        a.append(now, "t", None, keyed(b"xylophone")),
+        Err((
+            AppendError::NoSuchPartition {
+                partition: 9,
+                partitions: 2,
+                ..
+            },
+            _
+        ))
+    ));
+    // An explicit partition still wins over both.
+    assert_eq!(
+        a.append(now, "t", Some(0), keyed(b"pear"))
+            .unwrap()
+            .1
+            .partition,
+        0
+    );
+}
+
+#[test]
+fn ignoring_keys_sends_keyed_records_to_the_sticky_partition() {
+    let (mut a, now) = ready(ProducerConfig {
+        ignore_keys: true,
+        ..Default::default()
+    });
+    // Keys that murmur2 spreads over both partitions all land on one.
+    let parts: std::collections::BTreeSet<i32> = (0..20)
+        .map(|i| {
+            let mut r = record("v");
+            r.key = Some(Bytes::from(format!("k{i}")));
+            a.append(now, "t", None, r).unwrap().1.partition
+        })
+        .collect();
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    let spread: std::collections::BTreeSet<i32> = (0..20)
+        .map(|i| partition_for_key(format!("k{i}").as_bytes(), 2))
+        .collect();
+    assert_eq!(spread.len(), 2);
 }
 
 #[test]

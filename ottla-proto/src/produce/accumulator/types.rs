@@ -1,12 +1,14 @@
 //! The accumulator's public types: its configuration, record ids, what a record's
 //! delivery or refusal says, its events, and the token of a Produce in flight.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error_name;
 use crate::group::consumer_protocol::TopicPartition;
 use crate::metadata::NodeId;
 use crate::produce::encode::EncodeError;
+use crate::produce::partitioner::{BuiltInPartitioner, Partitioner};
 use crate::record_format::Compression;
 
 /// `acks`.
@@ -59,7 +61,15 @@ pub struct ProducerConfig {
     pub retry_backoff_max: Duration,
     /// `max.request.size` (default 1 MiB): the largest record accepted.
     pub max_request_size: usize,
-    /// Seed of the sticky partitioner.
+    /// `partitioner` (default `murmur2_random`, the Java client's): where a record
+    /// sent without a partition goes.
+    pub partitioner: BuiltInPartitioner,
+    /// `partitioner.ignore.keys` (default off): every record sent without a
+    /// partition goes to the sticky partition, whatever its key.
+    pub ignore_keys: bool,
+    /// A partitioner of your own, asked before `partitioner`.
+    pub custom_partitioner: Option<Arc<dyn Partitioner>>,
+    /// Seed of the sticky and random partitioners.
     pub seed: u64,
 }
 
@@ -77,6 +87,9 @@ impl Default for ProducerConfig {
             retry_backoff: crate::backoff::DEFAULT_RETRY_BACKOFF,
             retry_backoff_max: crate::backoff::DEFAULT_RETRY_BACKOFF_MAX,
             max_request_size: 1024 * 1024,
+            partitioner: BuiltInPartitioner::default(),
+            ignore_keys: false,
+            custom_partitioner: None,
             seed: 0x5eed_0771a,
         }
     }
@@ -170,7 +183,7 @@ pub enum AppendError {
     /// Metadata does not know the topic (yet).
     #[error("topic {0} is not in the metadata")]
     UnknownTopic(String),
-    /// The explicit partition does not exist.
+    /// The partition given, or chosen by a custom partitioner, does not exist.
     #[error("{topic} has {partitions} partitions; {partition} does not exist")]
     NoSuchPartition {
         /// The topic.
