@@ -71,7 +71,7 @@
 //! | `group.protocol`, `group.remote.assignor` | `group_protocol`, `group_remote_assignor` | |
 //! | `session.timeout.ms`, `heartbeat.interval.ms`, `max.poll.interval.ms` | `session_timeout`, `heartbeat_interval`, `max_poll_interval` | |
 //! | `auto.offset.reset` | `offset_reset` | `earliest`/`smallest`/`beginning`, `latest`/`largest`/`end`, `none`/`error`; not Java's `by_duration:` |
-//! | `enable.auto.commit`, `auto.commit.interval.ms` | `auto_commit` | off unless set: Java and librdkafka default to on |
+//! | `enable.auto.commit` (`auto.commit.enable`), `auto.commit.interval.ms` | `auto_commit` | off unless set: Java and librdkafka default to on |
 //! | `partition.assignment.strategy` | `assignors` | the four built-in assignors, by librdkafka name or Java class name; no custom classes |
 //! | `isolation.level` | `isolation` | |
 //! | `fetch.min.bytes` | `fetch_min_bytes` | |
@@ -285,7 +285,7 @@ pub const PROPERTIES: &[Property] = &[
     ),
     partly(
         "enable.auto.commit",
-        &[],
+        &["auto.commit.enable"],
         Consumer,
         "off unless set (Java and librdkafka default to on)",
     ),
@@ -553,6 +553,108 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     ("compression.level", "each codec runs at its default level"),
     ("transaction.timeout.ms", "ottla has no transactions"),
+    // librdkafka's own, with nothing to set in ottla (the table in docs/migrating.md
+    // lists every librdkafka property; protocol-tests/tests/librdkafka_properties.rs).
+    (
+        "builtin.features",
+        "librdkafka's build features; ottla's are cargo features",
+    ),
+    (
+        "message.copy.max.bytes",
+        "records are reference-counted bytes, never copied into the batch",
+    ),
+    (
+        "metadata.recovery.strategy",
+        "ottla goes back to the bootstrap list when no known broker answers",
+    ),
+    (
+        "metadata.recovery.rebootstrap.trigger.ms",
+        "ottla goes back to the bootstrap list when no known broker answers",
+    ),
+    (
+        "topic.metadata.refresh.fast.interval.ms",
+        "a failed refresh is retried after retry.backoff.ms, doubling to retry.backoff.max.ms",
+    ),
+    (
+        "topic.metadata.refresh.fast.cnt",
+        "a failed refresh is retried after retry.backoff.ms, doubling to retry.backoff.max.ms",
+    ),
+    (
+        "socket.blocking.max.ms",
+        "librdkafka's I/O thread setting; ottla runs on tokio",
+    ),
+    (
+        "broker.address.ttl",
+        "ottla resolves a broker's host name at every connection",
+    ),
+    (
+        "reconnect.backoff.jitter.ms",
+        "reconnects back off by reconnect.backoff.ms doubling to reconnect.backoff.max.ms",
+    ),
+    (
+        "enable.random.seed",
+        "ottla keeps no process-wide random state",
+    ),
+    (
+        "internal.termination.signal",
+        "librdkafka's thread wake-up; ottla runs on tokio",
+    ),
+    (
+        "api.version.request.timeout.ms",
+        "ApiVersions is part of the connection, bounded by socket.connection.setup.timeout.ms",
+    ),
+    (
+        "ssl.ca.certificate.stores",
+        "Windows certificate stores; give ssl.ca.location or the tls-webpki-roots feature",
+    ),
+    (
+        "ssl.providers",
+        "OpenSSL 3 providers; rustls is ottla's TLS",
+    ),
+    ("sasl.kerberos.principal", "GSSAPI is not supported"),
+    ("sasl.kerberos.kinit.cmd", "GSSAPI is not supported"),
+    ("sasl.kerberos.keytab", "GSSAPI is not supported"),
+    (
+        "sasl.kerberos.min.time.before.relogin",
+        "GSSAPI is not supported",
+    ),
+    (
+        "plugin.library.paths",
+        "librdkafka's C plug-ins; wrap the handler instead",
+    ),
+    (
+        "group.protocol.type",
+        "the classic protocol's type is always consumer",
+    ),
+    (
+        "offset.store.method",
+        "offsets are always stored in the group, at the broker",
+    ),
+    (
+        "offset.store.path",
+        "offsets are always stored in the group, at the broker",
+    ),
+    (
+        "offset.store.sync.interval.ms",
+        "offsets are always stored in the group, at the broker",
+    ),
+    (
+        "consume.callback.max.messages",
+        "librdkafka's callback consumer; recv_batch takes a count",
+    ),
+    (
+        "queue.buffering.backpressure.threshold",
+        "batches are sent by batch.size and linger.ms alone",
+    ),
+    (
+        "delivery.report.only.error",
+        "each record's send has its own delivery future",
+    ),
+    (
+        "queuing.strategy",
+        "records are sent in the order they were sent in (librdkafka's fifo)",
+    ),
+    ("produce.offset.report", "each delivery reports its offset"),
 ];
 
 /// Java and librdkafka properties that ottla refuses, because ignoring them would
@@ -577,6 +679,203 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "sasl.oauthbearer.client.secret",
         "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    // librdkafka's own settings that would change what the application relies on.
+    (
+        "topic.blacklist",
+        "ottla has no topic blacklist; narrow the topic list or regex instead",
+    ),
+    (
+        "ssl.crl.location",
+        "ottla checks no certificate revocation lists; ignoring this would trust revoked certificates",
+    ),
+    (
+        "ssl.engine.location",
+        "OpenSSL engines (keys in hardware); rustls takes the key from ssl.key.location or ssl.key.pem",
+    ),
+    (
+        "ssl.engine.id",
+        "OpenSSL engines (keys in hardware); rustls takes the key from ssl.key.location or ssl.key.pem",
+    ),
+    (
+        "enable.gapless.guarantee",
+        "a record that fails is reported by its own delivery future and later records still go",
+    ),
+    (
+        "interceptors",
+        "librdkafka's C interceptors; wrap the handler instead",
+    ),
+    // The OIDC grants and settings beyond the ones above.
+    (
+        "sasl.oauthbearer.client.credentials.client.id",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.client.credentials.client.secret",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.scope",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.extensions",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.grant.type",
+        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.algorithm",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.private.key.file",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.private.key.passphrase",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.private.key.pem",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.file",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.claim.aud",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.claim.exp.seconds",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.claim.iss",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.claim.jti.include",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.claim.nbf.seconds",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.claim.sub",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.assertion.jwt.template.file",
+        "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "sasl.oauthbearer.metadata.authentication.type",
+        "no Azure IMDS tokens; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "https.ca.location",
+        "the CA of an OIDC token endpoint; ottla fetches no OIDC tokens itself",
+    ),
+    (
+        "https.ca.pem",
+        "the CA of an OIDC token endpoint; ottla fetches no OIDC tokens itself",
+    ),
+    // librdkafka's C API: callbacks and pointers, which a string cannot set; the row
+    // says what takes their place.
+    (
+        "error_cb",
+        "a C callback: ottla returns errors from the call that failed and as consumer events",
+    ),
+    (
+        "throttle_cb",
+        "a C callback: throttles are the ottla.request.throttle metric",
+    ),
+    ("stats_cb", "a C callback: read stats() or the metrics"),
+    ("log_cb", "a C callback: ottla logs through tracing"),
+    (
+        "background_event_cb",
+        "librdkafka's event API: ottla's events come from recv and the event streams",
+    ),
+    (
+        "enabled_events",
+        "librdkafka's event API: ottla's events come from recv and the event streams",
+    ),
+    (
+        "socket_cb",
+        "a C callback: ottla opens its sockets with tokio",
+    ),
+    (
+        "connect_cb",
+        "a C callback: ottla opens its sockets with tokio",
+    ),
+    (
+        "closesocket_cb",
+        "a C callback: ottla opens its sockets with tokio",
+    ),
+    (
+        "open_cb",
+        "a C callback: ottla opens its sockets with tokio",
+    ),
+    (
+        "resolve_cb",
+        "a C callback: ottla resolves host names with tokio",
+    ),
+    (
+        "opaque",
+        "a C pointer: capture what you need in your closures",
+    ),
+    (
+        "default_topic_conf",
+        "a C pointer: ottla has no topic configuration objects",
+    ),
+    ("ssl_key", "a C pointer: give ssl.key.pem or TlsConfig"),
+    (
+        "ssl_certificate",
+        "a C pointer: give ssl.certificate.pem or TlsConfig",
+    ),
+    ("ssl_ca", "a C pointer: give ssl.ca.pem or TlsConfig"),
+    (
+        "ssl_engine_callback_data",
+        "a C pointer for OpenSSL engines",
+    ),
+    (
+        "ssl.certificate.verify_cb",
+        "a C callback: rustls verifies the broker's certificate against the CAs given",
+    ),
+    (
+        "oauthbearer_token_refresh_cb",
+        "a C callback: give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
+    ),
+    (
+        "consume_cb",
+        "a C callback: recv and recv_batch hand out records",
+    ),
+    (
+        "rebalance_cb",
+        "a C callback: rebalances are consumer events (ConsumerEvent), and the Processor's revocation hooks",
+    ),
+    (
+        "offset_commit_cb",
+        "a C callback: commits return their result, and auto-commits are consumer events",
+    ),
+    ("dr_cb", "a C callback: each send returns a DeliveryFuture"),
+    (
+        "dr_msg_cb",
+        "a C callback: each send returns a DeliveryFuture",
+    ),
+    (
+        "partitioner_cb",
+        "a C callback: give ProducerBuilder::custom_partitioner",
+    ),
+    (
+        "msg_order_cmp",
+        "a C callback: records are sent in the order they were sent in",
     ),
 ];
 
