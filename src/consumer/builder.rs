@@ -282,7 +282,10 @@ impl ConsumerBuilder {
         self
     }
 
-    /// `client.rack`: the rack this consumer runs in. Rack-aware assignors (`range`,
+    /// `client.rack`: the rack this consumer runs in. Every Fetch carries it, so a
+    /// broker with a rack-aware `replica.selector.class` can name a replica in this rack
+    /// to fetch from (KIP-392), which the consumer then does until
+    /// `metadata.max.age.ms` passes or the replica fails. Rack-aware assignors (`range`,
     /// `sticky`, `cooperative-sticky`; KIP-881) then give it partitions with a replica
     /// in its rack when balance allows.
     pub fn client_rack(mut self, rack: impl Into<String>) -> Self {
@@ -527,6 +530,8 @@ impl ConsumerBuilder {
             retry_backoff: self.client.retry_backoff,
             retry_backoff_max: self.client.retry_backoff_max,
             seed: self.client.jitter_seed ^ 0x0fe7_c4e5,
+            rack: self.client.client_rack.clone(),
+            read_replica_expiry: self.client.metadata_max_age,
             ..self.fetcher.clone()
         });
         let mut group_config = None;

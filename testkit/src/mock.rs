@@ -337,6 +337,52 @@ impl MockCluster {
         })
     }
 
+    /// Makes `broker` the partition's preferred read replica (KIP-392): the leader
+    /// answers a Fetch v11+ of the partition with no records and this broker as
+    /// `preferred_read_replica`, whatever the client's rack, and `broker` serves Fetches
+    /// of it within the follower's watermarks. `-1` sends fetches back to the leader.
+    pub fn partition_set_follower(
+        &self,
+        topic: &str,
+        partition: i32,
+        broker: i32,
+    ) -> anyhow::Result<()> {
+        let t = c_string(topic)?;
+        // SAFETY: live cluster; the call copies the name.
+        let err = unsafe {
+            rd::rd_kafka_mock_partition_set_follower(self.ptr(), t.as_ptr(), partition, broker)
+        };
+        check(err, || {
+            format!("set follower of {topic}-{partition} to broker {broker}")
+        })
+    }
+
+    /// Sets the follower's log start and end offsets of a partition (a follower that
+    /// lags, or is truncated): a Fetch of the follower outside them is answered with
+    /// OFFSET_OUT_OF_RANGE. `-1` follows the leader's again.
+    pub fn partition_set_follower_watermarks(
+        &self,
+        topic: &str,
+        partition: i32,
+        low: i64,
+        high: i64,
+    ) -> anyhow::Result<()> {
+        let t = c_string(topic)?;
+        // SAFETY: live cluster; the call copies the name.
+        let err = unsafe {
+            rd::rd_kafka_mock_partition_set_follower_wmarks(
+                self.ptr(),
+                t.as_ptr(),
+                partition,
+                low,
+                high,
+            )
+        };
+        check(err, || {
+            format!("set follower watermarks of {topic}-{partition} to {low}..{high}")
+        })
+    }
+
     /// Appends errors to the cluster-wide stack for `api_key`: the next requests of that
     /// API, on any broker, get these error codes, one each, in order. The codes are
     /// numbers (`&[16, 27]`) or [`ErrorCode`]s (named ones included). A

@@ -139,6 +139,7 @@ impl Fetcher {
                     topic_id: Uuid::nil(),
                     leader: None,
                     leader_epoch: -1,
+                    read_replica: None,
                     position,
                     paused: None,
                     high_watermark: -1,
@@ -378,6 +379,12 @@ impl Fetcher {
         for (tp, s) in &mut self.partitions {
             if topic.is_none_or(|t| t.name != tp.topic) {
                 topic = metadata.topic(&tp.topic);
+            }
+            if let Some((replica, _)) = s.read_replica {
+                if !metadata.brokers.contains_key(&replica) {
+                    debug!(%tp, replica = replica.0, "the preferred read replica left the cluster; back to the leader");
+                    s.read_replica = None;
+                }
             }
             let Some(t) = topic else {
                 continue;

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::protocol::StrBytes;
 
 use super::Fetcher;
 use super::state::{
@@ -22,7 +23,7 @@ impl Fetcher {
         matches!(s.position, Position::At { .. })
             && s.paused.is_none()
             && s.buffered.is_none()
-            && s.leader.is_some()
+            && s.source(now).is_some()
             && s.retry_at.is_none_or(|t| now >= t)
     }
 
@@ -71,7 +72,7 @@ impl Fetcher {
             }
         };
         for s in self.partitions.values() {
-            if s.leader != Some(node) {
+            if s.source(now) != Some(node) {
                 continue;
             }
             if let Some(since) = s.buffered {
@@ -106,18 +107,19 @@ impl Fetcher {
         let mut retries = false;
         for s in self.partitions.values() {
             retries |= s.retry_at.is_some();
-            let Some(leader) = s.leader else {
+            // The leader, or the replica it named (KIP-392).
+            let Some(source) = s.source(now) else {
                 continue;
             };
-            if nodes.contains(&leader) || busy.contains(&leader) || !self.fetchable(now, s) {
+            if nodes.contains(&source) || busy.contains(&source) || !self.fetchable(now, s) {
                 continue;
             }
-            if self.fetching.contains_key(&leader)
-                || self.node_retry_at.get(&leader).is_some_and(|t| now < *t)
+            if self.fetching.contains_key(&source)
+                || self.node_retry_at.get(&source).is_some_and(|t| now < *t)
             {
-                busy.push(leader);
+                busy.push(source);
             } else {
-                nodes.push(leader);
+                nodes.push(source);
             }
         }
         nodes.sort_unstable();
@@ -161,7 +163,7 @@ impl Fetcher {
             .saturating_sub(self.buffered_bytes);
         let mut wanted: SentList = Vec::new();
         for (tp, s) in &self.partitions {
-            if s.leader != Some(node) || !self.fetchable(now, s) {
+            if s.source(now) != Some(node) || !self.fetchable(now, s) {
                 continue;
             }
             let Position::At { offset, .. } = s.position else {
@@ -226,6 +228,9 @@ impl Fetcher {
             self.rotation = self.rotation.wrapping_add(1);
         }
         let built = fetch_request_refs(version, &params, &send).map(|mut request| {
+            if let (Some(rack), true) = (&self.config.rack, version >= 11) {
+                request.rack_id = StrBytes::from_string(rack.clone());
+            }
             if version >= 7 {
                 request.session_id = session_id;
                 request.session_epoch = session_epoch;

@@ -38,6 +38,14 @@ impl Fetcher {
     fn fetch_failed(&mut self, now: Instant, node: NodeId) {
         self.fetching.remove(&node);
         self.sessions.remove(&node);
+        // A replica the leader named that cannot be fetched from: back to the leader
+        // (Java's `handleFetchFailure`), which may name it again once it is back.
+        for (tp, s) in &mut self.partitions {
+            if s.reads_from_replica(node) {
+                debug!(%tp, replica = node.0, "preferred read replica failed; back to the leader");
+                s.read_replica = None;
+            }
+        }
         let at = self.node_backoff(now, node);
         self.node_retry_at.insert(node, at);
         self.need_metadata();
@@ -120,6 +128,7 @@ impl Fetcher {
             let mut parts: Vec<Option<PartitionData>> =
                 topic.partitions.into_iter().map(Some).collect();
             let slow = self.take_quiet_partitions(&name, sent, &parts);
+            let from = node;
             // One key per topic, its partition set per entry: no name is allocated per
             // partition.
             let mut key = TopicPartition {
@@ -134,7 +143,7 @@ impl Fetcher {
                     continue;
                 };
                 key.partition = p.partition_index;
-                bytes += self.on_partition(now, &key, sent.offset, p, charge);
+                bytes += self.on_partition(now, from, &key, sent.offset, p, charge);
             }
         }
         let parts = self.completed.len() - before;
@@ -184,7 +193,9 @@ impl Fetcher {
                 continue;
             };
             let empty = p.records.as_ref().is_none_or(|r| r.is_empty());
-            if p.error_code == 0 && empty {
+            // A leader naming a replica to fetch from answers without records, and
+            // `on_partition` takes the replica.
+            if p.error_code == 0 && empty && p.preferred_read_replica.0 < 0 {
                 quiet.push((p.partition_index, i));
             } else {
                 slow.push(i);
@@ -225,10 +236,12 @@ impl Fetcher {
         slow
     }
 
-    /// Takes one partition of a response; returns the bytes it left in the buffer.
+    /// Takes one partition of a response from broker `from`; returns the bytes it left
+    /// in the buffer.
     fn on_partition(
         &mut self,
         now: Instant,
+        from: NodeId,
         tp: &TopicPartition,
         fetch_offset: i64,
         p: PartitionData,
@@ -245,6 +258,14 @@ impl Fetcher {
         }
         let code = p.error_code;
         tracing::trace!(%tp, fetch_offset, error = %error_name(code), high_watermark = p.high_watermark, log_start = p.log_start_offset, bytes = p.records.as_ref().map_or(0, |r| r.len()), "fetched partition");
+        let replica = p.preferred_read_replica.0;
+        if code == 0 && replica >= 0 && NodeId(replica) != from {
+            // KIP-392: the leader names a replica (in this consumer's rack) to fetch
+            // from, until `metadata.max.age.ms` passes.
+            debug!(%tp, replica, leader = from.0, "fetching from the preferred read replica");
+            s.read_replica = Some((NodeId(replica), now + self.config.read_replica_expiry));
+        }
+        let from_replica = s.reads_from_replica(from);
         if code == 0 {
             s.high_watermark = p.high_watermark;
             s.last_stable_offset = p.last_stable_offset;
@@ -282,6 +303,22 @@ impl Fetcher {
         }
         s.failures += 1;
         let retry_at = now + self.backoff.delay(s.failures);
+        if from_replica {
+            // Java's rules for a replica the leader named: an offset out of range there
+            // (a replica behind the leader, or ahead of a truncated one) is not the
+            // position's fault, so no reset: the next fetch asks the leader. The
+            // errors that send the leader's fetch to metadata send this one back to
+            // the leader (and to metadata too, below). Unlike Java, the next fetch waits
+            // out the partition's backoff: a leader that names the same lagging replica
+            // again would otherwise be asked in a tight loop.
+            s.read_replica = None;
+            if code == ResponseError::OffsetOutOfRange.code() {
+                debug!(%tp, offset = fetch_offset, replica = from.0, "offset out of range on the read replica; back to the leader");
+                s.retry_at = Some(retry_at);
+                self.retries_maybe = true;
+                return 0;
+            }
+        }
         match ResponseError::try_from_code(code) {
             Some(ResponseError::OffsetOutOfRange) => {
                 debug!(%tp, offset = fetch_offset, "offset out of range");

@@ -34,6 +34,9 @@ pub(super) struct PartitionState {
     pub(super) topic_id: Uuid,
     pub(super) leader: Option<NodeId>,
     pub(super) leader_epoch: i32,
+    /// The replica the leader named to fetch from (KIP-392) and until when: fetches go
+    /// there instead of to the leader while the leader is known.
+    pub(super) read_replica: Option<(NodeId, Instant)>,
     pub(super) position: Position,
     /// `Some(since)`: paused by the application since then.
     pub(super) paused: Option<Instant>,
@@ -55,6 +58,21 @@ pub(super) struct PartitionState {
 }
 
 impl PartitionState {
+    /// The broker to fetch this partition from at `now`: the replica the leader named,
+    /// until it expires, else the leader; none while the leader is unknown.
+    pub(super) fn source(&self, now: Instant) -> Option<NodeId> {
+        let leader = self.leader?;
+        match self.read_replica {
+            Some((replica, until)) if now < until => Some(replica),
+            _ => Some(leader),
+        }
+    }
+
+    /// Whether `node` is the replica this partition fetches from instead of its leader.
+    pub(super) fn reads_from_replica(&self, node: NodeId) -> bool {
+        self.read_replica.is_some_and(|(r, _)| r == node) && self.leader != Some(node)
+    }
+
     /// What [`Fetcher::consumed`](super::Fetcher::consumed) reports in `round`: the
     /// position as of the round's start. Marking a round is one increment, not a set of the
     /// partitions that moved (a lookup, an insert and a name cloned per record `recv`

@@ -852,3 +852,177 @@ fn each_full_fetch_starts_at_another_partition() {
     }
     assert_eq!(firsts, vec![0, 1, 2, 0]);
 }
+
+// ----- fetching from the replica the leader names (KIP-392) -----
+
+/// `metadata` with brokers 1 to 3 listed.
+fn metadata_with_brokers(leaders: &[(i32, i32)], brokers: &[i32]) -> ClusterMetadata {
+    let mut m = metadata(leaders);
+    for &b in brokers {
+        m.brokers.insert(
+            NodeId(b),
+            crate::metadata::Broker {
+                node: NodeId(b),
+                host: format!("b{b}"),
+                port: 9092,
+                rack: Some(format!("rack-{b}")),
+            },
+        );
+    }
+    m
+}
+
+/// A fetcher with partitions 0 and 1 led by node 1 (brokers 1-3 known), `rack` set,
+/// and the leader's first answer naming node 2 for partition 0.
+fn redirected(expiry: Duration) -> (Fetcher, Instant) {
+    let now = Instant::now();
+    let mut f = Fetcher::new(FetcherConfig {
+        rack: Some("rack-2".into()),
+        read_replica_expiry: expiry,
+        ..FetcherConfig::default()
+    });
+    f.assign(&[tp(0), tp(1)], true);
+    f.set_committed(&tp(0), 0, -1);
+    f.set_committed(&tp(1), 0, -1);
+    f.update_metadata(&metadata_with_brokers(&[(1, 5), (1, 5)], &[1, 2, 3]));
+    assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+    let (req, token) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+    assert_eq!(
+        req.rack_id.as_str(),
+        "rack-2",
+        "client.rack goes with the Fetch"
+    );
+    let mut r = response(0, vec![(0, 0, None), (1, 0, None)]);
+    r.responses[0].partitions[0].preferred_read_replica = kafka_protocol::messages::BrokerId(2);
+    f.handle_fetch(now, token, r);
+    (f, now)
+}
+
+#[test]
+fn a_partition_whose_leader_names_a_replica_is_fetched_from_it_until_metadata_max_age() {
+    let (mut f, now) = redirected(Duration::from_secs(300));
+    // Partition 0 goes to node 2, partition 1 stays with its leader.
+    let mut claimed = f.claim_fetches(now);
+    claimed.sort();
+    assert_eq!(claimed, vec![NodeId(1), NodeId(2)]);
+    let (req, token) = f
+        .build_fetch(now, NodeId(2), 16)
+        .expect("the replica's fetch");
+    assert_eq!(sent(&req), vec![(0, 0)]);
+    let (leader_req, _) = f
+        .build_fetch(now, NodeId(1), 16)
+        .expect("the leader's fetch");
+    assert_eq!(sent(&leader_req), vec![(1, 0)]);
+    f.handle_fetch(now, token, response(0, vec![(0, 0, Some(batch(0, 3)))]));
+    assert_eq!(drain(&mut f), vec![(0, 0), (0, 1), (0, 2)]);
+    // After metadata.max.age.ms the leader is asked again.
+    let later = now + Duration::from_secs(301);
+    f.handle_fetch(
+        later,
+        FetchToken {
+            node: NodeId(1),
+            version: 16,
+        },
+        response(0, vec![]),
+    );
+    let claimed = f.claim_fetches(later);
+    assert!(claimed.contains(&NodeId(1)), "{claimed:?}");
+    let (req, _) = f
+        .build_fetch(later, NodeId(1), 16)
+        .expect("the leader again");
+    assert_eq!(sent(&req), vec![(0, 3), (1, 0)]);
+}
+
+#[test]
+fn out_of_range_on_the_replica_goes_back_to_the_leader_without_a_reset() {
+    let (mut f, now) = redirected(Duration::from_secs(300));
+    let _ = f.claim_fetches(now);
+    let (_, token) = f
+        .build_fetch(now, NodeId(2), 16)
+        .expect("the replica's fetch");
+    f.handle_fetch(
+        now,
+        token,
+        response(0, vec![(0, ResponseError::OffsetOutOfRange.code(), None)]),
+    );
+    // No reset: the position stays, and the next fetch of it goes to the leader after
+    // the partition's backoff.
+    assert_eq!(f.position(&tp(0)), Some((0, -1)));
+    assert_eq!(
+        std::iter::from_fn(|| f.poll_event())
+            .filter(|e| matches!(e, FetcherEvent::OffsetReset { .. }))
+            .count(),
+        0
+    );
+    let (req, _) = f
+        .build_fetch(now, NodeId(1), 16)
+        .expect("the leader's fetch");
+    assert_eq!(sent(&req), vec![(1, 0)], "partition 0 backs off first");
+    let later = f.poll_timeout().expect("a backoff");
+    assert!(later > now && later <= now + Duration::from_millis(200));
+    f.handle_fetch(
+        later,
+        FetchToken {
+            node: NodeId(1),
+            version: 16,
+        },
+        response(0, vec![]),
+    );
+    let _ = f.claim_fetches(later);
+    let (req, _) = f
+        .build_fetch(later, NodeId(1), 16)
+        .expect("the leader's fetch");
+    assert_eq!(sent(&req), vec![(0, 0), (1, 0)]);
+}
+
+#[test]
+fn a_replica_that_fails_or_leaves_the_cluster_sends_its_partitions_back_to_the_leader() {
+    // A failed Fetch to the replica.
+    let (mut f, now) = redirected(Duration::from_secs(300));
+    let _ = f.claim_fetches(now);
+    f.handle_failure(now, FetcherRequest::Fetch(NodeId(2)), Failure::Disconnected);
+    let (req, _) = f
+        .build_fetch(now, NodeId(1), 16)
+        .expect("the leader's fetch");
+    assert_eq!(sent(&req), vec![(0, 0), (1, 0)]);
+
+    // The replica gone from metadata.
+    let (mut f, now) = redirected(Duration::from_secs(300));
+    f.update_metadata(&metadata_with_brokers(&[(1, 5), (1, 5)], &[1, 3]));
+    assert_eq!(f.claim_fetches(now), vec![NodeId(1)]);
+
+    // NOT_LEADER_OR_FOLLOWER from the replica: metadata, then the leader.
+    let (mut f, now) = redirected(Duration::from_secs(300));
+    let _ = f.claim_fetches(now);
+    let (_, token) = f
+        .build_fetch(now, NodeId(2), 16)
+        .expect("the replica's fetch");
+    f.handle_fetch(
+        now,
+        token,
+        response(
+            0,
+            vec![(0, ResponseError::NotLeaderOrFollower.code(), None)],
+        ),
+    );
+    assert!(std::iter::from_fn(|| f.poll_event()).any(|e| e == FetcherEvent::MetadataNeeded));
+    f.update_metadata(&metadata_with_brokers(&[(1, 5), (1, 5)], &[1, 2, 3]));
+    let later = now + Duration::from_secs(2);
+    let claimed = f.claim_fetches(later);
+    assert!(!claimed.contains(&NodeId(2)), "{claimed:?}");
+}
+
+#[test]
+fn without_a_rack_or_before_fetch_v11_no_rack_is_sent() {
+    let (mut f, now) = started(FetcherConfig::default());
+    let _ = f.claim_fetches(now);
+    let (req, _) = f.build_fetch(now, NodeId(1), 16).expect("a fetch");
+    assert!(req.rack_id.is_empty());
+    let (mut f, now) = started(FetcherConfig {
+        rack: Some("r".into()),
+        ..FetcherConfig::default()
+    });
+    let _ = f.claim_fetches(now);
+    let (req, _) = f.build_fetch(now, NodeId(1), 10).expect("a fetch");
+    assert!(req.rack_id.is_empty());
+}

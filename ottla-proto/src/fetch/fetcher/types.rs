@@ -46,6 +46,13 @@ pub struct FetcherConfig {
     pub seed: u64,
     /// Use incremental fetch sessions (KIP-227) where the broker offers them.
     pub sessions: bool,
+    /// `client.rack`, sent with every Fetch (v11+): a broker with a rack-aware
+    /// `replica.selector.class` then names a replica in this rack to fetch from
+    /// (KIP-392), and the fetcher follows it.
+    pub rack: Option<String>,
+    /// How long a partition keeps fetching from the replica its leader named before
+    /// asking the leader again: `metadata.max.age.ms`, as in the Java client.
+    pub read_replica_expiry: Duration,
 }
 
 impl Default for FetcherConfig {
@@ -60,6 +67,8 @@ impl Default for FetcherConfig {
             retry_backoff_max: crate::backoff::DEFAULT_RETRY_BACKOFF_MAX,
             seed: 0x0fe7_c4e5,
             sessions: true,
+            rack: None,
+            read_replica_expiry: Duration::from_secs(300),
         }
     }
 }
