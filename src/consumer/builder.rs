@@ -16,6 +16,8 @@ pub struct ConsumerBuilder {
     group_id: Option<String>,
     topics: Vec<String>,
     assign: Vec<TopicPartition>,
+    /// `assign` was called (with partitions or none): a consumer without a group.
+    manual: bool,
     fetcher: FetcherConfig,
     session_timeout: Duration,
     heartbeat_interval: Duration,
@@ -64,6 +66,7 @@ impl ConsumerBuilder {
             group_id: None,
             topics: Vec::new(),
             assign: Vec::new(),
+            manual: false,
             fetcher: FetcherConfig::default(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
@@ -310,9 +313,13 @@ impl ConsumerBuilder {
     }
 
     /// Manual assignment: read these partitions without a group, starting from
-    /// `auto.offset.reset` (or a [`Consumer::seek`]).
+    /// `auto.offset.reset` (or a [`Consumer::seek`]). An empty list builds a consumer
+    /// that reads nothing until [`Consumer::assign`] or
+    /// [`Consumer::incremental_assign`] gives it partitions, as a librdkafka consumer
+    /// created without a subscription does.
     pub fn assign(mut self, partitions: impl IntoIterator<Item = TopicPartition>) -> Self {
         self.assign = partitions.into_iter().collect();
+        self.manual = true;
         self
     }
 
@@ -471,13 +478,18 @@ impl ConsumerBuilder {
             (Some(_), true) if self.topics.is_empty() && self.topic_regex.is_none() => {
                 return bad("topics", "a group consumer needs at least one topic");
             }
-            (Some(_), false) => {
+            (Some(_), _) if self.manual => {
                 return bad(
                     "assign",
                     "use either a group with topics or a manual assignment",
                 );
             }
-            (None, true) => return bad("group.id", "give a group id, or assign partitions"),
+            (None, true) if !self.manual => {
+                return bad(
+                    "group.id",
+                    "give a group id, or assign partitions (assign([]) to assign them later)",
+                );
+            }
             _ => {}
         }
         if self.topic_regex.is_some() && self.group_protocol != GroupProtocol::Consumer {

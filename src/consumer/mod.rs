@@ -601,6 +601,58 @@ impl Consumer {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// Replaces a consumer's manual assignment (librdkafka's `assign`): partitions
+    /// that stay keep their positions, partitions that go are dropped with their
+    /// fetched records, new ones start from `auto.offset.reset` (then
+    /// [`Consumer::seek`] them). Only for a consumer built with
+    /// [`ConsumerBuilder::assign`]: a group's members get their partitions from the
+    /// group.
+    pub fn assign(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.manual_only("assign")?;
+        let current = self.assignment();
+        let gone: Vec<TopicPartition> = current
+            .iter()
+            .filter(|tp| !partitions.contains(tp))
+            .cloned()
+            .collect();
+        lock(&self.shared.fetcher).unassign(&gone);
+        self.incremental_assign(partitions)
+    }
+
+    /// Adds partitions to a consumer's manual assignment (librdkafka's
+    /// `incremental_assign`); those already assigned keep their positions, new ones
+    /// start from `auto.offset.reset`. New topics join the metadata the consumer keeps.
+    pub fn incremental_assign(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.manual_only("incremental_assign")?;
+        self.lookup
+            .cluster
+            .add_topics(partitions.iter().map(|tp| tp.topic.clone()));
+        lock(&self.shared.fetcher).assign(partitions, false);
+        self.shared.wake_driver.notify_one();
+        Ok(())
+    }
+
+    /// Removes partitions from a consumer's manual assignment (librdkafka's
+    /// `incremental_unassign`), with their fetched, undelivered records.
+    pub fn incremental_unassign(&self, partitions: &[TopicPartition]) -> Result<()> {
+        self.manual_only("incremental_unassign")?;
+        lock(&self.shared.fetcher).unassign(partitions);
+        self.shared.wake_driver.notify_one();
+        Ok(())
+    }
+
+    fn manual_only(&self, call: &'static str) -> Result<()> {
+        if self.group.is_some() {
+            return Err(Error::Config {
+                setting: "group.id",
+                message: format!(
+                    "{call} is for a consumer without a group (ConsumerBuilder::assign); a group's members get their partitions from the group"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The assigned partitions.
     pub fn assignment(&self) -> Vec<TopicPartition> {
         lock(&self.shared.fetcher).assignment()
