@@ -53,6 +53,7 @@ use crate::config::ClientConfig;
 use crate::error::{AuthError, Error, RequestError, TlsFailure, WireError};
 use crate::proto::backoff::Backoff;
 use crate::proto::sasl::Step;
+use crate::proto::wire::listener::{self, Configured, Evidence};
 use crate::proto::wire::{
     ApiVersionsOutcome, Codec, ResponseFrame, SUPPORTED, VersionTable, api_versions_request,
     decode_response, encode_body, handle_api_versions_response, negotiate,
@@ -157,6 +158,8 @@ pub(crate) struct ConnectionSettings {
     pub alarm: Arc<SecurityAlarm>,
     /// Where connections report brokers that keep hanging up on one request.
     pub hangups: Arc<HangUpReports>,
+    /// `security.protocol`, for the advice when a listener seems to speak another.
+    pub security_protocol: SecurityProtocol,
 }
 
 impl ConnectionSettings {
@@ -205,6 +208,7 @@ impl ConnectionSettings {
             sasl,
             alarm: Arc::new(SecurityAlarm::default()),
             hangups: Arc::new(HangUpReports::default()),
+            security_protocol: protocol,
         })
     }
 }
@@ -816,7 +820,17 @@ impl Task {
                         stream.write_all(&out).await?;
                         read_frame(&mut stream, &mut codec, &mut rbuf).await
                     };
-                    let frame = match exchange.await {
+                    let result = exchange.await;
+                    // A plaintext request answered by a TLS record: the listener speaks
+                    // TLS, whatever else went wrong with the bytes.
+                    if result.is_err() {
+                        if let Some(kind) = listener::tls_record(&rbuf) {
+                            if let Some(err) = self.wrong_protocol(Evidence::TlsRecord(kind)) {
+                                return Err(err);
+                            }
+                        }
+                    }
+                    let frame = match result {
                         Ok(frame) => frame,
                         Err(ReadError::Io(e)) if self.tls_failure(&e).is_some() => {
                             return Err(self.tls_error(
@@ -879,9 +893,11 @@ impl Task {
                     }
                 }
             }
-            Err(connect_err(
-                "broker kept closing the connection during ApiVersions".into(),
-            ))
+            Err(self
+                .wrong_protocol(Evidence::ClosedDuringApiVersions)
+                .unwrap_or_else(|| {
+                    connect_err("broker kept closing the connection during ApiVersions".into())
+                }))
         };
         // A little past the deadline, so that a TLS handshake that never ends reports
         // itself (see `open`).
@@ -942,6 +958,24 @@ impl Task {
         }
         let _ = e;
         None
+    }
+
+    /// The advice for what this connection saw about the listener's security protocol
+    /// ([`listener::diagnose`]), as an error; `None` when it says nothing.
+    fn wrong_protocol(&self, evidence: Evidence) -> Option<RequestError> {
+        let configured = self.settings.security_protocol;
+        let settings = Configured {
+            tls: configured.uses_tls(),
+            sasl: configured.uses_sasl(),
+        };
+        let diagnosis = listener::diagnose(evidence, settings)?;
+        Some(RequestError::WrongSecurityProtocol {
+            broker: self.address.to_string(),
+            configured,
+            suggested: diagnosis.suggested,
+            certain: diagnosis.certain,
+            evidence: diagnosis.evidence,
+        })
     }
 
     fn tls_error(&self, reason: TlsFailure) -> RequestError {
@@ -1006,6 +1040,10 @@ impl Task {
         let cap = self.settings.max_in_flight;
         let mut abort = self.load.abort.subscribe();
         let mut channel_open = true;
+        // Whether the broker has sent anything on this connection since ApiVersions: a
+        // close before that, on the first Metadata, is how a SASL listener treats a
+        // client that does not authenticate.
+        let mut heard = false;
 
         // Fails every waiter and reports why the connection ended.
         let fail_all =
@@ -1107,13 +1145,17 @@ impl Task {
 
             tokio::select! {
                 read = rd.read_buf(&mut rbuf) => {
+                    let got = matches!(read, Ok(n) if n > 0);
+                    let unheard_metadata = !heard && waiting.front().is_some_and(|w| w.api == ApiKey::Metadata);
+                    let hint = || unheard_metadata.then(|| self.wrong_protocol(Evidence::ClosedAfterApiVersions)).flatten();
                     let (failure, hung_up) = match read {
-                        Ok(0) => (Some(RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() }), true),
-                        Err(e) => (Some(RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() }), true),
+                        Ok(0) => (Some(hint().unwrap_or_else(|| RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() })), true),
+                        Err(e) => (Some(hint().unwrap_or_else(|| RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() })), true),
                         Ok(_) => (deliver_frames(codec, &mut rbuf, &mut waiting, &mut self.hangups)
                             .err()
                             .map(|source| RequestError::Wire { broker: broker.clone(), source }), false),
                     };
+                    heard |= got;
                     if let Some(err) = failure {
                         // Worth a warning only if someone still waits for an answer;
                         // a client shutting down leaves requests nobody reads.
