@@ -22,6 +22,12 @@
 //!   finish, re-authenticates, and goes on, so nothing is lost or reordered. A broker
 //!   that refuses re-authentication gets a fresh connection instead, with the waiting
 //!   requests carried over in order;
+//! - a connection that carried no request for `connections.max.idle.ms` is closed
+//!   quietly ([`IdleClock`]): no caller sees an error, no backoff is armed, and the
+//!   next request connects again; with `socket.keepalive.enable` every socket has
+//!   `SO_KEEPALIVE`;
+//! - a listener that seems to speak another `security.protocol` is named, with the
+//!   likely value ([`RequestError::WrongSecurityProtocol`], `proto::wire::listener`);
 //! - a broker that closes the connection on the same request at the same version
 //!   [`HANGUPS_BEFORE_DIAGNOSIS`] times in a row, each time after a good connect and
 //!   ApiVersions, is diagnosed: a warning names the API, the version and the broker,
@@ -160,6 +166,10 @@ pub(crate) struct ConnectionSettings {
     pub hangups: Arc<HangUpReports>,
     /// `security.protocol`, for the advice when a listener seems to speak another.
     pub security_protocol: SecurityProtocol,
+    /// `connections.max.idle.ms`, Azure's limit applied ([`max_idle`]); `None`: never.
+    pub max_idle: Option<Duration>,
+    /// `socket.keepalive.enable`.
+    pub keepalive: bool,
 }
 
 impl ConnectionSettings {
@@ -209,13 +219,19 @@ impl ConnectionSettings {
             alarm: Arc::new(SecurityAlarm::default()),
             hangups: Arc::new(HangUpReports::default()),
             security_protocol: protocol,
+            max_idle: max_idle(
+                config.connections_max_idle,
+                config.bootstrap_servers.iter().map(String::as_str),
+            ),
+            keepalive: config.socket_keepalive,
         })
     }
 }
 
 pub use crate::proto::wire::lifecycle::HANGUPS_BEFORE_DIAGNOSIS;
 use crate::proto::wire::lifecycle::{
-    HANDSHAKE_GRACE, HANGUP_REPORTS_KEPT, STALLED_AFTER, backstop, reauth_point, request_queue,
+    HANDSHAKE_GRACE, HANGUP_REPORTS_KEPT, IdleClock, STALLED_AFTER, backstop, max_idle,
+    reauth_point, request_queue,
 };
 
 /// A broker kept closing the connection on one request at one version, after good
@@ -581,6 +597,9 @@ enum End {
     Broken { hung_up_on: Option<(ApiKey, i16)> },
     /// Every handle is gone; stop the task.
     Shutdown,
+    /// Nothing went over the connection for `connections.max.idle.ms`: it was closed,
+    /// and the next request opens a new one, at once.
+    Idle,
     /// The SASL session is ending and the pipeline has drained: re-authenticate, then
     /// serve these waiting commands.
     Reauthenticate(VecDeque<Command>),
@@ -695,6 +714,12 @@ impl Task {
                             carried = waiting;
                             self.connect_not_before = None;
                         }
+                        End::Idle => {
+                            // Not a failure: no backoff, and no attempt until a request
+                            // needs the broker.
+                            self.connect_not_before = None;
+                            self.set_ready_state(false, None);
+                        }
                         End::Broken { hung_up_on } => {
                             if let Some((api, version)) = hung_up_on {
                                 self.hung_up(&table, api, version);
@@ -767,9 +792,11 @@ impl Task {
 
     /// Ready (`None`), or down until `backoff_until`.
     fn set_ready(&self, backoff_until: Option<Instant>) {
-        self.load
-            .ready
-            .store(backoff_until.is_none(), Ordering::Relaxed);
+        self.set_ready_state(backoff_until.is_none(), backoff_until);
+    }
+
+    fn set_ready_state(&self, ready: bool, backoff_until: Option<Instant>) {
+        self.load.ready.store(ready, Ordering::Relaxed);
         self.load.in_flight.store(0, Ordering::Relaxed);
         if let Ok(mut until) = self.load.backoff_until.lock() {
             *until = backoff_until;
@@ -928,6 +955,11 @@ impl Task {
                 reason: e.to_string(),
             })?;
         let _ = tcp.set_nodelay(true);
+        if self.settings.keepalive {
+            if let Err(e) = socket2::SockRef::from(&tcp).set_keepalive(true) {
+                warn!(broker = %self.address, error = %e, "socket.keepalive.enable: SO_KEEPALIVE could not be set");
+            }
+        }
         #[cfg(feature = "tls-core")]
         if let Some(tls) = &self.settings.tls {
             let handshake = tls.connect(host_of(&self.address), tcp);
@@ -1044,6 +1076,7 @@ impl Task {
         // close before that, on the first Metadata, is how a SASL listener treats a
         // client that does not authenticate.
         let mut heard = false;
+        let mut idle = IdleClock::new(Instant::now().into_std(), self.settings.max_idle);
 
         // Fails every waiter and reports why the connection ended.
         let fail_all =
@@ -1092,6 +1125,7 @@ impl Task {
                             &mut wbuf,
                         ) {
                             Ok(id) => {
+                                idle.handle_activity(Instant::now().into_std());
                                 trace!(broker = %broker, api = ?p.api, version = p.version, correlation_id = id.0, "request queued");
                                 if p.expects_response {
                                     let deadline = (Instant::now() + p.timeout).min(p.deadline);
@@ -1142,6 +1176,9 @@ impl Task {
             let next_deadline = waiting.iter().map(|w| w.deadline).min();
             let accept = channel_open && waiting.len() < cap && queue.is_empty();
             let reauth_wake = reauth_at.filter(|_| !reauth_due);
+            // Only a connection with nothing in flight, queued or unwritten can be idle.
+            let busy = !waiting.is_empty() || !queue.is_empty() || !wbuf.is_empty();
+            let idle_wake = idle.poll_timeout().filter(|_| !busy).map(Instant::from_std);
 
             tokio::select! {
                 read = rd.read_buf(&mut rbuf) => {
@@ -1156,6 +1193,9 @@ impl Task {
                             .map(|source| RequestError::Wire { broker: broker.clone(), source }), false),
                     };
                     heard |= got;
+                    if got {
+                        idle.handle_activity(Instant::now().into_std());
+                    }
                     if let Some(err) = failure {
                         // Worth a warning only if someone still waits for an answer;
                         // a client shutting down leaves requests nobody reads.
@@ -1191,6 +1231,12 @@ impl Task {
                     return End::Broken { hung_up_on: None };
                 }
                 _ = super::sleep_until(reauth_wake), if reauth_wake.is_some() => {}
+                _ = super::sleep_until(idle_wake), if idle_wake.is_some() => {
+                    if idle.expired(Instant::now().into_std(), busy) {
+                        debug!(broker = %broker, max_idle = ?self.settings.max_idle, "closing the idle connection (connections.max.idle.ms)");
+                        return End::Idle;
+                    }
+                }
                 _ = super::sleep_until(next_deadline), if next_deadline.is_some() => {
                     let now = Instant::now();
                     let Some(api) = waiting.iter().find(|w| w.deadline <= now).map(|w| w.api) else {
