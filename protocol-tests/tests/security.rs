@@ -509,8 +509,9 @@ async fn wrong_protocol_error(config: ClientConfig) -> (RequestError, String) {
 /// A client on the wrong `security.protocol` is told which value the listener likely
 /// wants: PLAINTEXT against a TLS listener that answers with an alert (rustls, as Kafka's
 /// JSSE does: certain), against stunnel, which resets the connection (only likely),
-/// and against tansu's SASL listener, which answers ApiVersions and hangs up on
-/// Metadata (only likely); and TLS against a plaintext port.
+/// (a SASL_PLAINTEXT client there is pointed at SASL_SSL), and against tansu's SASL
+/// listener, which answers ApiVersions and hangs up on Metadata (only likely); and TLS
+/// against a plaintext port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_security_protocol_is_named_with_the_likely_value() {
     protocol_tests::init_tracing();
@@ -549,6 +550,28 @@ async fn a_wrong_security_protocol_is_named_with_the_likely_value() {
         "{shown}"
     );
     assert!(shown.contains("likely SSL"), "{shown}");
+    // A SASL client keeps its SASL: SASL_SSL is the value to try.
+    let sasl_client = scram(
+        &stunnel.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha256(ALICE.0, ALICE.1),
+    );
+    let (err, shown) = wrong_protocol_error(sasl_client).await;
+    assert!(
+        matches!(
+            &err,
+            RequestError::WrongSecurityProtocol {
+                suggested: "SASL_SSL",
+                certain: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        shown.contains("security.protocol=SASL_PLAINTEXT"),
+        "{shown}"
+    );
     // The same client on SSL gets through the same listener.
     assert!(
         Consumer::builder("")
