@@ -10,6 +10,7 @@ use crate::proto::wire::DEFAULT_MAX_FRAME_SIZE;
 use crate::security::{Pem, SaslConfig, Secret, SecurityProtocol, TlsConfig, TrustRoots};
 
 pub use crate::proto::backoff::{DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX};
+use crate::proto::wire::lifecycle::DEFAULT_MAX_IDLE;
 
 /// Connection-level configuration.
 ///
@@ -27,6 +28,8 @@ pub use crate::proto::backoff::{DEFAULT_RETRY_BACKOFF, DEFAULT_RETRY_BACKOFF_MAX
 /// | `retry_backoff_max` | `retry.backoff.max.ms` | 1 s |
 /// | `max_in_flight` | `max.in.flight.requests.per.connection` | 5 |
 /// | `max_frame_size` | (none; the broker's `socket.request.max.bytes`) | 100 MiB |
+/// | `connections_max_idle` | `connections.max.idle.ms` | 9 min (3 min on Azure Event Hubs) |
+/// | `socket_keepalive` | `socket.keepalive.enable` | off |
 /// | `security_protocol` | `security.protocol` | `PLAINTEXT` |
 /// | `tls` | `ssl.*` ([`TlsConfig`]) | the platform's roots, host names verified |
 /// | `sasl` | `sasl.*` ([`SaslConfig`]) | none |
@@ -66,6 +69,17 @@ pub struct ClientConfig {
     pub max_in_flight: usize,
     /// The largest response frame accepted; larger ones poison the connection.
     pub max_frame_size: usize,
+    /// How long a broker connection may carry no request before the client closes it
+    /// (the Java client's `connections.max.idle.ms`); the next request that needs the
+    /// broker opens a new one, and nothing fails meanwhile. `None` keeps idle
+    /// connections for ever (librdkafka's default). On Azure Event Hubs
+    /// (`*.servicebus.windows.net`), whose load balancer silently drops connections
+    /// idle for about 4 minutes, the limit is at most 3 minutes.
+    pub connections_max_idle: Option<Duration>,
+    /// Sets `SO_KEEPALIVE` on every broker socket (librdkafka's
+    /// `socket.keepalive.enable`), so the operating system probes a silent peer; its
+    /// probe timing is the system's (`net.ipv4.tcp_keepalive_time`, 2 h on Linux).
+    pub socket_keepalive: bool,
     /// Seed for the jitter of every backoff (reconnects, the group member's retries,
     /// the Processor's retry delays). Drawn from the OS's random source by default, so
     /// instances that fail together do not retry together; set it to replay a run.
@@ -109,6 +123,8 @@ impl ClientConfig {
             retry_backoff_max: DEFAULT_RETRY_BACKOFF_MAX,
             max_in_flight: 5,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            connections_max_idle: Some(DEFAULT_MAX_IDLE),
+            socket_keepalive: false,
             jitter_seed: entropy_seed(),
             security_protocol: SecurityProtocol::Plaintext,
             tls: TlsConfig::default(),
@@ -195,6 +211,19 @@ impl ClientConfig {
             "receive.message.max.bytes" => {
                 self.max_frame_size = properties::number(key, value, "a number of bytes")?;
             }
+            "connections.max.idle.ms" => {
+                // Java's -1 and librdkafka's 0 both turn it off.
+                let ms: i64 = properties::number(
+                    key,
+                    value,
+                    "a whole number of milliseconds (0 or -1: never close)",
+                )?;
+                self.connections_max_idle = u64::try_from(ms)
+                    .ok()
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis);
+            }
+            "socket.keepalive.enable" => self.socket_keepalive = properties::flag(key, value)?,
             "security.protocol" => {
                 self.security_protocol = SecurityProtocol::parse(value).ok_or_else(|| {
                     properties::invalid(key, value, "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
@@ -320,6 +349,19 @@ impl ClientConfig {
         self
     }
 
+    /// Sets `connections.max.idle.ms`: how long a connection may carry no request before
+    /// the client closes it; `None` never closes one.
+    pub fn with_connections_max_idle(mut self, limit: Option<Duration>) -> Self {
+        self.connections_max_idle = limit;
+        self
+    }
+
+    /// Sets `socket.keepalive.enable`: `SO_KEEPALIVE` on every broker socket.
+    pub fn with_socket_keepalive(mut self, on: bool) -> Self {
+        self.socket_keepalive = on;
+        self
+    }
+
     /// Sets the largest response frame accepted.
     pub fn with_max_frame_size(mut self, bytes: usize) -> Self {
         self.max_frame_size = bytes;
@@ -368,6 +410,12 @@ impl ClientConfig {
         }
         if self.retry_backoff_max < self.retry_backoff {
             return bad("retry.backoff.max.ms", "must be at least retry.backoff.ms");
+        }
+        if self.connections_max_idle.is_some_and(|d| d.is_zero()) {
+            return bad(
+                "connections.max.idle.ms",
+                "must be positive; None (0 or -1 by name) never closes an idle connection",
+            );
         }
         if self.max_frame_size < 1024 {
             return bad("max_frame_size", "must be at least 1024 bytes");
@@ -593,5 +641,37 @@ mod tests {
             .map(|_| ClientConfig::new("h:9092").jitter_seed)
             .collect();
         assert_eq!(seeds.len(), 4, "{seeds:?}");
+    }
+
+    #[test]
+    fn idle_limit_and_keepalive_by_their_java_and_librdkafka_names() {
+        let c = ClientConfig::new("h:1");
+        assert_eq!(c.connections_max_idle, Some(Duration::from_secs(540)));
+        assert!(!c.socket_keepalive);
+        let c = c
+            .set("connections.max.idle.ms", "180000")
+            .unwrap()
+            .set("socket.keepalive.enable", "true")
+            .unwrap();
+        assert_eq!(c.connections_max_idle, Some(Duration::from_secs(180)));
+        assert!(c.socket_keepalive);
+        assert!(c.ignored_properties().is_empty());
+        // Java's -1 and librdkafka's 0 both keep idle connections.
+        for off in ["-1", "0"] {
+            let c = ClientConfig::new("h:1")
+                .set("connections.max.idle.ms", off)
+                .unwrap();
+            assert_eq!(c.connections_max_idle, None, "{off}");
+            c.validate().unwrap();
+        }
+        let err = ClientConfig::new("h:1")
+            .set("connections.max.idle.ms", "9min")
+            .unwrap_err();
+        assert!(err.to_string().contains("connections.max.idle.ms"), "{err}");
+        let err = ClientConfig::new("h:1")
+            .with_connections_max_idle(Some(Duration::ZERO))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("connections.max.idle.ms"), "{err}");
     }
 }

@@ -111,6 +111,42 @@ pub enum RequestError {
         #[source]
         source: AuthError,
     },
+    /// The broker's listener most likely speaks another security protocol than
+    /// `security.protocol` says: a plaintext request answered with a TLS record
+    /// (`certain`, a configuration error like [`RequestError::Tls`]), or connections
+    /// closed where such a listener closes them (not certain, and retried as any lost
+    /// connection is). The message names `security.protocol` and the value to try.
+    #[error("{}", wrong_protocol_message(broker, *configured, suggested, *certain, evidence))]
+    WrongSecurityProtocol {
+        /// The broker address.
+        broker: String,
+        /// The client's `security.protocol`.
+        configured: crate::security::SecurityProtocol,
+        /// The value (or values) of `security.protocol` to try.
+        suggested: &'static str,
+        /// Proven by the broker's bytes, or only likely.
+        certain: bool,
+        /// What the broker did.
+        evidence: &'static str,
+    },
+}
+
+fn wrong_protocol_message(
+    broker: &str,
+    configured: crate::security::SecurityProtocol,
+    suggested: &str,
+    certain: bool,
+    evidence: &str,
+) -> String {
+    if certain {
+        format!(
+            "{broker} {evidence}: its listener does not speak security.protocol={configured}; set security.protocol to {suggested}"
+        )
+    } else {
+        format!(
+            "cannot talk to {broker}: it {evidence}; its listener may not speak security.protocol={configured}: check security.protocol, likely {suggested}"
+        )
+    }
 }
 
 /// What was wrong in a TLS handshake.
@@ -169,7 +205,9 @@ impl TlsFailure {
                 "ssl.certificate.location and ssl.key.location (the broker may require a client certificate)"
             }
             TlsFailure::Config(_) => "the ssl.* settings",
-            TlsFailure::Protocol(_) => "security.protocol (is this port a TLS listener?)",
+            TlsFailure::Protocol(_) => {
+                "security.protocol (this port may not speak TLS: try PLAINTEXT, or SASL_PLAINTEXT if it authenticates)"
+            }
         }
     }
 }
@@ -218,6 +256,7 @@ impl RequestError {
             RequestError::Connect { .. }
             | RequestError::Disconnected { .. }
             | RequestError::Timeout { .. } => true,
+            RequestError::WrongSecurityProtocol { certain, .. } => !certain,
             // A wire error poisons one connection; a new one may behave.
             RequestError::Wire { source, .. } => !matches!(
                 source,
@@ -236,7 +275,9 @@ impl RequestError {
     pub fn is_security(&self) -> bool {
         matches!(
             self,
-            RequestError::Tls { .. } | RequestError::Authentication { .. }
+            RequestError::Tls { .. }
+                | RequestError::Authentication { .. }
+                | RequestError::WrongSecurityProtocol { certain: true, .. }
         )
     }
 }

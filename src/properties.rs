@@ -51,6 +51,8 @@
 //! | `retry.backoff.ms`, `retry.backoff.max.ms` | `retry_backoff`, `retry_backoff_max` | |
 //! | `max.in.flight.requests.per.connection` (`max.in.flight`) | `with_max_in_flight` | |
 //! | `receive.message.max.bytes` | `with_max_frame_size` | |
+//! | `connections.max.idle.ms` | `with_connections_max_idle` | |
+//! | `socket.keepalive.enable` | `with_socket_keepalive` | |
 //! | `security.protocol` | `with_security_protocol` | |
 //! | `ssl.ca.location`, `ssl.ca.pem`, `ssl.truststore.location`, `ssl.truststore.certificates`, `ssl.truststore.type` | `TlsConfig` roots | PEM stores only |
 //! | `ssl.certificate.location`, `ssl.key.location`, `ssl.certificate.pem`, `ssl.key.pem`, `ssl.keystore.location`, `ssl.keystore.certificate.chain`, `ssl.keystore.key`, `ssl.keystore.type` | `TlsConfig` client certificate | PEM only |
@@ -226,6 +228,8 @@ pub const PROPERTIES: &[Property] = &[
         Client,
     ),
     p("receive.message.max.bytes", Client),
+    p("connections.max.idle.ms", Client),
+    p("socket.keepalive.enable", Client),
     p("security.protocol", Client),
     p("ssl.ca.location", Client),
     p("ssl.ca.pem", Client),
@@ -426,7 +430,6 @@ pub const IGNORED: &[(&str, &str)] = &[
     ),
     ("sasl.kerberos.service.name", "GSSAPI is not supported"),
     // Sockets and the runtime.
-    ("socket.keepalive.enable", "tokio's defaults are kept"),
     ("socket.nagle.disable", "ottla always turns Nagle off"),
     (
         "socket.send.buffer.bytes",
@@ -448,7 +451,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "socket.max.fails",
         "a failed connection is always reconnected with backoff",
     ),
-    ("connections.max.idle.ms", "idle connections are kept"),
     ("client.dns.lookup", "every address of a host name is tried"),
     (
         "broker.address.family",

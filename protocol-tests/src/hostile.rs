@@ -101,6 +101,10 @@ struct Shared {
     injected: AtomicU64,
     /// Client connections accepted, over all listeners.
     connections: AtomicU64,
+    /// Client connections the client closed (the proxy read its end of stream).
+    client_hangups: AtomicU64,
+    /// The client's port of each connection accepted, in order.
+    client_ports: Mutex<Vec<u16>>,
     /// Requests seen, by API key.
     requests: Mutex<HashMap<i16, u64>>,
     /// Upstream broker port -> the proxy port standing in for it.
@@ -142,6 +146,8 @@ impl HostileProxy {
             armed: Mutex::new(None),
             injected: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            client_hangups: AtomicU64::new(0),
+            client_ports: Mutex::new(Vec::new()),
             requests: Mutex::new(HashMap::new()),
             ports,
         });
@@ -150,8 +156,9 @@ impl HostileProxy {
             .map(|(upstream, listener)| {
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    while let Ok((client, _)) = listener.accept().await {
+                    while let Ok((client, peer)) = listener.accept().await {
                         shared.connections.fetch_add(1, Ordering::SeqCst);
+                        lock(&shared.client_ports).push(peer.port());
                         let shared = shared.clone();
                         tokio::spawn(async move {
                             if let Ok(server) = TcpStream::connect(upstream).await {
@@ -209,6 +216,17 @@ impl HostileProxy {
         self.shared.connections.load(Ordering::SeqCst)
     }
 
+    /// How many client connections the client closed so far (the proxy read the end of
+    /// its stream); a connection the broker or the proxy closed does not count.
+    pub fn client_hangups(&self) -> u64 {
+        self.shared.client_hangups.load(Ordering::SeqCst)
+    }
+
+    /// The client's local port of every connection accepted so far, in order.
+    pub fn client_ports(&self) -> Vec<u16> {
+        lock(&self.shared.client_ports).clone()
+    }
+
     /// How many requests of `api` the proxy forwarded so far.
     pub fn requests(&self, api: ApiKey) -> u64 {
         lock(&self.shared.requests)
@@ -247,9 +265,12 @@ async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 lock(&up_expected).insert(correlation_id, Expected { api, version });
             }
             if sw.write_all(&frame).await.is_err() {
-                break;
+                return;
             }
         }
+        // The client's stream ended: it hung up (the relay aborts this task first when
+        // the broker's side ends).
+        up_shared.client_hangups.fetch_add(1, Ordering::SeqCst);
     });
     let mut held = false;
     loop {

@@ -1161,3 +1161,57 @@ pub fn confluent_create_topic(
     }
     Ok(())
 }
+
+/// A TLS listener of rustls's, in process: it accepts connections, runs the server
+/// side of the handshake with the PKI's good certificate, and hangs up. A plaintext
+/// client meets here what it meets at Kafka's own TLS listener: rustls, like Java's
+/// JSSE that Kafka uses (`15 03 03 00 02 02 0a`), answers bytes that are not TLS with
+/// a fatal alert, where stunnel (OpenSSL) closes the connection without a word.
+pub struct RustlsListener {
+    address: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RustlsListener {
+    /// Listens on a free loopback port.
+    pub async fn start(pki: &TestPki) -> anyhow::Result<RustlsListener> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let (cert, key) = pki.server_cert(ServerCert::Good);
+        let certs = CertificateDer::pem_file_iter(&cert)
+            .with_context(|| format!("reading {}", cert.display()))?
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(&key)
+            .with_context(|| format!("reading {}", key.display()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let address = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    // The handshake fails on a plaintext client; tokio-rustls writes
+                    // rustls's alert before it gives up.
+                    let _ = acceptor.accept(tcp).await;
+                });
+            }
+        });
+        Ok(RustlsListener { address, task })
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn address(&self) -> String {
+        self.address.to_string()
+    }
+}
+
+impl Drop for RustlsListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

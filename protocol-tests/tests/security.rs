@@ -479,6 +479,157 @@ async fn tls_failures_are_typed_and_prompt() {
     assert!(err.to_string().contains("security.protocol"), "{err}");
 }
 
+/// The advice a consumer's build gives against a listener that speaks another security
+/// protocol, within [`PROMPT`]: as the build's own error when the broker's bytes prove
+/// it (a configuration error), inside the bootstrap failure when only a close hints at
+/// it (retried as any lost connection). Returns the error and the message the user sees.
+async fn wrong_protocol_error(config: ClientConfig) -> (RequestError, String) {
+    let builder = Consumer::builder("")
+        .client_config(config)
+        .assign([TopicPartition::new("any", 0)]);
+    let (result, took) = timed(builder.build()).await;
+    let Err(err) = result else {
+        panic!("the consumer connected");
+    };
+    assert!(took <= PROMPT, "the error took {took:?}: {err}");
+    let shown = err.to_string();
+    let request = match err {
+        Error::Request(e) => e,
+        Error::Bootstrap { last: Some(e), .. } => e,
+        other => panic!("unexpected error: {other:?}"),
+    };
+    assert!(
+        matches!(request, RequestError::WrongSecurityProtocol { .. }),
+        "{request:?}"
+    );
+    assert!(shown.contains("security.protocol"), "{shown}");
+    (request, shown)
+}
+
+/// A client on the wrong `security.protocol` is told which value the listener likely
+/// wants: PLAINTEXT against a TLS listener that answers with an alert (rustls, as Kafka's
+/// JSSE does: certain), against stunnel, which resets the connection (only likely),
+/// (a SASL_PLAINTEXT client there is pointed at SASL_SSL), and against tansu's SASL
+/// listener, which answers ApiVersions and hangs up on Metadata (only likely); and TLS
+/// against a plaintext port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_security_protocol_is_named_with_the_likely_value() {
+    protocol_tests::init_tracing();
+    let pki = Arc::new(TestPki::generate().expect("pki"));
+
+    let alerting = protocol_tests::tls::RustlsListener::start(&pki)
+        .await
+        .expect("rustls listener");
+    let (err, shown) = wrong_protocol_error(base(&alerting.address())).await;
+    let RequestError::WrongSecurityProtocol {
+        certain, suggested, ..
+    } = &err
+    else {
+        unreachable!()
+    };
+    assert!(*certain, "a TLS alert is proof: {err:?}");
+    assert!(err.is_security() && !err.is_retriable(), "{err:?}");
+    assert!(suggested.starts_with("SSL"), "{err:?}");
+    assert!(shown.contains("TLS alert"), "{shown}");
+    assert!(shown.contains("set security.protocol to SSL"), "{shown}");
+
+    let stunnel =
+        TlsTansu::start_with(TlsTansuOptions::default().pki(pki.clone())).expect("TLS tansu");
+    let (err, shown) = wrong_protocol_error(base(&stunnel.bootstrap())).await;
+    let RequestError::WrongSecurityProtocol {
+        certain, suggested, ..
+    } = &err
+    else {
+        unreachable!()
+    };
+    assert!(!*certain, "a hang-up is only a clue: {err:?}");
+    assert!(err.is_retriable(), "{err:?}");
+    assert!(suggested.starts_with("SSL"), "{err:?}");
+    assert!(
+        shown.contains("may not speak security.protocol=PLAINTEXT"),
+        "{shown}"
+    );
+    assert!(shown.contains("likely SSL"), "{shown}");
+    // A SASL client keeps its SASL: SASL_SSL is the value to try.
+    let sasl_client = scram(
+        &stunnel.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha256(ALICE.0, ALICE.1),
+    );
+    let (err, shown) = wrong_protocol_error(sasl_client).await;
+    assert!(
+        matches!(
+            &err,
+            RequestError::WrongSecurityProtocol {
+                suggested: "SASL_SSL",
+                certain: false,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        shown.contains("security.protocol=SASL_PLAINTEXT"),
+        "{shown}"
+    );
+    // The same client on SSL gets through the same listener.
+    assert!(
+        Consumer::builder("")
+            .client_config(tls(&stunnel.bootstrap(), &pki))
+            .assign([TopicPartition::new("any", 0)])
+            .build()
+            .await
+            .is_ok()
+    );
+
+    let sasl = SaslTansu::start_with(&scram_users()).expect("SASL tansu");
+    let (err, shown) = wrong_protocol_error(base(&sasl.bootstrap())).await;
+    let RequestError::WrongSecurityProtocol {
+        certain, suggested, ..
+    } = &err
+    else {
+        unreachable!()
+    };
+    assert!(!*certain, "{err:?}");
+    assert!(suggested.starts_with("SASL_PLAINTEXT"), "{err:?}");
+    assert!(shown.contains("likely SASL_PLAINTEXT"), "{shown}");
+    // With SCRAM it reads the cluster.
+    let scram_config = scram(
+        &sasl.bootstrap(),
+        SecurityProtocol::SaslPlaintext,
+        SaslConfig::scram_sha256(ALICE.0, ALICE.1),
+    );
+    assert!(
+        Consumer::builder("")
+            .client_config(scram_config)
+            .assign([TopicPartition::new("any", 0)])
+            .build()
+            .await
+            .is_ok()
+    );
+
+    // The reverse: TLS against tansu's plaintext port, which waits for a Kafka request
+    // and never answers the ClientHello.
+    let plain = Tansu::start().expect("tansu");
+    let config = tls(&plain.bootstrap(), &pki).with_connect_timeout(Duration::from_secs(1));
+    let err = build_error(config).await;
+    assert!(
+        matches!(
+            &err,
+            RequestError::Tls {
+                reason: TlsFailure::Protocol(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let shown = err.to_string();
+    assert!(
+        shown.contains("may not speak TLS: try PLAINTEXT"),
+        "{shown}"
+    );
+}
+
 /// Whether a TLS failure is the one a case expects.
 type IsReason = fn(&TlsFailure) -> bool;
 

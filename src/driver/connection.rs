@@ -22,6 +22,12 @@
 //!   finish, re-authenticates, and goes on, so nothing is lost or reordered. A broker
 //!   that refuses re-authentication gets a fresh connection instead, with the waiting
 //!   requests carried over in order;
+//! - a connection that carried no request for `connections.max.idle.ms` is closed
+//!   quietly ([`IdleClock`]): no caller sees an error, no backoff is armed, and the
+//!   next request connects again; with `socket.keepalive.enable` every socket has
+//!   `SO_KEEPALIVE`;
+//! - a listener that seems to speak another `security.protocol` is named, with the
+//!   likely value ([`RequestError::WrongSecurityProtocol`], `proto::wire::listener`);
 //! - a broker that closes the connection on the same request at the same version
 //!   [`HANGUPS_BEFORE_DIAGNOSIS`] times in a row, each time after a good connect and
 //!   ApiVersions, is diagnosed: a warning names the API, the version and the broker,
@@ -53,6 +59,7 @@ use crate::config::ClientConfig;
 use crate::error::{AuthError, Error, RequestError, TlsFailure, WireError};
 use crate::proto::backoff::Backoff;
 use crate::proto::sasl::Step;
+use crate::proto::wire::listener::{self, Configured, Evidence};
 use crate::proto::wire::{
     ApiVersionsOutcome, Codec, ResponseFrame, SUPPORTED, VersionTable, api_versions_request,
     decode_response, encode_body, handle_api_versions_response, negotiate,
@@ -157,6 +164,12 @@ pub(crate) struct ConnectionSettings {
     pub alarm: Arc<SecurityAlarm>,
     /// Where connections report brokers that keep hanging up on one request.
     pub hangups: Arc<HangUpReports>,
+    /// `security.protocol`, for the advice when a listener seems to speak another.
+    pub security_protocol: SecurityProtocol,
+    /// `connections.max.idle.ms`, Azure's limit applied ([`max_idle`]); `None`: never.
+    pub max_idle: Option<Duration>,
+    /// `socket.keepalive.enable`.
+    pub keepalive: bool,
 }
 
 impl ConnectionSettings {
@@ -205,13 +218,20 @@ impl ConnectionSettings {
             sasl,
             alarm: Arc::new(SecurityAlarm::default()),
             hangups: Arc::new(HangUpReports::default()),
+            security_protocol: protocol,
+            max_idle: max_idle(
+                config.connections_max_idle,
+                config.bootstrap_servers.iter().map(String::as_str),
+            ),
+            keepalive: config.socket_keepalive,
         })
     }
 }
 
 pub use crate::proto::wire::lifecycle::HANGUPS_BEFORE_DIAGNOSIS;
 use crate::proto::wire::lifecycle::{
-    HANDSHAKE_GRACE, HANGUP_REPORTS_KEPT, STALLED_AFTER, backstop, reauth_point, request_queue,
+    HANDSHAKE_GRACE, HANGUP_REPORTS_KEPT, IdleClock, STALLED_AFTER, backstop, max_idle,
+    reauth_point, request_queue,
 };
 
 /// A broker kept closing the connection on one request at one version, after good
@@ -577,6 +597,9 @@ enum End {
     Broken { hung_up_on: Option<(ApiKey, i16)> },
     /// Every handle is gone; stop the task.
     Shutdown,
+    /// Nothing went over the connection for `connections.max.idle.ms`: it was closed,
+    /// and the next request opens a new one, at once.
+    Idle,
     /// The SASL session is ending and the pipeline has drained: re-authenticate, then
     /// serve these waiting commands.
     Reauthenticate(VecDeque<Command>),
@@ -691,6 +714,12 @@ impl Task {
                             carried = waiting;
                             self.connect_not_before = None;
                         }
+                        End::Idle => {
+                            // Not a failure: no backoff, and no attempt until a request
+                            // needs the broker.
+                            self.connect_not_before = None;
+                            self.set_ready_state(false, None);
+                        }
                         End::Broken { hung_up_on } => {
                             if let Some((api, version)) = hung_up_on {
                                 self.hung_up(&table, api, version);
@@ -763,9 +792,11 @@ impl Task {
 
     /// Ready (`None`), or down until `backoff_until`.
     fn set_ready(&self, backoff_until: Option<Instant>) {
-        self.load
-            .ready
-            .store(backoff_until.is_none(), Ordering::Relaxed);
+        self.set_ready_state(backoff_until.is_none(), backoff_until);
+    }
+
+    fn set_ready_state(&self, ready: bool, backoff_until: Option<Instant>) {
+        self.load.ready.store(ready, Ordering::Relaxed);
         self.load.in_flight.store(0, Ordering::Relaxed);
         if let Ok(mut until) = self.load.backoff_until.lock() {
             *until = backoff_until;
@@ -816,7 +847,17 @@ impl Task {
                         stream.write_all(&out).await?;
                         read_frame(&mut stream, &mut codec, &mut rbuf).await
                     };
-                    let frame = match exchange.await {
+                    let result = exchange.await;
+                    // A plaintext request answered by a TLS record: the listener speaks
+                    // TLS, whatever else went wrong with the bytes.
+                    if result.is_err() {
+                        if let Some(kind) = listener::tls_record(&rbuf) {
+                            if let Some(err) = self.wrong_protocol(Evidence::TlsRecord(kind)) {
+                                return Err(err);
+                            }
+                        }
+                    }
+                    let frame = match result {
                         Ok(frame) => frame,
                         Err(ReadError::Io(e)) if self.tls_failure(&e).is_some() => {
                             return Err(self.tls_error(
@@ -879,9 +920,11 @@ impl Task {
                     }
                 }
             }
-            Err(connect_err(
-                "broker kept closing the connection during ApiVersions".into(),
-            ))
+            Err(self
+                .wrong_protocol(Evidence::ClosedDuringApiVersions)
+                .unwrap_or_else(|| {
+                    connect_err("broker kept closing the connection during ApiVersions".into())
+                }))
         };
         // A little past the deadline, so that a TLS handshake that never ends reports
         // itself (see `open`).
@@ -912,6 +955,11 @@ impl Task {
                 reason: e.to_string(),
             })?;
         let _ = tcp.set_nodelay(true);
+        if self.settings.keepalive {
+            if let Err(e) = socket2::SockRef::from(&tcp).set_keepalive(true) {
+                warn!(broker = %self.address, error = %e, "socket.keepalive.enable: SO_KEEPALIVE could not be set");
+            }
+        }
         #[cfg(feature = "tls-core")]
         if let Some(tls) = &self.settings.tls {
             let handshake = tls.connect(host_of(&self.address), tcp);
@@ -942,6 +990,24 @@ impl Task {
         }
         let _ = e;
         None
+    }
+
+    /// The advice for what this connection saw about the listener's security protocol
+    /// ([`listener::diagnose`]), as an error; `None` when it says nothing.
+    fn wrong_protocol(&self, evidence: Evidence) -> Option<RequestError> {
+        let configured = self.settings.security_protocol;
+        let settings = Configured {
+            tls: configured.uses_tls(),
+            sasl: configured.uses_sasl(),
+        };
+        let diagnosis = listener::diagnose(evidence, settings)?;
+        Some(RequestError::WrongSecurityProtocol {
+            broker: self.address.to_string(),
+            configured,
+            suggested: diagnosis.suggested,
+            certain: diagnosis.certain,
+            evidence: diagnosis.evidence,
+        })
     }
 
     fn tls_error(&self, reason: TlsFailure) -> RequestError {
@@ -1006,6 +1072,11 @@ impl Task {
         let cap = self.settings.max_in_flight;
         let mut abort = self.load.abort.subscribe();
         let mut channel_open = true;
+        // Whether the broker has sent anything on this connection since ApiVersions: a
+        // close before that, on the first Metadata, is how a SASL listener treats a
+        // client that does not authenticate.
+        let mut heard = false;
+        let mut idle = IdleClock::new(Instant::now().into_std(), self.settings.max_idle);
 
         // Fails every waiter and reports why the connection ended.
         let fail_all =
@@ -1054,6 +1125,7 @@ impl Task {
                             &mut wbuf,
                         ) {
                             Ok(id) => {
+                                idle.handle_activity(Instant::now().into_std());
                                 trace!(broker = %broker, api = ?p.api, version = p.version, correlation_id = id.0, "request queued");
                                 if p.expects_response {
                                     let deadline = (Instant::now() + p.timeout).min(p.deadline);
@@ -1104,16 +1176,26 @@ impl Task {
             let next_deadline = waiting.iter().map(|w| w.deadline).min();
             let accept = channel_open && waiting.len() < cap && queue.is_empty();
             let reauth_wake = reauth_at.filter(|_| !reauth_due);
+            // Only a connection with nothing in flight, queued or unwritten can be idle.
+            let busy = !waiting.is_empty() || !queue.is_empty() || !wbuf.is_empty();
+            let idle_wake = idle.poll_timeout().filter(|_| !busy).map(Instant::from_std);
 
             tokio::select! {
                 read = rd.read_buf(&mut rbuf) => {
+                    let got = matches!(read, Ok(n) if n > 0);
+                    let unheard_metadata = !heard && waiting.front().is_some_and(|w| w.api == ApiKey::Metadata);
+                    let hint = || unheard_metadata.then(|| self.wrong_protocol(Evidence::ClosedAfterApiVersions)).flatten();
                     let (failure, hung_up) = match read {
-                        Ok(0) => (Some(RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() }), true),
-                        Err(e) => (Some(RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() }), true),
+                        Ok(0) => (Some(hint().unwrap_or_else(|| RequestError::Disconnected { broker: broker.clone(), reason: "closed by broker".into() })), true),
+                        Err(e) => (Some(hint().unwrap_or_else(|| RequestError::Disconnected { broker: broker.clone(), reason: e.to_string() })), true),
                         Ok(_) => (deliver_frames(codec, &mut rbuf, &mut waiting, &mut self.hangups)
                             .err()
                             .map(|source| RequestError::Wire { broker: broker.clone(), source }), false),
                     };
+                    heard |= got;
+                    if got {
+                        idle.handle_activity(Instant::now().into_std());
+                    }
                     if let Some(err) = failure {
                         // Worth a warning only if someone still waits for an answer;
                         // a client shutting down leaves requests nobody reads.
@@ -1149,6 +1231,12 @@ impl Task {
                     return End::Broken { hung_up_on: None };
                 }
                 _ = super::sleep_until(reauth_wake), if reauth_wake.is_some() => {}
+                _ = super::sleep_until(idle_wake), if idle_wake.is_some() => {
+                    if idle.expired(Instant::now().into_std(), busy) {
+                        debug!(broker = %broker, max_idle = ?self.settings.max_idle, "closing the idle connection (connections.max.idle.ms)");
+                        return End::Idle;
+                    }
+                }
                 _ = super::sleep_until(next_deadline), if next_deadline.is_some() => {
                     let now = Instant::now();
                     let Some(api) = waiting.iter().find(|w| w.deadline <= now).map(|w| w.api) else {

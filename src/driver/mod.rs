@@ -31,7 +31,8 @@ pub(crate) fn failure(e: crate::error::RequestError) -> crate::proto::Failure {
         | RequestError::Disconnected { .. }
         | RequestError::Closed { .. }
         | RequestError::Tls { .. }
-        | RequestError::Authentication { .. } => Failure::Disconnected,
+        | RequestError::Authentication { .. }
+        | RequestError::WrongSecurityProtocol { .. } => Failure::Disconnected,
         other => Failure::Protocol(other.to_string()),
     }
 }

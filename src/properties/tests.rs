@@ -54,21 +54,21 @@ fn a_misspelt_key_is_refused_with_the_closest_name() {
 #[test]
 fn a_known_but_meaningless_key_is_recorded_and_never_silently_accepted() {
     let c = ClientConfig::new("h:1")
-        .set("socket.keepalive.enable", "true")
+        .set("socket.nagle.disable", "true")
         .unwrap()
         .set("statistics.interval.ms", "5000")
         .unwrap()
-        .set("socket.keepalive.enable", "false")
+        .set("socket.nagle.disable", "false")
         .unwrap();
     let keys: Vec<&str> = c
         .ignored_properties()
         .iter()
         .map(|i| i.key.as_str())
         .collect();
-    assert_eq!(keys, ["socket.keepalive.enable", "statistics.interval.ms"]);
+    assert_eq!(keys, ["socket.nagle.disable", "statistics.interval.ms"]);
     assert_eq!(
         c.ignored_properties()[0].reason,
-        "tokio's defaults are kept"
+        "ottla always turns Nagle off"
     );
 
     // A shared properties file: the consumer ignores the producer's settings and the
@@ -214,7 +214,7 @@ fn environment_variables_map_to_property_names() {
         ("OTTLA_GROUP_ID", "billing"),
         ("OTTLA_OTTLA_TOPICS", "orders, refunds"),
         ("OTTLA_SESSION_TIMEOUT_MS", "6000"),
-        ("OTTLA_SOCKET_KEEPALIVE_ENABLE", "true"),
+        ("OTTLA_SOCKET_NAGLE_DISABLE", "true"),
     ];
     let consumer = ConsumerBuilder::from_env_vars("OTTLA_", vars).unwrap();
     assert_eq!(consumer.client().bootstrap_servers, ["a:1", "b:2"]);
@@ -224,7 +224,7 @@ fn environment_variables_map_to_property_names() {
             .iter()
             .map(|i| i.key.as_str())
             .collect::<Vec<_>>(),
-        ["socket.keepalive.enable"]
+        ["socket.nagle.disable"]
     );
     // Validated the same way as any other property.
     let err =

@@ -8,6 +8,7 @@ mod codec;
 mod error;
 mod frame;
 pub mod lifecycle;
+pub mod listener;
 mod versions;
 
 pub use codec::{Codec, CorrelationId, InFlight, ResponseFrame, decode_response, encode_body};
