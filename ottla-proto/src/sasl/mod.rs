@@ -8,12 +8,16 @@
 
 mod jwt;
 mod oauth;
+#[cfg(feature = "oidc")]
+pub mod oidc;
 mod plain;
+mod refresh;
 mod scram;
 
 pub use jwt::UnsecuredJwtConfig;
 pub use oauth::OAuthBearerClient;
 pub use plain::PlainClient;
+pub use refresh::{REFRESH_WINDOW, refresh_point};
 pub use scram::{ScramClient, ScramHash};
 
 use std::fmt;
