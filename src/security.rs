@@ -24,7 +24,10 @@
 //!
 //! TLS needs the `tls` cargo feature (rustls with its `ring` provider), or
 //! `tls-core` with a `CryptoProvider` of your own (`TlsConfig::crypto_provider`).
-//! SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) is always built in.
+//! SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER) is always built in; the
+//! built-in OIDC client-credentials token provider ([`SaslConfig::oauth_bearer_oidc`],
+//! `sasl.oauthbearer.method=oidc`) needs the `oauthbearer-oidc` feature (and `tls` for
+//! an `https` token endpoint).
 //!
 //! Secrets (passwords, tokens, private keys given inline) are held in [`Secret`], whose
 //! `Debug` and `Display` print `[redacted]`; no log line or error carries them.
@@ -258,6 +261,7 @@ impl TlsConfig {
 /// | [`SaslConfig::plain`] | `PLAIN` | `sasl.username`, `sasl.password` |
 /// | [`SaslConfig::scram_sha256`] / [`SaslConfig::scram_sha512`] | `SCRAM-SHA-256` / `SCRAM-SHA-512` | `sasl.username`, `sasl.password` |
 /// | [`SaslConfig::oauth_bearer`] | `OAUTHBEARER` | a [`TokenProvider`] |
+/// | [`SaslConfig::oauth_bearer_oidc`] | `OAUTHBEARER` | `sasl.oauthbearer.method=oidc` and an [`OidcConfig`] (feature `oauthbearer-oidc`) |
 /// | [`SaslConfig::oauth_bearer_unsecured_jwt`] | `OAUTHBEARER` | `sasl.oauthbearer.config` (tests only) |
 #[derive(Clone)]
 pub struct SaslConfig {
@@ -269,6 +273,10 @@ pub struct SaslConfig {
     /// `sasl.oauthbearer.config`, used with `enable.sasl.oauthbearer.unsecure.jwt`.
     pub(crate) oauth_config: Option<String>,
     pub(crate) unsecure_jwt: bool,
+    /// `sasl.oauthbearer.method`: `Some(true)` for `oidc`, `Some(false)` for `default`.
+    pub(crate) oidc_method: Option<bool>,
+    /// The OIDC settings read from properties (`sasl.oauthbearer.*`).
+    pub(crate) oidc: OidcConfig,
 }
 
 impl fmt::Debug for SaslConfig {
@@ -281,6 +289,7 @@ impl fmt::Debug for SaslConfig {
                 "token_provider",
                 &self.token_provider.as_ref().map(|_| "[provider]"),
             )
+            .field("oidc", &self.oidc)
             .finish()
     }
 }
@@ -295,6 +304,8 @@ impl SaslConfig {
             token_provider: None,
             oauth_config: None,
             unsecure_jwt: false,
+            oidc_method: None,
+            oidc: OidcConfig::default(),
         }
     }
 
@@ -332,6 +343,29 @@ impl SaslConfig {
             token_provider: Some(provider),
             ..Self::unset()
         }
+    }
+
+    /// `OAUTHBEARER` with tokens from an OIDC token endpoint, with the client-credentials
+    /// grant (KIP-768; librdkafka's `sasl.oauthbearer.method=oidc`). A token is fetched
+    /// when the first connection authenticates and again once 80% of its lifetime has
+    /// passed (its lifetime is the JWT's `exp`, else the answer's `expires_in`); the
+    /// connections re-authenticate with the new one before their sessions end (KIP-368).
+    /// The settings are checked here; the error names the setting.
+    ///
+    /// ```
+    /// use ottla::security::{OidcConfig, SaslConfig};
+    ///
+    /// let sasl = SaslConfig::oauth_bearer_oidc(
+    ///     OidcConfig::new("https://login.example.com/oauth2/token", "my-app", "app-secret")
+    ///         .scope("kafka")
+    ///         .extension("logicalCluster", "lkc-abc123"),
+    /// )?;
+    /// # Ok::<(), ottla::Error>(())
+    /// ```
+    #[cfg(feature = "oauthbearer-oidc")]
+    pub fn oauth_bearer_oidc(config: OidcConfig) -> crate::Result<Self> {
+        let provider = crate::driver::oidc::OidcProvider::new(config)?;
+        Ok(Self::oauth_bearer(Arc::new(provider)))
     }
 
     /// `OAUTHBEARER` with unsigned JWTs built from librdkafka's `sasl.oauthbearer.config`
@@ -386,11 +420,19 @@ impl SaslConfig {
                 if self.token_provider.is_some() {
                     return Ok(self.clone());
                 }
+                // librdkafka turns OIDC on with sasl.oauthbearer.method=oidc; the Java
+                // client with a token endpoint URL.
+                let oidc = self
+                    .oidc_method
+                    .unwrap_or(!self.oidc.token_endpoint_url.is_empty());
+                if oidc {
+                    return self.resolve_oidc();
+                }
                 match (&self.oauth_config, self.unsecure_jwt) {
                     (Some(config), true) => Self::oauth_bearer_unsecured_jwt(config),
                     _ => bad(
-                        "sasl.oauthbearer.config",
-                        "OAUTHBEARER needs a TokenProvider (SaslConfig::oauth_bearer), or enable.sasl.oauthbearer.unsecure.jwt=true with sasl.oauthbearer.config for test tokens",
+                        "sasl.oauthbearer.method",
+                        "OAUTHBEARER needs sasl.oauthbearer.method=oidc with sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id and sasl.oauthbearer.client.secret, a TokenProvider (SaslConfig::oauth_bearer), or enable.sasl.oauthbearer.unsecure.jwt=true with sasl.oauthbearer.config for test tokens",
                     ),
                 }
             }
@@ -398,6 +440,118 @@ impl SaslConfig {
                 "sasl.mechanism",
                 "not supported: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
             ),
+        }
+    }
+}
+
+impl SaslConfig {
+    #[cfg(feature = "oauthbearer-oidc")]
+    fn resolve_oidc(&self) -> crate::Result<SaslConfig> {
+        let mut resolved = Self::oauth_bearer_oidc(self.oidc.clone())?;
+        resolved.oidc = self.oidc.clone();
+        Ok(resolved)
+    }
+
+    #[cfg(not(feature = "oauthbearer-oidc"))]
+    fn resolve_oidc(&self) -> crate::Result<SaslConfig> {
+        Err(crate::Error::Config {
+            setting: "sasl.oauthbearer.method",
+            message: "oidc needs ottla's `oauthbearer-oidc` cargo feature (and `tls` for an https token endpoint)".into(),
+        })
+    }
+}
+
+/// The settings of the OIDC client-credentials token provider
+/// ([`SaslConfig::oauth_bearer_oidc`]; KIP-768).
+///
+/// | method | librdkafka name | Java name |
+/// |---|---|---|
+/// | [`OidcConfig::new`] | `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.id`, `sasl.oauthbearer.client.secret` | `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.credentials.client.id` and `.client.secret` (or `clientId` and `clientSecret` in `sasl.jaas.config`) |
+/// | [`OidcConfig::scope`] | `sasl.oauthbearer.scope` | `sasl.oauthbearer.scope` (or `scope` in `sasl.jaas.config`) |
+/// | [`OidcConfig::extension`] | `sasl.oauthbearer.extensions` (`k=v,k2=v2`) | `extension_<k>` in `sasl.jaas.config` |
+/// | [`OidcConfig::sub_claim_name`] | | `sasl.oauthbearer.sub.claim.name` (default `sub`) |
+/// | [`OidcConfig::tls`] | `https.ca.location`, `https.ca.pem` | |
+///
+/// The client id and secret go to the endpoint in HTTP Basic authentication, the grant
+/// type and the scope in the form body, as librdkafka and the Java client send them.
+#[derive(Clone, Default)]
+pub struct OidcConfig {
+    pub(crate) token_endpoint_url: String,
+    pub(crate) client_id: String,
+    pub(crate) client_secret: Secret,
+    pub(crate) scope: Option<String>,
+    pub(crate) extensions: Vec<(String, String)>,
+    pub(crate) sub_claim: String,
+    pub(crate) tls: TlsConfig,
+}
+
+impl Default for Secret {
+    fn default() -> Self {
+        Secret::new("")
+    }
+}
+
+impl fmt::Debug for OidcConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OidcConfig")
+            .field("token_endpoint_url", &self.token_endpoint_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret)
+            .field("scope", &self.scope)
+            .field("extensions", &self.extensions)
+            .field("sub_claim_name", &self.sub_claim())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OidcConfig {
+    /// The token endpoint (`https://...`; `http://` is accepted for tests), and the
+    /// client's id and secret.
+    pub fn new(
+        token_endpoint_url: impl Into<String>,
+        client_id: impl Into<String>,
+        client_secret: impl Into<Secret>,
+    ) -> Self {
+        Self {
+            token_endpoint_url: token_endpoint_url.into(),
+            client_id: client_id.into(),
+            client_secret: client_secret.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The `scope` sent with the request (`sasl.oauthbearer.scope`), e.g. Azure's
+    /// `api://<app>/.default`. None by default.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// A SASL extension sent to the broker with every token (KIP-342), e.g. Confluent
+    /// Cloud's `logicalCluster` and `identityPoolId`.
+    pub fn extension(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.extensions.push((key.into(), value.into()));
+        self
+    }
+
+    /// The JWT claim that names the principal (`sasl.oauthbearer.sub.claim.name`;
+    /// `sub` by default). A JWT without it is refused; an opaque token is sent as it is.
+    pub fn sub_claim_name(mut self, claim: impl Into<String>) -> Self {
+        self.sub_claim = claim.into();
+        self
+    }
+
+    /// TLS settings for an `https` token endpoint (its CA: librdkafka's
+    /// `https.ca.location`); the platform's roots by default.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    pub(crate) fn sub_claim(&self) -> &str {
+        match self.sub_claim.as_str() {
+            "" => "sub",
+            claim => claim,
         }
     }
 }
