@@ -52,6 +52,10 @@ pub struct ResponderOptions {
     /// The OAUTHBEARER principal (`sub` claim) it accepts, in unsecured JWTs whose
     /// `exp` has not passed.
     pub oauth_principal: Option<String>,
+    /// RSA public keys (modulus, exponent) that OAUTHBEARER tokens must be signed with
+    /// (RS256), as a broker configured with the identity provider's JWKS checks them.
+    /// Empty: the signature is not checked (ottla's unsecured test tokens).
+    pub oauth_rsa_keys: Vec<(Vec<u8>, Vec<u8>)>,
     /// The session lifetime it gives (SaslAuthenticate v1+, KIP-368); for OAUTHBEARER
     /// never past the token's expiry, as Kafka does. `None`: sessions never expire.
     pub session_lifetime: Option<Duration>,
@@ -63,6 +67,7 @@ impl Default for ResponderOptions {
             mechanisms: vec!["PLAIN", "OAUTHBEARER"],
             users: Vec::new(),
             oauth_principal: None,
+            oauth_rsa_keys: Vec::new(),
             session_lifetime: None,
         }
     }
@@ -503,6 +508,9 @@ impl Conn {
             }
         }
         let token = token.ok_or("no auth=Bearer")?;
+        if !self.options.oauth_rsa_keys.is_empty() {
+            verify_rs256(token, &self.options.oauth_rsa_keys)?;
+        }
         let claims = token.split('.').nth(1).ok_or("not a JWT")?;
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(claims)
@@ -576,6 +584,36 @@ fn offer_sasl(frame: &[u8], version: i16) -> Option<Vec<u8>> {
     let len = (out.len() - 4) as i32;
     out[..4].copy_from_slice(&len.to_be_bytes());
     Some(out.to_vec())
+}
+
+/// Checks a JWT's RS256 signature against any of `keys` (RFC 7515: the signature is
+/// over `header.claims`).
+fn verify_rs256(token: &str, keys: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+    let (signed, signature) = token.rsplit_once('.').ok_or("not a JWT")?;
+    let header = signed.split('.').next().unwrap_or_default();
+    let header = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .map_err(|_| "the header is not base64url".to_string())?;
+    if !String::from_utf8_lossy(&header).contains("\"RS256\"") {
+        return Err("the token is not signed with RS256".into());
+    }
+    let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(signature)
+        .map_err(|_| "the signature is not base64url".to_string())?;
+    let ok = keys.iter().any(|(n, e)| {
+        ring::signature::RsaPublicKeyComponents { n, e }
+            .verify(
+                &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+                signed.as_bytes(),
+                &signature,
+            )
+            .is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("the token's signature does not verify".into())
+    }
 }
 
 /// `"name":"value"` in a flat JSON object (enough for the tokens ottla's tests make).
