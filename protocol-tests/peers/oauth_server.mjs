@@ -7,7 +7,8 @@
 //
 // usage: node oauth_server.mjs MODULE_PATH CLIENT_ID CLIENT_SECRET TTL_SECONDS
 // Prints `jwks {"keys":[...]}` (its public signing keys), `listening PORT`, then one line per token request:
-// `token CLIENT_ID scope=SCOPE grant=GRANT content-type=TYPE` or `refused REASON`.
+// `issued SIGNATURE` (the token's signature, for the test that no log carries it) and
+// `token CLIENT_ID scope=SCOPE grant=GRANT content-type=TYPE`, or `refused REASON`.
 const [modulePath, clientId, clientSecret, ttlArg] = process.argv.slice(2);
 const ttl = Number(ttlArg);
 const { OAuth2Server } = await import(modulePath);
@@ -35,6 +36,7 @@ server.service.on('beforeResponse', (response, req) => {
     return;
   }
   response.body.expires_in = ttl;
+  console.log(`issued ${response.body.access_token.split('.')[2]}`);
   console.log(`token ${id} scope=${req.body.scope ?? ''} grant=${req.body.grant_type} content-type=${req.headers['content-type']}`);
 });
 

@@ -122,6 +122,14 @@ impl OAuthServer {
             .collect()
     }
 
+    /// The signatures (third part) of the tokens it issued.
+    pub fn signatures(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter_map(|l| l.strip_prefix("issued ").map(str::to_string))
+            .collect()
+    }
+
     /// The token requests it refused.
     pub fn refusals(&self) -> Vec<String> {
         self.lines()

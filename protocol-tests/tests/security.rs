@@ -937,7 +937,8 @@ async fn tansu_sessions_are_renewed_without_a_rebalance() {
 }
 
 /// Every log line at TRACE during a SASL run and a TLS run (a wrong password and a
-/// refused key included), and every error's `Display` and `Debug`, are free of the
+/// refused key included, and an OIDC client with a right and a wrong client secret), and
+/// every error's `Display` and `Debug`, are free of the
 /// passwords, the private key and the configuration's secrets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_leak() {
@@ -1037,6 +1038,30 @@ async fn secrets_never_leak() {
     let oauth = SaslConfig::oauth_bearer_unsecured_jwt("principal=carol").expect("jwt");
     note(&oauth, String::new());
 
+    // OIDC client credentials: a producer with the right client secret, a build with a
+    // wrong one; neither secret nor any token issued may appear.
+    let (server, _oidc_tansu, front) = oidc_setup(Duration::from_secs(60), "quiet-oidc").await;
+    let oidc = ClientConfig::from_properties(oidc_properties(
+        &front.address(),
+        &server.token_url(),
+        OIDC_CLIENT.1,
+    ))
+    .expect("properties");
+    let written = produce(&oidc, "quiet-oidc", 5).await;
+    assert_eq!(written.len(), 5);
+    note(&oidc, String::new());
+    let wrong_oidc = ClientConfig::from_properties(oidc_properties(
+        &front.address(),
+        &server.token_url(),
+        WRONG,
+    ))
+    .expect("properties");
+    let err = build_error(wrong_oidc.clone()).await;
+    note(&err, err.to_string());
+    note(&wrong_oidc, String::new());
+    let signatures = server.signatures();
+    assert!(!signatures.is_empty(), "{:?}", server.lines());
+
     let key_lines: Vec<&str> = key
         .lines()
         .filter(|l| !l.starts_with("-----") && l.len() >= 16)
@@ -1058,7 +1083,14 @@ async fn secrets_never_leak() {
     for (what, haystack) in std::iter::once(("the logs", text.as_str()))
         .chain(said.iter().map(|s| ("an error or config", s.as_str())))
     {
-        for secret in [PASSWORD, WRONG].iter().chain(key_lines.iter()) {
+        let oidc_secrets = [OIDC_CLIENT.1]
+            .into_iter()
+            .chain(signatures.iter().map(String::as_str));
+        for secret in [PASSWORD, WRONG]
+            .into_iter()
+            .chain(key_lines.iter().copied())
+            .chain(oidc_secrets)
+        {
             assert!(
                 !haystack.contains(secret),
                 "{what} carries a secret: {}",
