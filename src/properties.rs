@@ -61,10 +61,10 @@
 //! | `sasl.username`, `sasl.password` | `SaslConfig` | |
 //! | `sasl.jaas.config` | `SaslConfig` | PlainLoginModule, ScramLoginModule, and OAuthBearerLoginModule's `clientId`, `clientSecret`, `scope` and `extension_*` |
 //! | `sasl.oauthbearer.config`, `enable.sasl.oauthbearer.unsecure.jwt` | `SaslConfig::oauth_bearer_unsecured_jwt` | |
-//! | `sasl.oauthbearer.method` | `SaslConfig::oauth_bearer_oidc` (`oidc`) | feature `oauthbearer-oidc` |
+//! | `sasl.oauthbearer.method` | `SaslConfig::oauth_bearer_oidc` (`oidc`, with the `oauthbearer-oidc` feature) | |
 //! | `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.credentials.client.id` (`sasl.oauthbearer.client.id`), `sasl.oauthbearer.client.credentials.client.secret` (`sasl.oauthbearer.client.secret`) | `OidcConfig::new` | |
 //! | `sasl.oauthbearer.scope`, `sasl.oauthbearer.extensions`, `sasl.oauthbearer.sub.claim.name` | `OidcConfig::scope`, `extension`, `sub_claim_name` | |
-//! | `sasl.oauthbearer.grant.type` | | `client_credentials` only |
+//! | `sasl.oauthbearer.grant.type` | `OidcConfig` (the grant) | `client_credentials` only |
 //! | `https.ca.location`, `https.ca.pem` | `OidcConfig::tls` | |
 //!
 //! Consumer settings ([`ConsumerBuilder`](crate::ConsumerBuilder), and the Processor's
