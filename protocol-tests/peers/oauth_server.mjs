@@ -5,15 +5,16 @@
 // in the token's `sub` (as Okta does for client credentials) and gives tokens the
 // lifetime asked for, in `exp` and in `expires_in`.
 //
-// usage: node oauth_server.mjs MODULE_PATH CLIENT_ID CLIENT_SECRET TTL_SECONDS
+// usage: node oauth_server.mjs MODULE_PATH CLIENT_ID CLIENT_SECRET TTL_SECONDS [KEY CERT]
+// (with KEY and CERT, PEM files, it serves https).
 // Prints `jwks {"keys":[...]}` (its public signing keys), `listening PORT`, then one line per token request:
 // `issued SIGNATURE` (the token's signature, for the test that no log carries it) and
 // `token CLIENT_ID scope=SCOPE grant=GRANT content-type=TYPE`, or `refused REASON`.
-const [modulePath, clientId, clientSecret, ttlArg] = process.argv.slice(2);
+const [modulePath, clientId, clientSecret, ttlArg, key, cert] = process.argv.slice(2);
 const ttl = Number(ttlArg);
 const { OAuth2Server } = await import(modulePath);
 
-const server = new OAuth2Server();
+const server = new OAuth2Server(key, cert);
 await server.issuer.keys.generate('RS256');
 
 server.service.on('beforeTokenSigning', (token, _req) => {

@@ -16,12 +16,33 @@ use std::time::{Duration, Instant};
 pub struct OAuthServer {
     child: Child,
     port: u16,
+    https: bool,
     lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl OAuthServer {
-    /// Starts the endpoint for one client, with tokens that live `ttl`.
+    /// Starts the endpoint for one client, with tokens that live `ttl`, over http.
     pub fn start(client_id: &str, client_secret: &str, ttl: Duration) -> anyhow::Result<Self> {
+        Self::start_with(client_id, client_secret, ttl, None)
+    }
+
+    /// The same over https, with this certificate and key (PEM files).
+    pub fn start_https(
+        client_id: &str,
+        client_secret: &str,
+        ttl: Duration,
+        cert: &Path,
+        key: &Path,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(client_id, client_secret, ttl, Some((cert, key)))
+    }
+
+    fn start_with(
+        client_id: &str,
+        client_secret: &str,
+        ttl: Duration,
+        tls: Option<(&Path, &Path)>,
+    ) -> anyhow::Result<Self> {
         let root = workspace_root();
         let module = root.join(".peers/node/node_modules/oauth2-mock-server/dist/index.js");
         anyhow::ensure!(
@@ -30,12 +51,17 @@ impl OAuthServer {
             module.display()
         );
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/oauth_server.mjs");
-        let mut child = Command::new("node")
+        let mut command = Command::new("node");
+        command
             .arg(script)
             .arg(&module)
             .arg(client_id)
             .arg(client_secret)
-            .arg(ttl.as_secs().to_string())
+            .arg(ttl.as_secs().to_string());
+        if let Some((cert, key)) = tls {
+            command.arg(key).arg(cert);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -56,6 +82,7 @@ impl OAuthServer {
         let mut server = Self {
             child,
             port: 0,
+            https: tls.is_some(),
             lines,
         };
         while Instant::now() < deadline {
@@ -75,9 +102,13 @@ impl OAuthServer {
         anyhow::bail!("the OAuth server did not start within 20 s")
     }
 
-    /// The token endpoint's URL.
+    /// The token endpoint's URL (`https://localhost:PORT/token` over https: the test
+    /// PKI's server certificate names `localhost` and `127.0.0.1`).
     pub fn token_url(&self) -> String {
-        format!("http://127.0.0.1:{}/token", self.port)
+        match self.https {
+            true => format!("https://localhost:{}/token", self.port),
+            false => format!("http://127.0.0.1:{}/token", self.port),
+        }
     }
 
     /// The URL of its signing keys (a JWKS document).

@@ -1660,3 +1660,52 @@ async fn oidc_refusals_are_typed_and_name_the_setting() {
     assert!(stats.authentications.is_empty(), "{stats:?}");
     assert!(server.tokens_issued().is_empty(), "{:?}", server.lines());
 }
+
+/// The token endpoint over https (oauth2-mock-server with the test PKI's server
+/// certificate): with the endpoint's CA given by `https.ca.location` the client
+/// authenticates and writes; without it (the platform's roots) the TLS failure names
+/// the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_over_https_with_the_endpoints_ca() {
+    protocol_tests::init_tracing();
+    let pki = TestPki::generate().expect("pki");
+    let (cert, key) = pki.server_cert(ServerCert::Good);
+    let server = protocol_tests::oauth_server::OAuthServer::start_https(
+        OIDC_CLIENT.0,
+        OIDC_CLIENT.1,
+        Duration::from_secs(60),
+        &cert,
+        &key,
+    )
+    .expect("oauth2-mock-server over https");
+    assert!(server.token_url().starts_with("https://"));
+    let options = protocol_tests::sasl_responder::ResponderOptions {
+        oauth_principal: Some(OIDC_CLIENT.0.to_string()),
+        oauth_rsa_keys: server.rsa_keys().expect("the server's keys"),
+        ..Default::default()
+    };
+    let (_tansu, front) = responder(options, "oidc-https", 1).await;
+    let mut props = oidc_properties(&front.address(), &server.token_url(), OIDC_CLIENT.1);
+    let untrusted = ClientConfig::from_properties(props.clone()).expect("properties");
+    props.push((
+        "https.ca.location".to_string(),
+        pki.ca().display().to_string(),
+    ));
+    let trusted = ClientConfig::from_properties(props).expect("properties");
+    let written = produce(&trusted, "oidc-https", 5).await;
+    assert_eq!(written.len(), 5);
+    assert_eq!(server.tokens_issued().len(), 1, "{:?}", server.lines());
+
+    let message = match build_error(untrusted).await {
+        RequestError::Authentication {
+            source: AuthError::Token(message),
+            ..
+        } => message,
+        other => panic!("not a token error: {other:?}"),
+    };
+    assert!(
+        message.starts_with("sasl.oauthbearer.token.endpoint.url: TLS with localhost:"),
+        "{message}"
+    );
+    assert_eq!(server.tokens_issued().len(), 1);
+}
