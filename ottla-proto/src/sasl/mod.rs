@@ -7,6 +7,8 @@
 //! `[redacted]` where they hold one, and no error quotes one.
 
 mod jwt;
+#[cfg(feature = "aws-msk-iam")]
+pub mod msk_iam;
 mod oauth;
 #[cfg(feature = "oidc")]
 pub mod oidc;
