@@ -668,6 +668,7 @@ mod tests {
     }
 
     /// The setting an OIDC configuration's validation names.
+    #[cfg(feature = "oauthbearer-oidc")]
     fn oidc_refusal(c: ClientConfig) -> &'static str {
         match c.sasl.as_ref().map(SaslConfig::validate) {
             Some(Err(Error::Config { setting, .. })) => setting,
