@@ -534,7 +534,14 @@ impl Default for Secret {
 impl fmt::Debug for OidcConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OidcConfig")
-            .field("token_endpoint_url", &self.token_endpoint_url)
+            // A URL with user info (refused when checked) may carry a password.
+            .field(
+                "token_endpoint_url",
+                &match self.token_endpoint_url.contains('@') {
+                    true => "[redacted: the URL has user info]",
+                    false => self.token_endpoint_url.as_str(),
+                },
+            )
             .field("client_id", &self.client_id)
             .field("client_secret", &self.client_secret)
             .field("scope", &self.scope)
@@ -780,6 +787,12 @@ mod tests {
             Pem::inline("-----BEGIN PRIVATE KEY-----\nsecretkey\n"),
         );
         assert!(!format!("{tls:?}").contains("secretkey"), "{tls:?}");
+        let oidc = OidcConfig::new("https://app:pw-in-url@idp/token", "app", "client-secret");
+        let shown = format!("{oidc:?}");
+        assert!(
+            !shown.contains("pw-in-url") && !shown.contains("client-secret"),
+            "{shown}"
+        );
     }
 
     #[cfg(feature = "aws-msk-iam")]

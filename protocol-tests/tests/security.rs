@@ -1704,7 +1704,9 @@ async fn oidc_over_https_with_the_endpoints_ca() {
         other => panic!("not a token error: {other:?}"),
     };
     assert!(
-        message.starts_with("sasl.oauthbearer.token.endpoint.url: TLS with localhost:"),
+        message.starts_with("sasl.oauthbearer.token.endpoint.url: TLS with localhost:")
+            && message.contains("unknown issuer")
+            && message.contains("https.ca.location"),
         "{message}"
     );
     assert_eq!(server.tokens_issued().len(), 1);

@@ -132,8 +132,17 @@ impl OidcProvider {
         #[cfg(feature = "tls-core")]
         if let Some(tls) = &self.tls {
             let stream = tls.connect(&e.host, tcp).await.map_err(|f| {
+                // TlsFailure speaks of the broker; here it is the token endpoint, whose
+                // CA is https.ca.location.
+                let hint = match f {
+                    crate::error::TlsFailure::UnknownIssuer => {
+                        "; check https.ca.location (the CA that signed the endpoint's certificate)"
+                    }
+                    _ => "",
+                };
+                let failure = f.to_string().replace("the broker", "the endpoint") + hint;
                 TokenError(format!(
-                    "sasl.oauthbearer.token.endpoint.url: TLS with {}:{} failed: {f}",
+                    "sasl.oauthbearer.token.endpoint.url: TLS with {}:{} failed: {failure}",
                     e.host, e.port
                 ))
             })?;
