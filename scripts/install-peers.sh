@@ -11,6 +11,9 @@
 #     groups on the mock; its tests say they are skipped without it), and Go with
 #     sarama 1.22 (`golang-go`, `golang-github-shopify-sarama-dev`), with which
 #     `protocol-tests/peers/sarama_member` is built into `.peers/`;
+#   - into `.peers/node`: `oauth2-mock-server` (npm), the OAuth 2.0 token endpoint of the
+#     OIDC client-credentials tests (`protocol-tests/peers/oauth_server.mjs`); it needs
+#     Node 20.19 or later and npm;
 #   - a SASL-capable tansu 0.6.0, built from source (`cargo install --features libsql`,
 #     about 3.5 min on 2 cores, once; scripts/test.sh runs this script in the background
 #     while the suites build) into `${OTTLA_PEER_CACHE:-$HOME/.cache/ottla-peers}`,
@@ -33,6 +36,9 @@ sasl_root="$cache/tansu-$sasl_version-libsql"
 sasl_tansu="$sasl_root/bin/tansu"
 sasl_build="$cache/tansu-build"
 sarama_src="/usr/share/gocode/src/github.com/Shopify/sarama"
+node_target="$root/.peers/node"
+oauth_server="oauth2-mock-server"
+oauth_server_version="8.1.0"
 sarama_member="$root/.peers/sarama_member"
 
 need_python() {
@@ -142,6 +148,26 @@ for spec in "confluent_kafka $confluent" "kafka $kafka_python"; do
 done
 
 [[ -x "$tansu" ]] || chmod +x "$tansu"
+
+# --- oauth2-mock-server (npm), for the OIDC client-credentials tests -----------------
+oauth_server_installed() {
+    command -v node >/dev/null 2>&1 &&
+        [[ "$(node -p "require('$node_target/node_modules/$oauth_server/package.json').version" 2>/dev/null)" == "$oauth_server_version" ]]
+}
+if ! oauth_server_installed; then
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "install-peers: node and npm are needed for $oauth_server (the OIDC tests' token endpoint); install Node 20.19 or later" >&2
+        exit 1
+    fi
+    echo "install-peers: installing $oauth_server@$oauth_server_version into $node_target" >&2
+    mkdir -p "$node_target"
+    npm install --prefix "$node_target" --no-audit --no-fund --silent --no-save \
+        "$oauth_server@$oauth_server_version" >&2
+    if ! oauth_server_installed; then
+        echo "install-peers: npm installed $oauth_server, but version $oauth_server_version is not in $node_target" >&2
+        exit 1
+    fi
+fi
 
 # --- the sarama member (protocol-tests/peers/sarama_member), with Debian's Go ----------
 # Built offline against Debian's Go packages (GOPATH mode), in a few seconds; rebuilt

@@ -32,7 +32,7 @@ fi
 # the last release that builds on 1.85; README, "Minimum supported Rust version").
 echo "msrv: ottla with Rust $got ($rustc_bin)"
 RUSTC="$rustc_bin" RUSTDOC="${rustc_bin%rustc}rustdoc" "$cargo_bin" check --locked -p ottla --lib \
-    --features tls,tls-webpki-roots,testing,metrics,opentelemetry,serde --target-dir target/msrv
+    --features tls,tls-webpki-roots,testing,metrics,opentelemetry,serde,oauthbearer-oidc,aws-msk-iam --target-dir target/msrv
 RUSTC="$rustc_bin" RUSTDOC="${rustc_bin%rustc}rustdoc" "$cargo_bin" check --locked -p ottla --lib \
     --target-dir target/msrv
 echo "ok: ottla builds with Rust $got, its declared rust-version"

@@ -48,25 +48,25 @@ fi
 echo "ok: $(wc -l <<<"$tree") crates, none of them C"
 
 echo "== the sans-IO core (ottla-proto): no tokio, sockets or clock reads"
-core_tree="$(cargo tree -p ottla-proto -e normal,build --prefix none --format '{p}')"
+core_tree="$(cargo tree -p ottla-proto --all-features -e normal,build --prefix none --format '{p}')"
 if grep -E '^(tokio|mio|socket2|async-std|async-io|smol|futures-timer|libc|cc|cmake|[A-Za-z0-9_-]+-sys) ' <<<"$core_tree"; then
     echo "error: ottla-proto must not depend on an IO runtime, sockets or C (found the crates above)" >&2
     exit 1
 fi
 # Its own code: clock reads, threads and std sockets are denied by its clippy.toml.
-cargo clippy -p ottla-proto --features testing -- -D warnings
+cargo clippy -p ottla-proto --features testing,oidc,aws-msk-iam -- -D warnings
 echo "ok: $(sort -u <<<"$core_tree" | wc -l) crates under ottla-proto, none of them IO; no clock read, thread or socket in its code"
 
-echo "== dependency rule with --features metrics,opentelemetry: still no C"
-metrics_tree="$(cargo tree -p ottla --features metrics,opentelemetry -e normal,build --prefix none --format '{p}')"
+echo "== dependency rule with --features metrics,opentelemetry,serde,oauthbearer-oidc,aws-msk-iam: still no C"
+metrics_tree="$(cargo tree -p ottla --features metrics,opentelemetry,serde,oauthbearer-oidc,aws-msk-iam -e normal,build --prefix none --format '{p}')"
 if grep -E '^(rdkafka|[A-Za-z0-9_-]+-sys|cc|cmake|bindgen|pkg-config) ' <<<"$metrics_tree"; then
-    echo "error: the metrics and opentelemetry features must not bring C into ottla's tree (found the crates above)" >&2
+    echo "error: the metrics, opentelemetry, serde, oauthbearer-oidc and aws-msk-iam features must not bring C into ottla's tree (found the crates above)" >&2
     exit 1
 fi
-echo "ok: $(sort -u <<<"$metrics_tree" | wc -l) crates with metrics and opentelemetry, none of them C"
+echo "ok: $(sort -u <<<"$metrics_tree" | wc -l) crates with metrics, opentelemetry, serde, oauthbearer-oidc and aws-msk-iam, none of them C"
 
 echo "== dependency rule with --features tls: rustls's ring may compile C, but nothing links a system library"
-tls_features="tls,tls-webpki-roots"
+tls_features="tls,tls-webpki-roots,oauthbearer-oidc"
 tls_tree="$(cargo tree -p ottla --features "$tls_features" -e normal,build --prefix none --format '{p}')"
 if grep -E '^(rdkafka|[A-Za-z0-9_-]+-sys|cmake|bindgen|pkg-config|openssl|native-tls|aws-lc-rs) ' <<<"$tls_tree"; then
     echo "error: with --features $tls_features, ottla's tree must not hold a system library, cmake, bindgen or pkg-config (found the crates above)" >&2

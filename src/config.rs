@@ -298,6 +298,69 @@ impl ClientConfig {
                 if let Some(p) = jaas.password {
                     sasl.password = p;
                 }
+                if let Some(id) = jaas.client_id {
+                    sasl.oidc.client_id = id;
+                }
+                if let Some(secret) = jaas.client_secret {
+                    sasl.oidc.client_secret = secret;
+                }
+                if let Some(scope) = jaas.scope {
+                    sasl.oidc.scope = Some(scope);
+                }
+                sasl.oidc.extensions.extend(jaas.extensions);
+            }
+            "sasl.oauthbearer.method" => {
+                self.sasl_mut().oidc_method = match value.to_ascii_lowercase().as_str() {
+                    "oidc" => Some(true),
+                    "default" | "" => Some(false),
+                    _ => return Err(properties::invalid(key, value, "default or oidc")),
+                };
+            }
+            "sasl.oauthbearer.token.endpoint.url" => {
+                self.sasl_mut().oidc.token_endpoint_url = value.to_string();
+            }
+            "sasl.oauthbearer.client.credentials.client.id" => {
+                self.sasl_mut().oidc.client_id = value.to_string();
+            }
+            "sasl.oauthbearer.client.credentials.client.secret" => {
+                self.sasl_mut().oidc.client_secret = Secret::new(value);
+            }
+            "sasl.oauthbearer.scope" => {
+                self.sasl_mut().oidc.scope = (!value.is_empty()).then(|| value.to_string());
+            }
+            "sasl.oauthbearer.extensions" => {
+                // librdkafka's `key=value,key2=value2`.
+                let mut extensions = Vec::new();
+                for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let Some((k, v)) = pair.split_once('=') else {
+                        return Err(properties::invalid(
+                            key,
+                            value,
+                            "comma-separated key=value pairs",
+                        ));
+                    };
+                    extensions.push((k.trim().to_string(), v.trim().to_string()));
+                }
+                self.sasl_mut().oidc.extensions = extensions;
+            }
+            "sasl.oauthbearer.sub.claim.name" => {
+                self.sasl_mut().oidc.sub_claim = value.to_string();
+            }
+            "sasl.oauthbearer.grant.type" => {
+                if value != "client_credentials" {
+                    return Err(PropertyError::Unsupported {
+                        key: key.to_string(),
+                        reason: "only the client_credentials grant is built in; give a TokenProvider (SaslConfig::oauth_bearer) for others",
+                    });
+                }
+            }
+            "https.ca.location" => {
+                let oidc = &mut self.sasl_mut().oidc;
+                oidc.tls = std::mem::take(&mut oidc.tls).ca(Pem::file(value));
+            }
+            "https.ca.pem" => {
+                let oidc = &mut self.sasl_mut().oidc;
+                oidc.tls = std::mem::take(&mut oidc.tls).ca(Pem::inline(value));
             }
             "sasl.oauthbearer.config" => self.sasl_mut().oauth_config = Some(value.to_string()),
             "enable.sasl.oauthbearer.unsecure.jwt" => {
@@ -446,31 +509,36 @@ impl ClientConfig {
 }
 
 /// The credentials in a Java `sasl.jaas.config`.
+#[derive(Default)]
 struct Jaas {
     username: Option<String>,
     password: Option<Secret>,
+    client_id: Option<String>,
+    client_secret: Option<Secret>,
+    scope: Option<String>,
+    extensions: Vec<(String, String)>,
 }
 
 /// Reads `username` and `password` from a `PlainLoginModule` or `ScramLoginModule`
 /// entry: `org.apache.kafka.common.security.plain.PlainLoginModule required
-/// username="u" password="p";`.
+/// username="u" password="p";`, and `clientId`, `clientSecret`, `scope` and
+/// `extension_<key>` from an `OAuthBearerLoginModule` entry (the Java client's OIDC
+/// client credentials).
 fn parse_jaas(value: &str) -> std::result::Result<Jaas, String> {
     let mut words = value
         .trim()
         .trim_end_matches(';')
         .splitn(3, char::is_whitespace);
     let module = words.next().unwrap_or_default();
-    if !(module.ends_with(".PlainLoginModule") || module.ends_with(".ScramLoginModule")) {
+    let oauth = module.ends_with(".OAuthBearerLoginModule");
+    if !(module.ends_with(".PlainLoginModule") || module.ends_with(".ScramLoginModule") || oauth) {
         return Err(format!(
-            "only PlainLoginModule and ScramLoginModule entries are read (got {module:?}); for OAUTHBEARER give a TokenProvider"
+            "only PlainLoginModule, ScramLoginModule and OAuthBearerLoginModule entries are read (got {module:?})"
         ));
     }
     let _flag = words.next();
     let mut rest = words.next().unwrap_or_default().trim();
-    let mut jaas = Jaas {
-        username: None,
-        password: None,
-    };
+    let mut jaas = Jaas::default();
     while !rest.is_empty() {
         let Some((name, after)) = rest.split_once('=') else {
             return Err("expected name=\"value\" options".into());
@@ -483,9 +551,22 @@ fn parse_jaas(value: &str) -> std::result::Result<Jaas, String> {
             return Err(format!("the value of {} is not closed", name.trim()));
         };
         let (v, tail) = quoted.split_at(end);
-        match name.trim() {
-            "username" => jaas.username = Some(v.to_string()),
-            "password" => jaas.password = Some(Secret::new(v)),
+        match (name.trim(), oauth) {
+            ("username", false) => jaas.username = Some(v.to_string()),
+            ("password", false) => jaas.password = Some(Secret::new(v)),
+            ("clientId", true) => jaas.client_id = Some(v.to_string()),
+            ("clientSecret", true) => jaas.client_secret = Some(Secret::new(v)),
+            ("scope", true) => jaas.scope = Some(v.to_string()),
+            (name, true) if name.starts_with("unsecuredLogin") => {
+                return Err(format!(
+                    "{name}: the Java client's unsecured tokens are not read; give sasl.oauthbearer.config with enable.sasl.oauthbearer.unsecure.jwt=true"
+                ));
+            }
+            (name, true) => {
+                if let Some(ext) = name.strip_prefix("extension_") {
+                    jaas.extensions.push((ext.to_string(), v.to_string()));
+                }
+            }
             _ => {}
         }
         rest = tail.get(1..).unwrap_or_default().trim();
@@ -576,6 +657,169 @@ mod tests {
         assert_eq!(c.tls.roots, TrustRoots::Pem(Pem::file("/etc/ca.pem")));
         assert!(!c.tls.verifies_hostname());
         assert!(!format!("{c:?}").contains("hunter2"));
+    }
+
+    fn oidc_base() -> ClientConfig {
+        ClientConfig::new("h:1")
+            .set("security.protocol", "SASL_PLAINTEXT")
+            .unwrap()
+            .set("sasl.mechanism", "OAUTHBEARER")
+            .unwrap()
+    }
+
+    /// The setting an OIDC configuration's validation names.
+    #[cfg(feature = "oauthbearer-oidc")]
+    fn oidc_refusal(c: ClientConfig) -> &'static str {
+        match c.sasl.as_ref().map(SaslConfig::validate) {
+            Some(Err(Error::Config { setting, .. })) => setting,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn oidc_by_librdkafka_and_java_names() {
+        let rdkafka = oidc_base()
+            .set("sasl.oauthbearer.method", "OIDC")
+            .and_then(|c| {
+                c.set(
+                    "sasl.oauthbearer.token.endpoint.url",
+                    "http://127.0.0.1:1/token",
+                )
+            })
+            .and_then(|c| c.set("sasl.oauthbearer.client.id", "app"))
+            .and_then(|c| c.set("sasl.oauthbearer.client.secret", "S3cret-x9"))
+            .and_then(|c| c.set("sasl.oauthbearer.scope", "kafka"))
+            .and_then(|c| {
+                c.set(
+                    "sasl.oauthbearer.extensions",
+                    "logicalCluster=lkc-1, identityPoolId=pool-2",
+                )
+            })
+            .and_then(|c| c.set("sasl.oauthbearer.grant.type", "client_credentials"))
+            .unwrap();
+        let java = oidc_base()
+            .set("sasl.oauthbearer.token.endpoint.url", "http://127.0.0.1:1/token")
+            .and_then(|c| c.set("sasl.oauthbearer.sub.claim.name", "client_id"))
+            .and_then(|c| c.set("sasl.jaas.config", r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientId="app" clientSecret="S3cret-x9" scope="kafka" extension_logicalCluster="lkc-1" extension_identityPoolId="pool-2";"#))
+            .unwrap();
+        for c in [&rdkafka, &java] {
+            let oidc = &c.sasl.as_ref().unwrap().oidc;
+            assert_eq!(oidc.token_endpoint_url, "http://127.0.0.1:1/token");
+            assert_eq!(oidc.client_id, "app");
+            assert_eq!(oidc.client_secret.expose(), "S3cret-x9");
+            assert_eq!(oidc.scope.as_deref(), Some("kafka"));
+            assert_eq!(
+                oidc.extensions,
+                [
+                    ("logicalCluster".to_string(), "lkc-1".to_string()),
+                    ("identityPoolId".to_string(), "pool-2".to_string())
+                ]
+            );
+            assert!(!format!("{c:?}").contains("S3cret-x9"), "{c:?}");
+            #[cfg(feature = "oauthbearer-oidc")]
+            c.validate().unwrap();
+            #[cfg(not(feature = "oauthbearer-oidc"))]
+            {
+                let err = c.validate().unwrap_err().to_string();
+                assert!(err.contains("oauthbearer-oidc"), "{err}");
+            }
+        }
+        let java = &java.sasl.as_ref().unwrap().oidc;
+        assert_eq!(java.sub_claim(), "client_id");
+        // Java's Kafka 4.1 names for the client id and secret (KIP-1139).
+        let c = oidc_base()
+            .set("sasl.oauthbearer.client.credentials.client.id", "app2")
+            .and_then(|c| c.set("sasl.oauthbearer.client.credentials.client.secret", "s2"))
+            .unwrap();
+        assert_eq!(c.sasl.as_ref().unwrap().oidc.client_id, "app2");
+        // Refused values.
+        let err = oidc_base()
+            .set(
+                "sasl.oauthbearer.grant.type",
+                "urn:ietf:params:oauth:grant-type:jwt-bearer",
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Property(PropertyError::Unsupported { .. })),
+            "{err}"
+        );
+        let err = oidc_base()
+            .set("sasl.oauthbearer.method", "kerberos")
+            .unwrap_err();
+        assert!(err.to_string().contains("default or oidc"), "{err}");
+        let err = oidc_base()
+            .set("sasl.oauthbearer.extensions", "novalue")
+            .unwrap_err();
+        assert!(err.to_string().contains("key=value"), "{err}");
+        let err = oidc_base().set("sasl.jaas.config", r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required clientSecret="S3cret-x9" unsecuredLoginStringClaim_sub="a";"#).unwrap_err();
+        assert!(!err.to_string().contains("S3cret-x9"), "{err}");
+    }
+
+    #[cfg(feature = "oauthbearer-oidc")]
+    #[test]
+    fn oidc_settings_are_checked_at_build_naming_the_setting() {
+        let full = |c: ClientConfig| {
+            c.set("sasl.oauthbearer.client.id", "app")
+                .and_then(|c| c.set("sasl.oauthbearer.client.secret", "s"))
+                .unwrap()
+        };
+        let oidc = || oidc_base().set("sasl.oauthbearer.method", "oidc").unwrap();
+        assert_eq!(
+            oidc_refusal(full(oidc())),
+            "sasl.oauthbearer.token.endpoint.url"
+        );
+        for url in [
+            "ftp://idp/token",
+            "idp.example.com/token",
+            "https://:443/t",
+            "http://h:x/t",
+        ] {
+            let c = full(
+                oidc()
+                    .set("sasl.oauthbearer.token.endpoint.url", url)
+                    .unwrap(),
+            );
+            assert_eq!(
+                oidc_refusal(c),
+                "sasl.oauthbearer.token.endpoint.url",
+                "{url}"
+            );
+        }
+        let url = |c: ClientConfig| {
+            c.set(
+                "sasl.oauthbearer.token.endpoint.url",
+                "http://127.0.0.1:1/t",
+            )
+            .unwrap()
+        };
+        let c = url(oidc())
+            .set("sasl.oauthbearer.client.secret", "s")
+            .unwrap();
+        assert_eq!(oidc_refusal(c), "sasl.oauthbearer.client.id");
+        let c = url(oidc())
+            .set("sasl.oauthbearer.client.id", "app")
+            .unwrap();
+        assert_eq!(oidc_refusal(c), "sasl.oauthbearer.client.secret");
+        let c = full(url(oidc()))
+            .set("sasl.oauthbearer.extensions", "bad-key=1")
+            .unwrap();
+        assert_eq!(oidc_refusal(c), "sasl.oauthbearer.extensions");
+        // Neither OIDC nor a provider nor unsecured tokens.
+        assert_eq!(oidc_refusal(oidc_base()), "sasl.oauthbearer.method");
+        // method=default turns OIDC off even with an endpoint (librdkafka).
+        let c = full(url(oidc_base()))
+            .set("sasl.oauthbearer.method", "default")
+            .unwrap();
+        assert_eq!(oidc_refusal(c), "sasl.oauthbearer.method");
+        #[cfg(not(feature = "tls-core"))]
+        {
+            let c = full(
+                oidc()
+                    .set("sasl.oauthbearer.token.endpoint.url", "https://idp/t")
+                    .unwrap(),
+            );
+            assert_eq!(oidc_refusal(c), "sasl.oauthbearer.token.endpoint.url");
+        }
     }
 
     #[test]

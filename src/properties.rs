@@ -23,9 +23,8 @@
 //!   records the key with the reason; each builder's `ignored_properties()` returns
 //!   them (an [`IgnoredProperty`] per key, in the order first given), so a caller that
 //!   wants strictness checks that it is empty. Nothing is silently accepted.
-//! - **Known but not supported** (`transactional.id`, the OIDC settings
-//!   `sasl.oauthbearer.method`, `sasl.oauthbearer.token.endpoint.url`,
-//!   `sasl.oauthbearer.client.id`, `sasl.oauthbearer.client.secret`): refused with
+//! - **Known but not supported** (`transactional.id`, the OAUTHBEARER JWT-bearer
+//!   grant's `sasl.oauthbearer.assertion.*`): refused with
 //!   [`PropertyError::Unsupported`], because ignoring it would change what the
 //!   application relies on (transactions, how it authenticates).
 //! - **Unknown**: refused with [`PropertyError::Unknown`], which suggests the closest
@@ -60,8 +59,13 @@
 //! | `ssl.endpoint.identification.algorithm` | `TlsConfig::danger_disable_hostname_verification` | |
 //! | `sasl.mechanism` (`sasl.mechanisms`) | `SaslConfig` | PLAIN, SCRAM-SHA-256/512, OAUTHBEARER |
 //! | `sasl.username`, `sasl.password` | `SaslConfig` | |
-//! | `sasl.jaas.config` | `SaslConfig` | PlainLoginModule and ScramLoginModule only |
+//! | `sasl.jaas.config` | `SaslConfig` | PlainLoginModule, ScramLoginModule, and OAuthBearerLoginModule's `clientId`, `clientSecret`, `scope` and `extension_*` |
 //! | `sasl.oauthbearer.config`, `enable.sasl.oauthbearer.unsecure.jwt` | `SaslConfig::oauth_bearer_unsecured_jwt` | |
+//! | `sasl.oauthbearer.method` | `SaslConfig::oauth_bearer_oidc` (`oidc`, with the `oauthbearer-oidc` feature) | |
+//! | `sasl.oauthbearer.token.endpoint.url`, `sasl.oauthbearer.client.credentials.client.id` (`sasl.oauthbearer.client.id`), `sasl.oauthbearer.client.credentials.client.secret` (`sasl.oauthbearer.client.secret`) | `OidcConfig::new` | |
+//! | `sasl.oauthbearer.scope`, `sasl.oauthbearer.extensions`, `sasl.oauthbearer.sub.claim.name` | `OidcConfig::scope`, `extension`, `sub_claim_name` | |
+//! | `sasl.oauthbearer.grant.type` | `OidcConfig` (the grant) | `client_credentials` only |
+//! | `https.ca.location`, `https.ca.pem` | `OidcConfig::tls` | |
 //!
 //! Consumer settings ([`ConsumerBuilder`](crate::ConsumerBuilder), and the Processor's
 //! consumer):
@@ -269,10 +273,35 @@ pub const PROPERTIES: &[Property] = &[
         "sasl.jaas.config",
         &[],
         Client,
-        "PlainLoginModule and ScramLoginModule entries only",
+        "PlainLoginModule and ScramLoginModule entries, and OAuthBearerLoginModule's clientId, clientSecret, scope and extension_*",
     ),
     p("sasl.oauthbearer.config", Client),
     p("enable.sasl.oauthbearer.unsecure.jwt", Client),
+    // OIDC client credentials (KIP-768): librdkafka's names, and Java's where they
+    // differ (the client id and secret, KIP-1139).
+    p("sasl.oauthbearer.method", Client),
+    p("sasl.oauthbearer.token.endpoint.url", Client),
+    alias(
+        "sasl.oauthbearer.client.credentials.client.id",
+        &["sasl.oauthbearer.client.id"],
+        Client,
+    ),
+    alias(
+        "sasl.oauthbearer.client.credentials.client.secret",
+        &["sasl.oauthbearer.client.secret"],
+        Client,
+    ),
+    p("sasl.oauthbearer.scope", Client),
+    p("sasl.oauthbearer.extensions", Client),
+    p("sasl.oauthbearer.sub.claim.name", Client),
+    partly(
+        "sasl.oauthbearer.grant.type",
+        &[],
+        Client,
+        "client_credentials only",
+    ),
+    p("https.ca.location", Client),
+    p("https.ca.pem", Client),
     // Consumer settings.
     p("group.id", Consumer),
     p("group.instance.id", Consumer),
@@ -401,6 +430,42 @@ pub const IGNORED: &[(&str, &str)] = &[
     (
         "sasl.client.callback.handler.class",
         "Java classes; give a TokenProvider",
+    ),
+    (
+        "sasl.oauthbearer.scope.claim.name",
+        "the token's scope is the broker's to check; ottla sends the token as it came",
+    ),
+    (
+        "sasl.login.refresh.window.factor",
+        "OAUTHBEARER tokens are refreshed at 80% of their lifetime",
+    ),
+    (
+        "sasl.login.refresh.window.jitter",
+        "OAUTHBEARER tokens are refreshed at 80% of their lifetime",
+    ),
+    (
+        "sasl.login.refresh.min.period.seconds",
+        "OAUTHBEARER tokens are refreshed at 80% of their lifetime",
+    ),
+    (
+        "sasl.login.refresh.buffer.seconds",
+        "OAUTHBEARER tokens are refreshed at 80% of their lifetime",
+    ),
+    (
+        "sasl.login.connect.timeout.ms",
+        "an OIDC token request may take 20 s in all",
+    ),
+    (
+        "sasl.login.read.timeout.ms",
+        "an OIDC token request may take 20 s in all",
+    ),
+    (
+        "sasl.login.retry.backoff.ms",
+        "a failed token request is made again by the next connection, after the reconnect backoff",
+    ),
+    (
+        "sasl.login.retry.backoff.max.ms",
+        "a failed token request is made again by the next connection, after the reconnect backoff",
     ),
     ("ssl.engine.factory.class", "Java classes"),
     (
@@ -666,22 +731,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "transactional.id",
         "ottla has no transactions; its producer is idempotent but does not write atomically across partitions",
     ),
-    (
-        "sasl.oauthbearer.method",
-        "give an OAUTHBEARER TokenProvider instead (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.token.endpoint.url",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.client.id",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.client.secret",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
     // librdkafka's own settings that would change what the application relies on.
     (
         "topic.blacklist",
@@ -707,27 +756,7 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "interceptors",
         "librdkafka's C interceptors; wrap the handler instead",
     ),
-    // The OIDC grants and settings beyond the ones above.
-    (
-        "sasl.oauthbearer.client.credentials.client.id",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.client.credentials.client.secret",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.scope",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.extensions",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "sasl.oauthbearer.grant.type",
-        "ottla fetches no OIDC tokens itself; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
+    // The OIDC JWT-bearer grant (librdkafka 2.11, KIP-1139), and Azure's IMDS tokens.
     (
         "sasl.oauthbearer.assertion.algorithm",
         "no JWT-bearer grant; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
@@ -779,14 +808,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "sasl.oauthbearer.metadata.authentication.type",
         "no Azure IMDS tokens; give an OAUTHBEARER TokenProvider (SaslConfig::oauth_bearer)",
-    ),
-    (
-        "https.ca.location",
-        "the CA of an OIDC token endpoint; ottla fetches no OIDC tokens itself",
-    ),
-    (
-        "https.ca.pem",
-        "the CA of an OIDC token endpoint; ottla fetches no OIDC tokens itself",
     ),
     // librdkafka's C API: callbacks and pointers, which a string cannot set; the row
     // says what takes their place.

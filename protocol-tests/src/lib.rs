@@ -10,6 +10,7 @@ pub mod hostile;
 pub mod kept;
 pub mod log_capture;
 pub mod mock;
+pub mod oauth_server;
 pub mod peer;
 pub mod proxy;
 pub mod pyclient;

@@ -52,6 +52,14 @@ pub struct ResponderOptions {
     /// The OAUTHBEARER principal (`sub` claim) it accepts, in unsecured JWTs whose
     /// `exp` has not passed.
     pub oauth_principal: Option<String>,
+    /// RSA public keys (modulus, exponent) that OAUTHBEARER tokens must be signed with
+    /// (RS256), as a broker configured with the identity provider's JWKS checks them.
+    /// Empty: the signature is not checked (ottla's unsecured test tokens).
+    pub oauth_rsa_keys: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Amazon MSK IAM instead of JWTs: OAUTHBEARER tokens must be SigV4-presigned
+    /// `kafka-cluster:Connect` URLs for this region, signed with this access key and
+    /// secret (as IAM checks them), and not expired; the principal is the access key.
+    pub msk_iam: Option<MskIam>,
     /// The session lifetime it gives (SaslAuthenticate v1+, KIP-368); for OAUTHBEARER
     /// never past the token's expiry, as Kafka does. `None`: sessions never expire.
     pub session_lifetime: Option<Duration>,
@@ -63,9 +71,22 @@ impl Default for ResponderOptions {
             mechanisms: vec!["PLAIN", "OAUTHBEARER"],
             users: Vec::new(),
             oauth_principal: None,
+            oauth_rsa_keys: Vec::new(),
+            msk_iam: None,
             session_lifetime: None,
         }
     }
+}
+
+/// The credentials an MSK IAM responder checks tokens against.
+#[derive(Debug, Clone)]
+pub struct MskIam {
+    /// The cluster's region.
+    pub region: String,
+    /// The access key id the tokens must be signed with.
+    pub access_key_id: String,
+    /// Its secret.
+    pub secret_access_key: String,
 }
 
 /// What the responder saw, across all connections.
@@ -503,6 +524,12 @@ impl Conn {
             }
         }
         let token = token.ok_or("no auth=Bearer")?;
+        if let Some(msk) = &self.options.msk_iam {
+            return check_msk_iam(token, msk, now);
+        }
+        if !self.options.oauth_rsa_keys.is_empty() {
+            verify_rs256(token, &self.options.oauth_rsa_keys)?;
+        }
         let claims = token.split('.').nth(1).ok_or("not a JWT")?;
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(claims)
@@ -578,6 +605,137 @@ fn offer_sasl(frame: &[u8], version: i16) -> Option<Vec<u8>> {
     Some(out.to_vec())
 }
 
+/// An MSK IAM token: the presigned URL's fields, its signature recomputed with the
+/// secret (the SigV4 steps are ottla-proto's, themselves checked against AWS's test
+/// suite and the Python signer), and its expiry.
+fn check_msk_iam(
+    token: &str,
+    msk: &MskIam,
+    now: SystemTime,
+) -> Result<(String, Option<SystemTime>), String> {
+    use ottla_proto::sasl::msk_iam::sigv4;
+    let url = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| "not base64url without padding".to_string())?;
+    let url = String::from_utf8(url).map_err(|_| "not UTF-8".to_string())?;
+    let host = format!("kafka.{}.amazonaws.com", msk.region);
+    let query = url
+        .strip_prefix(&format!("https://{host}/?"))
+        .ok_or_else(|| format!("not a URL of {host}"))?;
+    let mut fields = Vec::new();
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').ok_or("a field without =")?;
+        fields.push((percent_decode(k)?, percent_decode(v)?));
+    }
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .ok_or(format!("no {name}"))
+    };
+    if get("Action")? != "kafka-cluster:Connect"
+        || get("X-Amz-Algorithm")? != "AWS4-HMAC-SHA256"
+        || get("X-Amz-SignedHeaders")? != "host"
+        || get("X-Amz-Expires")? != "900"
+    {
+        return Err("not a kafka-cluster:Connect presigned URL".into());
+    }
+    let date = get("X-Amz-Date")?;
+    let day = date.get(..8).ok_or("a short X-Amz-Date")?;
+    let scope = format!("{day}/{}/kafka-cluster/aws4_request", msk.region);
+    if get("X-Amz-Credential")? != format!("{}/{scope}", msk.access_key_id) {
+        return Err(format!(
+            "signed by another key or scope: {}",
+            get("X-Amz-Credential")?
+        ));
+    }
+    let signed: Vec<(&str, &str)> = fields
+        .iter()
+        .filter(|(k, _)| k != "X-Amz-Signature" && k != "User-Agent")
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let canonical = sigv4::canonical_request(
+        "GET",
+        "/",
+        &sigv4::canonical_query(&signed),
+        &[("host", &host)],
+        sigv4::EMPTY_SHA256,
+    );
+    let key = sigv4::signing_key(&msk.secret_access_key, day, &msk.region, "kafka-cluster");
+    let expected = sigv4::signature(&key, &sigv4::string_to_sign(date, &scope, &canonical));
+    if get("X-Amz-Signature")? != expected {
+        return Err("the token's signature does not verify".into());
+    }
+    let signed_at = amz_date_secs(date).ok_or("X-Amz-Date does not parse")?;
+    let expires = SystemTime::UNIX_EPOCH + Duration::from_secs(signed_at + 900);
+    if expires <= now {
+        return Err(format!("the token of {} expired", msk.access_key_id));
+    }
+    Ok((msk.access_key_id.clone(), Some(expires)))
+}
+
+/// `YYYYMMDDTHHMMSSZ` to seconds since the epoch (Howard Hinnant's days_from_civil).
+fn amz_date_secs(date: &str) -> Option<u64> {
+    let n = |r: std::ops::Range<usize>| date.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (n(0..4)?, n(4..6)?, n(6..8)?);
+    let (hh, mm, ss) = (n(9..11)?, n(11..13)?, n(13..15)?);
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = s.get(i + 1..i + 3).ok_or("a cut-off escape")?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| "a bad escape".to_string())?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "not UTF-8".to_string())
+}
+
+/// Checks a JWT's RS256 signature against any of `keys` (RFC 7515: the signature is
+/// over `header.claims`).
+fn verify_rs256(token: &str, keys: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+    let (signed, signature) = token.rsplit_once('.').ok_or("not a JWT")?;
+    let header = signed.split('.').next().unwrap_or_default();
+    let header = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .map_err(|_| "the header is not base64url".to_string())?;
+    if !String::from_utf8_lossy(&header).contains("\"RS256\"") {
+        return Err("the token is not signed with RS256".into());
+    }
+    let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(signature)
+        .map_err(|_| "the signature is not base64url".to_string())?;
+    let ok = keys.iter().any(|(n, e)| {
+        ring::signature::RsaPublicKeyComponents { n, e }
+            .verify(
+                &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+                signed.as_bytes(),
+                &signature,
+            )
+            .is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("the token's signature does not verify".into())
+    }
+}
+
 /// `"name":"value"` in a flat JSON object (enough for the tokens ottla's tests make).
 fn string_claim(json: &str, name: &str) -> Option<String> {
     let at = json.find(&format!("\"{name}\":\""))? + name.len() + 4;
@@ -628,6 +786,14 @@ async fn read_frame<R: AsyncRead + Unpin>(stream: &mut R) -> Option<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amz_dates_parse_to_epoch_seconds() {
+        assert_eq!(amz_date_secs("19700101T000000Z"), Some(0));
+        assert_eq!(amz_date_secs("20240301T123456Z"), Some(1_709_296_496));
+        assert_eq!(amz_date_secs("20240229T000000Z"), Some(1_709_164_800));
+        assert_eq!(amz_date_secs("2024"), None);
+    }
 
     #[test]
     fn claims_are_read_from_ottlas_unsecured_tokens() {

@@ -937,7 +937,8 @@ async fn tansu_sessions_are_renewed_without_a_rebalance() {
 }
 
 /// Every log line at TRACE during a SASL run and a TLS run (a wrong password and a
-/// refused key included), and every error's `Display` and `Debug`, are free of the
+/// refused key included, and an OIDC client with a right and a wrong client secret), and
+/// every error's `Display` and `Debug`, are free of the
 /// passwords, the private key and the configuration's secrets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_leak() {
@@ -1037,6 +1038,30 @@ async fn secrets_never_leak() {
     let oauth = SaslConfig::oauth_bearer_unsecured_jwt("principal=carol").expect("jwt");
     note(&oauth, String::new());
 
+    // OIDC client credentials: a producer with the right client secret, a build with a
+    // wrong one; neither secret nor any token issued may appear.
+    let (server, _oidc_tansu, front) = oidc_setup(Duration::from_secs(60), "quiet-oidc").await;
+    let oidc = ClientConfig::from_properties(oidc_properties(
+        &front.address(),
+        &server.token_url(),
+        OIDC_CLIENT.1,
+    ))
+    .expect("properties");
+    let written = produce(&oidc, "quiet-oidc", 5).await;
+    assert_eq!(written.len(), 5);
+    note(&oidc, String::new());
+    let wrong_oidc = ClientConfig::from_properties(oidc_properties(
+        &front.address(),
+        &server.token_url(),
+        WRONG,
+    ))
+    .expect("properties");
+    let err = build_error(wrong_oidc.clone()).await;
+    note(&err, err.to_string());
+    note(&wrong_oidc, String::new());
+    let signatures = server.signatures();
+    assert!(!signatures.is_empty(), "{:?}", server.lines());
+
     let key_lines: Vec<&str> = key
         .lines()
         .filter(|l| !l.starts_with("-----") && l.len() >= 16)
@@ -1058,7 +1083,14 @@ async fn secrets_never_leak() {
     for (what, haystack) in std::iter::once(("the logs", text.as_str()))
         .chain(said.iter().map(|s| ("an error or config", s.as_str())))
     {
-        for secret in [PASSWORD, WRONG].iter().chain(key_lines.iter()) {
+        let oidc_secrets = [OIDC_CLIENT.1]
+            .into_iter()
+            .chain(signatures.iter().map(String::as_str));
+        for secret in [PASSWORD, WRONG]
+            .into_iter()
+            .chain(key_lines.iter().copied())
+            .chain(oidc_secrets)
+        {
             assert!(
                 !haystack.contains(secret),
                 "{what} carries a secret: {}",
@@ -1442,4 +1474,321 @@ async fn oauthbearer_tokens_are_refreshed_before_they_expire() {
     // 14 s of 3-4 s sessions: at least three renewals, each with a fresh token.
     assert!(stats.reauthentications >= 3, "{stats:?}");
     assert!(calls >= 4, "the provider was called {calls} times");
+}
+
+// OAUTHBEARER with OIDC client credentials (KIP-768) against a real OAuth 2.0 server:
+// oauth2-mock-server (npm; `protocol_tests::oauth_server`) issues RS256 JWTs, and the
+// responder checks their signatures with the server's public keys, their `sub` and
+// their `exp`, as a broker configured with the identity provider's JWKS would.
+
+const OIDC_CLIENT: (&str, &str) = ("svc-orders", "cl1ent-S3cret-oidc-7Q");
+
+/// The properties a librdkafka user writes for OIDC, and nothing else.
+fn oidc_properties(bootstrap: &str, token_url: &str, secret: &str) -> Vec<(String, String)> {
+    [
+        ("bootstrap.servers", bootstrap),
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.oauthbearer.method", "oidc"),
+        ("sasl.oauthbearer.token.endpoint.url", token_url),
+        ("sasl.oauthbearer.client.id", OIDC_CLIENT.0),
+        ("sasl.oauthbearer.client.secret", secret),
+        ("sasl.oauthbearer.scope", "kafka.read kafka.write"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// The OAuth server (tokens living `ttl`), tansu, and the responder in front checking
+/// the server's signatures.
+async fn oidc_setup(
+    ttl: Duration,
+    topic: &str,
+) -> (
+    protocol_tests::oauth_server::OAuthServer,
+    Tansu,
+    protocol_tests::sasl_responder::SaslResponder,
+) {
+    let server =
+        protocol_tests::oauth_server::OAuthServer::start(OIDC_CLIENT.0, OIDC_CLIENT.1, ttl)
+            .expect("oauth2-mock-server (scripts/install-peers.sh installs it)");
+    let options = protocol_tests::sasl_responder::ResponderOptions {
+        oauth_principal: Some(OIDC_CLIENT.0.to_string()),
+        oauth_rsa_keys: server.rsa_keys().expect("the server's keys"),
+        // The token's expiry is what ends sessions.
+        session_lifetime: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    let (tansu, front) = responder(options, topic, 2).await;
+    (server, tansu, front)
+}
+
+/// A producer and a consumer group member configured by property names only
+/// (`sasl.oauthbearer.method=oidc` and its settings) fetch their tokens from
+/// oauth2-mock-server with the client-credentials grant (HTTP Basic, form body, the
+/// scope). Tokens live 4 s: over 14 s of reading, tokens are fetched again before they
+/// expire and the connections re-authenticate with them (KIP-368); the responder never
+/// refuses a token or sees a rule broken, no error reaches the application, and every
+/// record is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_client_credentials_by_property_names_with_refresh() {
+    protocol_tests::init_tracing();
+    let (server, _tansu, front) = oidc_setup(Duration::from_secs(4), "oidc").await;
+    let props = oidc_properties(&front.address(), &server.token_url(), OIDC_CLIENT.1);
+    let config = ClientConfig::from_properties(props.clone()).expect("client properties");
+    let written = produce(&config, "oidc", 40).await;
+    assert_eq!(written.len(), 40);
+    let mut consumer_props = props;
+    for (k, v) in [
+        ("group.id", "oidc-group"),
+        ("ottla.topics", "oidc"),
+        ("auto.offset.reset", "earliest"),
+        ("session.timeout.ms", "6000"),
+        ("heartbeat.interval.ms", "1000"),
+    ] {
+        consumer_props.push((k.to_string(), v.to_string()));
+    }
+    let mut consumer = ottla::ConsumerBuilder::from_properties(consumer_props)
+        .expect("consumer properties")
+        .build()
+        .await
+        .expect("consumer");
+    let mut read = BTreeSet::new();
+    let end = Instant::now() + Duration::from_secs(14);
+    while Instant::now() < end {
+        if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await
+        {
+            let r = r.expect("no error while tokens rotate");
+            read.insert((r.partition(), r.offset()));
+        }
+    }
+    assert_eq!(read, written);
+    consumer.close().await.expect("close");
+
+    let stats = front.stats();
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    assert!(
+        stats.refused.is_empty(),
+        "a token refused: {:?}",
+        stats.refused
+    );
+    assert!(
+        stats.authentications.iter().all(|m| m == "OAUTHBEARER")
+            && !stats.authentications.is_empty(),
+        "{stats:?}"
+    );
+    let issued = server.tokens_issued();
+    assert!(server.refusals().is_empty(), "{:?}", server.refusals());
+    for line in &issued {
+        assert_eq!(
+            line,
+            "token svc-orders scope=kafka.read kafka.write grant=client_credentials content-type=application/x-www-form-urlencoded"
+        );
+    }
+    // The producer's token, then the consumer's first and, over 14 s of 4 s tokens
+    // refreshed at 80%, at least three more; each renewed session used a new one.
+    assert!(
+        issued.len() >= 5,
+        "{} tokens issued: {issued:?}",
+        issued.len()
+    );
+    assert!(stats.reauthentications >= 3, "{stats:?}");
+    eprintln!(
+        "OIDC: {} tokens issued by oauth2-mock-server, {} connections, {} first authentications, {} re-authentications, {} records read",
+        issued.len(),
+        stats.connections,
+        stats.authentications.len(),
+        stats.reauthentications,
+        read.len()
+    );
+}
+
+/// A wrong client secret is the endpoint's HTTP 401 with its `error` and
+/// `error_description`, naming the settings to check, from build() within 2 s and
+/// without the secret; an endpoint nobody listens on and a URL that is not a token
+/// endpoint are named too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_refusals_are_typed_and_name_the_setting() {
+    protocol_tests::init_tracing();
+    let (server, _tansu, front) = oidc_setup(Duration::from_secs(60), "oidc-refused").await;
+    let token_error = |e: RequestError| match e {
+        RequestError::Authentication {
+            mechanism: "OAUTHBEARER",
+            source: AuthError::Token(message),
+            ..
+        } => message,
+        other => panic!("not a token error: {other:?}"),
+    };
+    const WRONG: &str = "wr0ng-S3cret-oidc-5K";
+    let config = ClientConfig::from_properties(oidc_properties(
+        &front.address(),
+        &server.token_url(),
+        WRONG,
+    ))
+    .expect("properties");
+    let message = token_error(build_error(config).await);
+    assert!(
+        message.contains("HTTP 401: invalid_client (Client authentication failed)")
+            && message.contains("sasl.oauthbearer.client.secret"),
+        "{message}"
+    );
+    assert!(!message.contains(WRONG), "{message}");
+    assert_eq!(server.refusals().len(), 1, "{:?}", server.lines());
+
+    let closed = format!("http://127.0.0.1:{}/token", free_port().expect("port"));
+    let config =
+        ClientConfig::from_properties(oidc_properties(&front.address(), &closed, OIDC_CLIENT.1))
+            .expect("properties");
+    let message = token_error(build_error(config).await);
+    assert!(
+        message.starts_with("sasl.oauthbearer.token.endpoint.url: cannot connect to 127.0.0.1:"),
+        "{message}"
+    );
+
+    // The server's JWKS URL is no token endpoint: it answers a POST with 404.
+    let config = ClientConfig::from_properties(oidc_properties(
+        &front.address(),
+        &server.jwks_url(),
+        OIDC_CLIENT.1,
+    ))
+    .expect("properties");
+    let message = token_error(build_error(config).await);
+    assert!(message.contains("HTTP 404"), "{message}");
+
+    let stats = front.stats();
+    assert!(stats.authentications.is_empty(), "{stats:?}");
+    assert!(server.tokens_issued().is_empty(), "{:?}", server.lines());
+}
+
+/// The token endpoint over https (oauth2-mock-server with the test PKI's server
+/// certificate): with the endpoint's CA given by `https.ca.location` the client
+/// authenticates and writes; without it (the platform's roots) the TLS failure names
+/// the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_over_https_with_the_endpoints_ca() {
+    protocol_tests::init_tracing();
+    let pki = TestPki::generate().expect("pki");
+    let (cert, key) = pki.server_cert(ServerCert::Good);
+    let server = protocol_tests::oauth_server::OAuthServer::start_https(
+        OIDC_CLIENT.0,
+        OIDC_CLIENT.1,
+        Duration::from_secs(60),
+        &cert,
+        &key,
+    )
+    .expect("oauth2-mock-server over https");
+    assert!(server.token_url().starts_with("https://"));
+    let options = protocol_tests::sasl_responder::ResponderOptions {
+        oauth_principal: Some(OIDC_CLIENT.0.to_string()),
+        oauth_rsa_keys: server.rsa_keys().expect("the server's keys"),
+        ..Default::default()
+    };
+    let (_tansu, front) = responder(options, "oidc-https", 1).await;
+    let mut props = oidc_properties(&front.address(), &server.token_url(), OIDC_CLIENT.1);
+    let untrusted = ClientConfig::from_properties(props.clone()).expect("properties");
+    props.push((
+        "https.ca.location".to_string(),
+        pki.ca().display().to_string(),
+    ));
+    let trusted = ClientConfig::from_properties(props).expect("properties");
+    let written = produce(&trusted, "oidc-https", 5).await;
+    assert_eq!(written.len(), 5);
+    assert_eq!(server.tokens_issued().len(), 1, "{:?}", server.lines());
+
+    let message = match build_error(untrusted).await {
+        RequestError::Authentication {
+            source: AuthError::Token(message),
+            ..
+        } => message,
+        other => panic!("not a token error: {other:?}"),
+    };
+    assert!(
+        message.starts_with("sasl.oauthbearer.token.endpoint.url: TLS with localhost:")
+            && message.contains("unknown issuer")
+            && message.contains("https.ca.location"),
+        "{message}"
+    );
+    assert_eq!(server.tokens_issued().len(), 1);
+}
+
+/// Amazon MSK IAM through the responder, which checks each token as IAM would: a
+/// presigned `kafka-cluster:Connect` URL for its region, signed with the access key's
+/// secret, not expired. A producer and a consumer authenticate with
+/// `SaslConfig::aws_msk_iam` and every record is read; a wrong secret is refused by the
+/// server, and the error says the signature does not verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_tokens_are_accepted_by_a_sigv4_checking_server() {
+    use ottla::security::AwsCredentials;
+    use protocol_tests::sasl_responder::{MskIam, ResponderOptions};
+    protocol_tests::init_tracing();
+    const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+    const SECRET: &str = "msk-Secret-Access-KEY-4Rz";
+    let options = ResponderOptions {
+        msk_iam: Some(MskIam {
+            region: "eu-west-1".into(),
+            access_key_id: KEY.into(),
+            secret_access_key: SECRET.into(),
+        }),
+        session_lifetime: Some(Duration::from_secs(600)),
+        ..Default::default()
+    };
+    let (_tansu, front) = responder(options, "msk", 2).await;
+    let sasl =
+        SaslConfig::aws_msk_iam("eu-west-1", AwsCredentials::new(KEY, SECRET)).expect("MSK IAM");
+    let config = scram(&front.address(), SecurityProtocol::SaslPlaintext, sasl);
+    let written = produce(&config, "msk", 30).await;
+    let tally = group_read(
+        vec![config.clone()],
+        "msk-group",
+        "msk",
+        &written,
+        Duration::from_secs(40),
+    )
+    .await;
+    assert_exactly_once(&tally, &written);
+    let stats = front.stats();
+    assert!(stats.refused.is_empty(), "{:?}", stats.refused);
+    assert!(stats.violations.is_empty(), "{:?}", stats.violations);
+    assert!(
+        !stats.authentications.is_empty()
+            && stats.authentications.iter().all(|m| m == "OAUTHBEARER"),
+        "{stats:?}"
+    );
+
+    let wrong = SaslConfig::aws_msk_iam("eu-west-1", AwsCredentials::new(KEY, "not-the-secret"))
+        .expect("MSK IAM");
+    let err = build_error(scram(
+        &front.address(),
+        SecurityProtocol::SaslPlaintext,
+        wrong,
+    ))
+    .await;
+    assert!(
+        matches!(
+            &err,
+            RequestError::Authentication {
+                mechanism: "OAUTHBEARER",
+                source: AuthError::Rejected { code: 58, .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("signature does not verify"),
+        "{err}"
+    );
+    let wrong_region =
+        SaslConfig::aws_msk_iam("us-east-1", AwsCredentials::new(KEY, SECRET)).expect("MSK IAM");
+    let err = build_error(scram(
+        &front.address(),
+        SecurityProtocol::SaslPlaintext,
+        wrong_region,
+    ))
+    .await;
+    assert!(
+        err.to_string().contains("not a URL of kafka.eu-west-1"),
+        "{err}"
+    );
 }

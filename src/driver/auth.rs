@@ -8,12 +8,8 @@ use std::time::{Duration, SystemTime};
 use tracing::{debug, warn};
 
 use crate::error::AuthError;
-use crate::proto::sasl::{Mechanism, SaslClient, ScramHash};
+use crate::proto::sasl::{Mechanism, SaslClient, ScramHash, refresh_point};
 use crate::security::{OAuthToken, SaslConfig, TokenProvider};
-
-/// The share of a token's lifetime after which it is refreshed (the Java client's
-/// `sasl.login.refresh.window.factor`).
-const REFRESH_WINDOW: f64 = 0.8;
 
 /// Makes the SASL client of each exchange for one cluster's connections.
 pub(crate) struct Authenticator {
@@ -119,7 +115,7 @@ impl TokenCache {
                     .duration_since(now)
                     .unwrap_or(Duration::ZERO);
                 debug!(lifetime = ?lifetime, "OAUTHBEARER token refreshed");
-                let refresh_at = now + lifetime.mul_f64(REFRESH_WINDOW);
+                let refresh_at = refresh_point(now, token.expires_at);
                 *current = Some(Cached {
                     token: token.clone(),
                     refresh_at,

@@ -7,6 +7,8 @@ mod auth;
 mod cluster;
 mod connection;
 mod group;
+#[cfg(feature = "oauthbearer-oidc")]
+pub(crate) mod oidc;
 mod stream;
 #[cfg(feature = "tls-core")]
 mod tls;

@@ -7,13 +7,19 @@
 //! `[redacted]` where they hold one, and no error quotes one.
 
 mod jwt;
+#[cfg(feature = "aws-msk-iam")]
+pub mod msk_iam;
 mod oauth;
+#[cfg(feature = "oidc")]
+pub mod oidc;
 mod plain;
+mod refresh;
 mod scram;
 
 pub use jwt::UnsecuredJwtConfig;
 pub use oauth::OAuthBearerClient;
 pub use plain::PlainClient;
+pub use refresh::{REFRESH_WINDOW, refresh_point};
 pub use scram::{ScramClient, ScramHash};
 
 use std::fmt;
