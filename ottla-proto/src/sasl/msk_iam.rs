@@ -246,16 +246,7 @@ pub mod sigv4 {
     pub fn amz_date(secs: u64) -> Option<String> {
         let days = secs / 86_400;
         let rest = secs % 86_400;
-        // Howard Hinnant's civil_from_days, for days since 1970-01-01.
-        let z = i64::try_from(days).ok()? + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
+        let (year, month, day) = crate::process::dlq::civil_from_days(i64::try_from(days).ok()?);
         if year > 9999 {
             return None;
         }
