@@ -89,6 +89,7 @@
 //! | `ottla.topics` | `topics` (comma-separated) | |
 //! | `ottla.topic.regex` | `topic_regex` | |
 //! | `ottla.fetch.sessions` | `fetch_sessions` | |
+//! | `ottla.cooperative.upgrade.ms` | `cooperative_upgrade` (`-1`: never) | |
 //!
 //! Producer settings ([`ProducerBuilder`](crate::ProducerBuilder), and the Processor's
 //! dead-letter producer):
@@ -343,6 +344,7 @@ pub const PROPERTIES: &[Property] = &[
     p("ottla.topics", Consumer),
     p("ottla.topic.regex", Consumer),
     p("ottla.fetch.sessions", Consumer),
+    p("ottla.cooperative.upgrade.ms", Consumer),
     // Producer settings.
     alias("acks", &["request.required.acks"], Producer),
     alias("linger.ms", &["queue.buffering.max.ms"], Producer),

@@ -23,6 +23,10 @@ pub struct ConsumerBuilder {
     heartbeat_interval: Duration,
     max_poll_interval: Duration,
     assignors: Vec<Arc<dyn Assignor>>,
+    /// The assignor list is ottla's default (`cooperative_upgrade` then defaults on).
+    default_assignors: bool,
+    /// Set by `cooperative_upgrade`; unset, it follows `default_assignors`.
+    cooperative_upgrade: Option<Option<Duration>>,
     instance_id: Option<String>,
     group_protocol: GroupProtocol,
     remote_assignor: Option<String>,
@@ -57,9 +61,10 @@ crate::properties::by_name_entry_points!(
 impl ConsumerBuilder {
     /// A builder for the given bootstrap servers (comma-separated `host:port`).
     pub fn new(bootstrap_servers: &str) -> Self {
-        let assignors: Vec<Arc<dyn Assignor>> = builtin("cooperative-sticky")
+        let assignors: Vec<Arc<dyn Assignor>> = DEFAULT_ASSIGNORS
+            .iter()
+            .filter_map(|name| builtin(name))
             .map(Arc::from)
-            .into_iter()
             .collect();
         Self {
             client: ClientConfig::new(bootstrap_servers),
@@ -72,6 +77,8 @@ impl ConsumerBuilder {
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             assignors,
+            default_assignors: true,
+            cooperative_upgrade: None,
             instance_id: None,
             group_protocol: GroupProtocol::Classic,
             remote_assignor: None,
@@ -212,6 +219,7 @@ impl ConsumerBuilder {
                     return Err(invalid(key, value, "at least one assignor"));
                 }
                 self.assignors = assignors;
+                self.default_assignors = false;
             }
             "isolation.level" => {
                 self.fetcher.params.isolation = match value.to_ascii_lowercase().as_str() {
@@ -236,6 +244,13 @@ impl ConsumerBuilder {
             "ottla.topics" => self.topics = list(value).map(String::from).collect(),
             "ottla.topic.regex" => self.topic_regex = text(),
             "ottla.fetch.sessions" => self.fetcher.sessions = flag(key, value)?,
+            "ottla.cooperative.upgrade.ms" => {
+                self.cooperative_upgrade = Some(if value.trim() == "-1" {
+                    None
+                } else {
+                    Some(millis(key, value)?)
+                });
+            }
             _ => return Err(crate::properties::not_here(key)),
         }
         Ok(())
@@ -359,7 +374,14 @@ impl ConsumerBuilder {
     }
 
     /// `partition.assignment.strategy` by name, in preference order: `range`,
-    /// `roundrobin`, `sticky`, `cooperative-sticky` (the default).
+    /// `roundrobin`, `sticky`, `cooperative-sticky`. The default is
+    /// `cooperative-sticky, range, roundrobin`, which shares an assignor with every
+    /// common client's default (librdkafka's and kafka-python's `range,roundrobin`,
+    /// the Java client's `range,cooperative-sticky`, aiokafka's and kafkajs'
+    /// `roundrobin`, franz-go's `cooperative-sticky`), so that a group can move to
+    /// ottla one instance at a time; it rebalances eagerly until the automatic second
+    /// bounce ([`ConsumerBuilder::cooperative_upgrade`]). A list set here keeps the
+    /// Java client's rule: cooperative only when every assignor in it is.
     pub fn assignors<I, S>(mut self, names: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
@@ -381,12 +403,39 @@ impl ConsumerBuilder {
             }
         }
         self.assignors = out;
+        self.default_assignors = false;
         Ok(self)
+    }
+
+    /// The second bounce's hold the group member gets: as set, or by default on with
+    /// the default list and off with a chosen one.
+    fn cooperative_upgrade_hold(&self) -> Option<Duration> {
+        match self.cooperative_upgrade {
+            Some(hold) => hold,
+            None if self.default_assignors => Some(DEFAULT_COOPERATIVE_UPGRADE),
+            None => None,
+        }
     }
 
     /// Custom assignors, in preference order.
     pub fn custom_assignors(mut self, assignors: Vec<Arc<dyn Assignor>>) -> Self {
         self.assignors = assignors;
+        self.default_assignors = false;
+        self
+    }
+
+    /// The automatic second bounce of a move from eager to cooperative rebalancing
+    /// (`ottla.cooperative.upgrade.ms`, `-1` for never): once the group has chosen a
+    /// cooperative assignor in every generation for `hold`, a member whose list also
+    /// offers eager assignors stops offering them and rebalances cooperatively, as the
+    /// Java client does after its manual second bounce. From then on a member
+    /// without a cooperative assignor is refused by the broker; if one joins in the
+    /// same round, this member offers its whole list again and rebalances eagerly.
+    /// On by default with the default assignor list (10 minutes,
+    /// [`DEFAULT_COOPERATIVE_UPGRADE`]),
+    /// off for a list the application chose. docs/rebalance.md has the details.
+    pub fn cooperative_upgrade(mut self, hold: Option<Duration>) -> Self {
+        self.cooperative_upgrade = Some(hold);
         self
     }
 
@@ -564,6 +613,7 @@ impl ConsumerBuilder {
                 config.protocol = self.group_protocol;
                 config.remote_assignor = self.remote_assignor.clone();
                 config.topic_regex = self.topic_regex.clone();
+                config.cooperative_upgrade = self.cooperative_upgrade_hold();
                 if let Some(f) = &self.tweak_group {
                     f(&mut config);
                 }

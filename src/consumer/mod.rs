@@ -73,7 +73,8 @@ use crate::proto::group::assignor::{Assignor, builtin};
 use crate::proto::group::codec::GROUP_APIS;
 pub use crate::proto::group::consumer_protocol::TopicPartition;
 pub use crate::proto::group::member::{
-    CommitError, Failure, GroupConfig, GroupError, GroupProtocol, LostReason, Membership, StateKind,
+    CommitError, DEFAULT_COOPERATIVE_UPGRADE, Failure, GroupConfig, GroupError, GroupProtocol,
+    LostReason, Membership, StateKind,
 };
 use crate::proto::group::member::{
     DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event,
@@ -86,6 +87,10 @@ use crate::proto::session::{
 };
 use crate::stats::{ConsumerStats, DeliveryCounts, GroupCounters};
 pub use queue::{CAPACITY as EVENTS_CAPACITY, Events};
+
+/// ottla's default `partition.assignment.strategy`, in preference order: it shares an
+/// assignor with every common client's default (see [`ConsumerBuilder::assignors`]).
+pub const DEFAULT_ASSIGNORS: [&str; 3] = ["cooperative-sticky", "range", "roundrobin"];
 
 /// The partition assignors, and the trait to write one's own
 /// ([`ConsumerBuilder::custom_assignors`]).

@@ -29,6 +29,16 @@ pub struct GroupConfig {
     pub instance_id: Option<String>,
     /// Assignors in preference order; the first is the member's favourite.
     pub assignors: Vec<Arc<dyn Assignor>>,
+    /// The automatic second bounce of a move to cooperative rebalancing, for a list
+    /// that offers eager assignors beside cooperative ones. `None` (the default here,
+    /// and for any list the application sets) keeps the Java client's rule: a member
+    /// offering an eager assignor gives everything back at every rebalance. `Some(hold)`
+    /// (ottla's default assignor list): once the group has chosen a cooperative
+    /// assignor in every generation for `hold`, the member stops offering the eager
+    /// ones and rebalances cooperatively; a member without a cooperative assignor that
+    /// joins later is refused by the broker (INCONSISTENT_GROUP_PROTOCOL), as after
+    /// the Java client's manual second bounce. See docs/rebalance.md.
+    pub cooperative_upgrade: Option<Duration>,
     /// `retry.backoff.ms` (default 100 ms), doubled per consecutive failure.
     pub retry_backoff: Duration,
     /// `retry.backoff.max.ms` (default 1 s).
@@ -110,6 +120,12 @@ impl std::str::FromStr for GroupProtocol {
     }
 }
 
+/// How long the group must have chosen a cooperative assignor, generation after
+/// generation, before a member on ottla's default assignor list drops its eager ones
+/// ([`GroupConfig::cooperative_upgrade`]): long enough for a rolling deployment of the
+/// group, so that a member of the previous client restarted within it still finds a
+/// protocol in common.
+pub const DEFAULT_COOPERATIVE_UPGRADE: Duration = Duration::from_secs(600);
 /// `session.timeout.ms`'s default (the Java client's since Kafka 3.0).
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 /// `heartbeat.interval.ms`'s default (the Java client's).
@@ -165,6 +181,7 @@ impl GroupConfig {
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             instance_id: None,
             assignors,
+            cooperative_upgrade: None,
             retry_backoff: crate::backoff::DEFAULT_RETRY_BACKOFF,
             retry_backoff_max: crate::backoff::DEFAULT_RETRY_BACKOFF_MAX,
             request_slack: Duration::from_secs(5),

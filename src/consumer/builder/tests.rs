@@ -128,3 +128,42 @@ fn librdkafka_only_names_and_ottla_names() {
     assert_eq!(b.group_protocol, GroupProtocol::Consumer);
     assert_eq!(b.client.request_timeout, Duration::from_secs(7));
 }
+
+#[test]
+fn default_assignors_share_one_with_every_common_client_and_upgrade_after_the_hold() {
+    let b = ConsumerBuilder::new("k:9092");
+    let names: Vec<&str> = b.assignors.iter().map(|a| a.name()).collect();
+    assert_eq!(names, ["cooperative-sticky", "range", "roundrobin"]);
+    assert_eq!(
+        b.cooperative_upgrade_hold(),
+        Some(DEFAULT_COOPERATIVE_UPGRADE)
+    );
+    // A list the application chose keeps the Java client's rule...
+    let chosen = ConsumerBuilder::new("k:9092")
+        .assignors(["cooperative-sticky", "range"])
+        .unwrap();
+    assert_eq!(chosen.cooperative_upgrade_hold(), None);
+    let by_name = ConsumerBuilder::new("k:9092")
+        .set("partition.assignment.strategy", "range,cooperative-sticky")
+        .unwrap();
+    assert_eq!(by_name.cooperative_upgrade_hold(), None);
+    // ... unless it asks for the second bounce; and the default can be turned off.
+    let asked = ConsumerBuilder::new("k:9092")
+        .set("partition.assignment.strategy", "cooperative-sticky,range")
+        .unwrap()
+        .set("ottla.cooperative.upgrade.ms", "5000")
+        .unwrap();
+    assert_eq!(
+        asked.cooperative_upgrade_hold(),
+        Some(Duration::from_secs(5))
+    );
+    let never = ConsumerBuilder::new("k:9092")
+        .set("ottla.cooperative.upgrade.ms", "-1")
+        .unwrap();
+    assert_eq!(never.cooperative_upgrade_hold(), None);
+    assert!(
+        ConsumerBuilder::new("k:9092")
+            .set("ottla.cooperative.upgrade.ms", "soon")
+            .is_err()
+    );
+}

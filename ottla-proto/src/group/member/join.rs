@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use super::super::assignor::{MemberSubscription, RebalanceProtocol};
+use super::super::assignor::{Assignor, MemberSubscription, RebalanceProtocol};
 use super::super::common::millis;
 use super::super::consumer_protocol::{
     Assignment, Subscription, TopicPartition, decode_assignment, decode_subscription,
@@ -31,7 +31,7 @@ pub(super) const SUBSCRIPTION_VERSION: i16 = 3;
 impl GroupMember {
     pub(super) fn send_join(&mut self, now: Instant, node: NodeId, reason: String) {
         let mut protocols = Vec::new();
-        for assignor in &self.core.config.assignors {
+        for assignor in self.offered() {
             let owned: Vec<TopicPartition> = self.core.owned.iter().cloned().collect();
             let subscription = Subscription {
                 topics: self.core.config.topics.clone(),
@@ -91,6 +91,9 @@ impl GroupMember {
             return self.enter_unjoined(now, false, "member id assigned (KIP-394)");
         }
         if error == ResponseError::InconsistentGroupProtocol.code() {
+            if self.upgraded {
+                return self.downgrade(now);
+            }
             return self.no_common_assignor();
         }
         if error != 0 {
@@ -425,23 +428,20 @@ impl GroupMember {
             self.assigned_with = None;
             self.metadata_at = None;
         }
-        // As the Java client (`ConsumerCoordinator`): a member is cooperative only when
-        // every assignor it offers is. A member that also offers an eager one (`range`
-        // beside `cooperative-sticky`, the first bounce of a move to cooperative) gives
-        // everything back before it rejoins, because the next generation may choose
-        // that eager assignor, which hands a partition still held here straight to
-        // another member (docs/migrating.md).
-        let all_cooperative = self
+        // The run of generations on a cooperative assignor, for the second bounce.
+        let chosen_cooperative = self
             .core
             .config
             .assignors
             .iter()
-            .all(|a| a.protocol() == RebalanceProtocol::Cooperative);
-        let rebalance = if all_cooperative {
-            RebalanceProtocol::Cooperative
+            .any(|a| a.name() == protocol && a.protocol() == RebalanceProtocol::Cooperative);
+        if chosen_cooperative {
+            self.cooperative_since.get_or_insert(now);
         } else {
-            RebalanceProtocol::Eager
-        };
+            self.cooperative_since = None;
+        }
+        self.maybe_upgrade(now);
+        let rebalance = self.rebalance_protocol();
         self.generation = Some(Generation {
             id: generation,
             protocol: protocol.clone(),
@@ -492,6 +492,114 @@ impl GroupMember {
                 partitions: revoked,
             });
         }
+    }
+
+    /// The assignors this member offers in its JoinGroup: all of them, or once the
+    /// second bounce happened ([`GroupConfig::cooperative_upgrade`]) the cooperative
+    /// ones only.
+    ///
+    /// [`GroupConfig::cooperative_upgrade`]: crate::group::GroupConfig::cooperative_upgrade
+    pub(super) fn offered(&self) -> impl Iterator<Item = &Arc<dyn Assignor>> {
+        let upgraded = self.upgraded;
+        self.core
+            .config
+            .assignors
+            .iter()
+            .filter(move |a| !upgraded || a.protocol() == RebalanceProtocol::Cooperative)
+    }
+
+    /// As the Java client (`ConsumerCoordinator`): a member is cooperative only when
+    /// every assignor it offers is. A member that also offers an eager one (`range`
+    /// beside `cooperative-sticky`, the first bounce of a move to cooperative) gives
+    /// everything back before it rejoins, because the next generation may choose
+    /// that eager assignor, which hands a partition still held here straight to
+    /// another member (docs/rebalance.md).
+    pub(super) fn rebalance_protocol(&self) -> RebalanceProtocol {
+        if self
+            .offered()
+            .all(|a| a.protocol() == RebalanceProtocol::Cooperative)
+        {
+            RebalanceProtocol::Cooperative
+        } else {
+            RebalanceProtocol::Eager
+        }
+    }
+
+    /// The automatic second bounce: once every generation has chosen a cooperative
+    /// assignor for the hold, the member offers only its cooperative assignors, and
+    /// so rebalances cooperatively from its next rebalance on. Safe at any point of a
+    /// generation: every member of this generation offers the cooperative assignor it
+    /// chose, so the next generation chooses a cooperative one again, or this member's
+    /// JoinGroup is refused before any partition moves ([`GroupMember::downgrade`]).
+    pub(super) fn maybe_upgrade(&mut self, now: Instant) {
+        let (Some(hold), Some(since)) =
+            (self.core.config.cooperative_upgrade, self.cooperative_since)
+        else {
+            return;
+        };
+        if self.upgraded || now.saturating_duration_since(since) < hold {
+            return;
+        }
+        if self.rebalance_protocol() == RebalanceProtocol::Cooperative {
+            return;
+        }
+        self.upgraded = true;
+        info!(
+            group = %self.core.config.group_id,
+            member = %self.core.member_id,
+            hold_s = hold.as_secs(),
+            offered = ?self.offered().map(|a| a.name()).collect::<Vec<_>>(),
+            "the group chose a cooperative assignor in every generation for the hold: offering only cooperative assignors, rebalancing cooperatively from now on (the second bounce)"
+        );
+        if let Some(generation) = self.generation.as_mut() {
+            generation.rebalance = RebalanceProtocol::Cooperative;
+        }
+    }
+
+    /// A member that dropped its eager assignors was refused: a member without a
+    /// cooperative assignor joined the group meanwhile (a rollback, or one more
+    /// instance of the previous client). Its JoinGroup came before this one, so the
+    /// join round is still open and no partition has moved: this member offers its
+    /// whole list again, gives back what it holds, as an eager member would have done
+    /// before joining, and rejoins.
+    fn downgrade(&mut self, now: Instant) {
+        self.upgraded = false;
+        self.cooperative_since = None;
+        warn!(
+            group = %self.core.config.group_id,
+            member = %self.core.member_id,
+            "INCONSISTENT_GROUP_PROTOCOL after dropping the eager assignors: a member without a cooperative assignor joined; offering every assignor again and rebalancing eagerly"
+        );
+        let reason = "a member without a cooperative assignor joined".to_string();
+        let Some(generation) = self.generation.as_mut() else {
+            return self.enter_unjoined(now, false, &reason);
+        };
+        generation.rebalance = RebalanceProtocol::Eager;
+        let generation = generation.id;
+        if self.core.owned.is_empty() {
+            return self.enter_unjoined(now, false, &reason);
+        }
+        let partitions = self.assignment();
+        // Heartbeats go on while the partitions are given back, as in an eager
+        // rebalance (`rebalance`): the broker still counts this member's session.
+        self.state = State::Revoking {
+            heartbeat: Heartbeat {
+                generation,
+                next_at: now,
+                in_flight: None,
+                sent_at: now,
+                last_ok: self.kept_session.take().unwrap_or(now),
+                failures: 0,
+            },
+            generation,
+            partitions: partitions.clone(),
+            deadline: now + self.core.config.max_poll_interval,
+            then: AfterRevoke::Rejoin { reason },
+        };
+        self.core.events.push_back(Event::RevokeRequested {
+            generation,
+            partitions,
+        });
     }
 
     /// Errors on JoinGroup and SyncGroup.

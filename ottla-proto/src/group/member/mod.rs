@@ -51,10 +51,10 @@ use super::common::{self, Core};
 use super::consumer_protocol::TopicPartition;
 use super::messages::{CommitOffset, GroupRequest, GroupResponse};
 pub use crate::group::types::{
-    AssignmentDone, AssignmentJob, CommitError, DEFAULT_CLOSE_TIMEOUT, DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event, Failure, GroupConfig, GroupError,
-    GroupProtocol, LostReason, Membership, Outgoing, RequestId, StateKind, Target, Timer,
-    check_heartbeat,
+    AssignmentDone, AssignmentJob, CommitError, DEFAULT_CLOSE_TIMEOUT, DEFAULT_COOPERATIVE_UPGRADE,
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_SESSION_TIMEOUT, Event, Failure,
+    GroupConfig, GroupError, GroupProtocol, LostReason, Membership, Outgoing, RequestId, StateKind,
+    Target, Timer, check_heartbeat,
 };
 use crate::metadata::NodeId;
 use errors::{Reaction, hint, reaction};
@@ -101,6 +101,11 @@ pub struct GroupMember {
     assignment_job: Option<AssignmentJob>,
     /// The id of the last assignment job made.
     next_job: u64,
+    /// Since when every generation chose a cooperative assignor (the first of the
+    /// run), for the automatic second bounce ([`GroupConfig::cooperative_upgrade`]).
+    cooperative_since: Option<Instant>,
+    /// The second bounce happened: the member offers its cooperative assignors only.
+    upgraded: bool,
 }
 
 impl GroupMember {
@@ -127,6 +132,8 @@ impl GroupMember {
             kept_session: None,
             assignment_job: None,
             next_job: 0,
+            cooperative_since: None,
+            upgraded: false,
         };
         member.advance(now);
         member

@@ -159,6 +159,8 @@ impl GroupMember {
     /// A rebalance is needed while in a generation: eager members give everything back
     /// first; cooperative members rejoin keeping their partitions.
     pub(super) fn rebalance(&mut self, now: Instant, reason: &str) {
+        // The hold of the second bounce may have passed during the generation.
+        self.maybe_upgrade(now);
         let Some(generation) = self.generation.clone() else {
             return self.enter_unjoined(now, false, reason);
         };

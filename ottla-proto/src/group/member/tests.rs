@@ -2384,3 +2384,262 @@ fn assigning_with_a_panicking_assignor_is_fatal_and_names_the_panic() {
     );
     assert_eq!(h.m.state(), StateKind::Closed);
 }
+
+/// ottla's default list (`cooperative-sticky, range, roundrobin`) with the second
+/// bounce after `hold` (`None`: the Java client's rule for any list).
+fn default_list(hold: Option<Duration>) -> GroupConfig {
+    let mut c = config("cooperative-sticky");
+    for name in ["range", "roundrobin"] {
+        c.assignors
+            .push(Arc::from(builtin(name).expect("builtin assignor")));
+    }
+    c.cooperative_upgrade = hold;
+    c
+}
+
+impl Harness<GroupMember> {
+    /// Lets `d` pass a second at a time, answering heartbeats (and only them) with
+    /// success, so the generation lives on.
+    fn live_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.advance(Duration::from_secs(1));
+            self.m.note_progress(self.now);
+            for out in self.requests() {
+                if matches!(out.request, GroupRequest::Heartbeat { .. }) {
+                    self.respond(out.id, GroupResponse::Heartbeat { error: 0 });
+                }
+            }
+        }
+    }
+    /// A rebalance announced by the next heartbeat.
+    fn rebalance_announced(&mut self) {
+        let hb = loop {
+            self.advance(Duration::from_secs(1));
+            self.m.note_progress(self.now);
+            let outs = self.requests();
+            if let Some(hb) = outs
+                .into_iter()
+                .find(|o| matches!(o.request, GroupRequest::Heartbeat { .. }))
+            {
+                break hb;
+            }
+        };
+        self.respond(
+            hb.id,
+            GroupResponse::Heartbeat {
+                error: ResponseError::RebalanceInProgress.code(),
+            },
+        );
+    }
+}
+
+fn offered(join: &Outgoing) -> Vec<String> {
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!("{join:?}")
+    };
+    protocols.iter().map(|(n, _)| n.clone()).collect()
+}
+
+#[test]
+fn default_list_rebalances_eagerly_until_the_group_chose_cooperative_for_the_hold() {
+    let hold = Duration::from_secs(60);
+    let mut h = H::new(default_list(Some(hold)));
+    let generation = h.join_alone_p("cooperative-sticky");
+    h.events();
+    // Within the hold: eager, as the Java client with `range` in the list; every
+    // assignor is offered again.
+    h.live_for(Duration::from_secs(20));
+    h.rebalance_announced();
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            generation,
+            partitions: (0..4).map(tp).collect()
+        }]
+    );
+    h.m.complete_revocation(h.now, generation);
+    let join = h.request();
+    assert_eq!(
+        offered(&join),
+        ["cooperative-sticky", "range", "roundrobin"]
+    );
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!()
+    };
+    let members = vec![JoinedMember {
+        member_id: "m1".into(),
+        instance_id: None,
+        metadata: protocols[0].1.clone(),
+    }];
+    h.respond(
+        join.id,
+        join_response_p("cooperative-sticky", 0, 8, "m1", "m1", members),
+    );
+    let sync = h.request();
+    h.answer_own_sync(&sync);
+    h.events();
+    // The hold counts from the first generation on cooperative-sticky, across the
+    // eager rebalance: 20 s + 41 s later the member offers only the cooperative
+    // assignor and keeps its partitions through the rebalance.
+    h.live_for(Duration::from_secs(41));
+    h.rebalance_announced();
+    let after = h.events();
+    assert!(
+        !after
+            .iter()
+            .any(|e| matches!(e, Event::RevokeRequested { .. })),
+        "{after:?}"
+    );
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }));
+    let join = join.expect("rejoins at once, keeping its partitions");
+    assert_eq!(offered(&join), ["cooperative-sticky"]);
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!()
+    };
+    let sub = decode_subscription(protocols[0].1.clone()).unwrap();
+    assert_eq!(sub.owned_partitions.len(), 4, "{sub:?}");
+}
+
+#[test]
+fn default_list_a_generation_on_an_eager_assignor_starts_the_hold_over() {
+    let hold = Duration::from_secs(60);
+    let mut h = H::new(default_list(Some(hold)));
+    let generation = h.join_alone_p("cooperative-sticky");
+    h.events();
+    h.live_for(Duration::from_secs(40));
+    // A member of the previous client joins: the group chooses range.
+    h.rebalance_announced();
+    h.events();
+    h.m.complete_revocation(h.now, generation);
+    let join = h.request();
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!()
+    };
+    let members = vec![JoinedMember {
+        member_id: "m1".into(),
+        instance_id: None,
+        metadata: protocols[1].1.clone(),
+    }];
+    h.respond(join.id, join_response_p("range", 0, 8, "m1", "m1", members));
+    let sync = h.request();
+    h.answer_own_sync(&sync);
+    h.events();
+    // ... and leaves: cooperative-sticky again. The hold starts over from here, so
+    // 40 s + 30 s after the first generation the member is still eager.
+    h.live_for(Duration::from_secs(10));
+    h.rebalance_announced();
+    let ev = h.events();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::RevokeRequested { generation: 8, .. })),
+        "range's generation is eager: {ev:?}"
+    );
+    h.m.complete_revocation(h.now, 8);
+    let join = h.request();
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!()
+    };
+    let members = vec![JoinedMember {
+        member_id: "m1".into(),
+        instance_id: None,
+        metadata: protocols[0].1.clone(),
+    }];
+    h.respond(
+        join.id,
+        join_response_p("cooperative-sticky", 0, 9, "m1", "m1", members),
+    );
+    let sync = h.request();
+    h.answer_own_sync(&sync);
+    h.events();
+    h.live_for(Duration::from_secs(30));
+    h.rebalance_announced();
+    let ev = h.events();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::RevokeRequested { generation: 9, .. })),
+        "30 s on cooperative-sticky is within the hold: {ev:?}"
+    );
+}
+
+#[test]
+fn explicit_mixed_list_keeps_the_java_rule_however_long_the_group_is_cooperative() {
+    let mut h = H::new(default_list(None));
+    let generation = h.join_alone_p("cooperative-sticky");
+    h.events();
+    h.live_for(Duration::from_secs(3600));
+    h.rebalance_announced();
+    let revocations: Vec<Event> = h
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, Event::RevokeRequested { .. }))
+        .collect();
+    assert_eq!(
+        revocations,
+        vec![Event::RevokeRequested {
+            generation,
+            partitions: (0..4).map(tp).collect()
+        }]
+    );
+    h.m.complete_revocation(h.now, generation);
+    let join = h.request();
+    assert_eq!(
+        offered(&join),
+        ["cooperative-sticky", "range", "roundrobin"]
+    );
+}
+
+#[test]
+fn upgraded_member_refused_for_inconsistent_protocol_gives_everything_back_and_offers_its_whole_list()
+ {
+    let mut h = H::new(default_list(Some(Duration::from_secs(10))));
+    let generation = h.join_alone_p("cooperative-sticky");
+    h.events();
+    h.live_for(Duration::from_secs(11));
+    h.rebalance_announced();
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
+        .expect("rejoins keeping its partitions");
+    assert_eq!(offered(&join), ["cooperative-sticky"]);
+    // A member without cooperative-sticky joined first: the broker refuses this
+    // member's JoinGroup. The round is still open; nothing moved yet.
+    h.respond(
+        join.id,
+        join_response(
+            ResponseError::InconsistentGroupProtocol.code(),
+            -1,
+            "",
+            "",
+            vec![],
+        ),
+    );
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            generation,
+            partitions: (0..4).map(tp).collect()
+        }],
+        "not fatal: gives back what it holds, as an eager member before joining"
+    );
+    assert_eq!(h.m.state(), StateKind::Revoking);
+    h.m.complete_revocation(h.now, generation);
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
+        .expect("rejoins after the revocation");
+    assert_eq!(
+        offered(&join),
+        ["cooperative-sticky", "range", "roundrobin"]
+    );
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!()
+    };
+    let sub = decode_subscription(protocols[0].1.clone()).unwrap();
+    assert!(sub.owned_partitions.is_empty(), "{sub:?}");
+}
