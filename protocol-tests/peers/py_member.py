@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A long-running consumer-group member driven by ottla's Rust tests (`src/pyclient.rs`).
 
-It joins a group with confluent-kafka (librdkafka) or kafka-python and reports on
+It joins a group with confluent-kafka (librdkafka), kafka-python or aiokafka and reports on
 stdout, one flushed line per event:
 
     ready                   subscribed (the join is under way)
@@ -16,8 +16,13 @@ stdout, one flushed line per event:
 It consumes until stdin closes or reads a line `quit`, then closes the consumer, which
 leaves the group (unless it is a static member, --instance-id). Records are ignored
 unless --records is given; then each is reported, and the member commits the position
-of every partition it gives back, synchronously in the revocation callback, so the next
-owner starts after the last record reported here (confluent-kafka only).
+of every partition it gives back, synchronously in the revocation callback (and, for
+aiokafka, of what it holds when it closes), so the next owner starts after the last
+record reported here (confluent-kafka and aiokafka).
+
+--strategy default leaves partition.assignment.strategy to the client's own default
+(librdkafka's `range,roundrobin`, aiokafka's `roundrobin`): a team's service as it runs
+before a move to ottla.
 
 --group-protocol consumer (confluent-kafka only) joins with KIP-848's consumer group
 protocol: the broker assigns, so there is no --strategy, and librdkafka refuses the
@@ -97,14 +102,15 @@ def watch_stdin(stop):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--client", required=True, choices=["confluent", "kafka-python"])
+    p.add_argument("--client", required=True, choices=["confluent", "kafka-python", "aiokafka"])
     p.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT...]")
     p.add_argument("--group", required=True)
     p.add_argument("--topic", required=True, action="append", dest="topics")
     p.add_argument(
         "--strategy",
-        choices=["range", "roundrobin", "cooperative-sticky"],
-        help="the classic protocol's assignor (required with it, refused with consumer)",
+        choices=["range", "roundrobin", "cooperative-sticky", "default"],
+        help="the classic protocol's assignor (required with it, refused with consumer);"
+        " default: the client's own default list",
     )
     p.add_argument(
         "--group-protocol",
@@ -115,7 +121,7 @@ def parse_args(argv):
     p.add_argument(
         "--records",
         action="store_true",
-        help="confluent-kafka only: report every record and commit what is given back",
+        help="confluent-kafka and aiokafka: report every record and commit what is given back",
     )
     p.add_argument("--session-timeout-ms", type=int)
     p.add_argument("--heartbeat-ms", type=int)
@@ -164,7 +170,7 @@ def run_confluent(args, stop):
     if consumer_protocol:
         # KIP-848: the broker assigns and sets the session and the heartbeat interval.
         conf["group.protocol"] = "consumer"
-    else:
+    elif args.strategy != "default":
         conf["partition.assignment.strategy"] = args.strategy
     if args.session_timeout_ms is not None:
         conf["session.timeout.ms"] = args.session_timeout_ms
@@ -382,6 +388,108 @@ def run_kafka_python(args, stop):
     return 0
 
 
+def run_aiokafka(args, stop):
+    """aiokafka 0.14: an asyncio consumer; eager assignors only (no cooperative-sticky)."""
+    if args.set or args.api_version or args.assign_delay_ms:
+        emit("error --set, --api-version and --assign-delay-ms are not for aiokafka")
+        return 2
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+    conf = {
+        "bootstrap_servers": args.bootstrap.split(","),
+        "group_id": args.group,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+    }
+    if args.strategy == "range":
+        conf["partition_assignment_strategy"] = (RangePartitionAssignor,)
+    elif args.strategy == "roundrobin":
+        conf["partition_assignment_strategy"] = (RoundRobinPartitionAssignor,)
+    elif args.strategy != "default":
+        emit("error unsupported: aiokafka has no %s" % args.strategy)
+        return 3
+    if args.session_timeout_ms is not None:
+        conf["session_timeout_ms"] = args.session_timeout_ms
+    if args.heartbeat_ms is not None:
+        conf["heartbeat_interval_ms"] = args.heartbeat_ms
+    if args.client_id:
+        conf["client_id"] = args.client_id
+    if args.instance_id:
+        emit("error unsupported: aiokafka has no group.instance.id")
+        return 3
+    if args.log_level:
+        import logging
+
+        logging.basicConfig(
+            stream=sys.stderr,
+            level=args.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+    state = Assignment(incremental=False)
+
+    async def commit_held(consumer, parts):
+        if not args.records or not parts:
+            return
+        try:
+            offsets = {}
+            for tp in parts:
+                offsets[tp] = await consumer.position(tp)
+            if offsets:
+                await consumer.commit(offsets)
+        except Exception as e:
+            emit("error committing at revocation: %s: %s" % (type(e).__name__, e))
+
+    async def main():
+        consumer = AIOKafkaConsumer(**conf)
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked):
+                await commit_held(consumer, revoked)
+                state.revoked(tp_set(revoked))
+
+            async def on_partitions_assigned(self, assigned):
+                state.assigned(tp_set(assigned))
+
+        try:
+            await consumer.start()
+        except Exception as e:
+            emit("error starting the consumer: %s: %s" % (type(e).__name__, e))
+            return 2
+        consumer.subscribe(args.topics, listener=Listener())
+        emit("ready")
+        last_error = None
+        while not stop.is_set():
+            try:
+                batch = await consumer.getmany(timeout_ms=100)
+                last_error = None
+            except Exception as e:
+                text = "%s: %s" % (type(e).__name__, e)
+                if text != last_error:
+                    emit("error %s" % text)
+                last_error = text
+                await asyncio.sleep(0.1)
+                continue
+            if args.records:
+                for tp, messages in batch.items():
+                    for m in messages:
+                        emit("record %s:%d:%d" % (m.topic, m.partition, m.offset))
+        # Leaving does not revoke in aiokafka: commit what is held first.
+        await commit_held(consumer, consumer.assignment())
+        try:
+            await consumer.stop()
+        except Exception as e:
+            emit("error closing: %s: %s" % (type(e).__name__, e))
+            return 2
+        emit("closed")
+        return 0
+
+    return asyncio.run(main())
+
+
 def main(argv):
     args = parse_args(argv)
     if args.group_protocol == "consumer":
@@ -400,8 +508,11 @@ def main(argv):
     elif args.strategy is None:
         emit("error --strategy is required with the classic group protocol")
         return 2
-    if args.records and args.client != "confluent":
-        emit("error --records is for confluent-kafka only")
+    if args.records and args.client == "kafka-python":
+        emit("error --records is for confluent-kafka and aiokafka only")
+        return 2
+    if args.strategy == "default" and args.client == "kafka-python":
+        emit("error --strategy default is for confluent-kafka and aiokafka")
         return 2
     if args.client != "kafka-python":
         for flag, value in [("--api-version", args.api_version), ("--assign-delay-ms", args.assign_delay_ms)]:
@@ -413,6 +524,8 @@ def main(argv):
     try:
         if args.client == "confluent":
             return run_confluent(args, stop)
+        if args.client == "aiokafka":
+            return run_aiokafka(args, stop)
         return run_kafka_python(args, stop)
     except ImportError as e:
         emit(

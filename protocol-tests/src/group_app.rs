@@ -50,6 +50,10 @@ pub struct MemberOptions {
     pub leader_sync_delay: Duration,
     /// `client.rack`, for rack-aware assignment (KIP-881).
     pub rack: Option<String>,
+    /// More assignors offered after `assignor`, in preference order.
+    pub more_assignors: &'static [&'static str],
+    /// `GroupConfig::cooperative_upgrade`: the second bounce's hold.
+    pub cooperative_upgrade: Option<Duration>,
 }
 
 impl Default for MemberOptions {
@@ -62,6 +66,8 @@ impl Default for MemberOptions {
             instance_id: None,
             leader_sync_delay: Duration::from_millis(50),
             rack: None,
+            more_assignors: &[],
+            cooperative_upgrade: None,
         }
     }
 }
@@ -85,11 +91,18 @@ impl TestMember {
             builtin(options.assignor)
                 .ok_or_else(|| anyhow::anyhow!("no assignor {}", options.assignor))?,
         );
+        let mut assignors = vec![assignor];
+        for name in options.more_assignors {
+            assignors.push(Arc::from(
+                builtin(name).ok_or_else(|| anyhow::anyhow!("no assignor {name}"))?,
+            ));
+        }
         let mut gc = GroupConfig::new(
             group,
             topics.iter().map(|t| t.to_string()).collect(),
-            vec![assignor],
+            assignors,
         );
+        gc.cooperative_upgrade = options.cooperative_upgrade;
         gc.session_timeout = options.session_timeout;
         gc.heartbeat_interval = options.heartbeat_interval;
         gc.max_poll_interval = options.max_poll_interval;

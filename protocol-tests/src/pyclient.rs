@@ -38,6 +38,9 @@ pub enum PyClient {
     /// (its KIP-429 assignor). Needs [`PyMemberBuilder::api_version`] `"2.0.0"` on the
     /// librdkafka mock.
     KafkaPython,
+    /// aiokafka 0.14.0: strategies `range`, `roundrobin` (no cooperative one), or
+    /// `default` (its own: `roundrobin`). No static membership.
+    Aiokafka,
 }
 
 impl PyClient {
@@ -46,6 +49,7 @@ impl PyClient {
         match self {
             PyClient::Confluent => "confluent",
             PyClient::KafkaPython => "kafka-python",
+            PyClient::Aiokafka => "aiokafka",
         }
     }
 }
@@ -382,7 +386,8 @@ impl fmt::Debug for PyMember {
 
 impl PyMember {
     /// A member with the client's defaults; see [`PyMember::builder`] for more options.
-    /// `strategy`: `range`, `roundrobin` or `cooperative-sticky`.
+    /// `strategy`: `range`, `roundrobin`, `cooperative-sticky`, or `default` (the client's own
+    /// default list; confluent-kafka and aiokafka).
     pub fn spawn(
         client: PyClient,
         bootstrap: &str,

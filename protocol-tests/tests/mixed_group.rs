@@ -524,19 +524,17 @@ fn names_assignors_and_guide(error: &ottla::Error, offered: &[&str]) {
     }
 }
 
-/// ottla's default (`cooperative-sticky`) shares no assignor with a librdkafka member
-/// on its default (`range,roundrobin`): tansu answers INCONSISTENT_GROUP_PROTOCOL, and
-/// `recv` returns it naming the assignors ottla offered and docs/migrating.md. The
-/// guide's first step, `range` first and `cooperative-sticky` second, then shares the
-/// group: both members own half. (The librdkafka mock cannot show the refusal: its
+/// ottla's default list (`cooperative-sticky, range, roundrobin`) shares `range` with a
+/// librdkafka member on its default (`range,roundrobin`): the default consumer joins and
+/// both own half, on `range`. (Before, the default was `cooperative-sticky` alone, and
+/// tansu refused it.) A list that shares nothing, `cooperative-sticky` alone, is refused
+/// with INCONSISTENT_GROUP_PROTOCOL, and `recv` returns it naming the assignors ottla
+/// offered and docs/migrating.md. (The librdkafka mock cannot show the refusal: its
 /// `rdkafka_mock_cgrp.c` never compares protocols; it takes the leader's first one and
 /// `rd_assert`s that every member's first is the same. The next test injects the
-/// error there instead. Neither peer can show the guide's second step, the move to
-/// `cooperative-sticky`: tansu keeps the assignor its group's first member listed first
-/// and refuses every member that does not offer it, and the mock asserts that every
-/// member lists the same assignor first.)
+/// error there instead. rolling_migration.rs has the whole migration under traffic.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assignors_and_the_guide()
+async fn tansu_ottla_default_assignors_join_a_librdkafka_group_and_a_list_sharing_none_is_refused()
 {
     const T: &str = "mixed-upgrade";
     let t = Tansu::start().unwrap();
@@ -557,20 +555,20 @@ async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assig
             .heartbeat_interval(Duration::from_millis(500))
     };
     let mut refused = consumer(Consumer::builder(&t.bootstrap()))
+        .assignors(["cooperative-sticky"])
+        .unwrap()
         .build()
         .await
         .unwrap();
     let Ok(Some(Err(error))) = tokio::time::timeout(Duration::from_secs(30), refused.recv()).await
     else {
-        panic!("the default consumer was not refused");
+        panic!("cooperative-sticky alone was not refused");
     };
     names_assignors_and_guide(&error, &["cooperative-sticky"]);
     assert_eq!(rd.owned(), 4, "the librdkafka member keeps its partitions");
     drop(refused);
 
     let mut joined = consumer(Consumer::builder(&t.bootstrap()))
-        .assignors(["range", "cooperative-sticky"])
-        .unwrap()
         .build()
         .await
         .unwrap();
@@ -585,7 +583,7 @@ async fn tansu_ottla_default_assignor_joining_a_librdkafka_group_names_the_assig
         if let Ok(Some(Err(e))) =
             tokio::time::timeout(Duration::from_millis(100), joined.recv()).await
         {
-            panic!("range,cooperative-sticky refused: {e}");
+            panic!("the default assignors were refused: {e}");
         }
     }
     let first = joined_protocols(&mut joined);
