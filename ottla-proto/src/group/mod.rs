@@ -95,6 +95,10 @@ pub trait GroupMachine: std::fmt::Debug + Send {
     fn complete_revocation(&mut self, now: Instant, generation: i32);
     /// The application came back for records.
     fn note_progress(&mut self, now: Instant);
+    /// The application changed what it subscribes to: topic names, and a regex the
+    /// broker matches (the consumer protocol's; the classic member is given the
+    /// topics a pattern matches, by its driver, and ignores `regex`).
+    fn set_subscription(&mut self, now: Instant, topics: Vec<String>, regex: Option<String>);
     /// The application is about to close: see [`GroupMember::prepare_to_close`]. The
     /// consumer protocol's member rejoins only through its heartbeat, which its leave
     /// replaces; nothing to do there.
@@ -189,6 +193,10 @@ macro_rules! group_machine {
 impl GroupMachine for GroupMember {
     group_machine!(GroupMember);
 
+    fn set_subscription(&mut self, now: Instant, topics: Vec<String>, _regex: Option<String>) {
+        GroupMember::set_subscription(self, now, topics)
+    }
+
     fn disconnects_lost_coordinator(&self) -> bool {
         true
     }
@@ -218,6 +226,10 @@ impl GroupMachine for GroupMember {
 
 impl GroupMachine for ConsumerGroupMember {
     group_machine!(ConsumerGroupMember);
+
+    fn set_subscription(&mut self, now: Instant, topics: Vec<String>, regex: Option<String>) {
+        ConsumerGroupMember::set_subscription(self, now, topics, regex)
+    }
 
     fn disconnects_lost_coordinator(&self) -> bool {
         false

@@ -200,6 +200,7 @@ struct InFlight {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SentFields {
     topics: Vec<String>,
+    regex: Option<String>,
     owned: BTreeSet<TopicPartition>,
 }
 
@@ -388,6 +389,22 @@ impl ConsumerGroupMember {
     }
 
     // ----- application commands -----
+
+    /// The application changed its subscription (`Consumer::subscribe`,
+    /// `subscribe_pattern`, `unsubscribe`): the next heartbeat, sent at once, carries
+    /// the new topic names and regex, and the broker assigns accordingly (the Java
+    /// client's `ConsumerMembershipManager` sends the changed subscription the same way).
+    pub fn set_subscription(&mut self, now: Instant, topics: Vec<String>, regex: Option<String>) {
+        let regex = regex.filter(|r| !r.is_empty());
+        if topics == self.core.config.topics && regex == self.core.config.topic_regex {
+            return;
+        }
+        info!(group = %self.core.config.group_id, member = %self.core.member_id, ?topics, ?regex, "subscription changed");
+        self.core.config.topics = topics;
+        self.core.config.topic_regex = regex;
+        self.heartbeat.next_at = now;
+        self.advance(now);
+    }
 
     /// The application came back for records: resets the progress guard, and rejoins
     /// after a progress timeout.
@@ -657,10 +674,9 @@ impl ConsumerGroupMember {
         let joining = matches!(self.state, State::Joining);
         let epoch = if joining { JOIN_EPOCH } else { self.epoch };
         let full = joining || self.sent_fields.is_none();
-        let topics_changed = self
-            .sent_fields
-            .as_ref()
-            .is_none_or(|f| f.topics != self.core.config.topics);
+        let topics_changed = self.sent_fields.as_ref().is_none_or(|f| {
+            f.topics != self.core.config.topics || f.regex != self.core.config.topic_regex
+        });
         let owned_changed = self
             .sent_fields
             .as_ref()
@@ -702,6 +718,7 @@ impl ConsumerGroupMember {
         };
         let fields = SentFields {
             topics: self.core.config.topics.clone(),
+            regex: self.core.config.topic_regex.clone(),
             owned: self.core.owned.clone(),
         };
         let id = self.core.send(

@@ -1415,3 +1415,26 @@ fn session_lapse_leave_answered_not_coordinator_goes_again_before_the_rejoin() {
     let (_, hb) = h.heartbeat();
     assert_eq!(hb.epoch, 0, "then the rejoin");
 }
+
+#[test]
+fn stable_subscription_change_goes_out_at_once_with_names_and_regex_then_not_again() {
+    let mut h = H::stable(vec![0, 1]);
+    h.m.set_subscription(h.now, vec![TOPIC.into(), "u".into()], None);
+    let (id, hb) = h.heartbeat();
+    assert_eq!(hb.names, Some(vec![TOPIC.to_string(), "u".to_string()]));
+    assert_eq!(hb.regex.as_deref(), Some(""), "names and regex go together");
+    h.answer(id, 1, None);
+    // A pattern beside the names: sent once.
+    h.m.set_subscription(h.now, vec![TOPIC.into()], Some("orders\\..*".into()));
+    let (id, hb) = h.heartbeat();
+    assert_eq!(hb.names, Some(vec![TOPIC.to_string()]));
+    assert_eq!(hb.regex.as_deref(), Some("orders\\..*"));
+    h.answer(id, 1, None);
+    // The same subscription again changes nothing; the next heartbeat leaves it out.
+    h.m.set_subscription(h.now, vec![TOPIC.into()], Some("orders\\..*".into()));
+    h.no_request();
+    h.advance(Duration::from_secs(5));
+    let (_, hb) = h.heartbeat();
+    assert_eq!(hb.names, None);
+    assert_eq!(hb.regex, None);
+}

@@ -106,6 +106,8 @@ pub struct GroupMember {
     cooperative_since: Option<Instant>,
     /// The second bounce happened: the member offers its cooperative assignors only.
     upgraded: bool,
+    /// The subscription changed while a rebalance was under way: rejoin once it ends.
+    resubscribe: bool,
 }
 
 impl GroupMember {
@@ -134,6 +136,7 @@ impl GroupMember {
             next_job: 0,
             cooperative_since: None,
             upgraded: false,
+            resubscribe: false,
         };
         member.advance(now);
         member
@@ -339,6 +342,31 @@ impl GroupMember {
         Ok(id)
     }
 
+    /// The application changed its subscription (`Consumer::subscribe`, a pattern's
+    /// matches changing, `unsubscribe`): the member rejoins with the new topics, as the
+    /// Java client's `subscribe` does ("subscription changed"): at once from a
+    /// generation (eagerly or cooperatively, as any rebalance), or once the rebalance
+    /// under way ends, whose JoinGroup carried the old topics. Partitions of topics no
+    /// longer subscribed are revoked by the assignment that follows. Counts of the new
+    /// topics come with the next [`GroupMember::set_topic_partitions`].
+    pub fn set_subscription(&mut self, now: Instant, topics: Vec<String>) {
+        let mut topics = topics;
+        topics.sort();
+        topics.dedup();
+        let mut current = self.core.config.topics.clone();
+        current.sort();
+        current.dedup();
+        if topics == current {
+            return;
+        }
+        info!(group = %self.core.config.group_id, member = %self.core.member_id, ?topics, "subscription changed; rejoining");
+        self.partitions_per_topic
+            .retain(|t, _| topics.contains(t) || self.other_topics.contains(t));
+        self.core.config.topics = topics;
+        self.resubscribe = true;
+        self.advance(now);
+    }
+
     /// New partition counts for subscribed topics. A leader whose assignment was
     /// computed with other counts asks for a rebalance.
     pub fn set_topic_partitions(&mut self, now: Instant, counts: BTreeMap<String, i32>) {
@@ -442,6 +470,17 @@ impl GroupMember {
             State::Closed(_) | State::Leaving { .. } | State::Suspended
         ) {
             return;
+        }
+        if self.resubscribe {
+            match self.state {
+                State::Stable { .. } => {
+                    self.resubscribe = false;
+                    self.rebalance(now, "subscription changed");
+                }
+                // The next JoinGroup carries the new topics.
+                State::Unjoined { .. } => self.resubscribe = false,
+                _ => {}
+            }
         }
         self.core
             .find_coordinator_if_due(now, || Sent::FindCoordinator);

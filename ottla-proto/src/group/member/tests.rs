@@ -2643,3 +2643,104 @@ fn upgraded_member_refused_for_inconsistent_protocol_gives_everything_back_and_o
     let sub = decode_subscription(protocols[0].1.clone()).unwrap();
     assert!(sub.owned_partitions.is_empty(), "{sub:?}");
 }
+
+fn subscribed_topics(join: &Outgoing) -> Vec<String> {
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!("{join:?}")
+    };
+    decode_subscription(protocols[0].1.clone()).unwrap().topics
+}
+
+#[test]
+fn stable_eager_subscription_change_revokes_everything_and_rejoins_with_the_new_topics() {
+    let mut h = stable("range");
+    h.m.set_subscription(h.now, vec![TOPIC.into(), "u".into()]);
+    assert_eq!(
+        h.events(),
+        vec![Event::RevokeRequested {
+            generation: 7,
+            partitions: (0..4).map(tp).collect()
+        }]
+    );
+    h.m.complete_revocation(h.now, 7);
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
+        .expect("rejoins");
+    assert_eq!(subscribed_topics(&join), [TOPIC, "u"]);
+}
+
+#[test]
+fn stable_cooperative_subscription_change_rejoins_at_once_keeping_its_partitions() {
+    let mut h = H::new(config("cooperative-sticky"));
+    h.join_alone_p("cooperative-sticky");
+    h.events();
+    let _offset_fetch = h.request();
+    // The same topics in another order are no change.
+    h.m.set_subscription(h.now, vec![TOPIC.into(), TOPIC.into()]);
+    h.no_request();
+    h.m.set_subscription(h.now, vec!["u".into()]);
+    assert!(
+        !h.events()
+            .iter()
+            .any(|e| matches!(e, Event::RevokeRequested { .. }))
+    );
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
+        .expect("rejoins at once");
+    assert_eq!(subscribed_topics(&join), ["u"]);
+    let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
+        panic!()
+    };
+    let sub = decode_subscription(protocols[0].1.clone()).unwrap();
+    assert_eq!(
+        sub.owned_partitions.len(),
+        4,
+        "keeps them until the assignment"
+    );
+}
+
+#[test]
+fn syncing_subscription_change_waits_for_the_generation_then_rejoins() {
+    let mut h = H::new(config("cooperative-sticky"));
+    let (join, members) = first_join_as(&mut h, "m1");
+    h.respond(
+        join,
+        join_response_p("cooperative-sticky", 0, 3, "m1", "m0", members),
+    );
+    let sync = h.request();
+    assert!(matches!(sync.request, GroupRequest::SyncGroup { .. }));
+    h.m.set_subscription(h.now, vec!["u".into()]);
+    h.no_request();
+    let assignment = encode_assignment(
+        &Assignment {
+            partitions: vec![tp(0)],
+            user_data: None,
+        },
+        SUBSCRIPTION_VERSION,
+    )
+    .unwrap();
+    h.respond(
+        sync.id,
+        GroupResponse::SyncGroup {
+            error: 0,
+            protocol_name: None,
+            assignment,
+        },
+    );
+    assert!(
+        h.events()
+            .iter()
+            .any(|e| matches!(e, Event::Assigned { added, .. } if added == &[tp(0)])),
+        "the generation started"
+    );
+    let join = h
+        .requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
+        .expect("rejoins once the generation started");
+    assert_eq!(subscribed_topics(&join), ["u"]);
+}
