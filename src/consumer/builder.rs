@@ -270,10 +270,15 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Subscribes to every topic whose name the broker matches against `pattern`
-    /// (consumer protocol only: KIP-848's `SubscribedTopicRegex`, evaluated by the
-    /// broker, RE2J syntax on Kafka), now and as topics are created; with
-    /// [`ConsumerBuilder::topics`], to those as well. Java's `subscribe(SubscriptionPattern)`.
+    /// Subscribes to every topic whose whole name matches `pattern`, now and as topics
+    /// are created or deleted; with [`ConsumerBuilder::topics`], to those as well.
+    /// Under the consumer protocol the broker matches (KIP-848's
+    /// `SubscribedTopicRegex`, RE2J syntax on Kafka; Java's
+    /// `subscribe(SubscriptionPattern)`); under the classic protocol the consumer
+    /// matches on each metadata refresh, every `metadata.max.age.ms`, and rejoins when
+    /// the matches change (Java's `subscribe(Pattern)`). Internal topics (`__...`) are
+    /// never matched by the consumer. [`Consumer::subscribe_pattern`] changes it at run
+    /// time.
     pub fn topic_regex(mut self, pattern: impl Into<String>) -> Self {
         self.topic_regex = Some(pattern.into());
         self
@@ -541,11 +546,13 @@ impl ConsumerBuilder {
             }
             _ => {}
         }
-        if self.topic_regex.is_some() && self.group_protocol != GroupProtocol::Consumer {
-            return bad(
-                "group.protocol",
-                "a topic regex is evaluated by the broker: it needs group.protocol=consumer",
-            );
+        if let Some(pattern) = &self.topic_regex {
+            if let Err(message) = TopicPattern::new(pattern) {
+                return Err(Error::Config {
+                    setting: "ottla.topic.regex",
+                    message,
+                });
+            }
         }
         if self.group_id.is_none() && self.auto_commit.is_some() {
             return bad("enable.auto.commit", "needs a group id");

@@ -81,6 +81,7 @@ use crate::proto::group::member::{
     PendingRevocation, RevocationCommit, RevocationStep, check_heartbeat,
 };
 pub use crate::proto::group::messages::CommitOffset;
+use crate::proto::group::subscription::{TopicPattern, split_patterns};
 pub use crate::proto::metadata::NodeId;
 use crate::proto::session::{
     CloseCommit, CloseStep, ConsumerSession, DEFAULT_CLOSE_TIMEOUT, SessionAction, SessionConfig,
@@ -643,6 +644,68 @@ impl Consumer {
         self.manual_only("incremental_unassign")?;
         lock(&self.shared.fetcher).unassign(partitions);
         self.shared.wake_driver.notify_one();
+        Ok(())
+    }
+
+    /// Replaces the group subscription with `topics`, on a running consumer (the Java
+    /// client's and librdkafka's `subscribe`). As in librdkafka, an entry starting with
+    /// `^` is a pattern ([`Consumer::subscribe_pattern`]). The member rejoins the group
+    /// with the new subscription: under `cooperative-sticky` only the partitions of
+    /// topics that left or joined the subscription move; an eager member gives
+    /// everything back first. Partitions of topics that left are revoked, their
+    /// records committed as in any revocation. Only for a group consumer.
+    pub fn subscribe<I, S>(&self, topics: I) -> Result<()>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let topics: Vec<String> = topics.into_iter().map(|t| t.as_ref().to_string()).collect();
+        let (names, pattern) = split_patterns(&topics);
+        self.resubscribe(names, pattern, "subscribe")
+    }
+
+    /// Subscribes to every topic whose whole name `pattern` matches (the Java client's
+    /// `subscribe(Pattern)`), replacing the subscription. Under the classic protocol
+    /// the consumer matches, on each metadata refresh (`metadata.max.age.ms`, 5 min by
+    /// default): a topic created later that matches joins the subscription and the
+    /// group rebalances; a deleted one leaves it. Under the consumer protocol (KIP-848)
+    /// the broker matches (RE2J syntax on Kafka). Internal topics (`__...`) are never
+    /// matched by the consumer. An invalid pattern is an error naming it.
+    pub fn subscribe_pattern(&self, pattern: &str) -> Result<()> {
+        self.resubscribe(Vec::new(), Some(pattern.to_string()), "subscribe_pattern")
+    }
+
+    /// Subscribes to nothing: every partition is revoked (and committed as in any
+    /// revocation), and the member stays in the group with an empty subscription until
+    /// the next [`Consumer::subscribe`]. The Java client leaves the group instead; ottla
+    /// keeps the membership so that a static member's id and a later `subscribe` need
+    /// no new join from scratch.
+    pub fn unsubscribe(&self) -> Result<()> {
+        self.resubscribe(Vec::new(), None, "unsubscribe")
+    }
+
+    fn resubscribe(
+        &self,
+        topics: Vec<String>,
+        pattern: Option<String>,
+        call: &'static str,
+    ) -> Result<()> {
+        let Some(group) = &self.group else {
+            return Err(Error::Config {
+                setting: "group.id",
+                message: format!(
+                    "{call} is for a group consumer; a consumer without a group uses assign"
+                ),
+            });
+        };
+        if let Some(p) = &pattern {
+            TopicPattern::new(p).map_err(|message| Error::Config {
+                setting: "ottla.topic.regex",
+                message,
+            })?;
+        }
+        self.lookup.cluster.add_topics(topics.iter().cloned());
+        group.subscribe(topics, pattern);
         Ok(())
     }
 

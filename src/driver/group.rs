@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tracing::field::Empty;
 use tracing::{Instrument, Span, debug, warn};
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, TopicScope};
 use super::connection::BrokerConnection;
 use super::failure;
 use super::sleep_until;
@@ -23,10 +23,11 @@ use crate::proto::group::assignor::PartitionRacks;
 use crate::proto::group::codec::{self, EncodedGroupRequest};
 use crate::proto::group::consumer_protocol::TopicPartition;
 use crate::proto::group::member::{
-    AssignmentDone, CommitError, Event, Failure, GroupConfig, Membership, Outgoing, RequestId,
-    StateKind, Target,
+    AssignmentDone, CommitError, Event, Failure, GroupConfig, GroupProtocol, Membership, Outgoing,
+    RequestId, StateKind, Target,
 };
 use crate::proto::group::messages::{CommitOffset, GroupRequest, GroupResponse};
+use crate::proto::group::subscription::TopicPattern;
 use crate::proto::metadata::{ClusterMetadata, NodeId, RefreshPace};
 use crate::stats::{GroupCounters, GroupCounts};
 
@@ -91,6 +92,20 @@ impl GroupCommander {
         let _ = self.tx.send(Command::Closing).await;
     }
 
+    /// Replaces the subscription: `topics`, and the topics `pattern` matches (already
+    /// checked with [`TopicPattern::new`]). Queued before this returns.
+    pub fn subscribe(&self, topics: Vec<String>, pattern: Option<String>) {
+        match self.tx.try_send(Command::Subscribe(topics, pattern)) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(command)) => {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(command).await;
+                });
+            }
+        }
+    }
+
     /// Reports application progress without waiting; dropped if the queue is full
     /// (another report is then already queued).
     pub fn try_progress(&self) {
@@ -116,6 +131,9 @@ enum Command {
         oneshot::Sender<Result<Vec<CommitOffset>, CommitError>>,
     ),
     CompleteRevocation(i32),
+    /// A new subscription: topic names, and a pattern (matched here under the classic
+    /// protocol, by the broker under the consumer protocol).
+    Subscribe(Vec<String>, Option<String>),
     Progress,
     Closing,
     Leave(Membership, oneshot::Sender<()>),
@@ -212,7 +230,32 @@ async fn run(
     cluster.add_topics(config.topics.iter().cloned());
     let now = tokio::time::Instant::now().into_std();
     let mut spans = RebalanceSpans::new(&group);
+    // The subscription: names, and under the classic protocol the pattern this task
+    // matches against every metadata refresh, refreshed every `metadata.max.age.ms`
+    // (the Java client's `subscribe(Pattern)`); the consumer protocol's broker matches.
+    let classic = config.protocol == GroupProtocol::Classic;
+    let max_age = config.metadata_max_age;
+    let mut explicit = config.topics.clone();
+    let mut pattern = match (&config.topic_regex, classic) {
+        (Some(p), true) => match TopicPattern::new(p) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                warn!(%group, error = %e, "ignoring the topic pattern");
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut pattern_refresh = pattern.as_ref().map(|_| now + max_age);
     let mut member = Member::new(config, entropy(), now);
+    if let Some(p) = &pattern {
+        member.set_subscription(
+            now,
+            p.subscription(&explicit, names(&cluster.metadata())),
+            None,
+        );
+        metadata.request();
+    }
     apply_metadata(&mut member, &cluster.metadata(), now);
     let mut inflight: JoinSet<Reply> = JoinSet::new();
     let mut assigning: JoinSet<AssignmentDone> = JoinSet::new();
@@ -299,11 +342,15 @@ async fn run(
             let cluster = cluster.clone();
             refreshing.spawn(async move { cluster.refresh_metadata().await.is_ok() });
         }
-        let deadline = [member.poll_timeout(), metadata.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(tokio::time::Instant::from_std);
+        let deadline = [
+            member.poll_timeout(),
+            metadata.poll_timeout(),
+            pattern_refresh,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(tokio::time::Instant::from_std);
         tokio::select! {
             Some(done) = refreshing.join_next(), if !refreshing.is_empty() => {
                 metadata.handle_done(tokio::time::Instant::now().into_std(), done.unwrap_or(false));
@@ -341,6 +388,26 @@ async fn run(
                         spans.revoked(generation);
                         member.complete_revocation(now, generation);
                     }
+                    Some(Command::Subscribe(topics, regex)) => {
+                        explicit = topics;
+                        cluster.add_topics(explicit.iter().cloned());
+                        if regex.is_some() {
+                            cluster.set_scope(TopicScope::All);
+                        }
+                        if classic {
+                            pattern = regex.as_deref().and_then(|r| TopicPattern::new(r).ok());
+                            pattern_refresh = pattern.as_ref().map(|_| now + max_age);
+                            let topics = match &pattern {
+                                Some(p) => p.subscription(&explicit, names(&cluster.metadata())),
+                                None => explicit.clone(),
+                            };
+                            member.set_subscription(now, topics, None);
+                        } else {
+                            member.set_subscription(now, explicit.clone(), regex);
+                        }
+                        apply_metadata(&mut member, &cluster.metadata(), now);
+                        metadata.request();
+                    }
                     Some(Command::Progress) => member.note_progress(now),
                     Some(Command::Closing) => member.prepare_to_close(),
                     Some(Command::Leave(membership, done)) => {
@@ -356,10 +423,20 @@ async fn run(
             }
             Ok(()) = updates.changed() => {
                 updates.mark_unchanged();
-                apply_metadata(&mut member, &cluster.metadata(), tokio::time::Instant::now().into_std());
+                let now = tokio::time::Instant::now().into_std();
+                let current = cluster.metadata();
+                if let Some(p) = &pattern {
+                    member.set_subscription(now, p.subscription(&explicit, names(&current)), None);
+                }
+                apply_metadata(&mut member, &current, now);
             }
             _ = sleep_until(deadline), if deadline.is_some() => {
-                member.handle_timeout(tokio::time::Instant::now().into_std());
+                let now = tokio::time::Instant::now().into_std();
+                if pattern_refresh.is_some_and(|at| now >= at) {
+                    pattern_refresh = Some(now + max_age);
+                    metadata.request();
+                }
+                member.handle_timeout(now);
             }
         }
     }
@@ -500,6 +577,16 @@ impl RebalanceSpans {
 
 /// Gives the member the partition counts, replica racks and topic ids of one metadata
 /// snapshot.
+/// The names of the topics `metadata` describes without an error.
+fn names(metadata: &ClusterMetadata) -> Vec<&str> {
+    metadata
+        .topics
+        .values()
+        .filter(|t| t.error == 0)
+        .map(|t| t.name.as_str())
+        .collect()
+}
+
 fn apply_metadata(member: &mut Member, metadata: &ClusterMetadata, now: std::time::Instant) {
     let names = metadata
         .topics

@@ -15,6 +15,7 @@ pub mod consumer_member;
 pub mod consumer_protocol;
 pub mod member;
 pub mod messages;
+pub mod subscription;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod types;
