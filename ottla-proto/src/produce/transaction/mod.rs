@@ -47,6 +47,8 @@ use crate::backoff::Backoff;
 use crate::error_name;
 use crate::group::consumer_protocol::TopicPartition;
 use crate::metadata::NodeId;
+use crate::produce::accumulator::ProduceError;
+use kafka_protocol::error::ResponseError;
 
 pub mod errors;
 #[cfg(test)]
@@ -155,6 +157,15 @@ pub enum TxnError {
         /// The error code.
         code: i16,
     },
+    /// The call did not finish within `max.block.ms` (Java's `TimeoutException`): the
+    /// operation goes on in the background; the state says where it is.
+    #[error("{call} did not finish within max.block.ms ({after:?})")]
+    Timeout {
+        /// The call.
+        call: &'static str,
+        /// `max.block.ms`.
+        after: Duration,
+    },
     /// A call the state does not allow (`commit` outside a transaction, say).
     #[error("{call} is not allowed while {state}")]
     State {
@@ -170,8 +181,20 @@ impl TxnError {
     pub fn kind(&self) -> Option<TxnErrorKind> {
         match self {
             TxnError::Broker { kind, .. } => Some(*kind),
-            TxnError::State { .. } => None,
+            TxnError::Timeout { .. } | TxnError::State { .. } => None,
         }
+    }
+
+    /// The transaction must be aborted; the producer stays usable (rust-rdkafka's
+    /// `txn_requires_abort`, Java's exceptions other than the fatal ones).
+    pub fn txn_requires_abort(&self) -> bool {
+        self.kind() == Some(TxnErrorKind::Abortable)
+    }
+
+    /// The producer can do nothing more: close it (rust-rdkafka's `is_fatal`; Java's
+    /// `ProducerFencedException` and the authorization errors).
+    pub fn is_fatal(&self) -> bool {
+        self.kind() == Some(TxnErrorKind::Fatal)
     }
 }
 
@@ -580,6 +603,19 @@ impl TransactionManager {
         Ok(())
     }
 
+    /// Whether a record may be sent now: a transaction is open and not failed. Ask
+    /// before appending, then [`TransactionManager::add_partition`] with the partition
+    /// the record went to.
+    pub fn check_send(&self) -> Result<(), TxnError> {
+        self.check("send", &["in-transaction"])
+    }
+
+    /// Whether batches not yet sent must fail now (Java's `abortUndrainedBatches`):
+    /// the transaction is aborting or can only be aborted.
+    pub fn aborts_undrained(&self) -> bool {
+        matches!(self.state, TxnState::Aborting | TxnState::Abortable(_))
+    }
+
     /// Whether batches of `tp` may be sent: the coordinator added it to the
     /// transaction.
     pub fn may_send(&self, tp: &TopicPartition) -> bool {
@@ -656,6 +692,22 @@ impl TransactionManager {
         if matches!(self.state, TxnState::InTransaction | TxnState::Committing) {
             self.apply_error(TxnApi::Produce, code, None);
         }
+    }
+
+    /// A record of the transaction failed for good (the accumulator's delivery):
+    /// a broker's refusal counts by its code, the delivery timeout as
+    /// REQUEST_TIMED_OUT, anything else as UNKNOWN_SERVER_ERROR (abortable, as Java's
+    /// `Sender` fails the transaction on any failed batch). A record that failed
+    /// because the transaction was aborting, or the producer closing, changes
+    /// nothing.
+    pub fn handle_produce_failure(&mut self, error: &ProduceError) {
+        let code = match error {
+            ProduceError::Aborted | ProduceError::Closed => return,
+            ProduceError::Broker { code, .. } => *code,
+            ProduceError::Timeout { .. } => ResponseError::RequestTimedOut.code(),
+            _ => ResponseError::UnknownServerError.code(),
+        };
+        self.handle_produce_error(code);
     }
 
     // ----- the driver's side -----

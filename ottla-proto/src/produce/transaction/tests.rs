@@ -475,3 +475,66 @@ fn a_retried_answer_backs_off_exponentially() {
     }
     assert!(waits[3] > waits[0] * 3, "{waits:?}");
 }
+
+#[test]
+fn produce_failures_map_to_codes_and_aborts_or_closes_change_nothing() {
+    use crate::produce::accumulator::ProduceError;
+    let open = || {
+        let mut h = H::new();
+        h.m.init().expect("init");
+        while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+            h.answer_well(&dest, &body, token);
+        }
+        h.m.begin().expect("begin");
+        h
+    };
+    for ignored in [ProduceError::Aborted, ProduceError::Closed] {
+        let mut h = open();
+        h.m.handle_produce_failure(&ignored);
+        assert_eq!(*h.m.state(), TxnState::InTransaction, "{ignored:?}");
+    }
+    let mut h = open();
+    h.m.handle_produce_failure(&ProduceError::Timeout {
+        topic: "out".into(),
+        partition: 0,
+        timeout: Duration::from_secs(1),
+    });
+    assert!(
+        matches!(h.m.state(), TxnState::Abortable(e) if e.txn_requires_abort() && !e.is_fatal()),
+        "{:?}",
+        h.m.state()
+    );
+    assert!(h.m.aborts_undrained());
+    assert!(
+        h.m.check_send().is_err(),
+        "no record goes into an abortable transaction"
+    );
+    let mut h = open();
+    h.m.handle_produce_failure(&ProduceError::Broker {
+        topic: "out".into(),
+        partition: 0,
+        code: E::ProducerFenced.code(),
+    });
+    assert!(
+        matches!(h.m.state(), TxnState::Fatal(e) if e.is_fatal() && !e.txn_requires_abort()),
+        "{:?}",
+        h.m.state()
+    );
+}
+
+#[test]
+fn check_send_allows_records_only_inside_a_transaction() {
+    let mut h = H::new();
+    assert!(h.m.check_send().is_err(), "before init");
+    h.m.init().expect("init");
+    while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+        h.answer_well(&dest, &body, token);
+    }
+    assert!(h.m.check_send().is_err(), "no transaction open");
+    h.m.begin().expect("begin");
+    assert!(h.m.check_send().is_ok());
+    assert!(!h.m.aborts_undrained());
+    h.m.abort().expect("abort");
+    assert!(h.m.aborts_undrained());
+    assert!(h.m.check_send().is_err(), "aborting");
+}
