@@ -524,3 +524,110 @@ async fn mock_transactional_id_by_property_and_calls_without_one() {
         "acks=1 with a transactional.id is refused"
     );
 }
+
+/// The transaction coordinator moves mid-transaction: the old one answers
+/// NOT_COORDINATOR, the producer looks the coordinator up again, adds the next
+/// partition and ends the transaction at the new one, and the records commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_transaction_coordinator_moves_mid_transaction() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(3).expect("mock");
+    let Peer::Mock(mock) = &peer else {
+        unreachable!()
+    };
+    let topic = "txn-move";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    mock.set_transaction_coordinator("tx-move", 1)
+        .expect("coordinator");
+    let producer = transactional(&peer, "tx-move")
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    producer
+        .send(ProducerRecord::new(topic).partition(0).value("moved-0"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+    mock.set_transaction_coordinator("tx-move", 2)
+        .expect("move");
+    mock.start_request_tracking();
+    producer
+        .send(ProducerRecord::new(topic).partition(1).value("moved-1"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered after the partition was added at the new coordinator");
+    producer.commit_transaction().await.expect("commit");
+    let requests = mock.requests();
+    mock.stop_request_tracking();
+    producer.close().await;
+    let at = |api: i16| -> Vec<i32> {
+        requests
+            .iter()
+            .filter(|r| r.api_key == api)
+            .map(|r| r.broker)
+            .collect()
+    };
+    // AddPartitionsToTxn (24) first at the old coordinator, then at the new one;
+    // FindCoordinator (10) in between; EndTxn (26) at the new one only.
+    assert_eq!(at(24).first(), Some(&1), "AddPartitionsToTxn: {:?}", at(24));
+    assert_eq!(at(24).last(), Some(&2), "AddPartitionsToTxn: {:?}", at(24));
+    assert!(!at(10).is_empty(), "the coordinator was looked up again");
+    assert_eq!(at(26), vec![2], "EndTxn");
+    let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "moved", 2).await;
+    assert_eq!(count(&values, "moved"), 2, "{values:?}");
+}
+
+/// A transaction the coordinator aborted on its timeout (KIP-588): the producer's next
+/// Produce gets INVALID_PRODUCER_EPOCH. Neither peer enforces
+/// `transaction.timeout.ms` (a commit 4 s past a 1 s timeout succeeds on both;
+/// docs/peers.md), so the mock injects the answer: the transaction becomes
+/// abortable, its abort ends with InitProducerId on the current producer id (KIP-360:
+/// a new epoch), and the next transaction commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_transaction_timed_out_by_the_coordinator_aborts_then_bumps_the_epoch() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(mock) = &peer else {
+        unreachable!()
+    };
+    let topic = "txn-timeout";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let producer = transactional(&peer, "tx-timeout")
+        .transaction_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    // Produce is API key 0; INVALID_PRODUCER_EPOCH is 47.
+    mock.push_request_errors(0, &[47]);
+    mock.start_request_tracking();
+    let refused = producer
+        .send(ProducerRecord::new(topic).partition(0).value("timed-out"))
+        .await
+        .expect("send")
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let e = producer
+        .commit_transaction()
+        .await
+        .expect_err("the transaction can only be aborted");
+    assert!(e.txn_requires_abort() && !e.is_fatal(), "{e:?}");
+    producer.abort_transaction().await.expect("abort");
+    let inits = mock.requests().iter().filter(|r| r.api_key == 22).count();
+    mock.stop_request_tracking();
+    assert_eq!(
+        inits, 1,
+        "the abort ended with an InitProducerId (the epoch bump)"
+    );
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "after", 4).await;
+    producer.commit_transaction().await.expect("commit");
+    producer.close().await;
+    let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 4).await;
+    assert_eq!(count(&values, "after"), 4, "{values:?}");
+}
