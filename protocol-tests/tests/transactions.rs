@@ -79,7 +79,7 @@ async fn read_ottla(
             values.push(String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned());
         }
     }
-    consumer.close().await;
+    consumer.close().await.expect("close");
     values
 }
 
@@ -391,7 +391,7 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
         Some(10),
         "the committed transaction's offset, not the aborted one's"
     );
-    consumer.close().await;
+    consumer.close().await.expect("close");
 }
 
 /// The group's committed offset of `topic`/0, read by librdkafka.
