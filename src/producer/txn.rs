@@ -23,8 +23,10 @@ pub use crate::proto::produce::transaction::{
 /// The driver's side of the transaction manager, kept in the producer's state.
 #[derive(Debug, Default)]
 pub(super) struct TxnIo {
-    /// Callers waiting for an operation's outcome.
-    pub(super) waiters: HashMap<OpId, oneshot::Sender<std::result::Result<(), TransactionError>>>,
+    /// Callers waiting for an operation's outcome (more than one when a call is
+    /// made again while its operation is under way).
+    pub(super) waiters:
+        HashMap<OpId, Vec<oneshot::Sender<std::result::Result<(), TransactionError>>>>,
     /// Coordinators' addresses, as FindCoordinator named them (a coordinator need not
     /// be in the metadata yet).
     pub(super) coordinators: HashMap<NodeId, String>,
@@ -53,7 +55,7 @@ impl Producer {
                 return Ok(());
             };
             let (tx, rx) = oneshot::channel();
-            s.txn_io.waiters.insert(op, tx);
+            s.txn_io.waiters.entry(op).or_default().push(tx);
             rx
         };
         self.shared.wake_driver.notify_one();
@@ -170,8 +172,8 @@ pub(super) fn step(
     while let Some(event) = txn.poll_event() {
         match event {
             TxnEvent::Done { op, result } => {
-                if let Some(tx) = txn_io.waiters.remove(&op) {
-                    let _ = tx.send(result);
+                for tx in txn_io.waiters.remove(&op).unwrap_or_default() {
+                    let _ = tx.send(result.clone());
                 }
             }
             TxnEvent::ProducerId { id, epoch } => acc.set_producer_id(now, Ok((id, epoch))),

@@ -471,6 +471,9 @@ pub struct TransactionManager {
     /// ... and EndTxn must be skipped (the producer id's mapping is gone).
     skip_end_txn: bool,
     batches_pending: bool,
+    /// The `init`, `commit` or `abort` under way: the same call again (after the
+    /// caller gave up waiting, Java's `TimeoutException`) resumes it.
+    under_way: Option<OpId>,
     steps: VecDeque<Step>,
     in_flight: Option<InFlight>,
     next_token: u64,
@@ -498,6 +501,7 @@ impl TransactionManager {
             bump_after_abort: false,
             skip_end_txn: false,
             batches_pending: false,
+            under_way: None,
             steps: VecDeque::new(),
             in_flight: None,
             next_token: 0,
@@ -570,9 +574,13 @@ impl TransactionManager {
     /// `initTransactions`: finds the coordinator and takes the producer id, fencing
     /// any earlier instance with the same `transactional.id`.
     pub fn init(&mut self) -> Result<OpId, TxnError> {
+        if let Some(op) = self.resume(TxnState::Initializing) {
+            return Ok(op);
+        }
         self.check("init_transactions", &["uninitialized"])?;
         self.state = TxnState::Initializing;
         let op = self.op();
+        self.under_way = Some(op);
         self.push(Step::InitProducerId {
             op: Some(op),
             bump: false,
@@ -611,9 +619,14 @@ impl TransactionManager {
     }
 
     /// Whether batches not yet sent must fail now (Java's `abortUndrainedBatches`):
-    /// the transaction is aborting or can only be aborted.
+    /// the transaction is aborting, can only be aborted, or the producer failed.
     pub fn aborts_undrained(&self) -> bool {
-        matches!(self.state, TxnState::Aborting | TxnState::Abortable(_))
+        // Fatal too: nothing of this producer can commit any more, and batches held
+        // for an AddPartitionsToTxn that will never come would wait for ever.
+        matches!(
+            self.state,
+            TxnState::Aborting | TxnState::Abortable(_) | TxnState::Fatal(_)
+        )
     }
 
     /// Whether batches of `tp` may be sent: the coordinator added it to the
@@ -644,9 +657,13 @@ impl TransactionManager {
 
     /// `commitTransaction`: once every batch is answered, EndTxn(commit).
     pub fn commit(&mut self) -> Result<OpId, TxnError> {
+        if let Some(op) = self.resume(TxnState::Committing) {
+            return Ok(op);
+        }
         self.check("commit_transaction", &["in-transaction"])?;
         self.state = TxnState::Committing;
         let op = self.op();
+        self.under_way = Some(op);
         self.push(Step::EndTxn {
             op,
             commit: true,
@@ -658,11 +675,15 @@ impl TransactionManager {
     /// `abortTransaction`: once every batch is answered, EndTxn(abort); after an
     /// error that needs it, a new epoch.
     pub fn abort(&mut self) -> Result<OpId, TxnError> {
+        if let Some(op) = self.resume(TxnState::Aborting) {
+            return Ok(op);
+        }
         self.check("abort_transaction", &["in-transaction", "abortable"])?;
         self.state = TxnState::Aborting;
         self.to_add.clear();
         self.steps.retain(|s| *s != Step::AddPartitions);
         let op = self.op();
+        self.under_way = Some(op);
         let bump = std::mem::take(&mut self.bump_after_abort);
         if std::mem::take(&mut self.skip_end_txn) {
             self.push(Step::InitProducerId {
@@ -1042,7 +1063,16 @@ impl TransactionManager {
     }
 
     fn finish(&mut self, op: OpId, result: Result<(), TxnError>) {
+        if self.under_way == Some(op) {
+            self.under_way = None;
+        }
         self.events.push_back(TxnEvent::Done { op, result });
+    }
+
+    /// The operation under way in `state`, when the manager is in it: the same call
+    /// again waits for it instead of failing as a call out of turn.
+    fn resume(&self, state: TxnState) -> Option<OpId> {
+        (self.state == state).then_some(self.under_way).flatten()
     }
 
     /// An abortable or fatal error: the state moves, the operation in flight fails,
