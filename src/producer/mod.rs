@@ -45,6 +45,32 @@
 //! # Ok(()) }
 //! ```
 //!
+//! With a `transactional.id` the producer writes atomically: records (and a consumer
+//! group's offsets) sent between [`Producer::begin_transaction`] and
+//! [`Producer::commit_transaction`] become visible to `read_committed` consumers
+//! together, or, after [`Producer::abort_transaction`], never. Errors say whether the
+//! transaction must be aborted or the producer is finished (docs/exactly-once.md):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use ottla::producer::{Producer, ProducerRecord};
+//!
+//! let producer = Producer::builder("127.0.0.1:9092")
+//!     .transactional_id("orders-writer-1")
+//!     .build()
+//!     .await?;
+//! producer.init_transactions().await?;
+//! producer.begin_transaction()?;
+//! producer.send(ProducerRecord::new("orders").value("a")).await?;
+//! producer.send(ProducerRecord::new("audit").value("a")).await?;
+//! match producer.commit_transaction().await {
+//!     Ok(()) => {}
+//!     Err(e) if e.txn_requires_abort() => producer.abort_transaction().await?,
+//!     Err(e) => return Err(e.into()), // fatal (fenced): close the producer
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! `send` waits only while `buffer.memory` is full; the returned [`DeliveryFuture`]
 //! resolves once the broker acknowledged the record (or it failed for good). A retried
 //! batch keeps its sequence numbers, so a write the broker already took is not taken
