@@ -347,6 +347,11 @@ pub enum Error {
     /// A record was not written.
     #[error(transparent)]
     Produce(#[from] crate::proto::produce::accumulator::ProduceError),
+    /// A transactional producer's call failed, or a record was sent outside an open
+    /// transaction: [`TxnError::txn_requires_abort`](crate::producer::TransactionError::txn_requires_abort)
+    /// and [`is_fatal`](crate::producer::TransactionError::is_fatal) say what is left.
+    #[error(transparent)]
+    Transaction(#[from] crate::proto::produce::transaction::TxnError),
     /// The consumer is closed.
     #[error("the consumer is closed")]
     Closed,

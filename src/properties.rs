@@ -23,10 +23,10 @@
 //!   records the key with the reason; each builder's `ignored_properties()` returns
 //!   them (an [`IgnoredProperty`] per key, in the order first given), so a caller that
 //!   wants strictness checks that it is empty. Nothing is silently accepted.
-//! - **Known but not supported** (`transactional.id`, the OAUTHBEARER JWT-bearer
-//!   grant's `sasl.oauthbearer.assertion.*`): refused with
-//!   [`PropertyError::Unsupported`], because ignoring it would change what the
-//!   application relies on (transactions, how it authenticates).
+//! - **Known but not supported** (the OAUTHBEARER JWT-bearer grant's
+//!   `sasl.oauthbearer.assertion.*`): refused with [`PropertyError::Unsupported`],
+//!   because ignoring it would change what the application relies on (how it
+//!   authenticates).
 //! - **Unknown**: refused with [`PropertyError::Unknown`], which suggests the closest
 //!   known name by edit distance (`sesion.timeout.ms`: "did you mean
 //!   session.timeout.ms?").
@@ -108,6 +108,8 @@
 //! | `partitioner` | `partitioner` | librdkafka's seven names; unkeyed records stick by `batch.size`, not `sticky.partitioning.linger.ms` |
 //! | `partitioner.ignore.keys` | `partitioner_ignore_keys` | |
 //! | `max.request.size` (`message.max.bytes`) | `max_request_size` | the largest record, not the largest request |
+//! | `transactional.id` | `transactional_id` | |
+//! | `transaction.timeout.ms` | `transaction_timeout` | |
 //!
 //! Processor settings ([`ProcessorBuilder`](crate::processor::ProcessorBuilder)). The
 //! Processor has settings Kafka has no name for; those that are plain values get an
@@ -373,6 +375,8 @@ pub const PROPERTIES: &[Property] = &[
         Producer,
         "the largest record accepted, not the largest request",
     ),
+    p("transactional.id", Producer),
+    p("transaction.timeout.ms", Producer),
     // Processor settings.
     p("ottla.concurrency", Processor),
     p("ottla.processing.order", Processor),
@@ -621,7 +625,6 @@ pub const IGNORED: &[(&str, &str)] = &[
         "the buffer is bounded by buffer.memory alone",
     ),
     ("compression.level", "each codec runs at its default level"),
-    ("transaction.timeout.ms", "ottla has no transactions"),
     // librdkafka's own, with nothing to set in ottla (the table in docs/migrating.md
     // lists every librdkafka property; protocol-tests/tests/librdkafka_properties.rs).
     (
@@ -729,10 +732,6 @@ pub const IGNORED: &[(&str, &str)] = &[
 /// Java and librdkafka properties that ottla refuses, because ignoring them would
 /// change what the application relies on.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    (
-        "transactional.id",
-        "ottla has no transactions; its producer is idempotent but does not write atomically across partitions",
-    ),
     // librdkafka's own settings that would change what the application relies on.
     (
         "topic.blacklist",

@@ -430,9 +430,28 @@ pub(crate) struct GroupCounters {
     /// The coordinator's node id plus one (0: none found yet).
     coordinator: AtomicU64,
     coordinator_lookups: AtomicU64,
+    /// The member's group metadata (KIP-447), as the last join left it.
+    member: std::sync::Mutex<Option<crate::producer::ConsumerGroupMetadata>>,
 }
 
 impl GroupCounters {
+    /// The group metadata for a transaction's offsets
+    /// ([`Consumer::group_metadata`](crate::Consumer::group_metadata)).
+    pub(crate) fn member(&self) -> Option<crate::producer::ConsumerGroupMetadata> {
+        crate::sync::lock(&self.member).clone()
+    }
+
+    /// The member's group and instance id, before it joins (generation -1, no
+    /// member id).
+    pub(crate) fn set_group(&self, group_id: &str, instance_id: Option<String>) {
+        *crate::sync::lock(&self.member) = Some(crate::producer::ConsumerGroupMetadata {
+            group_id: group_id.to_string(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: instance_id,
+        });
+    }
+
     /// Adds these figures to `into`.
     pub(crate) fn read(&self, into: &mut ConsumerStats) {
         into.partitions_assigned = self.assigned.load(Ordering::Relaxed);
@@ -478,7 +497,15 @@ impl GroupCounts {
     pub(crate) fn observe(&mut self, event: &Event) {
         let c = &self.shared;
         match event {
-            Event::Joined { .. } => {
+            Event::Joined {
+                generation,
+                member_id,
+                ..
+            } => {
+                if let Some(m) = crate::sync::lock(&c.member).as_mut() {
+                    m.generation_id = *generation;
+                    m.member_id.clone_from(member_id);
+                }
                 c.rebalances.fetch_add(1, Ordering::Relaxed);
                 self.metrics.joined();
             }

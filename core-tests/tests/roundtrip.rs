@@ -476,6 +476,127 @@ proptest! {
     }
 }
 
+/// The transaction manager's requests, as it builds them, one of each kind: driven
+/// through init, a partition, offsets with a live member's group metadata, and a
+/// commit.
+fn transactional_requests(
+    txn_id: &str,
+    group: &str,
+    member: &str,
+    generation: i32,
+    instance: Option<String>,
+    partitions: &[(String, i32)],
+) -> Vec<ottla_proto::produce::transaction::TxnBody> {
+    use ottla_proto::group::consumer_protocol::TopicPartition;
+    use ottla_proto::metadata::NodeId;
+    use ottla_proto::produce::transaction::*;
+    let now = std::time::Instant::now();
+    let mut m = TransactionManager::new(TransactionConfig::new(txn_id));
+    let mut bodies = Vec::new();
+    let answer = |m: &mut TransactionManager, bodies: &mut Vec<TxnBody>| -> bool {
+        let Some((_, body, token)) = m.poll_request(now) else {
+            return false;
+        };
+        let response = match &body {
+            TxnBody::FindCoordinator { .. } => TxnResponse::FindCoordinator {
+                error: 0,
+                node: Some(NodeId(1)),
+            },
+            TxnBody::InitProducerId(_) => TxnResponse::InitProducerId {
+                error: 0,
+                producer_id: 4000,
+                epoch: 2,
+            },
+            TxnBody::AddPartitionsToTxn { partitions, .. } => TxnResponse::AddPartitionsToTxn {
+                error: 0,
+                partitions: partitions.iter().map(|p| (p.clone(), 0)).collect(),
+            },
+            TxnBody::AddOffsetsToTxn(_) => TxnResponse::AddOffsetsToTxn { error: 0 },
+            TxnBody::TxnOffsetCommit(_) => TxnResponse::TxnOffsetCommit {
+                partitions: Vec::new(),
+            },
+            TxnBody::EndTxn(_) => TxnResponse::EndTxn { error: 0 },
+            _ => return false,
+        };
+        bodies.push(body);
+        m.handle_response(now, token, response);
+        true
+    };
+    m.init().expect("init");
+    while answer(&mut m, &mut bodies) {}
+    m.begin().expect("begin");
+    for (t, p) in partitions {
+        m.add_partition(&TopicPartition::new(t.clone(), *p))
+            .expect("add");
+    }
+    let offsets = partitions
+        .iter()
+        .map(|(t, p)| TxnOffset {
+            partition: TopicPartition::new(t.clone(), *p),
+            offset: 7,
+            leader_epoch: 1,
+            metadata: None,
+        })
+        .collect();
+    let metadata = GroupMetadata {
+        group_id: group.to_string(),
+        generation_id: generation,
+        member_id: member.to_string(),
+        group_instance_id: instance,
+    };
+    m.send_offsets(metadata, offsets).expect("offsets");
+    m.commit().expect("commit");
+    while answer(&mut m, &mut bodies) {}
+    bodies
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn transactional_requests_round_trip(
+        add_version in versions(ApiKey::AddPartitionsToTxn),
+        offsets_version in versions(ApiKey::AddOffsetsToTxn),
+        commit_version in versions(ApiKey::TxnOffsetCommit),
+        end_version in versions(ApiKey::EndTxn),
+        init_version in versions(ApiKey::InitProducerId),
+        txn_id in "[a-zA-Z0-9._-]{1,40}",
+        group in "[a-zA-Z0-9._-]{1,40}",
+        member in "[a-z0-9-]{0,40}",
+        generation in -1..1000i32,
+        instance in prop::option::of("[a-z0-9-]{1,20}"),
+        partitions in prop::collection::vec(("[a-zA-Z0-9._-]{1,40}", 0..100i32), 1..4),
+    ) {
+        use ottla_proto::produce::transaction::TxnBody;
+        let bodies = transactional_requests(&txn_id, &group, &member, generation, instance, &partitions);
+        let kinds: Vec<&str> = bodies.iter().map(|b| match b {
+            TxnBody::FindCoordinator { .. } => "find",
+            TxnBody::InitProducerId(_) => "init",
+            TxnBody::AddPartitionsToTxn { .. } => "add",
+            TxnBody::AddOffsetsToTxn(_) => "offsets",
+            TxnBody::TxnOffsetCommit(_) => "commit",
+            TxnBody::EndTxn(_) => "end",
+            _ => "other",
+        }).collect();
+        for kind in ["init", "add", "offsets", "commit", "end"] {
+            prop_assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+        }
+        for body in &bodies {
+            match body {
+                TxnBody::InitProducerId(r) => roundtrip(ApiKey::InitProducerId, init_version, r)?,
+                TxnBody::AddPartitionsToTxn { .. } => {
+                    let r = body.add_partitions_request(add_version).expect("request");
+                    roundtrip(ApiKey::AddPartitionsToTxn, add_version, &r)?;
+                }
+                TxnBody::AddOffsetsToTxn(r) => roundtrip(ApiKey::AddOffsetsToTxn, offsets_version, r)?,
+                TxnBody::TxnOffsetCommit(r) => roundtrip(ApiKey::TxnOffsetCommit, commit_version, r)?,
+                TxnBody::EndTxn(r) => roundtrip(ApiKey::EndTxn, end_version, r)?,
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Every API in ottla's supported table has a round-trip property above; a new entry
 /// without one fails here.
 #[test]
@@ -505,6 +626,10 @@ fn every_supported_api_has_a_round_trip() {
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
         ApiKey::OffsetDelete,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::AddOffsetsToTxn,
+        ApiKey::TxnOffsetCommit,
+        ApiKey::EndTxn,
     ];
     for (api, _, _) in SUPPORTED {
         assert!(

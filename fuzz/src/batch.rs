@@ -164,6 +164,7 @@ fn structured(input: &mut Input, mode: u8, codec: Codec) -> (Bytes, Option<Vec<O
         producer_id: i64::from(input.u8()) - 1,
         producer_epoch: 0,
         base_sequence: 0,
+        transactional: false,
     };
     let Ok(encoded) = encode_batch(&records, codec.compression(), producer) else {
         return (Bytes::new(), None);

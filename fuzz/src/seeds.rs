@@ -673,6 +673,7 @@ fn ottla_batch(first: i64, n: usize, codec: Compression, producer: i64, attribut
         producer_id: producer,
         producer_epoch: if producer >= 0 { 0 } else { -1 },
         base_sequence: if producer >= 0 { 0 } else { -1 },
+        transactional: false,
     };
     let batch = encode_batch(&records, codec, fields).expect("encode");
     rebase(&batch, first, attributes)
@@ -690,6 +691,7 @@ fn marker(offset: i64, producer: i64, abort: bool) -> Bytes {
         producer_id: producer,
         producer_epoch: 0,
         base_sequence: -1,
+        transactional: false,
     };
     let batch = encode_batch(&[record], Compression::None, fields).expect("encode");
     rebase(&batch, offset, TRANSACTIONAL_BIT | CONTROL_BIT)

@@ -770,6 +770,16 @@ impl Consumer {
         stats
     }
 
+    /// What a transactional producer's
+    /// [`send_offsets_to_transaction`](crate::Producer::send_offsets_to_transaction)
+    /// needs (KIP-447): the group id, the member's generation and member id as its
+    /// last join left them, and `group.instance.id`. The group coordinator refuses
+    /// the transaction's offsets once the generation moved on, so a member that lost
+    /// its partitions cannot commit a zombie's offsets. `None` without a `group.id`.
+    pub fn group_metadata(&self) -> Option<crate::producer::ConsumerGroupMetadata> {
+        self.group_counters.as_ref()?.member()
+    }
+
     /// A view of this consumer's positions that another task can keep (the
     /// Processor's handle reads lag through it).
     pub(crate) fn view(&self) -> ConsumerView {

@@ -146,6 +146,7 @@ impl GroupHandle {
         let (events_tx, events) = mpsc::unbounded_channel();
         let metrics = GroupCounts::new(&config.group_id);
         let counters = metrics.shared();
+        counters.set_group(&config.group_id, config.instance_id.clone());
         tokio::spawn(run(cluster, config, metrics, rx, events_tx));
         Self {
             tx,

@@ -9,6 +9,8 @@ pub struct ProducerBuilder {
     client: ClientConfig,
     config: ProducerConfig,
     max_block: Duration,
+    /// `transaction.timeout.ms`.
+    transaction_timeout: Duration,
 }
 
 crate::properties::by_name_entry_points!(
@@ -25,6 +27,7 @@ impl ProducerBuilder {
             client: ClientConfig::new(bootstrap_servers),
             config: ProducerConfig::default(),
             max_block: Duration::from_secs(60),
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 
@@ -131,6 +134,10 @@ impl ProducerBuilder {
             "max.request.size" => {
                 self.config.max_request_size = number(key, value, "a number of bytes")?;
             }
+            "transactional.id" => {
+                self.config.transactional_id = Some(value.to_string()).filter(|v| !v.is_empty());
+            }
+            "transaction.timeout.ms" => self.transaction_timeout = millis(key, value)?,
             _ => return Err(crate::properties::not_here(key)),
         }
         Ok(())
@@ -220,8 +227,35 @@ impl ProducerBuilder {
         self
     }
 
+    /// `transactional.id`: makes the producer transactional (and so idempotent, with
+    /// `acks = all`). Call [`Producer::init_transactions`] once, then send records
+    /// between [`Producer::begin_transaction`] and [`Producer::commit_transaction`]
+    /// or [`Producer::abort_transaction`]. A second producer with the same id fences
+    /// this one.
+    pub fn transactional_id(mut self, id: impl Into<String>) -> Self {
+        self.config.transactional_id = Some(id.into());
+        self
+    }
+
+    /// `transaction.timeout.ms` (default 60 s): the coordinator aborts a transaction
+    /// left open longer, and fences its producer's epoch.
+    pub fn transaction_timeout(mut self, t: Duration) -> Self {
+        self.transaction_timeout = t;
+        self
+    }
+
     /// Connects and starts the background task.
     pub async fn build(self) -> Result<Producer> {
+        if self.config.transactional_id.is_some()
+            && (self.config.acks != Acks::All || !self.config.idempotence)
+        {
+            // Java's ConfigException: a transaction needs the idempotent producer.
+            return Err(Error::Config {
+                setting: "transactional.id",
+                message: "a transactional producer needs acks = all and enable.idempotence = true"
+                    .into(),
+            });
+        }
         if self.config.batch_size == 0 || self.config.buffer_memory < self.config.batch_size {
             return Err(Error::Config {
                 setting: "buffer.memory",
@@ -232,7 +266,20 @@ impl ProducerBuilder {
         config.request_timeout = self.client.request_timeout;
         config.retry_backoff = self.client.retry_backoff;
         config.retry_backoff_max = self.client.retry_backoff_max;
-        let required = vec![ApiKey::Produce, ApiKey::Metadata];
+        let mut required = vec![ApiKey::Produce, ApiKey::Metadata];
+        let txn = config.transactional_id.clone().map(|id| {
+            required.extend([
+                ApiKey::FindCoordinator,
+                ApiKey::InitProducerId,
+                ApiKey::AddPartitionsToTxn,
+                ApiKey::EndTxn,
+            ]);
+            let mut c = crate::proto::produce::transaction::TransactionConfig::new(id);
+            c.transaction_timeout = self.transaction_timeout;
+            c.retry_backoff = config.retry_backoff;
+            c.retry_backoff_max = config.retry_backoff_max;
+            crate::proto::produce::transaction::TransactionManager::new(c)
+        });
         let cluster =
             Cluster::connect(&self.client, TopicScope::Topics(BTreeSet::new()), &required).await?;
         let shared = Arc::new(Shared {
@@ -243,6 +290,8 @@ impl ProducerBuilder {
                 unanswered: BTreeSet::new(),
                 counts: ProduceCounts::default(),
                 retries_told: 0,
+                txn,
+                txn_io: Default::default(),
             }),
             wake_driver: Notify::new(),
             room: Notify::new(),

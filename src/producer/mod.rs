@@ -45,6 +45,32 @@
 //! # Ok(()) }
 //! ```
 //!
+//! With a `transactional.id` the producer writes atomically: records (and a consumer
+//! group's offsets) sent between [`Producer::begin_transaction`] and
+//! [`Producer::commit_transaction`] become visible to `read_committed` consumers
+//! together, or, after [`Producer::abort_transaction`], never. Errors say whether the
+//! transaction must be aborted or the producer is finished (docs/exactly-once.md):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use ottla::producer::{Producer, ProducerRecord};
+//!
+//! let producer = Producer::builder("127.0.0.1:9092")
+//!     .transactional_id("orders-writer-1")
+//!     .build()
+//!     .await?;
+//! producer.init_transactions().await?;
+//! producer.begin_transaction()?;
+//! producer.send(ProducerRecord::new("orders").value("a")).await?;
+//! producer.send(ProducerRecord::new("audit").value("a")).await?;
+//! match producer.commit_transaction().await {
+//!     Ok(()) => {}
+//!     Err(e) if e.txn_requires_abort() => producer.abort_transaction().await?,
+//!     Err(e) => return Err(e.into()), // fatal (fenced): close the producer
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! `send` waits only while `buffer.memory` is full; the returned [`DeliveryFuture`]
 //! resolves once the broker acknowledged the record (or it failed for good). A retried
 //! batch keeps its sequence numbers, so a write the broker already took is not taken
@@ -80,10 +106,12 @@ pub use crate::proto::produce::record::ProducerRecord;
 
 mod builder;
 mod task;
+mod txn;
 
 use crate::stats::{ProduceCounts, ProducerStats};
 pub use builder::ProducerBuilder;
 use task::drive;
+pub use txn::{ConsumerGroupMetadata, TransactionError, TransactionErrorKind, TxnOffset};
 
 /// Where a record was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +165,10 @@ struct State {
     counts: ProduceCounts,
     /// The accumulator's retries the metrics have been told.
     retries_told: u64,
+    /// The transaction manager, with a `transactional.id`.
+    txn: Option<crate::proto::produce::transaction::TransactionManager>,
+    /// Its IO: waiting callers, coordinators' addresses.
+    txn_io: txn::TxnIo,
 }
 
 #[derive(Debug)]
@@ -158,10 +190,16 @@ impl Shared {
                 acc,
                 waiters,
                 counts,
+                txn,
                 ..
             } = &mut *s;
             while let Some(d) = acc.poll_delivery() {
                 freed = true;
+                // A record of the transaction failed: the transaction must be aborted
+                // (or the producer was fenced); the manager decides which.
+                if let (Some(txn), Err(e)) = (txn.as_mut(), &d.result) {
+                    txn.handle_produce_failure(e);
+                }
                 if let Some((topic, tx)) = waiters.remove(&d.id) {
                     match &d.result {
                         Ok(_) => counts.acknowledged(&topic, d.bytes),
@@ -262,8 +300,17 @@ impl Producer {
                 let Some(r) = out.take() else {
                     return Err(Error::Produce(ProduceError::Closed));
                 };
+                if let Some(txn) = &s.txn {
+                    if let Err(e) = txn.check_send() {
+                        return Err(Error::Transaction(e));
+                    }
+                }
                 match s.acc.append(now, &record.topic, record.partition, r) {
-                    Ok((id, _)) => {
+                    Ok((id, tp)) => {
+                        if let Some(txn) = s.txn.as_mut() {
+                            // Checked above, under the same lock: cannot fail.
+                            let _ = txn.add_partition(&tp);
+                        }
                         let (tx, rx) = oneshot::channel();
                         s.waiters.insert(id, (record.topic.clone(), tx));
                         Ok(rx)

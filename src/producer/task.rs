@@ -2,6 +2,7 @@
 //! says (claims, InitProducerId, Produce rounds) and paces the metadata refreshes it
 //! asks for ([`RefreshPace`]).
 
+use super::txn;
 use super::*;
 
 pub(super) async fn drive(cluster: Cluster, shared: Arc<Shared>) {
@@ -16,12 +17,18 @@ pub(super) async fn drive(cluster: Cluster, shared: Arc<Shared>) {
     };
     loop {
         let now = Instant::now();
-        let (nodes, refresh, pid, wakeup, done) = {
+        let (nodes, refresh, pid, wakeup, done, txn_request) = {
             let mut s = lock(&shared.state);
             let std_now = now.into_std();
             s.acc.handle_timeout(std_now);
+            let txn_request = txn::step(&mut s, std_now);
             let pid = s.acc.claim_producer_id(std_now);
-            let nodes = s.acc.claim_ready(std_now);
+            let nodes = {
+                let State { acc, txn, .. } = &mut *s;
+                // A transactional producer's partition waits until the coordinator
+                // added it to the transaction.
+                acc.claim_ready_gated(std_now, |tp| txn.as_ref().is_none_or(|t| t.may_send(tp)))
+            };
             while let Some(event) = s.acc.poll_event() {
                 match event {
                     AccumulatorEvent::MetadataNeeded => metadata.request(),
@@ -29,12 +36,20 @@ pub(super) async fn drive(cluster: Cluster, shared: Arc<Shared>) {
             }
             let refresh = metadata.poll_start(std_now);
             let done = s.closed && s.acc.is_idle();
-            let wakeup = [s.acc.poll_timeout(), metadata.poll_timeout()]
+            let txn_timeout = s.txn.as_ref().and_then(|t| t.poll_timeout());
+            let wakeup = [s.acc.poll_timeout(), metadata.poll_timeout(), txn_timeout]
                 .into_iter()
                 .flatten()
                 .min();
-            (nodes, refresh, pid, wakeup, done)
+            (nodes, refresh, pid, wakeup, done, txn_request)
         };
+        if let Some((destination, body, token)) = txn_request {
+            let (cluster, shared) = (cluster.clone(), shared.clone());
+            tasks.spawn(async move {
+                txn::send(cluster, shared, destination, body, token).await;
+                Done::Other
+            });
+        }
         shared.dispatch();
         if done && tasks.is_empty() {
             break;
@@ -158,9 +173,10 @@ pub(super) async fn produce_round(cluster: Cluster, shared: Arc<Shared>, node: N
     };
     let built = {
         let mut s = lock(&shared.state);
-        let built = s
-            .acc
-            .build_produce(Instant::now().into_std(), node, version);
+        let State { acc, txn, .. } = &mut *s;
+        let built = acc.build_produce_gated(Instant::now().into_std(), node, version, |tp| {
+            txn.as_ref().is_none_or(|t| t.may_send(tp))
+        });
         if crate::telemetry::ENABLED {
             if let Some((request, _)) = &built {
                 let retries = s.acc.retries();

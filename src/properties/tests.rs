@@ -124,14 +124,20 @@ fn a_known_but_meaningless_key_is_recorded_and_never_silently_accepted() {
 #[test]
 fn a_key_ottla_cannot_honour_is_refused() {
     let err = ProducerBuilder::new("h:1")
-        .set("transactional.id", "tx-1")
+        .set("enable.gapless.guarantee", "true")
         .unwrap_err();
     let err = property_error(err);
     assert!(
-        matches!(&err, PropertyError::Unsupported { key, .. } if key == "transactional.id"),
+        matches!(&err, PropertyError::Unsupported { key, .. } if key == "enable.gapless.guarantee"),
         "{err:?}"
     );
-    assert!(err.to_string().contains("no transactions"), "{err}");
+    assert!(err.to_string().contains("its own delivery future"), "{err}");
+    // transactional.id was refused until the producer became transactional.
+    assert!(
+        ProducerBuilder::new("h:1")
+            .set("transactional.id", "tx-1")
+            .is_ok()
+    );
 }
 
 #[test]

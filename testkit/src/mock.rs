@@ -288,6 +288,24 @@ impl MockCluster {
         })
     }
 
+    /// Makes `broker` the transaction coordinator of `transactional_id` (a coordinator
+    /// move: the old coordinator answers the id's InitProducerId, AddPartitionsToTxn,
+    /// AddOffsetsToTxn and EndTxn with NOT_COORDINATOR).
+    pub fn set_transaction_coordinator(
+        &self,
+        transactional_id: &str,
+        broker: i32,
+    ) -> anyhow::Result<()> {
+        let (kind, key) = (c_string("transaction")?, c_string(transactional_id)?);
+        // SAFETY: live cluster; the call copies both strings.
+        let err = unsafe {
+            rd::rd_kafka_mock_coordinator_set(self.ptr(), kind.as_ptr(), key.as_ptr(), broker)
+        };
+        check(err, || {
+            format!("set coordinator of transactional id {transactional_id} to broker {broker}")
+        })
+    }
+
     /// Takes a broker down: closes its listener and its connections. It keeps its port.
     pub fn broker_down(&self, broker: i32) -> anyhow::Result<()> {
         // SAFETY: live cluster.

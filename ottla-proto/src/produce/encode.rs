@@ -51,6 +51,9 @@ pub struct ProducerFields {
     pub producer_epoch: i16,
     /// The sequence number of the first record, or -1.
     pub base_sequence: i32,
+    /// The batch belongs to a transaction (attributes bit 4): a `read_committed`
+    /// consumer sees it only once its transaction committed.
+    pub transactional: bool,
 }
 
 impl ProducerFields {
@@ -59,6 +62,7 @@ impl ProducerFields {
         producer_id: -1,
         producer_epoch: -1,
         base_sequence: -1,
+        transactional: false,
     };
 }
 
@@ -106,7 +110,9 @@ pub fn encode_batch(
     out.put_i8(2); // magic
     out.put_u32(0); // crc, below
     let crc_from = out.len();
-    out.put_i16(compression.attribute_bits());
+    // Bit 4 of the attributes: transactional (KIP-98).
+    let transactional = if producer.transactional { 0x10 } else { 0 };
+    out.put_i16(compression.attribute_bits() | transactional);
     out.put_i32(records.len().saturating_sub(1) as i32);
     out.put_i64(base_timestamp);
     out.put_i64(max_timestamp);
@@ -187,6 +193,7 @@ mod tests {
                 producer_id: 9,
                 producer_epoch: 2,
                 base_sequence: 40,
+                transactional: false,
             };
             let bytes = encode_batch(&records, codec, producer).expect("encode");
             let mut it = Batches::new(bytes, BatchOptions::default());

@@ -60,6 +60,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::OffsetDelete, 0, 0),
+    // The transactional producer (`ottla_proto::produce::transaction`). A client
+    // sends AddPartitionsToTxn at v3 or below (v4 batches transactions, for brokers
+    // verifying KIP-890). TxnOffsetCommit starts at v3, the first that carries the
+    // group metadata (KIP-447, Kafka 2.5), which ottla always sends: Java refuses
+    // older versions with group metadata too. AddOffsetsToTxn, TxnOffsetCommit and
+    // EndTxn stop before v4 and v5, which announce KIP-890's TRANSACTION_ABORTABLE and
+    // the epoch bump on every commit.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 3, 3),
+    (ApiKey::EndTxn, 0, 3),
 ];
 
 /// An inclusive range of versions, printed as `min..=max`.

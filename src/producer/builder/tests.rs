@@ -50,3 +50,21 @@ fn java_and_librdkafka_names_set_the_same_fields() {
         assert_eq!(b.config.acks, acks);
     }
 }
+
+#[test]
+fn transactional_id_and_timeout_by_name() {
+    let b = ProducerBuilder::from_properties([
+        ("bootstrap.servers", "h:1"),
+        ("transactional.id", "tx-7"),
+        ("transaction.timeout.ms", "15000"),
+    ])
+    .unwrap();
+    assert_eq!(b.config.transactional_id.as_deref(), Some("tx-7"));
+    assert_eq!(b.transaction_timeout, Duration::from_secs(15));
+    assert!(b.ignored_properties().is_empty());
+    let typed = ProducerBuilder::new("h:1")
+        .transactional_id("tx-7")
+        .transaction_timeout(Duration::from_secs(15));
+    assert_eq!(typed.config.transactional_id.as_deref(), Some("tx-7"));
+    assert_eq!(typed.transaction_timeout, Duration::from_secs(15));
+}

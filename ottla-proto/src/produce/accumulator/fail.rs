@@ -68,6 +68,30 @@ impl Accumulator {
         }
     }
 
+    /// The transaction is aborting (or must be): batches never sent fail with
+    /// [`ProduceError::Aborted`]; batches sent before keep their fate (a retry keeps
+    /// its sequence numbers), as Java's `abortUndrainedBatches`.
+    pub fn abort_undrained(&mut self) {
+        let mut failed = Vec::new();
+        for (tp, p) in &mut self.partitions {
+            let mut keep = VecDeque::new();
+            for b in std::mem::take(&mut p.queue) {
+                if b.base_sequence.is_none() && b.encoded.is_none() && b.attempts == 0 {
+                    failed.push((tp.clone(), b));
+                } else {
+                    keep.push_back(b);
+                }
+            }
+            p.queue = keep;
+            if let Some(b) = p.open.take() {
+                failed.push((tp.clone(), b));
+            }
+        }
+        for (tp, b) in failed {
+            self.finish(&tp, b, Err(ProduceError::Aborted));
+        }
+    }
+
     /// Fails everything not yet sent (the producer is closing without a flush).
     pub fn abort_unsent(&mut self) {
         let mut failed = Vec::new();

@@ -63,12 +63,15 @@ pub struct Accumulator {
     backoff: Backoff,
     /// Failed InitProducerIds in a row before the one in flight.
     pid_failures: u32,
+    /// `transactional.id` is set: the transaction manager owns the producer id.
+    transactional: bool,
 }
 
 impl Accumulator {
     /// A producer with nothing buffered.
     pub fn new(config: ProducerConfig) -> Self {
-        let idempotent = config.idempotence && config.acks == Acks::All;
+        let transactional = config.transactional_id.is_some();
+        let idempotent = transactional || (config.idempotence && config.acks == Acks::All);
         let backoff = Backoff::new(
             config.retry_backoff,
             config.retry_backoff_max,
@@ -99,12 +102,18 @@ impl Accumulator {
             flush_requested: false,
             retries: 0,
             pid_failures: 0,
+            transactional,
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &ProducerConfig {
         &self.config
+    }
+
+    /// Whether the transaction manager owns the producer id (`transactional.id`).
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
     }
 
     /// Bytes of records not yet delivered.

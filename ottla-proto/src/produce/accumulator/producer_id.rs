@@ -11,7 +11,12 @@ use super::state::ProducerIdState;
 impl Accumulator {
     /// Whether an InitProducerId should be sent now (idempotence on, no id, nothing in
     /// flight, the backoff after a failed one over). Marks it requested.
+    /// Never with a `transactional.id`: the transaction manager's InitProducerId
+    /// carries it, and its answer comes through [`Accumulator::set_producer_id`].
     pub fn claim_producer_id(&mut self, now: Instant) -> bool {
+        if self.transactional {
+            return false;
+        }
         let ProducerIdState::Needed { failures, retry_at } = self.producer_id else {
             return false;
         };
@@ -52,7 +57,10 @@ impl Accumulator {
     }
 
     pub(super) fn renew_producer_id(&mut self) {
-        if self.producer_id != ProducerIdState::Off {
+        // A transactional producer's epoch moves only through the transaction
+        // manager: the failed batch makes the transaction abortable, and the abort
+        // bumps the epoch (KIP-360).
+        if self.producer_id != ProducerIdState::Off && !self.transactional {
             self.pid_failures = 0;
             warn!("a batch failed after using sequence numbers; renewing the producer id");
             self.producer_id = ProducerIdState::Needed {

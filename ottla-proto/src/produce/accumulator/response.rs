@@ -114,6 +114,20 @@ impl Accumulator {
                     | ResponseError::UnknownProducerId
                     | ResponseError::InvalidProducerEpoch,
                 ) => {
+                    if self.transactional {
+                        // The transaction manager decides (abort, then a new epoch);
+                        // the batch fails with the code it reads.
+                        warn!(%tp, error = %error_name(code), "produce: transactional batch refused");
+                        if let Some(b) = self.pop_head(&tp) {
+                            let error = ProduceError::Broker {
+                                topic: tp.topic.clone(),
+                                partition: tp.partition,
+                                code,
+                            };
+                            self.finish(&tp, b, Err(error));
+                        }
+                        continue;
+                    }
                     // The broker lost or refused this producer's state: renumber the
                     // batch under a new producer id and send it again.
                     warn!(%tp, error = %error_name(code), "produce: sequence state lost; renewing the producer id");

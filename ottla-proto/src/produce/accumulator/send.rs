@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::messages::{ProduceRequest, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 
 use super::Accumulator;
@@ -28,6 +28,18 @@ impl Accumulator {
     /// Brokers with a batch ready and no Produce in flight, claimed: follow with
     /// [`Accumulator::build_produce`].
     pub fn claim_ready(&mut self, now: Instant) -> Vec<NodeId> {
+        self.claim_ready_gated(now, |_| true)
+    }
+
+    /// As [`Accumulator::claim_ready`], counting only the partitions `may_send`
+    /// allows: a transactional producer holds a partition's batches until the
+    /// coordinator added it to the transaction
+    /// ([`TransactionManager::may_send`](crate::produce::transaction::TransactionManager::may_send)).
+    pub fn claim_ready_gated(
+        &mut self,
+        now: Instant,
+        may_send: impl Fn(&TopicPartition) -> bool,
+    ) -> Vec<NodeId> {
         if matches!(
             self.producer_id,
             ProducerIdState::Needed { .. } | ProducerIdState::Requested
@@ -37,7 +49,7 @@ impl Accumulator {
         let mut nodes = BTreeSet::new();
         let mut unknown = false;
         for (tp, p) in &self.partitions {
-            if !self.sendable(now, p) {
+            if !self.sendable(now, p) || !may_send(tp) {
                 continue;
             }
             match self.leaders.get(tp) {
@@ -65,6 +77,18 @@ impl Accumulator {
         node: NodeId,
         version: i16,
     ) -> Option<(ProduceRequest, ProduceToken)> {
+        self.build_produce_gated(now, node, version, |_| true)
+    }
+
+    /// As [`Accumulator::build_produce`], with the partitions `may_send` allows
+    /// (see [`Accumulator::claim_ready_gated`]).
+    pub fn build_produce_gated(
+        &mut self,
+        now: Instant,
+        node: NodeId,
+        version: i16,
+        may_send: impl Fn(&TopicPartition) -> bool,
+    ) -> Option<(ProduceRequest, ProduceToken)> {
         if !self.in_flight.contains_key(&node) {
             return None;
         }
@@ -75,7 +99,9 @@ impl Accumulator {
         let ready: Vec<TopicPartition> = self
             .partitions
             .iter()
-            .filter(|(tp, p)| self.leaders.get(*tp) == Some(&node) && self.sendable(now, p))
+            .filter(|(tp, p)| {
+                self.leaders.get(*tp) == Some(&node) && self.sendable(now, p) && may_send(tp)
+            })
             .map(|(tp, _)| tp.clone())
             .collect();
         let mut by_topic: BTreeMap<String, Vec<PartitionProduceData>> = BTreeMap::new();
@@ -106,6 +132,7 @@ impl Accumulator {
                             producer_id: id,
                             producer_epoch: epoch,
                             base_sequence: base,
+                            transactional: self.transactional,
                         }
                     }
                     None => ProducerFields::NONE,
@@ -149,7 +176,10 @@ impl Accumulator {
         self.in_flight.insert(node, (serial, sent));
         // v3-v12 share these fields; v13 (topic ids) is not negotiated.
         let _ = version;
+        let transactional_id = (self.config.transactional_id.clone())
+            .map(|id| TransactionalId(StrBytes::from_string(id)));
         let request = ProduceRequest::default()
+            .with_transactional_id(transactional_id)
             .with_acks(self.config.acks.code())
             .with_timeout_ms(
                 i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX),

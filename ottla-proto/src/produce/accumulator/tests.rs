@@ -435,3 +435,163 @@ fn records_behind_a_connection_no_retry_fixes_fail_with_the_drivers_error_kept_w
     assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
     assert_eq!(f.to_string(), "SASL refused");
 }
+
+/// A transactional accumulator: its producer id comes from the transaction manager.
+fn transactional() -> (Accumulator, Instant) {
+    let now = Instant::now();
+    let mut a = Accumulator::new(ProducerConfig {
+        transactional_id: Some("tx-1".into()),
+        ..ProducerConfig::default()
+    });
+    a.update_metadata(&metadata(2));
+    (a, now)
+}
+
+#[test]
+fn transactional_takes_its_producer_id_from_the_manager_never_its_own_init() {
+    let (mut a, now) = transactional();
+    a.append(now, "t", Some(0), record("a")).expect("append");
+    a.flush();
+    assert!(
+        !a.claim_producer_id(now),
+        "the manager's InitProducerId carries the id"
+    );
+    assert!(
+        a.claim_ready(now).is_empty(),
+        "nothing goes before the producer id"
+    );
+    a.set_producer_id(now, Ok((77, 5)));
+    assert_eq!(a.claim_ready(now), vec![NodeId(1)]);
+}
+
+#[test]
+fn transactional_batches_carry_the_bit_and_the_request_the_id() {
+    let (mut a, now) = transactional();
+    a.set_producer_id(now, Ok((77, 5)));
+    a.append(now, "t", Some(0), record("a")).expect("append");
+    a.flush();
+    assert_eq!(a.claim_ready(now), vec![NodeId(1)]);
+    let (r, _) = a.build_produce(now, NodeId(1), 9).expect("request");
+    assert_eq!(
+        r.transactional_id.as_ref().map(|t| t.0.as_str()),
+        Some("tx-1")
+    );
+    let records = r.topic_data[0].partition_data[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    let b = Batches::new(records, BatchOptions::default())
+        .next()
+        .expect("a batch")
+        .expect("valid");
+    assert!(b.is_transactional());
+    assert_eq!(
+        (b.producer_id, b.producer_epoch, b.base_sequence),
+        (77, 5, 0)
+    );
+
+    // An idempotent producer's batches are not transactional.
+    let (mut plain, now) = ready(ProducerConfig::default());
+    plain
+        .append(now, "t", Some(0), record("a"))
+        .expect("append");
+    plain.flush();
+    plain.claim_ready(now);
+    let (r, _) = plain.build_produce(now, NodeId(1), 9).expect("request");
+    assert_eq!(r.transactional_id, None);
+    let records = r.topic_data[0].partition_data[0]
+        .records
+        .clone()
+        .unwrap_or_default();
+    let b = Batches::new(records, BatchOptions::default())
+        .next()
+        .expect("a batch")
+        .expect("valid");
+    assert!(!b.is_transactional());
+}
+
+#[test]
+fn gated_partitions_wait_until_the_gate_opens() {
+    let (mut a, now) = transactional();
+    a.set_producer_id(now, Ok((77, 5)));
+    a.append(now, "t", Some(0), record("a")).expect("append");
+    a.append(now, "t", Some(1), record("b")).expect("append");
+    a.flush();
+    let p0 = TopicPartition::new("t", 0);
+    assert!(
+        a.claim_ready_gated(now, |_| false).is_empty(),
+        "no partition added to the transaction yet"
+    );
+    assert_eq!(a.claim_ready_gated(now, |tp| *tp == p0), vec![NodeId(1)]);
+    let (r, _) = a
+        .build_produce_gated(now, NodeId(1), 9, |tp| *tp == p0)
+        .expect("request");
+    let partitions: Vec<i32> = r.topic_data[0]
+        .partition_data
+        .iter()
+        .map(|p| p.index)
+        .collect();
+    assert_eq!(
+        partitions,
+        vec![0],
+        "partition 1 waits for its AddPartitionsToTxn"
+    );
+}
+
+#[test]
+fn transactional_sequence_errors_fail_the_batch_instead_of_a_new_producer_id() {
+    for error in [
+        ResponseError::OutOfOrderSequenceNumber,
+        ResponseError::UnknownProducerId,
+        ResponseError::InvalidProducerEpoch,
+    ] {
+        let (mut a, now) = transactional();
+        a.set_producer_id(now, Ok((77, 5)));
+        a.append(now, "t", Some(0), record("a")).expect("append");
+        a.flush();
+        a.claim_ready(now);
+        let (_, token) = a.build_produce(now, NodeId(1), 9).expect("request");
+        a.handle_produce(now, token, answer(error.code(), -1));
+        let d = a.poll_delivery().expect("the batch fails");
+        assert_eq!(
+            d.result,
+            Err(ProduceError::Broker {
+                topic: "t".into(),
+                partition: 0,
+                code: error.code()
+            }),
+            "{error:?}"
+        );
+        assert!(
+            !a.claim_producer_id(now),
+            "{error:?}: the manager, not the accumulator, moves the epoch"
+        );
+        assert!(a.is_idle());
+    }
+}
+
+#[test]
+fn abort_undrained_fails_unsent_batches_and_keeps_those_sent() {
+    let (mut a, now) = transactional();
+    a.set_producer_id(now, Ok((77, 5)));
+    a.append(now, "t", Some(0), record("sent")).expect("append");
+    a.flush();
+    a.claim_ready(now);
+    let (_, token) = a.build_produce(now, NodeId(1), 9).expect("request");
+    a.append(now, "t", Some(0), record("queued"))
+        .expect("append");
+    a.append(now, "t", Some(1), record("other"))
+        .expect("append");
+    a.abort_undrained();
+    let mut failed = Vec::new();
+    while let Some(d) = a.poll_delivery() {
+        assert_eq!(d.result, Err(ProduceError::Aborted));
+        failed.push(d.partition.partition);
+    }
+    failed.sort();
+    assert_eq!(failed, vec![0, 1], "the two unsent records");
+    assert!(!a.is_idle(), "the batch in flight keeps its fate");
+    a.handle_produce(now, token, answer(0, 10));
+    assert_eq!(a.poll_delivery().map(|d| d.result), Some(Ok(10)));
+    assert!(a.is_idle());
+}

@@ -71,6 +71,11 @@ pub struct ProducerConfig {
     pub custom_partitioner: Option<Arc<dyn Partitioner>>,
     /// Seed of the sticky and random partitioners.
     pub seed: u64,
+    /// `transactional.id`: batches carry the transactional bit and Produce requests
+    /// the id; the producer id comes from the transaction manager
+    /// ([`Accumulator::set_producer_id`](super::Accumulator::set_producer_id)), never
+    /// from an InitProducerId of the accumulator's own.
+    pub transactional_id: Option<String>,
 }
 
 impl Default for ProducerConfig {
@@ -91,6 +96,7 @@ impl Default for ProducerConfig {
             ignore_keys: false,
             custom_partitioner: None,
             seed: 0x5eed_0771a,
+            transactional_id: None,
         }
     }
 }
@@ -129,6 +135,9 @@ pub enum ProduceError {
     /// The producer was closed before the record was sent.
     #[error("the producer was closed before the record was sent")]
     Closed,
+    /// The record's transaction was aborted (or must be) before it was sent.
+    #[error("the transaction was aborted before the record was sent")]
+    Aborted,
     /// The connection to the partition's leader fails in a way no retry fixes: TLS
     /// or SASL authentication.
     #[error(transparent)]

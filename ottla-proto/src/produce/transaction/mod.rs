@@ -47,6 +47,8 @@ use crate::backoff::Backoff;
 use crate::error_name;
 use crate::group::consumer_protocol::TopicPartition;
 use crate::metadata::NodeId;
+use crate::produce::accumulator::ProduceError;
+use kafka_protocol::error::ResponseError;
 
 pub mod errors;
 #[cfg(test)]
@@ -155,6 +157,15 @@ pub enum TxnError {
         /// The error code.
         code: i16,
     },
+    /// The call did not finish within `max.block.ms` (Java's `TimeoutException`): the
+    /// operation goes on in the background; the state says where it is.
+    #[error("{call} did not finish within max.block.ms ({after:?})")]
+    Timeout {
+        /// The call.
+        call: &'static str,
+        /// `max.block.ms`.
+        after: Duration,
+    },
     /// A call the state does not allow (`commit` outside a transaction, say).
     #[error("{call} is not allowed while {state}")]
     State {
@@ -170,8 +181,20 @@ impl TxnError {
     pub fn kind(&self) -> Option<TxnErrorKind> {
         match self {
             TxnError::Broker { kind, .. } => Some(*kind),
-            TxnError::State { .. } => None,
+            TxnError::Timeout { .. } | TxnError::State { .. } => None,
         }
+    }
+
+    /// The transaction must be aborted; the producer stays usable (rust-rdkafka's
+    /// `txn_requires_abort`, Java's exceptions other than the fatal ones).
+    pub fn txn_requires_abort(&self) -> bool {
+        self.kind() == Some(TxnErrorKind::Abortable)
+    }
+
+    /// The producer can do nothing more: close it (rust-rdkafka's `is_fatal`; Java's
+    /// `ProducerFencedException` and the authorization errors).
+    pub fn is_fatal(&self) -> bool {
+        self.kind() == Some(TxnErrorKind::Fatal)
     }
 }
 
@@ -448,6 +471,9 @@ pub struct TransactionManager {
     /// ... and EndTxn must be skipped (the producer id's mapping is gone).
     skip_end_txn: bool,
     batches_pending: bool,
+    /// The `init`, `commit` or `abort` under way: the same call again (after the
+    /// caller gave up waiting, Java's `TimeoutException`) resumes it.
+    under_way: Option<OpId>,
     steps: VecDeque<Step>,
     in_flight: Option<InFlight>,
     next_token: u64,
@@ -475,6 +501,7 @@ impl TransactionManager {
             bump_after_abort: false,
             skip_end_txn: false,
             batches_pending: false,
+            under_way: None,
             steps: VecDeque::new(),
             in_flight: None,
             next_token: 0,
@@ -547,9 +574,13 @@ impl TransactionManager {
     /// `initTransactions`: finds the coordinator and takes the producer id, fencing
     /// any earlier instance with the same `transactional.id`.
     pub fn init(&mut self) -> Result<OpId, TxnError> {
+        if let Some(op) = self.resume(TxnState::Initializing) {
+            return Ok(op);
+        }
         self.check("init_transactions", &["uninitialized"])?;
         self.state = TxnState::Initializing;
         let op = self.op();
+        self.under_way = Some(op);
         self.push(Step::InitProducerId {
             op: Some(op),
             bump: false,
@@ -580,6 +611,24 @@ impl TransactionManager {
         Ok(())
     }
 
+    /// Whether a record may be sent now: a transaction is open and not failed. Ask
+    /// before appending, then [`TransactionManager::add_partition`] with the partition
+    /// the record went to.
+    pub fn check_send(&self) -> Result<(), TxnError> {
+        self.check("send", &["in-transaction"])
+    }
+
+    /// Whether batches not yet sent must fail now (Java's `abortUndrainedBatches`):
+    /// the transaction is aborting, can only be aborted, or the producer failed.
+    pub fn aborts_undrained(&self) -> bool {
+        // Fatal too: nothing of this producer can commit any more, and batches held
+        // for an AddPartitionsToTxn that will never come would wait for ever.
+        matches!(
+            self.state,
+            TxnState::Aborting | TxnState::Abortable(_) | TxnState::Fatal(_)
+        )
+    }
+
     /// Whether batches of `tp` may be sent: the coordinator added it to the
     /// transaction.
     pub fn may_send(&self, tp: &TopicPartition) -> bool {
@@ -608,9 +657,13 @@ impl TransactionManager {
 
     /// `commitTransaction`: once every batch is answered, EndTxn(commit).
     pub fn commit(&mut self) -> Result<OpId, TxnError> {
+        if let Some(op) = self.resume(TxnState::Committing) {
+            return Ok(op);
+        }
         self.check("commit_transaction", &["in-transaction"])?;
         self.state = TxnState::Committing;
         let op = self.op();
+        self.under_way = Some(op);
         self.push(Step::EndTxn {
             op,
             commit: true,
@@ -622,11 +675,15 @@ impl TransactionManager {
     /// `abortTransaction`: once every batch is answered, EndTxn(abort); after an
     /// error that needs it, a new epoch.
     pub fn abort(&mut self) -> Result<OpId, TxnError> {
+        if let Some(op) = self.resume(TxnState::Aborting) {
+            return Ok(op);
+        }
         self.check("abort_transaction", &["in-transaction", "abortable"])?;
         self.state = TxnState::Aborting;
         self.to_add.clear();
         self.steps.retain(|s| *s != Step::AddPartitions);
         let op = self.op();
+        self.under_way = Some(op);
         let bump = std::mem::take(&mut self.bump_after_abort);
         if std::mem::take(&mut self.skip_end_txn) {
             self.push(Step::InitProducerId {
@@ -656,6 +713,22 @@ impl TransactionManager {
         if matches!(self.state, TxnState::InTransaction | TxnState::Committing) {
             self.apply_error(TxnApi::Produce, code, None);
         }
+    }
+
+    /// A record of the transaction failed for good (the accumulator's delivery):
+    /// a broker's refusal counts by its code, the delivery timeout as
+    /// REQUEST_TIMED_OUT, anything else as UNKNOWN_SERVER_ERROR (abortable, as Java's
+    /// `Sender` fails the transaction on any failed batch). A record that failed
+    /// because the transaction was aborting, or the producer closing, changes
+    /// nothing.
+    pub fn handle_produce_failure(&mut self, error: &ProduceError) {
+        let code = match error {
+            ProduceError::Aborted | ProduceError::Closed => return,
+            ProduceError::Broker { code, .. } => *code,
+            ProduceError::Timeout { .. } => ResponseError::RequestTimedOut.code(),
+            _ => ResponseError::UnknownServerError.code(),
+        };
+        self.handle_produce_error(code);
     }
 
     // ----- the driver's side -----
@@ -990,7 +1063,16 @@ impl TransactionManager {
     }
 
     fn finish(&mut self, op: OpId, result: Result<(), TxnError>) {
+        if self.under_way == Some(op) {
+            self.under_way = None;
+        }
         self.events.push_back(TxnEvent::Done { op, result });
+    }
+
+    /// The operation under way in `state`, when the manager is in it: the same call
+    /// again waits for it instead of failing as a call out of turn.
+    fn resume(&self, state: TxnState) -> Option<OpId> {
+        (self.state == state).then_some(self.under_way).flatten()
     }
 
     /// An abortable or fatal error: the state moves, the operation in flight fails,

@@ -475,3 +475,117 @@ fn a_retried_answer_backs_off_exponentially() {
     }
     assert!(waits[3] > waits[0] * 3, "{waits:?}");
 }
+
+#[test]
+fn produce_failures_map_to_codes_and_aborts_or_closes_change_nothing() {
+    use crate::produce::accumulator::ProduceError;
+    let open = || {
+        let mut h = H::new();
+        h.m.init().expect("init");
+        while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+            h.answer_well(&dest, &body, token);
+        }
+        h.m.begin().expect("begin");
+        h
+    };
+    for ignored in [ProduceError::Aborted, ProduceError::Closed] {
+        let mut h = open();
+        h.m.handle_produce_failure(&ignored);
+        assert_eq!(*h.m.state(), TxnState::InTransaction, "{ignored:?}");
+    }
+    let mut h = open();
+    h.m.handle_produce_failure(&ProduceError::Timeout {
+        topic: "out".into(),
+        partition: 0,
+        timeout: Duration::from_secs(1),
+    });
+    assert!(
+        matches!(h.m.state(), TxnState::Abortable(e) if e.txn_requires_abort() && !e.is_fatal()),
+        "{:?}",
+        h.m.state()
+    );
+    assert!(h.m.aborts_undrained());
+    assert!(
+        h.m.check_send().is_err(),
+        "no record goes into an abortable transaction"
+    );
+    let mut h = open();
+    h.m.handle_produce_failure(&ProduceError::Broker {
+        topic: "out".into(),
+        partition: 0,
+        code: E::ProducerFenced.code(),
+    });
+    assert!(
+        matches!(h.m.state(), TxnState::Fatal(e) if e.is_fatal() && !e.txn_requires_abort()),
+        "{:?}",
+        h.m.state()
+    );
+}
+
+#[test]
+fn check_send_allows_records_only_inside_a_transaction() {
+    let mut h = H::new();
+    assert!(h.m.check_send().is_err(), "before init");
+    h.m.init().expect("init");
+    while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+        h.answer_well(&dest, &body, token);
+    }
+    assert!(h.m.check_send().is_err(), "no transaction open");
+    h.m.begin().expect("begin");
+    assert!(h.m.check_send().is_ok());
+    assert!(!h.m.aborts_undrained());
+    h.m.abort().expect("abort");
+    assert!(h.m.aborts_undrained());
+    assert!(h.m.check_send().is_err(), "aborting");
+}
+
+#[test]
+fn a_commit_called_again_while_under_way_resumes_the_same_operation() {
+    // Java lets commitTransaction be called again after its TimeoutException; the
+    // second call waits for the same EndTxn instead of failing as out of turn.
+    let mut h = H::new();
+    let init = h.m.init().expect("init");
+    assert_eq!(h.m.init(), Ok(init), "init again resumes");
+    while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+        h.answer_well(&dest, &body, token);
+    }
+    h.m.begin().expect("begin");
+    h.m.add_partition(&tp(0)).expect("add");
+    let commit = h.m.commit().expect("commit");
+    assert_eq!(h.m.commit(), Ok(commit), "commit again resumes");
+    assert!(
+        matches!(h.m.abort(), Err(TxnError::State { .. })),
+        "an abort while committing is out of turn"
+    );
+    while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+        h.answer_well(&dest, &body, token);
+    }
+    let mut done = Vec::new();
+    while let Some(e) = h.m.poll_event() {
+        if let TxnEvent::Done { op, result } = e {
+            done.push((op, result));
+        }
+    }
+    assert!(done.contains(&(commit, Ok(()))), "{done:?}");
+    assert_eq!(*h.m.state(), TxnState::Ready);
+    assert!(
+        matches!(h.m.commit(), Err(TxnError::State { .. })),
+        "once finished, a commit outside a transaction is out of turn"
+    );
+}
+
+#[test]
+fn a_fatal_producer_fails_its_undrained_batches() {
+    let mut h = H::new();
+    h.m.init().expect("init");
+    while let Some((dest, body, token)) = h.m.poll_request(h.now) {
+        h.answer_well(&dest, &body, token);
+    }
+    h.m.begin().expect("begin");
+    h.m.handle_produce_error(E::ProducerFenced.code());
+    assert!(matches!(h.m.state(), TxnState::Fatal(_)));
+    assert!(
+        h.m.aborts_undrained(),
+        "held batches must not wait for ever"
+    );
+}
