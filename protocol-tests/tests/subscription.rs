@@ -36,6 +36,9 @@ async fn produce(peer: &Peer, topic: &str, partitions: i32, n: usize) -> Vec<(St
     out
 }
 
+/// How often each (topic, partition, offset) was read or handled.
+type Counts = BTreeMap<(String, i32, i64), usize>;
+
 /// What a consumer read (with how often) and the group events it saw, until `done`
 /// holds or `timeout` passes.
 #[derive(Default)]
@@ -256,7 +259,7 @@ async fn tansu_processor_follows_a_pattern() {
     let group = format!("proc-pattern-{}", std::process::id());
     peer.create_topic("proc-a", 2).expect("topic");
     let first = produce(&peer, "proc-a", 2, 5).await;
-    let handled: Arc<Mutex<BTreeMap<(String, i32, i64), usize>>> = Arc::default();
+    let handled: Arc<Mutex<Counts>> = Arc::default();
     let processor = Processor::builder(&peer.bootstrap(), &group, Vec::<String>::new())
         .timeouts(
             Duration::from_secs(6),
