@@ -52,7 +52,7 @@ fn assert_replayable(message: &str, seed: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_correct_processor_passes_every_fault_kind() {
+async fn a_correct_processor_passes_every_fault_kind_under_the_consumer_protocol() {
     let app = App::processor(
         |b| b.dlq_suffix(".dlq"),
         |record: &ConsumerRecord, _cancel| {
@@ -67,7 +67,9 @@ async fn a_correct_processor_passes_every_fault_kind() {
             }
         },
     );
-    let report = Chaos::new(GroupProtocol::Classic)
+    // The consumer protocol: the classic one's kills and crashes can trip the mock's own
+    // assertion on a reused member id (docs/peers.md); ottla-chaos's suite runs both.
+    let report = Chaos::new(GroupProtocol::Consumer)
         .seed(41)
         .duration(Duration::from_secs(20))
         .run(app)
