@@ -1,8 +1,14 @@
-//! The chaos runner: a group of ottla `Processor`s consumes sequence-numbered records
-//! while a seeded scheduler moves the group coordinator, silences the coordinator's
-//! broker while moving it, takes brokers down, delays responses, injects retriable
-//! error codes, kills, crashes, adds and removes members, and makes handlers fail. At the end it checks that nothing was lost and that the
-//! group's invariants held, and prints the figures.
+//! The chaos harness (feature `chaos`): a group of members running an ottla
+//! application (yours: [`App`]; see [`Chaos`] for the builder a test uses) consumes
+//! sequence-numbered records while a seeded scheduler moves the group coordinator,
+//! silences the coordinator's broker while moving it, takes brokers down, delays
+//! responses, injects retriable error codes, kills, crashes, adds and removes members.
+//! At the end it checks that nothing was lost and that the group's invariants held,
+//! and prints the figures.
+//!
+//! It is also ottla's own chaos runner: the `chaos` program (the unpublished
+//! `ottla-chaos` crate) runs [`App::synthetic`], a Processor whose handler fails on
+//! purpose as the seed says, with the flags below.
 //!
 //! ```text
 //! cargo run --release -p ottla-chaos --bin chaos -- --duration 60s [--seed N] [--broker mock|tansu] [--group-protocol classic|consumer] [--contention N] [--stall D]
@@ -24,8 +30,9 @@
 //!   drawn from the seed and the incarnation ([`member::stall_at`]). Keep `D` well below
 //!   the session timeout: a member blocked for longer is expelled as a zombie would be.
 //!
-//! [`run`] is the whole run; the `chaos` binary parses its command line with
-//! [`Config::from_args`] and prints the [`Report`]; `tests/chaos.rs` runs it briefly.
+//! [`run_app`] is the whole run ([`run`] with the synthetic application); the `chaos`
+//! binary parses its command line with [`Config::from_args`] and prints the
+//! [`Report`]; ottla-chaos's `tests/chaos.rs` runs it briefly.
 //!
 //! **What is checked** (see [`journal`] for how):
 //!
@@ -35,7 +42,9 @@
 //!   back from the broker every second);
 //! - no commit passes a record that was not finished;
 //! - no partition is handled by two members in the same generation (generations from
-//!   the Processor's metrics hook, `Metric::Joined`);
+//!   the Processor's metrics hook, `Metric::Joined`), nor by a member that gave it back
+//!   (`handled_after_release`); how long one partition's work ran in two live members
+//!   at once is measured (the report's `handover` line);
 //! - a record handled again lies at or above the committed offset of that moment:
 //!   duplicates come only from the in-flight window of a handover; their number is
 //!   printed next to that window's size summed over the handovers. Under the consumer
