@@ -6,8 +6,8 @@
 //! - one that acknowledges before finishing (its handler spawns the work and returns):
 //!   `unfinished_commits`;
 //! - one that drops records (returns `Ok` without doing the work): `lost`;
-//! - one that keeps handling after losing its partitions (a queue that outlives the
-//!   handler): `handled_after_release`.
+//! - one that keeps handling after losing its partitions (work that starts after the
+//!   handler returned): `handled_after_release`.
 //!
 //! The broken runs are short and fault-free (only joins and leaves where a rebalance is
 //! the point): the bug, not the faults, must be what fails them.
@@ -18,7 +18,7 @@ use ottla::ConsumerRecord;
 use ottla::consumer::GroupProtocol;
 use ottla::processor::ProcessError;
 use ottla_testkit::chaos::journal::Check;
-use ottla_testkit::chaos::schedule::FaultKind;
+use ottla_testkit::chaos::schedule::{self, FaultKind};
 use ottla_testkit::chaos::{App, Chaos, Faults, Report};
 
 /// The panic message of a failing `Chaos::run`.
@@ -198,40 +198,43 @@ async fn an_application_that_drops_records_is_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_that_keeps_handling_after_losing_its_partitions_is_caught() {
-    // The handler queues the record for a worker of the member and returns: the
-    // worker goes on with its queue after a rebalance took the partitions away.
+    // The handler hands the record to work of the member that starts half a second
+    // later, and returns: the work goes on after a rebalance took the partition away
+    // (records flow all the time, so every rebalance that moves a partition leaves
+    // some of its work to start after the member gave it back).
     let app = App::processor_witnessed(
         |b| b,
         |witness| {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ConsumerRecord>();
-            let worker = witness.clone();
-            tokio::spawn(async move {
-                while let Some(record) = rx.recv().await {
-                    tokio::time::sleep(Duration::from_millis(15)).await;
-                    if let Some(effect) = worker.begin(&record) {
+            move |record: &ConsumerRecord, _cancel| {
+                let (witness, record) = (witness.clone(), record.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    if let Some(effect) = witness.begin(&record) {
                         effect.done();
                     }
-                }
-            });
-            move |record: &ConsumerRecord, _cancel| {
-                let _ = tx.send(record.clone());
+                });
                 async { Ok::<(), ProcessError>(()) }
             }
         },
     );
-    let report = Chaos::new(GroupProtocol::Classic)
+    let chaos = Chaos::new(GroupProtocol::Classic)
         .seed(45)
-        .duration(Duration::from_secs(10))
+        .duration(Duration::from_secs(12))
         .rate(150.0)
-        .faults(
-            Faults::none()
-                .rate(FaultKind::Join, 20.0)
-                .rate(FaultKind::Leave, 20.0),
-        )
-        .drain_timeout(Duration::from_secs(15))
-        .try_run(app)
-        .await
-        .expect("the run starts");
+        .faults(Faults::none().rate(FaultKind::Join, 20.0))
+        .drain_timeout(Duration::from_secs(15));
+    // The seed's plan has a member join while records flow, so a rebalance moves
+    // partitions away from members that stay.
+    let config = chaos.config().expect("the configuration");
+    let plan = schedule::plan(&config.plan_input(vec![1, 2, 3]));
+    println!("plan: {plan:?}");
+    assert!(
+        plan.iter().any(|(at, a)| a.kind() == Some(FaultKind::Join)
+            && *at > Duration::from_secs(1)
+            && *at < Duration::from_secs(9)),
+        "the plan has no join between 1 s and 9 s: {plan:?}"
+    );
+    let report = chaos.try_run(app).await.expect("the run starts");
     assert!(
         count(&report, Check::AfterRelease) > 0,
         "no work after a release was found: {}",

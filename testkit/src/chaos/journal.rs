@@ -559,6 +559,32 @@ impl Journal {
                     confirmed: None,
                 });
             }
+            // Under the classic protocol the group gives a partition on only once its
+            // holder has revoked it: a holder that was asked for it has given it back,
+            // whether or not its Processor reported the revocation (`Metric::Revoked`
+            // does not always come). One that was not asked (expelled unawares) keeps
+            // its claim, as before.
+            if !j.broker_assigns {
+                let given_back: Vec<usize> = j
+                    .holders
+                    .get(p)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(h, (since, _))| {
+                        **h != inc
+                            && j.revoke_asked
+                                .get(&(*p, **h))
+                                .is_some_and(|asked| asked >= since)
+                    })
+                    .map(|(h, _)| *h)
+                    .collect();
+                for h in given_back {
+                    if let Some(held) = j.holders.get_mut(p) {
+                        held.remove(&h);
+                    }
+                    j.released_at.insert((*p, h), at);
+                }
+            }
             j.holders
                 .entry(*p)
                 .or_default()
@@ -1417,6 +1443,36 @@ mod tests {
         j.handler_started(b, 0, 3, 3);
         let an = j.analyse(&BTreeSet::new());
         assert_eq!(an.checks.get(&Check::AfterRelease), Some(&3));
+    }
+
+    /// Under the classic protocol a partition given to another member was given back by
+    /// its holder if the group had asked that holder for it (its `Revoked` may not be
+    /// reported); a holder never asked (expelled unawares) keeps its claim.
+    #[test]
+    fn a_partition_assigned_on_was_given_back_by_a_holder_that_was_asked_for_it() {
+        let j = Journal::new();
+        let (a, b, c) = (
+            j.incarnation_started("m0.0".into()),
+            j.incarnation_started("m1.0".into()),
+            j.incarnation_started("m2.0".into()),
+        );
+        j.assigned(a, &[0], 1);
+        j.assigned(b, &[1], 1);
+        j.revoke_requested(a, &[0]);
+        j.assigned(c, &[0, 1], 2);
+        j.acked(0, 0, 0);
+        j.handler_started(a, 0, 0, 0);
+        j.handler_finished(a, 0);
+        j.acked(1, 1, 0);
+        j.handler_started(b, 1, 0, 1);
+        let an = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            an.checks.get(&Check::AfterRelease),
+            Some(&1),
+            "{:?}",
+            an.violations
+        );
+        assert!(an.violations.iter().any(|v| v.contains("m0.0 began 0@0")));
     }
 
     /// With broker commits checked, a committed offset read back past an unfinished
