@@ -348,7 +348,7 @@ impl Seat {
             ConsumerEvent::RevokeRequested { partitions, .. } => {
                 j.revoke_requested(inc, &ps(partitions))
             }
-            ConsumerEvent::Lost { partitions, .. } => j.released(inc, &ps(partitions)),
+            ConsumerEvent::Lost { partitions, .. } => j.lost(inc, &ps(partitions)),
             ConsumerEvent::CommitCompleted {
                 result: Ok(offsets),
                 ..

@@ -157,6 +157,10 @@ struct Inner {
     ever_assigned: BTreeSet<usize>,
     /// Partition -> when it was last given back by each incarnation.
     released_at: HashMap<(i32, usize), f64>,
+    /// `(partition, incarnation)` whose last release was a loss (not a revocation).
+    lost: BTreeSet<(i32, usize)>,
+    /// Handler starts on a partition after its member reported it lost.
+    after_loss: u64,
     /// `(partition, incarnation)` -> since when another live incarnation began work on
     /// the partition while this one still ran some: the handover's overlap, measured
     /// until this one's work there ends.
@@ -374,6 +378,9 @@ pub struct Analysis {
     /// The longest wait from a record's last finish to a commit past it: the
     /// partition, and the seconds ([`Check::CommitWait`]).
     pub longest_commit_wait: Option<(i32, f64)>,
+    /// Handler starts on a partition after its member reported it lost (noted, not a
+    /// violation; see [`Journal::lost`]).
+    pub after_loss: u64,
     /// The handover window, measured: the longest time one partition's work ran in two
     /// live members at once (partition, seconds); `None` when it never did.
     pub longest_overlap: Option<(i32, f64)>,
@@ -561,9 +568,9 @@ impl Journal {
             }
             // Under the classic protocol the group gives a partition on only once its
             // holder has revoked it: a holder that was asked for it has given it back,
-            // whether or not its Processor reported the revocation (`Metric::Revoked`
-            // does not always come). One that was not asked (expelled unawares) keeps
-            // its claim, as before.
+            // whether or not the revocation reached the journal (a closing Processor
+            // reports no `Metric::Revoked`; a `Consumer` loop may not show it). One that
+            // was not asked (expelled unawares) keeps its claim, as before.
             if !j.broker_assigns {
                 let given_back: Vec<usize> = j
                     .holders
@@ -582,6 +589,7 @@ impl Journal {
                     if let Some(held) = j.holders.get_mut(p) {
                         held.remove(&h);
                     }
+                    j.lost.remove(&(*p, h));
                     j.released_at.insert((*p, h), at);
                 }
             }
@@ -644,11 +652,24 @@ impl Journal {
         }
     }
 
-    /// The metrics hook of `inc` reported `partitions` revoked or lost.
+    /// The metrics hook of `inc` reported `partitions` lost (the member learnt that
+    /// the group had taken them; no revocation). Work begun on one afterwards is counted
+    /// and noted ([`Analysis::after_loss`]), not a [`Check::AfterRelease`]: a Processor
+    /// may still start a record it had taken for a lane before it learnt of the loss.
+    pub fn lost(&self, inc: usize, partitions: &[i32]) {
+        self.released(inc, partitions);
+        let mut j = self.lock();
+        for p in partitions {
+            j.lost.insert((*p, inc));
+        }
+    }
+
+    /// The metrics hook of `inc` reported `partitions` revoked.
     pub fn released(&self, inc: usize, partitions: &[i32]) {
         let at = self.now();
         let mut j = self.lock();
         for p in partitions {
+            j.lost.remove(&(*p, inc));
             j.released_at.insert((*p, inc), at);
             if let Some(h) = j.holders.get_mut(p) {
                 h.remove(&inc);
@@ -731,14 +752,24 @@ impl Journal {
             .is_some_and(|h| h.contains_key(&inc));
         if live && j.ever_assigned.contains(&inc) && !holds {
             let name = j.name(inc);
-            let since = match j.released_at.get(&(partition, inc)) {
-                Some(t) => format!("it gave the partition back at t={t:.1}s"),
-                None => "it was never assigned the partition".into(),
-            };
-            j.violation(
-                Check::AfterRelease,
-                format!("t={at:.1}s: {name} began {partition}@{offset}, but {since}"),
-            );
+            if j.lost.contains(&(partition, inc)) {
+                j.after_loss += 1;
+                let since = j.released_at.get(&(partition, inc)).copied().unwrap_or(0.0);
+                if j.notes.len() < 50 {
+                    j.notes.push(format!(
+                        "t={at:.1}s: {name} began {partition}@{offset} after it reported the partition lost at t={since:.1}s"
+                    ));
+                }
+            } else {
+                let since = match j.released_at.get(&(partition, inc)) {
+                    Some(t) => format!("it gave the partition back at t={t:.1}s"),
+                    None => "it was never assigned the partition".into(),
+                };
+                j.violation(
+                    Check::AfterRelease,
+                    format!("t={at:.1}s: {name} began {partition}@{offset}, but {since}"),
+                );
+            }
         }
         if !live_others.is_empty() {
             j.counts.overlaps += 1;
@@ -1295,6 +1326,7 @@ impl Journal {
         Analysis {
             longest_commit_wait,
             longest_overlap: j.longest_overlap,
+            after_loss: j.after_loss,
             sent: j.sent,
             produced: j.acked.len() as u64,
             produce_failures: j.produce_failures,
@@ -1446,8 +1478,8 @@ mod tests {
     }
 
     /// Under the classic protocol a partition given to another member was given back by
-    /// its holder if the group had asked that holder for it (its `Revoked` may not be
-    /// reported); a holder never asked (expelled unawares) keeps its claim.
+    /// its holder if the group had asked that holder for it (the revocation itself may
+    /// not reach the journal); a holder never asked (expelled unawares) keeps its claim.
     #[test]
     fn a_partition_assigned_on_was_given_back_by_a_holder_that_was_asked_for_it() {
         let j = Journal::new();
@@ -1473,6 +1505,30 @@ mod tests {
             an.violations
         );
         assert!(an.violations.iter().any(|v| v.contains("m0.0 began 0@0")));
+    }
+
+    /// Work begun on a partition its member reported lost is counted and noted, not a
+    /// violation; a revocation after a new assignment makes it one again.
+    #[test]
+    fn work_after_a_loss_is_noted_not_a_violation() {
+        let (j, m) = journal_with_member();
+        j.assigned(m, &[0], 1);
+        j.lost(m, &[0]);
+        j.acked(0, 0, 0);
+        j.handler_started(m, 0, 0, 0);
+        j.handler_finished(m, 0);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            (a.after_loss, a.violation_count),
+            (1, 0),
+            "{:?}",
+            a.violations
+        );
+        j.assigned(m, &[0], 2);
+        j.released(m, &[0]);
+        j.handler_started(m, 0, 0, 0);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.checks.get(&Check::AfterRelease), Some(&1));
     }
 
     /// With broker commits checked, a committed offset read back past an unfinished

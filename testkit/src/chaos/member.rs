@@ -422,9 +422,13 @@ fn metrics_hook(journal: Arc<Journal>, inc: usize) -> impl Fn(Metric) + Send + S
             let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
             journal.revoke_requested(inc, &ps);
         }
-        Metric::Revoked { partitions, .. } | Metric::Lost { partitions } => {
+        Metric::Revoked { partitions, .. } => {
             let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
             journal.released(inc, &ps);
+        }
+        Metric::Lost { partitions } => {
+            let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
+            journal.lost(inc, &ps);
         }
         _ => {}
     }

@@ -762,9 +762,10 @@ impl std::fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "handover:    longest time one partition's work ran in two live members at once: {}",
+            "handover:    longest time one partition's work ran in two live members at once: {}; {} handler starts on a partition after its member reported it lost",
             a.longest_overlap
-                .map_or("never".to_string(), |(p, d)| format!("{d:.2}s (p{p})"))
+                .map_or("never".to_string(), |(p, d)| format!("{d:.2}s (p{p})")),
+            a.after_loss
         )?;
         writeln!(
             f,
