@@ -32,8 +32,14 @@ for c in $crates; do
         cargo clean --quiet --target-dir "$target" -p "$c" 2>/dev/null || true
     fi
 done
-echo "publish-check: cargo publish --dry-run ${args[*]}"
-cargo publish --dry-run --locked --target-dir "$target" "${args[@]}" "$@"
+# The test kit is verified with its `chaos` feature on: the chaos harness builds from the
+# package against ottla's package (its default build does not depend on ottla).
+features=()
+if grep -qx ottla-testkit <<<"$crates"; then
+    features=(--features ottla-testkit/chaos)
+fi
+echo "publish-check: cargo publish --dry-run ${args[*]} ${features[*]}"
+cargo publish --dry-run --locked --target-dir "$target" "${args[@]}" "${features[@]}" "$@"
 for c in $crates; do
     echo "ok: $c packages and builds from its package ($(cargo package --locked -p "$c" --list "$@" 2>/dev/null | wc -l) files)"
 done

@@ -14,14 +14,37 @@ use ottla::consumer::GroupProtocol;
 use ottla_chaos::schedule::{self, Action, FaultKind};
 use ottla_chaos::{Config, Report, parse_duration, run};
 
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// The kit's generator is ottla-core-tests' (the published kit cannot depend on it): a
+/// seed names the same draws in the chaos runs and in the broker-free harnesses.
+#[test]
+fn the_kits_generator_is_the_core_tests_generator() {
+    use ottla_core_tests::rng as core;
+    use ottla_testkit::chaos::rng as kit;
+    for seed in [0, 1, 11, 20261124, u64::MAX] {
+        let (mut a, mut b) = (core::Rng::new(seed), kit::Rng::new(seed));
+        for _ in 0..100 {
+            assert_eq!(a.next_u64(), b.next_u64());
+        }
+        assert_eq!(core::mix(seed, 7), kit::mix(seed, 7));
+        assert_eq!(core::unit(seed), kit::unit(seed));
+    }
+}
+
 /// Every fault kind at a rate that makes it happen within a short run.
 fn short_config(group_protocol: GroupProtocol, seed: u64) -> Config {
     let mut config = Config {
         duration: Duration::from_secs(25),
-        seed: protocol_tests::env_number("OTTLA_CHAOS_SEED", seed),
+        seed: env_number("OTTLA_CHAOS_SEED", seed),
         group_protocol,
         progress: None,
-        contention: protocol_tests::env_number("OTTLA_CHAOS_CONTENTION", 0) as usize,
+        contention: env_number("OTTLA_CHAOS_CONTENTION", 0) as usize,
         stall: std::env::var("OTTLA_CHAOS_STALL")
             .ok()
             .map(|v| parse_duration(&v).expect("OTTLA_CHAOS_STALL: a duration"))

@@ -142,3 +142,39 @@ fn advertised(metadata_max: i16) -> Vec<ApiVersion> {
     })
     .collect()
 }
+
+/// The handler this crate chaos-tests (`tests/chaos.rs`), as a user's crate would its
+/// own: it keeps a tally of the bytes of every record it takes, per key, and takes a
+/// record only when its value is UTF-8 (anything else is permanent: dead-lettered).
+pub mod tally {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use ottla::ConsumerRecord;
+    use ottla::processor::ProcessError;
+
+    /// Bytes taken per key.
+    #[derive(Debug, Clone, Default)]
+    pub struct Tally(Arc<Mutex<HashMap<Vec<u8>, u64>>>);
+
+    impl Tally {
+        /// Takes `record`: its value's length is added to its key's total.
+        pub async fn take(&self, record: &ConsumerRecord) -> Result<(), ProcessError> {
+            let value = record.value().unwrap_or_default();
+            if std::str::from_utf8(value).is_err() {
+                return Err(ProcessError::permanent("NotUtf8", "the value is not UTF-8"));
+            }
+            // Some I/O of the real handler would be here.
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            let key = record.key().unwrap_or_default().to_vec();
+            let mut totals = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            *totals.entry(key).or_default() += value.len() as u64;
+            Ok(())
+        }
+
+        /// Keys seen.
+        pub fn keys(&self) -> usize {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+        }
+    }
+}

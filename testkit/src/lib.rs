@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![cfg(unix)]
 
+#[cfg(feature = "chaos")]
+pub mod chaos;
 pub mod codes;
 pub mod mock;
 pub mod process;

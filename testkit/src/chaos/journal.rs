@@ -55,6 +55,10 @@ pub enum Check {
     /// key's record before an earlier one it had started (both within one hold of the
     /// partition: a new assignment starts over from the committed offset).
     KeyOrder,
+    /// A member began work on a partition it did not hold: after it had given the
+    /// partition back (revoked or lost), or before it was assigned it. The application
+    /// keeps handling after losing its partitions.
+    AfterRelease,
 }
 
 /// How long a record may wait, from the last time it was finished, for a commit past
@@ -67,7 +71,7 @@ pub const COMMIT_WAIT_BOUND: f64 = 90.0;
 
 impl Check {
     /// Every check, in report order.
-    pub const ALL: [Check; 10] = [
+    pub const ALL: [Check; 11] = [
         Check::Regression,
         Check::UnfinishedCommit,
         Check::DoubleOwner,
@@ -78,6 +82,7 @@ impl Check {
         Check::Drain,
         Check::CommitWait,
         Check::KeyOrder,
+        Check::AfterRelease,
     ];
 
     /// Its name in the report.
@@ -93,6 +98,7 @@ impl Check {
             Check::Drain => "drain",
             Check::CommitWait => "commit_waits",
             Check::KeyOrder => "key_order",
+            Check::AfterRelease => "handled_after_release",
         }
     }
 }
@@ -146,6 +152,25 @@ struct Inner {
     /// Under key ordering, `(incarnation, partition, key)` -> whether a call on the key
     /// runs, and the highest offset of the key started since the partition was assigned.
     keys: HashMap<(usize, i32, Vec<u8>), (bool, i64)>,
+    /// Incarnations that reported an assignment: from then on, work begun on a
+    /// partition they do not hold is a [`Check::AfterRelease`].
+    ever_assigned: BTreeSet<usize>,
+    /// Partition -> when it was last given back by each incarnation.
+    released_at: HashMap<(i32, usize), f64>,
+    /// `(partition, incarnation)` whose last release was a loss (not a revocation).
+    lost: BTreeSet<(i32, usize)>,
+    /// Handler starts on a partition after its member reported it lost.
+    after_loss: u64,
+    /// `(partition, incarnation)` -> since when another live incarnation began work on
+    /// the partition while this one still ran some: the handover's overlap, measured
+    /// until this one's work there ends.
+    overlap_since: HashMap<(i32, usize), f64>,
+    /// The longest such overlap: partition, seconds.
+    longest_overlap: Option<(i32, f64)>,
+    /// Commits read back from the broker are checked against the finished records too
+    /// (a `Consumer` loop's commits reach the journal only that way, or when the loop
+    /// shows its commit events).
+    check_broker_commits: bool,
 }
 
 /// A partition granted to `new` at `at` while `old` still held it, `old` not asked to
@@ -353,6 +378,12 @@ pub struct Analysis {
     /// The longest wait from a record's last finish to a commit past it: the
     /// partition, and the seconds ([`Check::CommitWait`]).
     pub longest_commit_wait: Option<(i32, f64)>,
+    /// Handler starts on a partition after its member reported it lost (noted, not a
+    /// violation; see [`Journal::lost`]).
+    pub after_loss: u64,
+    /// The handover window, measured: the longest time one partition's work ran in two
+    /// live members at once (partition, seconds); `None` when it never did.
+    pub longest_overlap: Option<(i32, f64)>,
 }
 
 impl Journal {
@@ -372,6 +403,27 @@ impl Journal {
     /// (ottla's own leader) assigns, and every such redo stays a violation.
     pub fn set_broker_assigns(&self, yes: bool) {
         self.lock().broker_assigns = yes;
+    }
+
+    /// Checks the committed offsets read back from the broker against the finished
+    /// records as well ([`Check::UnfinishedCommit`]).
+    pub fn set_check_broker_commits(&self, yes: bool) {
+        self.lock().check_broker_commits = yes;
+    }
+
+    /// `inc`'s whole assignment is now `partitions`: it no longer holds any other.
+    pub fn retain_held(&self, inc: usize, partitions: &[i32]) {
+        let at = self.now();
+        let mut j = self.lock();
+        let mut gone = Vec::new();
+        for (p, h) in j.holders.iter_mut() {
+            if !partitions.contains(p) && h.remove(&inc).is_some() {
+                gone.push(*p);
+            }
+        }
+        for p in gone {
+            j.released_at.insert((p, inc), at);
+        }
     }
 
     /// Another bound for [`Check::CommitWait`], in seconds (tests).
@@ -486,6 +538,7 @@ impl Journal {
     pub fn assigned(&self, inc: usize, partitions: &[i32], generation: i32) {
         let at = self.now();
         let mut j = self.lock();
+        j.ever_assigned.insert(inc);
         for p in partitions {
             // Another live incarnation still holds it and was not asked for it since it
             // got it: granted early, unless that one is asked for it later
@@ -512,6 +565,33 @@ impl Journal {
                     at,
                     confirmed: None,
                 });
+            }
+            // Under the classic protocol the group gives a partition on only once its
+            // holder has revoked it: a holder that was asked for it has given it back,
+            // whether or not the revocation reached the journal (a closing Processor
+            // reports no `Metric::Revoked`; a `Consumer` loop may not show it). One that
+            // was not asked (expelled unawares) keeps its claim, as before.
+            if !j.broker_assigns {
+                let given_back: Vec<usize> = j
+                    .holders
+                    .get(p)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(h, (since, _))| {
+                        **h != inc
+                            && j.revoke_asked
+                                .get(&(*p, **h))
+                                .is_some_and(|asked| asked >= since)
+                    })
+                    .map(|(h, _)| *h)
+                    .collect();
+                for h in given_back {
+                    if let Some(held) = j.holders.get_mut(p) {
+                        held.remove(&h);
+                    }
+                    j.lost.remove(&(*p, h));
+                    j.released_at.insert((*p, h), at);
+                }
             }
             j.holders
                 .entry(*p)
@@ -572,10 +652,25 @@ impl Journal {
         }
     }
 
-    /// The metrics hook of `inc` reported `partitions` revoked or lost.
-    pub fn released(&self, inc: usize, partitions: &[i32]) {
+    /// The metrics hook of `inc` reported `partitions` lost (the member learnt that
+    /// the group had taken them; no revocation). Work begun on one afterwards is counted
+    /// and noted ([`Analysis::after_loss`]), not a [`Check::AfterRelease`]: a Processor
+    /// may still start a record it had taken for a lane before it learnt of the loss.
+    pub fn lost(&self, inc: usize, partitions: &[i32]) {
+        self.released(inc, partitions);
         let mut j = self.lock();
         for p in partitions {
+            j.lost.insert((*p, inc));
+        }
+    }
+
+    /// The metrics hook of `inc` reported `partitions` revoked.
+    pub fn released(&self, inc: usize, partitions: &[i32]) {
+        let at = self.now();
+        let mut j = self.lock();
+        for p in partitions {
+            j.lost.remove(&(*p, inc));
+            j.released_at.insert((*p, inc), at);
             if let Some(h) = j.holders.get_mut(p) {
                 h.remove(&inc);
             }
@@ -642,6 +737,40 @@ impl Journal {
                     .is_some_and(|i| !i.stopping && i.ended.is_none())
             })
             .collect();
+        for o in &live_others {
+            j.overlap_since.entry((partition, *o)).or_insert(at);
+        }
+        // Work on a partition this member does not hold (it reported assignments, so
+        // it would have reported this one).
+        let live = j
+            .incarnations
+            .get(inc)
+            .is_some_and(|i| !i.stopping && i.ended.is_none());
+        let holds = j
+            .holders
+            .get(&partition)
+            .is_some_and(|h| h.contains_key(&inc));
+        if live && j.ever_assigned.contains(&inc) && !holds {
+            let name = j.name(inc);
+            if j.lost.contains(&(partition, inc)) {
+                j.after_loss += 1;
+                let since = j.released_at.get(&(partition, inc)).copied().unwrap_or(0.0);
+                if j.notes.len() < 50 {
+                    j.notes.push(format!(
+                        "t={at:.1}s: {name} began {partition}@{offset} after it reported the partition lost at t={since:.1}s"
+                    ));
+                }
+            } else {
+                let since = match j.released_at.get(&(partition, inc)) {
+                    Some(t) => format!("it gave the partition back at t={t:.1}s"),
+                    None => "it was never assigned the partition".into(),
+                };
+                j.violation(
+                    Check::AfterRelease,
+                    format!("t={at:.1}s: {name} began {partition}@{offset}, but {since}"),
+                );
+            }
+        }
         if !live_others.is_empty() {
             j.counts.overlaps += 1;
             if j.notes.len() < 50 {
@@ -717,13 +846,28 @@ impl Journal {
 
     /// The handler call of `inc` on `partition` ended (any way).
     pub fn handler_finished(&self, inc: usize, partition: i32) {
+        let now = self.now();
         let mut j = self.lock();
-        if let Some(p) = j.partitions.get_mut(&partition)
-            && let Some(n) = p.running.get_mut(&inc)
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                p.running.remove(&inc);
+        let mut ended = false;
+        // No let chains: the kit builds with Rust 1.85.
+        if let Some(p) = j.partitions.get_mut(&partition) {
+            if let Some(n) = p.running.get_mut(&inc) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    p.running.remove(&inc);
+                    ended = true;
+                }
+            }
+        }
+        let overlap = if ended {
+            j.overlap_since.remove(&(partition, inc))
+        } else {
+            None
+        };
+        if let Some(since) = overlap {
+            let d = now - since;
+            if j.longest_overlap.is_none_or(|(_, l)| d > l) {
+                j.longest_overlap = Some((partition, d));
             }
         }
     }
@@ -851,6 +995,30 @@ impl Journal {
             j.violation(Check::Regression, format!(
                 "t={at:.1}s: the broker's committed offset of partition {partition} went back from {b} to {offset}"
             ));
+        }
+        if j.check_broker_commits && before.is_none_or(|b| offset > b) {
+            let Inner {
+                partitions,
+                offsets,
+                ..
+            } = &mut *j;
+            let p = partitions.entry(partition).or_default();
+            while p.finished_below < offset
+                && offsets
+                    .get(&(partition, p.finished_below))
+                    .is_some_and(OffsetRecord::finished)
+            {
+                p.finished_below += 1;
+            }
+            if p.finished_below < offset {
+                let unfinished = p.finished_below;
+                j.violation(
+                    Check::UnfinishedCommit,
+                    format!(
+                        "t={at:.1}s: the broker's committed offset of partition {partition} is {offset} while offset {unfinished} was not finished"
+                    ),
+                );
+            }
         }
     }
 
@@ -1157,6 +1325,8 @@ impl Journal {
         let c = j.counts.clone();
         Analysis {
             longest_commit_wait,
+            longest_overlap: j.longest_overlap,
+            after_loss: j.after_loss,
             sent: j.sent,
             produced: j.acked.len() as u64,
             produce_failures: j.produce_failures,
@@ -1265,6 +1435,125 @@ mod tests {
         let a = j.analyse(&BTreeSet::new());
         assert_eq!(a.violation_count, 1, "{:?}", a.violations);
         assert_eq!(a.lost, 1);
+    }
+
+    /// Work begun on a partition after its member gave it back, or on one it was never
+    /// assigned once it reports assignments, is a violation; while it holds it, none.
+    #[test]
+    fn work_on_a_partition_the_member_no_longer_holds_is_a_violation() {
+        let j = Journal::new();
+        let (a, b) = (
+            j.incarnation_started("m0.0".into()),
+            j.incarnation_started("m1.0".into()),
+        );
+        j.assigned(a, &[0, 1], 1);
+        j.assigned(b, &[2], 1);
+        handle(&j, a, 0..2);
+        assert_eq!(j.analyse(&BTreeSet::new()).violation_count, 0);
+        // Revoked: b gets partition 0 while a still runs work of it, which ends later.
+        j.acked(2, 0, 2);
+        j.handler_started(a, 0, 2, 2);
+        j.released(a, &[0]);
+        j.assigned(b, &[0], 2);
+        handle(&j, b, 3..4);
+        j.handler_finished(a, 0);
+        j.handler_started(a, 0, 2, 2);
+        j.handler_finished(a, 0);
+        // And on partition 2, never its own.
+        j.acked(9, 2, 0);
+        j.handler_started(a, 2, 0, 9);
+        let an = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            an.checks.get(&Check::AfterRelease),
+            Some(&2),
+            "{:?}",
+            an.violations
+        );
+        assert!(an.longest_overlap.is_some_and(|(p, _)| p == 0));
+        // A whole assignment that leaves a partition out gives it back too.
+        j.retain_held(b, &[2]);
+        j.handler_started(b, 0, 3, 3);
+        let an = j.analyse(&BTreeSet::new());
+        assert_eq!(an.checks.get(&Check::AfterRelease), Some(&3));
+    }
+
+    /// Under the classic protocol a partition given to another member was given back by
+    /// its holder if the group had asked that holder for it (the revocation itself may
+    /// not reach the journal); a holder never asked (expelled unawares) keeps its claim.
+    #[test]
+    fn a_partition_assigned_on_was_given_back_by_a_holder_that_was_asked_for_it() {
+        let j = Journal::new();
+        let (a, b, c) = (
+            j.incarnation_started("m0.0".into()),
+            j.incarnation_started("m1.0".into()),
+            j.incarnation_started("m2.0".into()),
+        );
+        j.assigned(a, &[0], 1);
+        j.assigned(b, &[1], 1);
+        j.revoke_requested(a, &[0]);
+        j.assigned(c, &[0, 1], 2);
+        j.acked(0, 0, 0);
+        j.handler_started(a, 0, 0, 0);
+        j.handler_finished(a, 0);
+        j.acked(1, 1, 0);
+        j.handler_started(b, 1, 0, 1);
+        let an = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            an.checks.get(&Check::AfterRelease),
+            Some(&1),
+            "{:?}",
+            an.violations
+        );
+        assert!(an.violations.iter().any(|v| v.contains("m0.0 began 0@0")));
+    }
+
+    /// Work begun on a partition its member reported lost is counted and noted, not a
+    /// violation; a revocation after a new assignment makes it one again.
+    #[test]
+    fn work_after_a_loss_is_noted_not_a_violation() {
+        let (j, m) = journal_with_member();
+        j.assigned(m, &[0], 1);
+        j.lost(m, &[0]);
+        j.acked(0, 0, 0);
+        j.handler_started(m, 0, 0, 0);
+        j.handler_finished(m, 0);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            (a.after_loss, a.violation_count),
+            (1, 0),
+            "{:?}",
+            a.violations
+        );
+        j.assigned(m, &[0], 2);
+        j.released(m, &[0]);
+        j.handler_started(m, 0, 0, 0);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(a.checks.get(&Check::AfterRelease), Some(&1));
+    }
+
+    /// With broker commits checked, a committed offset read back past an unfinished
+    /// record is a violation, once per higher offset read.
+    #[test]
+    fn a_broker_commit_past_an_unfinished_record_is_a_violation_when_checked() {
+        let (j, m) = journal_with_member();
+        handle(&j, m, 0..2);
+        j.acked(2, 0, 2);
+        j.handler_started(m, 0, 2, 2);
+        j.polled(0, 1);
+        j.polled(0, 3);
+        assert_eq!(j.analyse(&BTreeSet::new()).violation_count, 0);
+        j.set_check_broker_commits(true);
+        j.polled(0, 3);
+        j.polled(0, 4);
+        j.polled(0, 4);
+        let a = j.analyse(&BTreeSet::new());
+        assert_eq!(
+            a.checks.get(&Check::UnfinishedCommit),
+            Some(&1),
+            "{:?}",
+            a.violations
+        );
+        assert_eq!(a.violation_count, 1);
     }
 
     /// `inc` handles partition 0's `offsets` (sequence numbers equal to the offsets),

@@ -612,7 +612,7 @@ impl Model {
     }
 }
 
-pub use protocol_tests::rng::{Rng, mix, unit};
+pub use super::rng::{Rng, mix, unit};
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,10 @@
 //! - **crash**: the runtime is dropped at once, with every task in it: no commit, no
 //!   LeaveGroup, sockets closed, as when a process dies.
 //!
-//! The handler reports every call to the journal and fails on purpose as the seed says.
+//! The application under test ([`App`]) is the user's: a `Processor` configured by the
+//! user's closure with the user's handler, or the user's own `Consumer` loop. The
+//! synthetic application of the `chaos` program ([`App::synthetic`]) reports every
+//! call to the journal and fails on purpose as the seed says.
 //!
 //! With `--stall`, a task on the member's runtime blocks its thread now and then
 //! ([`stall_at`]): the runtime is starved as on a busy machine, and every timer in it
@@ -24,6 +27,7 @@ use ottla::processor::{
 };
 use tokio::sync::oneshot;
 
+use super::app::{App, AppKind, Seat, Witness};
 use super::capture;
 use super::journal::Journal;
 use super::schedule::{mix, unit};
@@ -70,6 +74,8 @@ pub struct MemberContext {
     pub ordering: ProcessingOrder,
     /// The journal.
     pub journal: Arc<Journal>,
+    /// The application under test.
+    pub app: App,
 }
 
 /// Handler failures drawn from the seed, the sequence number and the attempt, so that
@@ -85,6 +91,13 @@ pub struct Fates {
 }
 
 impl Fates {
+    /// No handler failures: the user's handler decides.
+    pub const NONE: Fates = Fates {
+        transient: 0.0,
+        permanent: 0.0,
+        slow: 0.0,
+    };
+
     fn permanent(&self, seed: u64, seq: u64) -> bool {
         unit(mix(mix(seed, 1), seq)) < self.permanent
     }
@@ -204,11 +217,67 @@ async fn life(
     ctx: &Arc<MemberContext>,
     slot: usize,
     inc: usize,
+    stop: oneshot::Receiver<Stop>,
+) -> (String, bool) {
+    match &ctx.app.kind {
+        AppKind::Processor { configure, handler } => {
+            processor_life(ctx, slot, inc, stop, configure, handler).await
+        }
+        AppKind::Consumer(body) => consumer_life(ctx, slot, inc, stop, body).await,
+    }
+}
+
+/// A `Consumer` loop's life: the user's future runs until it returns (unasked: a
+/// member failure) or the harness stops it (leave: its seat's `left` future resolves
+/// and it has 45 s to close; abort and crash: the future is dropped).
+async fn consumer_life(
+    ctx: &Arc<MemberContext>,
+    slot: usize,
+    inc: usize,
     mut stop: oneshot::Receiver<Stop>,
+    body: &super::app::ConsumerBody,
+) -> (String, bool) {
+    let (leave_tx, leave_rx) = tokio::sync::watch::channel(false);
+    let seat = Seat {
+        ctx: ctx.clone(),
+        slot,
+        inc,
+        leave: leave_rx,
+        witness: Witness::new(ctx.journal.clone(), inc, ctx.ordering),
+    };
+    let mut run = body(seat);
+    tokio::select! {
+        result = &mut run => (format!("the consumer loop returned on its own: {result:?}"), false),
+        how = &mut stop => match how.unwrap_or(Stop::Crash) {
+            Stop::Leave => {
+                let _ = leave_tx.send(true);
+                match tokio::time::timeout(Duration::from_secs(45), run).await {
+                    Ok(Ok(())) => ("left".into(), true),
+                    Ok(Err(e)) => (format!("the consumer loop failed while leaving: {e:#}"), false),
+                    Err(_) => ("the consumer loop took more than 45 s to leave".into(), false),
+                }
+            }
+            Stop::Abort => {
+                drop(run);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                ("aborted".into(), true)
+            }
+            Stop::Crash => ("crashed".into(), true),
+        },
+    }
+}
+
+async fn processor_life(
+    ctx: &Arc<MemberContext>,
+    slot: usize,
+    inc: usize,
+    mut stop: oneshot::Receiver<Stop>,
+    configure: &super::app::Configure,
+    handler: &super::app::MakeHandler,
 ) -> (String, bool) {
     let processor = loop {
         tokio::select! {
-            built = build(ctx, slot, inc) => match built {
+            built = build(ctx, slot, inc, configure) => match built {
                 Ok(p) => break p,
                 Err(e) => ctx.journal.note(format!("m{slot} (#{inc}) could not start: {e}; retrying")),
             },
@@ -220,7 +289,11 @@ async fn life(
         }
     };
     let (leave_tx, leave_rx) = oneshot::channel::<()>();
-    let mut run = Box::pin(processor.run(handler(ctx.clone(), inc), leave_rx));
+    let handler = handler(Witness::new(ctx.journal.clone(), inc, ctx.ordering));
+    let mut run = Box::pin(processor.run(
+        move |record: &ConsumerRecord, cancel: Cancel| handler(record, cancel),
+        leave_rx,
+    ));
     tokio::select! {
         result = &mut run => (format!("run returned on its own: {result:?}"), false),
         how = &mut stop => match how.unwrap_or(Stop::Crash) {
@@ -243,16 +316,83 @@ async fn life(
     }
 }
 
-async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Result<Processor> {
-    let mut client =
-        ClientConfig::new(&ctx.bootstrap).with_client_id(format!("chaos-m{slot}-{inc}"));
-    client.jitter_seed = mix(ctx.seed, 1000 + inc as u64);
+async fn build(
+    ctx: &Arc<MemberContext>,
+    slot: usize,
+    inc: usize,
+    configure: &super::app::Configure,
+) -> ottla::Result<Processor> {
+    let client = client_config(ctx, slot, inc);
     let producer_client = client.clone();
     let assignor = ctx.assignor.clone();
     let protocol = ctx.group_protocol;
     let fetch_max_wait = ctx.fetch_max_wait;
-    let journal = ctx.journal.clone();
-    let hook = move |m: Metric| match m {
+    let hook = metrics_hook(ctx.journal.clone(), inc);
+    let builder = Processor::builder(&ctx.bootstrap, &ctx.group, [ctx.topic.clone()])
+        .retry_policy(policy())
+        .timeouts(
+            ctx.session_timeout,
+            ctx.session_timeout / 6,
+            Duration::from_secs(20),
+        )
+        .processing_budget(Duration::from_secs(5))
+        .ordering(ctx.ordering)
+        .commit_interval(Some(ctx.commit_interval))
+        .consumer(move |c| consumer_settings(c, client, protocol, assignor, fetch_max_wait))
+        .producer(move |p| {
+            p.client_config(producer_client)
+                .retry_backoff(Duration::from_millis(20))
+        });
+    // The user's settings (retry policy, dead letters, concurrency, ...), then the
+    // harness's hook: it is how the checks see commits, dead letters and assignments.
+    configure(builder).metrics(hook).build().await
+}
+
+/// The harness's settings of a member's consumer: its client id and jitter seed, the
+/// earliest offsets, the fetch wait, the group protocol and assignor.
+pub(crate) fn consumer_settings(
+    c: ottla::consumer::ConsumerBuilder,
+    client: ClientConfig,
+    protocol: GroupProtocol,
+    assignor: Option<String>,
+    fetch_max_wait: Duration,
+) -> ottla::consumer::ConsumerBuilder {
+    let c = c
+        .client_config(client)
+        .offset_reset(OffsetReset::Earliest)
+        .fetch_max_wait(fetch_max_wait)
+        // The mock refuses a follower's SyncGroup that arrives after the
+        // leader's (PEERS.md); harmless elsewhere.
+        .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50));
+    match (protocol, assignor) {
+        (GroupProtocol::Classic, Some(a)) => match c.clone().assignors([a.as_str()]) {
+            Ok(c) => c,
+            Err(_) => c,
+        },
+        (GroupProtocol::Classic, None) => c,
+        // The consumer protocol (and any later one: the broker assigns).
+        (protocol, a) => {
+            let c = c.group_protocol(protocol);
+            match a {
+                Some(a) => c.group_remote_assignor(a),
+                None => c,
+            }
+        }
+    }
+}
+
+/// The client settings of member incarnation `inc` of `slot`.
+pub(crate) fn client_config(ctx: &MemberContext, slot: usize, inc: usize) -> ClientConfig {
+    let mut client =
+        ClientConfig::new(&ctx.bootstrap).with_client_id(format!("chaos-m{slot}-{inc}"));
+    client.jitter_seed = mix(ctx.seed, 1000 + inc as u64);
+    client
+}
+
+/// The Processor's metrics hook of incarnation `inc`: commits, dead letters,
+/// generations and assignments go to the journal.
+fn metrics_hook(journal: Arc<Journal>, inc: usize) -> impl Fn(Metric) + Send + Sync + 'static {
+    move |m: Metric| match m {
         Metric::Committed { partition, offset } => {
             journal.committed(inc, partition.partition, offset)
         }
@@ -282,53 +422,16 @@ async fn build(ctx: &Arc<MemberContext>, slot: usize, inc: usize) -> ottla::Resu
             let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
             journal.revoke_requested(inc, &ps);
         }
-        Metric::Revoked { partitions, .. } | Metric::Lost { partitions } => {
+        Metric::Revoked { partitions, .. } => {
             let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
             journal.released(inc, &ps);
         }
+        Metric::Lost { partitions } => {
+            let ps: Vec<i32> = partitions.iter().map(|tp| tp.partition).collect();
+            journal.lost(inc, &ps);
+        }
         _ => {}
-    };
-    Processor::builder(&ctx.bootstrap, &ctx.group, [ctx.topic.clone()])
-        .retry_policy(policy())
-        .timeouts(
-            ctx.session_timeout,
-            ctx.session_timeout / 6,
-            Duration::from_secs(20),
-        )
-        .processing_budget(Duration::from_secs(5))
-        .ordering(ctx.ordering)
-        .commit_interval(Some(ctx.commit_interval))
-        .metrics(hook)
-        .consumer(move |c| {
-            let c = c
-                .client_config(client)
-                .offset_reset(OffsetReset::Earliest)
-                .fetch_max_wait(fetch_max_wait)
-                // The mock refuses a follower's SyncGroup that arrives after the
-                // leader's (PEERS.md); harmless elsewhere.
-                .tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50));
-            match (protocol, assignor.clone()) {
-                (GroupProtocol::Classic, Some(a)) => match c.clone().assignors([a.as_str()]) {
-                    Ok(c) => c,
-                    Err(_) => c,
-                },
-                (GroupProtocol::Classic, None) => c,
-                // The consumer protocol (and any later one: the broker assigns).
-                (protocol, a) => {
-                    let c = c.group_protocol(protocol);
-                    match a {
-                        Some(a) => c.group_remote_assignor(a),
-                        None => c,
-                    }
-                }
-            }
-        })
-        .producer(move |p| {
-            p.client_config(producer_client)
-                .retry_backoff(Duration::from_millis(20))
-        })
-        .build()
-        .await
+    }
 }
 
 /// Short retries, so that a failing record does not hold its partition for long.
@@ -360,73 +463,25 @@ pub fn seq_of(record: &ConsumerRecord) -> Option<u64> {
     }
 }
 
-/// Ends the journal's call on a key when dropped, however the call ends.
-struct KeyRunning {
-    journal: Arc<Journal>,
-    inc: usize,
-    partition: i32,
-    key: Vec<u8>,
-}
-
-impl Drop for KeyRunning {
-    fn drop(&mut self) {
-        self.journal
-            .key_finished(self.inc, self.partition, &self.key);
-    }
-}
-
-/// Ends the journal's handler call when dropped, however the call ends.
-struct Running {
-    journal: Arc<Journal>,
-    inc: usize,
-    partition: i32,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.journal.handler_finished(self.inc, self.partition);
-    }
-}
-
 type HandlerFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ProcessError>> + Send>>;
 
-fn handler(
-    ctx: Arc<MemberContext>,
-    inc: usize,
+/// The `chaos` program's handler: fails on purpose as the seed says (`fates`).
+pub(crate) fn synthetic_handler(
+    witness: Witness,
+    seed: u64,
+    fates: Fates,
 ) -> impl Fn(&ConsumerRecord, Cancel) -> HandlerFuture + Send + Sync + 'static {
     move |record: &ConsumerRecord, cancel: Cancel| {
-        let ctx = ctx.clone();
+        let witness = witness.clone();
         let record = record.clone();
         Box::pin(async move {
-            let journal = &ctx.journal;
-            let (partition, offset) = (record.partition(), record.offset());
-            let Some(seq) = seq_of(&record) else {
-                journal.violation(
-                    super::journal::Check::Content,
-                    format!(
-                        "record {partition}@{offset} has no sequence number or a value that does not match it"
-                    ),
-                );
+            let Some(effect) = witness.begin(&record) else {
                 return Err(ProcessError::malformed("no sequence number"));
             };
-            let attempt = journal.handler_started(inc, partition, offset, seq);
-            let _running = Running {
-                journal: journal.clone(),
-                inc,
-                partition,
-            };
-            let _key = (ctx.ordering == ProcessingOrder::Key).then(|| {
-                let key = record.key().unwrap_or_default().to_vec();
-                journal.key_started(inc, partition, offset, &key);
-                KeyRunning {
-                    journal: journal.clone(),
-                    inc,
-                    partition,
-                    key,
-                }
-            });
-            if let Some(work) = ctx.fates.work(ctx.seed, seq, attempt) {
+            let (seq, attempt) = (effect.seq(), effect.attempt());
+            let journal = witness.journal();
+            if let Some(work) = fates.work(seed, seq, attempt) {
                 tokio::select! {
                     _ = tokio::time::sleep(work) => {}
                     _ = cancel.cancelled() => {
@@ -435,21 +490,21 @@ fn handler(
                     }
                 }
             }
-            if ctx.fates.permanent(ctx.seed, seq) {
+            if fates.permanent(seed, seq) {
                 journal.handler_failed(true);
                 return Err(ProcessError::permanent(
                     "ChaosPermanent",
                     format!("seq {seq} always fails"),
                 ));
             }
-            if ctx.fates.transient(ctx.seed, seq, attempt) {
+            if fates.transient(seed, seq, attempt) {
                 journal.handler_failed(false);
                 return Err(ProcessError::transient(
                     "ChaosTransient",
                     format!("seq {seq} attempt {attempt}"),
                 ));
             }
-            journal.handled(inc, partition, offset);
+            effect.done();
             Ok(())
         })
     }
