@@ -111,7 +111,9 @@ mod txn;
 use crate::stats::{ProduceCounts, ProducerStats};
 pub use builder::ProducerBuilder;
 use task::drive;
-pub use txn::{ConsumerGroupMetadata, TransactionError, TransactionErrorKind, TxnOffset};
+pub use txn::{
+    ConsumerGroupMetadata, TransactionApi, TransactionError, TransactionErrorKind, TxnOffset,
+};
 
 /// Where a record was written.
 #[derive(Debug, Clone, PartialEq, Eq)]

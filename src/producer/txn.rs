@@ -16,7 +16,7 @@ use crate::proto::produce::transaction::{
     CoordinatorKind, Destination, OpId, TxnBody, TxnEvent, TxnResponse, TxnToken,
 };
 pub use crate::proto::produce::transaction::{
-    GroupMetadata as ConsumerGroupMetadata, TxnError as TransactionError,
+    GroupMetadata as ConsumerGroupMetadata, TxnApi as TransactionApi, TxnError as TransactionError,
     TxnErrorKind as TransactionErrorKind, TxnOffset,
 };
 
