@@ -1,0 +1,314 @@
+//! Transactional produce (issue 31), ottla beside librdkafka (rust-rdkafka), on one
+//! tansu broker in one run.
+//!
+//! `cargo run --release -p ottla-bench --bin bench-txn [-- --records 200000 --sizes 100,1024 --txn-sizes 100,10000 --runs 3]`
+//!
+//! For each cell (record size × records per transaction), each client runs in its own
+//! child process, interleaved (ottla, rdkafka, ottla, ...). A child makes one
+//! transactional producer, calls `init_transactions` once, then begin → send N records
+//! → commit until it has written `--records`, to a fresh 8-partition topic, record `i`
+//! to partition `i % 8` on both sides (so every transaction of 8 records or more adds
+//! the same 8 partitions). Same settings both sides: acks=all, idempotence (implied by
+//! the transactional id), linger 5 ms, batch.size 1 MiB, 64 MiB of buffer, no
+//! compression. A child reports the wall time and its own CPU time (user + system,
+//! from /proc/self/stat) from just after `init_transactions` to the last commit; the
+//! producer's creation and `init_transactions` do not count. The broker shares the 2
+//! cores, so CPU per record is the figure to compare; records/s is partly the
+//! broker's. Prints every run, then per cell the medians and ottla ÷ librdkafka ratios.
+
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use protocol_tests::peer::Peer;
+
+use ottla_bench::arg;
+
+const PARTITIONS: i32 = 8;
+const CLIENTS: [&str; 2] = ["ottla", "rdkafka"];
+
+/// CPU seconds (user + system) of this process.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after ')'.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A comma-separated list of numbers after `name`, or `default`.
+fn list(name: &str, default: &[u64]) -> Vec<u64> {
+    ottla_bench::opt(name).map_or_else(
+        || default.to_vec(),
+        |v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+    )
+}
+
+/// One child's figures: records/s, CPU µs per record, ms per transaction.
+#[derive(Clone, Copy)]
+struct Run {
+    rate: f64,
+    cpu_us: f64,
+    txn_ms: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn main() -> ExitCode {
+    if let Some(refused) = ottla_bench::refuse_metrics_build("bench-txn") {
+        return refused;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("child") {
+        return child(&args);
+    }
+    let records: u64 = arg("--records", 200_000);
+    let sizes = list("--sizes", &[100, 1024]);
+    let txn_sizes = list("--txn-sizes", &[100, 10_000]);
+    let runs: u64 = arg("--runs", 3);
+    let peer = match Peer::tansu() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("bench-txn: tansu: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Ok(exe) = std::env::current_exe() else {
+        return ExitCode::FAILURE;
+    };
+    println!(
+        "{records} records per run and client, {runs} runs, 8 partitions (record i to i % 8), \
+         transactional (acks=all, idempotent), linger 5 ms, batch.size 1 MiB, no compression, tansu"
+    );
+    // (size, txn, client) -> runs
+    let mut cells: Vec<(u64, u64, &str, Vec<Run>)> = Vec::new();
+    for &size in &sizes {
+        for &txn in &txn_sizes {
+            let mut per_client: Vec<Vec<Run>> = vec![Vec::new(); CLIENTS.len()];
+            for run in 1..=runs {
+                for (c, client) in CLIENTS.iter().enumerate() {
+                    let topic = format!("txn-{client}-{size}-{txn}-{run}");
+                    if let Err(e) = peer.create_topic(&topic, PARTITIONS) {
+                        eprintln!("bench-txn: {e:#}");
+                        return ExitCode::FAILURE;
+                    }
+                    let out = Command::new(&exe)
+                        .args([
+                            "child",
+                            client,
+                            &peer.bootstrap(),
+                            &topic,
+                            &records.to_string(),
+                            &size.to_string(),
+                            &txn.to_string(),
+                        ])
+                        .output();
+                    let o = match out {
+                        Ok(o) if o.status.success() => o,
+                        Ok(o) => {
+                            eprintln!(
+                                "{size} B, txn {txn}, run {run} {client} failed: {}\n{}",
+                                o.status,
+                                String::from_utf8_lossy(&o.stderr)
+                            );
+                            return ExitCode::FAILURE;
+                        }
+                        Err(e) => {
+                            eprintln!("{size} B, txn {txn}, run {run} {client}: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                    let field = |name: &str| {
+                        line.split_whitespace()
+                            .find_map(|w| w.strip_prefix(name))
+                            .and_then(|v| v.parse::<f64>().ok())
+                            .unwrap_or(f64::NAN)
+                    };
+                    let (secs, cpu) = (field("secs="), field("cpu_secs="));
+                    let txns = records.div_ceil(txn) as f64;
+                    let r = Run {
+                        rate: records as f64 / secs,
+                        cpu_us: cpu * 1e6 / records as f64,
+                        txn_ms: secs * 1e3 / txns,
+                    };
+                    println!(
+                        "{size:>5} B  txn {txn:>6}  run {run} {client:>7}: {:>9.0} records/s  {:>6.2} us CPU/record  {:>8.2} ms/txn  ({secs:.2} s wall, {cpu:.2} s CPU)",
+                        r.rate, r.cpu_us, r.txn_ms
+                    );
+                    per_client[c].push(r);
+                }
+            }
+            for (c, client) in CLIENTS.iter().enumerate() {
+                cells.push((size, txn, client, std::mem::take(&mut per_client[c])));
+            }
+        }
+    }
+    println!();
+    println!(
+        "| record | records/txn | ottla records/s | librdkafka records/s | ratio | ottla CPU µs/record | librdkafka CPU µs/record | ratio | ottla ms/txn | librdkafka ms/txn |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for &size in &sizes {
+        for &txn in &txn_sizes {
+            let m = |client: &str, pick: fn(&Run) -> f64| {
+                cells
+                    .iter()
+                    .find(|c| c.0 == size && c.1 == txn && c.2 == client)
+                    .map_or(f64::NAN, |c| median(c.3.iter().map(pick).collect()))
+            };
+            let (ot, rt) = (m("ottla", |r| r.rate), m("rdkafka", |r| r.rate));
+            let (oc, rc) = (m("ottla", |r| r.cpu_us), m("rdkafka", |r| r.cpu_us));
+            let (om, rm) = (m("ottla", |r| r.txn_ms), m("rdkafka", |r| r.txn_ms));
+            println!(
+                "| {size} B | {txn} | {ot:.0} | {rt:.0} | {:.2}× | {oc:.2} | {rc:.2} | {:.2}× | {om:.2} | {rm:.2} |",
+                ot / rt,
+                oc / rc
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn child(args: &[String]) -> ExitCode {
+    let (Some(client), Some(bootstrap), Some(topic), Some(records), Some(size), Some(txn)) = (
+        args.get(2),
+        args.get(3),
+        args.get(4),
+        args.get(5).and_then(|v| v.parse::<u64>().ok()),
+        args.get(6).and_then(|v| v.parse::<usize>().ok()),
+        args.get(7)
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&n| n > 0),
+    ) else {
+        eprintln!("usage: bench-txn child ottla|rdkafka BOOTSTRAP TOPIC RECORDS SIZE TXN");
+        return ExitCode::from(2);
+    };
+    let value = vec![b'x'; size];
+    let id = format!("bench-txn-{topic}");
+    let result = match client.as_str() {
+        "ottla" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(ottla_txn(bootstrap, &id, topic, records, &value, txn))),
+        _ => rdkafka_txn(bootstrap, &id, topic, records, &value, txn),
+    };
+    match result {
+        Ok((secs, cpu)) => {
+            println!("secs={secs:.3} cpu_secs={cpu:.3}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{client}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// ottla: `init_transactions`, then begin → `send` N → `commit_transaction`. The
+/// delivery futures are dropped: `commit_transaction` waits for every batch of the
+/// transaction and fails if one failed. Returns (wall seconds, CPU seconds) of the
+/// transactions alone.
+async fn ottla_txn(
+    bootstrap: &str,
+    id: &str,
+    topic: &str,
+    records: u64,
+    value: &[u8],
+    txn: u64,
+) -> anyhow::Result<(f64, f64)> {
+    use ottla::producer::{Producer, ProducerRecord};
+    let producer = Producer::builder(bootstrap)
+        .transactional_id(id)
+        .linger(Duration::from_millis(5))
+        .batch_size(1024 * 1024)
+        .buffer_memory(64 * 1024 * 1024)
+        .build()
+        .await?;
+    producer.init_transactions().await?;
+    let value = bytes::Bytes::copy_from_slice(value);
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    let mut i = 0u64;
+    while i < records {
+        producer.begin_transaction()?;
+        let end = (i + txn).min(records);
+        for j in i..end {
+            let mut r = ProducerRecord::new(topic).partition((j % PARTITIONS as u64) as i32);
+            r.value = Some(value.clone());
+            drop(producer.send(r).await?);
+        }
+        producer.commit_transaction().await?;
+        i = end;
+    }
+    let measured = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+    producer.close().await;
+    Ok(measured)
+}
+
+/// librdkafka: a `ThreadedProducer` (its own thread serves the delivery reports),
+/// `init_transactions`, then begin → `send` N → `commit_transaction`, which flushes
+/// and fails if a delivery failed.
+fn rdkafka_txn(
+    bootstrap: &str,
+    id: &str,
+    topic: &str,
+    records: u64,
+    value: &[u8],
+    txn: u64,
+) -> anyhow::Result<(f64, f64)> {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("transactional.id", id)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("batch.size", "1048576")
+        .set("compression.type", "none")
+        .set("queue.buffering.max.kbytes", "65536")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("message.timeout.ms", "60000")
+        .create()?;
+    let timeout = Duration::from_secs(60);
+    producer.init_transactions(timeout)?;
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    let mut i = 0u64;
+    while i < records {
+        producer.begin_transaction()?;
+        let end = (i + txn).min(records);
+        for j in i..end {
+            let mut record = BaseRecord::<(), [u8]>::to(topic)
+                .partition((j % PARTITIONS as u64) as i32)
+                .payload(value);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, r)) => {
+                        // Queue full: the producer's thread drains it.
+                        record = r;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+        producer.commit_transaction(timeout)?;
+        i = end;
+    }
+    let measured = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+    drop(producer);
+    Ok(measured)
+}
