@@ -21,26 +21,10 @@ use std::time::{Duration, Instant};
 
 use protocol_tests::peer::Peer;
 
-use ottla_bench::arg;
+use ottla_bench::{arg, cpu_seconds};
 
 const PARTITIONS: i32 = 8;
 const CLIENTS: [&str; 2] = ["ottla", "rdkafka"];
-
-/// CPU seconds (user + system) of this process.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name, which is in parentheses.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after ')'.
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 /// A comma-separated list of numbers after `name`, or `default`.
 fn list(name: &str, default: &[u64]) -> Vec<u64> {
