@@ -92,6 +92,12 @@ pub fn apply(api: ApiKey, version: i16, flags: u8, body: Bytes) {
         group if GROUP_APIS.contains(&group) || CONSUMER_GROUP_APIS.contains(&group) => {
             let _ = decode_group(group, version, body);
         }
+        ApiKey::AddPartitionsToTxn
+        | ApiKey::AddOffsetsToTxn
+        | ApiKey::TxnOffsetCommit
+        | ApiKey::EndTxn => {
+            let _ = decodes(api, version, body);
+        }
         other => panic!("SUPPORTED lists {other:?}, which the fuzz targets do not decode"),
     }
 }
@@ -113,6 +119,23 @@ pub fn decodes(api: ApiKey, version: i16, body: Bytes) -> bool {
         }
         ApiKey::SaslAuthenticate => {
             decode_response::<SaslAuthenticateResponse>(api, version, body).is_ok()
+        }
+        // The transaction manager's answers (ottla-proto's `TxnResponse` decodes them
+        // with these types).
+        ApiKey::AddPartitionsToTxn => decode_response::<
+            kafka_protocol::messages::AddPartitionsToTxnResponse,
+        >(api, version, body)
+        .is_ok(),
+        ApiKey::AddOffsetsToTxn => {
+            decode_response::<kafka_protocol::messages::AddOffsetsToTxnResponse>(api, version, body)
+                .is_ok()
+        }
+        ApiKey::TxnOffsetCommit => {
+            decode_response::<kafka_protocol::messages::TxnOffsetCommitResponse>(api, version, body)
+                .is_ok()
+        }
+        ApiKey::EndTxn => {
+            decode_response::<kafka_protocol::messages::EndTxnResponse>(api, version, body).is_ok()
         }
         admin if is_admin(admin) => admin_decodes(admin, version, body),
         group => decode_group(group, version, body).is_ok(),

@@ -571,6 +571,42 @@ fn response_body(api: ApiKey, version: i16) -> Vec<u8> {
             r.topics = vec![t];
             encode(&r, version)
         }
+        ApiKey::AddPartitionsToTxn => {
+            use kafka_protocol::messages::AddPartitionsToTxnResponse;
+            use kafka_protocol::messages::add_partitions_to_txn_response::{
+                AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+            };
+            let mut p = AddPartitionsToTxnPartitionResult::default();
+            p.partition_index = 0;
+            let mut t = AddPartitionsToTxnTopicResult::default();
+            t.name = TopicName(s(TOPIC));
+            t.results_by_partition = vec![p];
+            let mut r = AddPartitionsToTxnResponse::default();
+            r.results_by_topic_v3_and_below = vec![t];
+            encode(&r, version)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            let r = kafka_protocol::messages::AddOffsetsToTxnResponse::default();
+            encode(&r, version)
+        }
+        ApiKey::TxnOffsetCommit => {
+            use kafka_protocol::messages::TxnOffsetCommitResponse;
+            use kafka_protocol::messages::txn_offset_commit_response::{
+                TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+            };
+            let mut p = TxnOffsetCommitResponsePartition::default();
+            p.partition_index = 0;
+            let mut t = TxnOffsetCommitResponseTopic::default();
+            t.name = TopicName(s(TOPIC));
+            t.partitions = vec![p];
+            let mut r = TxnOffsetCommitResponse::default();
+            r.topics = vec![t];
+            encode(&r, version)
+        }
+        ApiKey::EndTxn => {
+            let r = kafka_protocol::messages::EndTxnResponse::default();
+            encode(&r, version)
+        }
         other => panic!("no seed for {other:?}: add one"),
     }
 }
