@@ -2434,6 +2434,14 @@ impl Harness<GroupMember> {
     }
 }
 
+/// The JoinGroup among the requests now due (heartbeats and others may come with it).
+fn next_join(h: &mut H, what: &str) -> Outgoing {
+    h.requests()
+        .into_iter()
+        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
+        .unwrap_or_else(|| panic!("no JoinGroup: {what}"))
+}
+
 fn offered(join: &Outgoing) -> Vec<String> {
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!("{join:?}")
@@ -2491,11 +2499,7 @@ fn default_list_rebalances_eagerly_until_the_group_chose_cooperative_for_the_hol
             .any(|e| matches!(e, Event::RevokeRequested { .. })),
         "{after:?}"
     );
-    let join = h
-        .requests()
-        .into_iter()
-        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }));
-    let join = join.expect("rejoins at once, keeping its partitions");
+    let join = next_join(&mut h, "rejoins at once, keeping its partitions");
     assert_eq!(offered(&join), ["cooperative-sticky"]);
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!()
@@ -2600,11 +2604,7 @@ fn upgraded_member_refused_for_inconsistent_protocol_gives_everything_back_and_o
     h.events();
     h.live_for(Duration::from_secs(11));
     h.rebalance_announced();
-    let join = h
-        .requests()
-        .into_iter()
-        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
-        .expect("rejoins keeping its partitions");
+    let join = next_join(&mut h, "rejoins keeping its partitions");
     assert_eq!(offered(&join), ["cooperative-sticky"]);
     // A member without cooperative-sticky joined first: the broker refuses this
     // member's JoinGroup. The round is still open; nothing moved yet.
@@ -2628,11 +2628,7 @@ fn upgraded_member_refused_for_inconsistent_protocol_gives_everything_back_and_o
     );
     assert_eq!(h.m.state(), StateKind::Revoking);
     h.m.complete_revocation(h.now, generation);
-    let join = h
-        .requests()
-        .into_iter()
-        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
-        .expect("rejoins after the revocation");
+    let join = next_join(&mut h, "rejoins after the revocation");
     assert_eq!(
         offered(&join),
         ["cooperative-sticky", "range", "roundrobin"]
@@ -2663,11 +2659,7 @@ fn stable_eager_subscription_change_revokes_everything_and_rejoins_with_the_new_
         }]
     );
     h.m.complete_revocation(h.now, 7);
-    let join = h
-        .requests()
-        .into_iter()
-        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
-        .expect("rejoins");
+    let join = next_join(&mut h, "rejoins");
     assert_eq!(subscribed_topics(&join), [TOPIC, "u"]);
 }
 
@@ -2686,11 +2678,7 @@ fn stable_cooperative_subscription_change_rejoins_at_once_keeping_its_partitions
             .iter()
             .any(|e| matches!(e, Event::RevokeRequested { .. }))
     );
-    let join = h
-        .requests()
-        .into_iter()
-        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
-        .expect("rejoins at once");
+    let join = next_join(&mut h, "rejoins at once");
     assert_eq!(subscribed_topics(&join), ["u"]);
     let GroupRequest::JoinGroup { protocols, .. } = &join.request else {
         panic!()
@@ -2737,10 +2725,6 @@ fn syncing_subscription_change_waits_for_the_generation_then_rejoins() {
             .any(|e| matches!(e, Event::Assigned { added, .. } if added == &[tp(0)])),
         "the generation started"
     );
-    let join = h
-        .requests()
-        .into_iter()
-        .find(|o| matches!(o.request, GroupRequest::JoinGroup { .. }))
-        .expect("rejoins once the generation started");
+    let join = next_join(&mut h, "rejoins once the generation started");
     assert_eq!(subscribed_topics(&join), ["u"]);
 }
