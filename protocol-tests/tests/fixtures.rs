@@ -59,10 +59,22 @@ fn call_raw<Req: Encodable>(
 ) -> anyhow::Result<Option<Bytes>> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connect {addr}"))?;
     stream.set_read_timeout(Some(TIMEOUT))?;
+    send_request(&mut stream, api, version, 7, request)?;
+    read_response(&mut stream, api, version, 7)
+}
+
+/// Writes one request frame with `correlation_id` on `stream`.
+fn send_request<Req: Encodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    request: &Req,
+) -> anyhow::Result<()> {
     let header = RequestHeader::default()
         .with_request_api_key(api as i16)
         .with_request_api_version(version)
-        .with_correlation_id(7)
+        .with_correlation_id(correlation_id)
         .with_client_id(Some(StrBytes::from_static_str("fixtures")));
     let mut body = BytesMut::new();
     header.encode(&mut body, api.request_header_version(version))?;
@@ -71,7 +83,17 @@ fn call_raw<Req: Encodable>(
     frame.put_i32(i32::try_from(body.len())?);
     frame.put_slice(&body);
     stream.write_all(&frame)?;
+    Ok(())
+}
 
+/// Reads the next response frame on `stream`, which must carry `correlation_id`;
+/// returns its body. `Ok(None)` when the broker closed the connection instead.
+fn read_response(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+) -> anyhow::Result<Option<Bytes>> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len) {
         Ok(()) => {}
@@ -94,8 +116,8 @@ fn call_raw<Req: Encodable>(
     let mut buf = Bytes::from(buf);
     let header = ResponseHeader::decode(&mut buf, api.response_header_version(version))?;
     anyhow::ensure!(
-        header.correlation_id == 7,
-        "correlation id {}",
+        header.correlation_id == correlation_id,
+        "correlation id {}, expected {correlation_id}",
         header.correlation_id
     );
     Ok(Some(buf))
@@ -378,6 +400,105 @@ fn group_api_answer(addr: &str, api: ApiKey, version: i16) -> anyhow::Result<Ans
         }
         other => bail!("not a group API: {other:?}"),
     })
+}
+
+/// A JoinGroup for the range assignor, `member_id` empty for a new member.
+fn range_join(group: &str, member_id: &str) -> JoinGroupRequest {
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_session_timeout_ms(2000)
+        .with_rebalance_timeout_ms(2000)
+        .with_member_id(StrBytes::from_string(member_id.to_string()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Bytes::from_static(&[0, 0, 0, 0, 0, 0, 0, 0])),
+        ])
+}
+
+/// The test-only patch of the mock (vendor/rdkafka-sys/OTTLA-PATCH.md): a member
+/// whose JoinGroup the coordinator still holds sends another on a second connection,
+/// as a client does when it gave up waiting or the coordinator moved. Kafka replaces
+/// the member's awaiting request; the published mock asserted `!member->resp` in
+/// `rd_kafka_mock_cgrp_classic_member_add` and aborted the whole process (issue 34's
+/// classic chaos runs). Patched, the second JoinGroup is answered, the first is dropped
+/// without an answer, and its connection is served again. Also checks that member ids
+/// are unique, not a reusable address.
+#[test]
+fn mock_member_rejoining_on_a_second_connection_replaces_its_held_join() -> anyhow::Result<()> {
+    let mock = MockCluster::new(1)?;
+    mock.set_group_initial_rebalance_delay(Duration::ZERO);
+    let addr = broker_addr(&mock, 1);
+    let version = 5;
+    let first: JoinGroupResponse = call(
+        &addr,
+        ApiKey::JoinGroup,
+        version,
+        &range_join("held-join", ""),
+    )?
+    .context("first JoinGroup dropped")?;
+    assert_eq!(first.error_code, 0, "first JoinGroup: {first:?}");
+    let member = first.member_id.to_string();
+    assert!(
+        member.contains('-'),
+        "a member id of the patched mock carries a sequence number: {member}"
+    );
+
+    // The rejoin on connection A is held (a rebalance of a group that was syncing
+    // waits up to the session timeout less a second).
+    let mut held = TcpStream::connect(&addr)?;
+    held.set_read_timeout(Some(TIMEOUT))?;
+    send_request(
+        &mut held,
+        ApiKey::JoinGroup,
+        version,
+        1,
+        &range_join("held-join", &member),
+    )?;
+    std::thread::sleep(Duration::from_millis(300));
+
+    // The same member again, on connection B: unpatched, the mock aborts here.
+    let second: JoinGroupResponse = call(
+        &addr,
+        ApiKey::JoinGroup,
+        version,
+        &range_join("held-join", &member),
+    )?
+    .context("second JoinGroup dropped")?;
+    assert_eq!(second.error_code, 0, "second JoinGroup: {second:?}");
+    assert_eq!(second.member_id.to_string(), member);
+    assert!(
+        second.generation_id > first.generation_id,
+        "a new generation: {} after {}",
+        second.generation_id,
+        first.generation_id
+    );
+
+    // Connection A is served again and its JoinGroup was dropped: the next frame on
+    // it answers a later request.
+    send_request(
+        &mut held,
+        ApiKey::ApiVersions,
+        0,
+        2,
+        &ApiVersionsRequest::default(),
+    )?;
+    let body = read_response(&mut held, ApiKey::ApiVersions, 0, 2)?
+        .context("connection A closed instead of answering")?;
+    let versions = ApiVersionsResponse::decode(&mut body.clone(), 0)?;
+    assert_eq!(versions.error_code, 0);
+
+    // A second new member gets an id of its own.
+    let other: JoinGroupResponse = call(
+        &addr,
+        ApiKey::JoinGroup,
+        version,
+        &range_join("held-join-2", ""),
+    )?
+    .context("third JoinGroup dropped")?;
+    assert_ne!(other.member_id.to_string(), member);
+    Ok(())
 }
 
 /// PEERS.md: the mock advertises flexible versions of the classic group APIs that it

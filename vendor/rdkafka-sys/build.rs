@@ -193,6 +193,21 @@ fn build_librdkafka() {
         println!("Cloning librdkafka");
         run_command_or_fail(".", "cp", &["-a", "librdkafka/.", &out_dir]);
     }
+    // ottla test-only patch (OTTLA-PATCH.md): the clone above is made once per
+    // OUT_DIR, so an edit of the patched sources would never reach a target
+    // directory that built them before. Copy every file OTTLA-PATCH.diff touches
+    // again, with a fresh mtime so that make rebuilds it.
+    println!("cargo:rerun-if-changed=OTTLA-PATCH.diff");
+    if let Ok(diff) = std::fs::read_to_string("OTTLA-PATCH.diff") {
+        for path in diff.lines().filter_map(|l| l.strip_prefix("+++ b/librdkafka/")) {
+            println!("cargo:rerun-if-changed=librdkafka/{path}");
+            run_command_or_fail(
+                ".",
+                "cp",
+                &[format!("librdkafka/{path}"), format!("{out_dir}/{path}")],
+            );
+        }
+    }
 
     println!("Configuring librdkafka");
     run_command_or_fail(&out_dir, "./configure", configure_flags.as_slice());

@@ -224,6 +224,23 @@ rd_kafka_mock_cgrp_classic_sync_check(rd_kafka_mock_cgrp_classic_t *mcgrp) {
 }
 
 
+/* ottla test-only patch (vendor/rdkafka-sys/OTTLA-PATCH.md): a member that
+ * sends a new JoinGroup or SyncGroup while the coordinator still holds its
+ * previous one (it gave up waiting, for example when the coordinator moved and
+ * it asked the new one on another connection) replaces the held request, as
+ * Kafka's coordinator replaces a member's awaiting future: the old request is
+ * released without an answer and its connection is served again. The mock
+ * asserted instead and aborted the whole process. */
+static void
+ottla_mock_release_held(rd_kafka_mock_cgrp_classic_member_t *member) {
+        if (!member->resp)
+                return;
+        rd_kafka_buf_destroy(member->resp);
+        member->resp = NULL;
+        if (member->conn)
+                rd_kafka_mock_connection_set_blocking(member->conn, rd_false);
+}
+
 /**
  * @brief Member has sent SyncGroupRequest and is waiting for a response,
  *        which will be sent when the all group member SyncGroupRequest are
@@ -240,7 +257,7 @@ rd_kafka_resp_err_t rd_kafka_mock_cgrp_classic_member_sync_set(
 
         rd_kafka_mock_cgrp_classic_member_active(mcgrp, member);
 
-        rd_assert(!member->resp);
+        ottla_mock_release_held(member); /* ottla test-only patch */
 
         member->resp = resp;
         member->conn = mconn;
@@ -649,8 +666,15 @@ rd_kafka_resp_err_t rd_kafka_mock_cgrp_classic_member_add(
 
                 if (!RD_KAFKAP_STR_LEN(MemberId)) {
                         /* Generate a member id */
-                        char memberid[32];
-                        rd_snprintf(memberid, sizeof(memberid), "%p", member);
+                        /* ottla test-only patch: the address alone was
+                         * reused once a member was freed, so two clients
+                         * could share one member id; a process-wide
+                         * sequence number makes each id unique. */
+                        static rd_atomic64_t ottla_mock_member_seq;
+                        char memberid[64];
+                        rd_snprintf(
+                            memberid, sizeof(memberid), "%p-%" PRId64, member,
+                            rd_atomic64_add(&ottla_mock_member_seq, 1));
                         member->id = rd_strdup(memberid);
                 } else
                         member->id = RD_KAFKAP_STR_DUP(MemberId);
@@ -674,7 +698,7 @@ rd_kafka_resp_err_t rd_kafka_mock_cgrp_classic_member_add(
         member->protos    = protos;
         member->proto_cnt = proto_cnt;
 
-        rd_assert(!member->resp);
+        ottla_mock_release_held(member); /* ottla test-only patch */
         member->resp = resp;
         member->conn = mconn;
         rd_kafka_mock_cgrp_classic_member_active(mcgrp, member);
