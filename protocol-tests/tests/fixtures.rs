@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
     JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, RequestHeader,
@@ -498,6 +499,78 @@ fn mock_member_rejoining_on_a_second_connection_replaces_its_held_join() -> anyh
     )?
     .context("third JoinGroup dropped")?;
     assert_ne!(other.member_id.to_string(), member);
+    Ok(())
+}
+
+/// The test-only patch of the mock (vendor/rdkafka-sys/OTTLA-PATCH.md): the published
+/// mock completes a sync as soon as the leader's SyncGroup brings every assignment, and
+/// answers a follower's SyncGroup that arrives after it INVALID_REQUEST, so a client
+/// whose followers are slower than its leader (aiokafka) rejoins round after round.
+/// Kafka, in Stable, answers it with the member's assignment; so does the patched mock.
+#[test]
+fn mock_follower_syncing_after_the_leader_gets_its_assignment() -> anyhow::Result<()> {
+    let mock = MockCluster::new(1)?;
+    mock.set_group_initial_rebalance_delay(Duration::from_millis(500));
+    let addr = broker_addr(&mock, 1);
+    let joins: Vec<std::thread::JoinHandle<anyhow::Result<Option<JoinGroupResponse>>>> = (0..2)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                call(&addr, ApiKey::JoinGroup, 5, &range_join("late-sync", ""))
+            })
+        })
+        .collect();
+    let mut joined = Vec::new();
+    for join in joins {
+        let response = join
+            .join()
+            .map_err(|_| anyhow::anyhow!("join thread panicked"))??
+            .context("JoinGroup dropped")?;
+        assert_eq!(response.error_code, 0, "{response:?}");
+        joined.push(response);
+    }
+    let (leader, follower) = match joined.iter().position(|r| r.leader == r.member_id) {
+        Some(0) => (&joined[0], &joined[1]),
+        Some(1) => (&joined[1], &joined[0]),
+        _ => bail!("no leader among {joined:?}"),
+    };
+    assert_eq!(leader.generation_id, follower.generation_id);
+    let assignment_of = |member: &StrBytes| Bytes::from(format!("assignment of {member}"));
+    let sync = |member: &StrBytes, assignments: Vec<SyncGroupRequestAssignment>| {
+        SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("late-sync")))
+            .with_generation_id(leader.generation_id)
+            .with_member_id(member.clone())
+            .with_assignments(assignments)
+    };
+    let assignments = [&leader.member_id, &follower.member_id]
+        .into_iter()
+        .map(|m| {
+            SyncGroupRequestAssignment::default()
+                .with_member_id(m.clone())
+                .with_assignment(assignment_of(m))
+        })
+        .collect();
+    let synced: SyncGroupResponse = call(
+        &addr,
+        ApiKey::SyncGroup,
+        3,
+        &sync(&leader.member_id, assignments),
+    )?
+    .context("leader's SyncGroup dropped")?;
+    assert_eq!(synced.error_code, 0, "leader: {synced:?}");
+    assert_eq!(synced.assignment, assignment_of(&leader.member_id));
+
+    // The follower's SyncGroup, after the sync completed: unpatched, INVALID_REQUEST.
+    let late: SyncGroupResponse = call(
+        &addr,
+        ApiKey::SyncGroup,
+        3,
+        &sync(&follower.member_id, Vec::new()),
+    )?
+    .context("follower's SyncGroup dropped")?;
+    assert_eq!(late.error_code, 0, "follower: {late:?}");
+    assert_eq!(late.assignment, assignment_of(&follower.member_id));
     Ok(())
 }
 

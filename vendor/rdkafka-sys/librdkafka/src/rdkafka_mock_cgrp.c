@@ -132,6 +132,9 @@ rd_kafka_resp_err_t rd_kafka_mock_cgrp_classic_check_state(
         case RD_KAFKA_MOCK_CGRP_STATE_UP:
                 if (ApiKey == RD_KAFKAP_JoinGroup ||
                     ApiKey == RD_KAFKAP_LeaveGroup ||
+                    /* ottla test-only patch: a follower's SyncGroup after
+                     * the leader's completed the sync (Kafka: Stable). */
+                    ApiKey == RD_KAFKAP_SyncGroup ||
                     ApiKey == RD_KAFKAP_Heartbeat ||
                     ApiKey == RD_KAFKAP_OffsetCommit)
                         return RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -183,6 +186,19 @@ rd_kafka_mock_cgrp_classic_sync_done(rd_kafka_mock_cgrp_classic_t *mcgrp,
                         /* MemberState */
                         rd_kafka_buf_write_kbytes(
                             resp, !err ? member->assignment : NULL);
+                }
+
+                /* ottla test-only patch: keep what this sync gave the
+                 * member, for its SyncGroup arriving after the group is up. */
+                if (member->ottla_synced)
+                        rd_kafkap_bytes_destroy(member->ottla_synced);
+                member->ottla_synced            = NULL;
+                member->ottla_synced_generation = -1;
+                if (!err) {
+                        if (member->assignment)
+                                member->ottla_synced =
+                                    rd_kafkap_bytes_copy(member->assignment);
+                        member->ottla_synced_generation = mcgrp->generation_id;
                 }
 
                 rd_kafka_mock_cgrp_classic_member_assignment_set(mcgrp, member,
@@ -251,6 +267,20 @@ rd_kafka_resp_err_t rd_kafka_mock_cgrp_classic_member_sync_set(
     rd_kafka_mock_cgrp_classic_member_t *member,
     rd_kafka_mock_connection_t *mconn,
     rd_kafka_buf_t *resp) {
+
+        /* ottla test-only patch: the sync completed as soon as the leader's
+         * SyncGroup brought every assignment, and a follower whose SyncGroup
+         * came later was refused (INVALID_REQUEST): it rejoined, and the
+         * rounds could repeat for as long as the followers were slower than
+         * the leader. Kafka answers it with the member's assignment. */
+        if (mcgrp->state == RD_KAFKA_MOCK_CGRP_STATE_UP &&
+            member->ottla_synced_generation == mcgrp->generation_id) {
+                rd_kafka_mock_cgrp_classic_member_active(mcgrp, member);
+                rd_kafka_buf_write_i16(resp, 0); /* ErrorCode */
+                rd_kafka_buf_write_kbytes(resp, member->ottla_synced);
+                rd_kafka_mock_connection_send_response(mconn, resp);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
 
         if (mcgrp->state != RD_KAFKA_MOCK_CGRP_STATE_SYNCING)
                 return RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS; /* FIXME */
@@ -610,6 +640,9 @@ static void rd_kafka_mock_cgrp_classic_member_destroy(
         if (member->resp)
                 rd_kafka_buf_destroy(member->resp);
 
+        if (member->ottla_synced) /* ottla test-only patch */
+                rd_kafkap_bytes_destroy(member->ottla_synced);
+
         if (member->group_instance_id)
                 rd_free(member->group_instance_id);
 
@@ -682,6 +715,8 @@ rd_kafka_resp_err_t rd_kafka_mock_cgrp_classic_member_add(
                 if (RD_KAFKAP_STR_LEN(GroupInstanceId))
                         member->group_instance_id =
                             RD_KAFKAP_STR_DUP(GroupInstanceId);
+
+                member->ottla_synced_generation = -1; /* ottla patch */
 
                 TAILQ_INSERT_TAIL(&mcgrp->members, member, link);
                 mcgrp->member_cnt++;

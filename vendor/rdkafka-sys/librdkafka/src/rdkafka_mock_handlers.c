@@ -1891,7 +1891,10 @@ static int rd_kafka_mock_handle_SyncGroup(rd_kafka_mock_connection_t *mconn,
                 rd_kafka_buf_read_str(rkbuf, &MemberId2);
                 rd_kafka_buf_read_kbytes(rkbuf, &Metadata);
 
-                if (err)
+                /* ottla test-only patch: once the group is up, a leader's
+                 * repeated SyncGroup is answered from the completed sync and
+                 * its assignments are not stored again. */
+                if (err || mcgrp->state == RD_KAFKA_MOCK_CGRP_STATE_UP)
                         continue;
 
                 /* Find member */

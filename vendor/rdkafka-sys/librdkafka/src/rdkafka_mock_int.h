@@ -83,6 +83,11 @@ typedef struct rd_kafka_mock_cgrp_classic_member_s {
         rd_kafka_mock_cgrp_classic_proto_t *protos; /**< Protocol names */
         int proto_cnt;                              /**< Number of protocols */
         rd_kafkap_bytes_t *assignment;              /**< Current assignment */
+        /* ottla test-only patch: the assignment the last completed sync gave
+         * this member, and its generation (-1: none), answered to a SyncGroup
+         * that arrives once the group is up, as Kafka does in Stable. */
+        rd_kafkap_bytes_t *ottla_synced;
+        int32_t ottla_synced_generation;
         rd_kafka_buf_t *resp;                    /**< Current response buffer */
         struct rd_kafka_mock_connection_s *conn; /**< Connection, may be NULL
                                                   *   if there is no ongoing
