@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use ottla::consumer::{Consumer, IsolationLevel, OffsetReset, TopicPartition};
-use ottla::producer::{Producer, ProducerRecord, TxnOffset};
+use ottla::producer::{Producer, ProducerRecord, TransactionApi, TransactionError, TxnOffset};
 use protocol_tests::peer::Peer;
 use rdkafka::ClientConfig as RdConfig;
 use rdkafka::Message;
@@ -523,6 +523,64 @@ async fn mock_transactional_id_by_property_and_calls_without_one() {
         refused.is_err(),
         "acks=1 with a transactional.id is refused"
     );
+}
+
+/// A broker without a transaction API ottla does not negotiate at `build` (those it
+/// does, the build refuses: InitProducerId, AddPartitionsToTxn, EndTxn): here the mock
+/// with AddOffsetsToTxn switched off, as a Kafka-compatible broker with transactions
+/// but no offsets in them may have. `send_offsets_to_transaction` fails at once with
+/// a fatal, typed error that names the API, instead of being retried until
+/// `max.block.ms` (which it was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_broker_without_add_offsets_to_txn_fails_with_a_typed_fatal_error() {
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(mock) = &peer else {
+        unreachable!("Peer::mock")
+    };
+    let topic = "txn-unsupported";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    mock.set_api_version(protocol_tests::mock::api_key::ADD_OFFSETS_TO_TXN, -1, -1)
+        .expect("switch AddOffsetsToTxn off");
+    let producer = transactional(&peer, "tx-unsupported")
+        .max_block(Duration::from_secs(20))
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "v", 2).await;
+    let group = ottla::producer::ConsumerGroupMetadata {
+        group_id: "g-unsupported".into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+    };
+    let offsets = vec![TxnOffset {
+        partition: TopicPartition::new(topic, 0),
+        offset: 1,
+        leader_epoch: -1,
+        metadata: None,
+    }];
+    let e = producer
+        .send_offsets_to_transaction(offsets, group)
+        .await
+        .expect_err("no AddOffsetsToTxn on this broker");
+    assert!(
+        matches!(
+            e,
+            TransactionError::Unsupported {
+                api: TransactionApi::AddOffsetsToTxn,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.is_fatal(), "{e:?}");
+    assert!(
+        producer.commit_transaction().await.is_err(),
+        "the producer is finished"
+    );
+    producer.close().await;
 }
 
 /// The transaction coordinator moves mid-transaction: the old one answers

@@ -199,7 +199,15 @@ pub(super) async fn send(
                 Ok(response) => txn.handle_response(now, token, response),
                 Err(e) => {
                     debug!(error = %e, "transactional request failed");
-                    txn.handle_failure(now, token, crate::driver::failure(e));
+                    let failure = match e {
+                        // The broker lacks the API: the manager fails for good
+                        // instead of retrying (TxnError::Unsupported).
+                        e @ RequestError::UnsupportedVersion { .. } => {
+                            crate::proto::Failure::Unsupported(e.to_string())
+                        }
+                        e => crate::driver::failure(e),
+                    };
+                    txn.handle_failure(now, token, failure);
                 }
             }
         }

@@ -208,6 +208,8 @@ pub mod api_key {
     pub const INIT_PRODUCER_ID: i16 = 22;
     /// AddPartitionsToTxn.
     pub const ADD_PARTITIONS_TO_TXN: i16 = 24;
+    /// AddOffsetsToTxn.
+    pub const ADD_OFFSETS_TO_TXN: i16 = 25;
     /// EndTxn.
     pub const END_TXN: i16 = 26;
     /// TxnOffsetCommit.

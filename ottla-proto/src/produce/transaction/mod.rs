@@ -166,6 +166,16 @@ pub enum TxnError {
         /// `max.block.ms`.
         after: Duration,
     },
+    /// The broker does not offer a transaction API at any version ottla speaks: it
+    /// does not support transactions (Kafka before 0.11, or a Kafka-compatible broker
+    /// without them). Fatal, as Java's `UnsupportedVersionException` here.
+    #[error("the broker does not support transactions: {api:?} is not offered ({detail})")]
+    Unsupported {
+        /// The API the broker lacks.
+        api: TxnApi,
+        /// What the driver saw (the broker and the versions).
+        detail: String,
+    },
     /// A call the state does not allow (`commit` outside a transaction, say).
     #[error("{call} is not allowed while {state}")]
     State {
@@ -181,6 +191,7 @@ impl TxnError {
     pub fn kind(&self) -> Option<TxnErrorKind> {
         match self {
             TxnError::Broker { kind, .. } => Some(*kind),
+            TxnError::Unsupported { .. } => Some(TxnErrorKind::Fatal),
             TxnError::Timeout { .. } | TxnError::State { .. } => None,
         }
     }
@@ -930,6 +941,20 @@ impl TransactionManager {
         let Some(flight) = self.take_in_flight(token) else {
             return;
         };
+        if let Failure::Unsupported(detail) = failure {
+            // No retry can help: the broker lacks the API.
+            let error = TxnError::Unsupported {
+                api: flight.step.api(),
+                detail,
+            };
+            if !matches!(self.state, TxnState::Fatal(_)) {
+                warn!(%error, "transactional producer failed");
+                self.state = TxnState::Fatal(error.clone());
+            }
+            let op = flight.step.op();
+            self.fail_queued(error, op);
+            return;
+        }
         debug!(step = ?flight.step, ?failure, "transactional request failed; retrying");
         let kind = match flight.step {
             Step::TxnOffsetCommit { .. } => CoordinatorKind::Group,
@@ -1114,6 +1139,12 @@ impl TransactionManager {
             }
             error
         };
+        self.fail_queued(error, op);
+    }
+
+    /// Fails `op` (the operation in flight) and the queued operations with `error`
+    /// (in an abortable state, all but the abort's own coordinator lookups).
+    fn fail_queued(&mut self, error: TxnError, op: Option<OpId>) {
         if let Some(op) = op {
             self.finish(op, Err(error.clone()));
         }

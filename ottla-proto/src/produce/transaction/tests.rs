@@ -431,6 +431,45 @@ fn a_lost_answer_looks_the_coordinator_up_again() {
     assert!(h.m.may_send(&tp(0)));
 }
 
+/// A broker without the transaction APIs: the request fails at once with a typed,
+/// fatal error instead of being retried until `max.block.ms`.
+#[test]
+fn a_broker_without_a_transaction_api_fails_init_at_once_and_for_good() {
+    let mut h = H::new();
+    let op = h.m.init().expect("init");
+    let (_, _, token) = h.until(TxnApi::InitProducerId);
+    h.m.handle_failure(
+        h.now,
+        token,
+        Failure::Unsupported("InitProducerId: no version offered".into()),
+    );
+    let done = h.done();
+    let [(failed, Err(error))] = done.as_slice() else {
+        panic!("one failed operation: {done:?}");
+    };
+    assert_eq!(*failed, op);
+    assert!(
+        matches!(
+            error,
+            TxnError::Unsupported {
+                api: TxnApi::InitProducerId,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_fatal(), "{error:?}");
+    assert!(
+        error.to_string().contains("does not support transactions"),
+        "{error}"
+    );
+    assert!(matches!(h.m.state(), TxnState::Fatal(_)));
+    assert!(h.m.poll_request(h.now).is_none(), "nothing is retried");
+    assert!(h.m.poll_timeout().is_none(), "no retry is scheduled");
+    // Every later call fails the same way.
+    assert_eq!(h.m.begin(), Err(error.clone()));
+}
+
 #[test]
 fn partitions_added_while_an_add_is_out_go_in_the_next_one() {
     let mut h = H::ready();
