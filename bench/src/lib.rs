@@ -430,6 +430,46 @@ pub fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
 }
 
+/// What a produce benchmark's child reported: its wall and CPU seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChildFigures {
+    /// Wall seconds of the measured part.
+    pub secs: f64,
+    /// CPU seconds (user + system) the child used.
+    pub cpu_secs: f64,
+}
+
+/// Runs this benchmark's own executable as `child ARGS...` (one client, one cell, in a
+/// process of its own, so that its CPU time is its own) and reads the `secs=` and
+/// `cpu_secs=` of the line it prints. The error names what failed, with the child's
+/// stderr.
+pub fn run_child(args: &[String]) -> Result<ChildFigures, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let out = std::process::Command::new(&exe)
+        .arg("child")
+        .args(args)
+        .output()
+        .map_err(|e| format!("starting the child: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the child failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| format!("no {name} in the child's line {line:?}"))
+    };
+    Ok(ChildFigures {
+        secs: field("secs=")?,
+        cpu_secs: field("cpu_secs=")?,
+    })
+}
+
 /// CPU seconds (user + system) of this process, from `/proc/self/stat` (10 ms
 /// resolution): what the produce benchmarks charge a child with.
 pub fn cpu_seconds() -> f64 {

@@ -11,7 +11,7 @@
 //! figure to compare; records/s is partly the broker's. Prints medians and ratios.
 
 use std::collections::VecDeque;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use protocol_tests::peer::Peer;
@@ -38,9 +38,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let Ok(exe) = std::env::current_exe() else {
-        return ExitCode::FAILURE;
-    };
     let mut results: Vec<(&str, f64, f64)> = Vec::new();
     println!(
         "{records} records of {size} B per run, 8 partitions, acks=all, idempotent, linger 5 ms, batch.size 1 MiB, no compression, tansu"
@@ -52,40 +49,22 @@ fn main() -> ExitCode {
                 eprintln!("bench-produce: {e:#}");
                 return ExitCode::FAILURE;
             }
-            let out = Command::new(&exe)
-                .args([
-                    "child",
-                    client,
-                    &peer.bootstrap(),
-                    &topic,
-                    &records.to_string(),
-                    &size.to_string(),
-                ])
-                .output();
-            match out {
-                Ok(o) if o.status.success() => {
-                    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                    let field = |name: &str| {
-                        line.split_whitespace()
-                            .find_map(|w| w.strip_prefix(name))
-                            .and_then(|v| v.parse::<f64>().ok())
-                            .unwrap_or(f64::NAN)
-                    };
-                    let (secs, cpu) = (field("secs="), field("cpu_secs="));
+            let figures = ottla_bench::run_child(&[
+                client.to_string(),
+                peer.bootstrap(),
+                topic,
+                records.to_string(),
+                size.to_string(),
+            ]);
+            match figures {
+                Ok(f) => {
+                    let (secs, cpu) = (f.secs, f.cpu_secs);
                     println!(
                         "run {run} {client:>7}: {:>9.0} records/s  {:>6.2} us CPU/record  ({secs:.2} s wall, {cpu:.2} s CPU)",
                         records as f64 / secs,
                         cpu * 1e6 / records as f64
                     );
                     results.push((client, records as f64 / secs, cpu * 1e6 / records as f64));
-                }
-                Ok(o) => {
-                    eprintln!(
-                        "run {run} {client} failed: {}\n{}",
-                        o.status,
-                        String::from_utf8_lossy(&o.stderr)
-                    );
-                    return ExitCode::FAILURE;
                 }
                 Err(e) => {
                     eprintln!("run {run} {client}: {e}");

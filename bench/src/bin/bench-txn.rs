@@ -16,7 +16,7 @@
 //! cores, so CPU per record is the figure to compare; records/s is partly the
 //! broker's. Prints every run, then per cell the medians and ottla ÷ librdkafka ratios.
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use protocol_tests::peer::Peer;
@@ -66,9 +66,6 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let Ok(exe) = std::env::current_exe() else {
-        return ExitCode::FAILURE;
-    };
     println!(
         "{records} records per run and client, {runs} runs, 8 partitions (record i to i % 8), \
          transactional (acks=all, idempotent), linger 5 ms, batch.size 1 MiB, no compression, tansu"
@@ -85,40 +82,21 @@ fn main() -> ExitCode {
                         eprintln!("bench-txn: {e:#}");
                         return ExitCode::FAILURE;
                     }
-                    let out = Command::new(&exe)
-                        .args([
-                            "child",
-                            client,
-                            &peer.bootstrap(),
-                            &topic,
-                            &records.to_string(),
-                            &size.to_string(),
-                            &txn.to_string(),
-                        ])
-                        .output();
-                    let o = match out {
-                        Ok(o) if o.status.success() => o,
-                        Ok(o) => {
-                            eprintln!(
-                                "{size} B, txn {txn}, run {run} {client} failed: {}\n{}",
-                                o.status,
-                                String::from_utf8_lossy(&o.stderr)
-                            );
-                            return ExitCode::FAILURE;
-                        }
+                    let figures = ottla_bench::run_child(&[
+                        client.to_string(),
+                        peer.bootstrap(),
+                        topic,
+                        records.to_string(),
+                        size.to_string(),
+                        txn.to_string(),
+                    ]);
+                    let (secs, cpu) = match figures {
+                        Ok(f) => (f.secs, f.cpu_secs),
                         Err(e) => {
                             eprintln!("{size} B, txn {txn}, run {run} {client}: {e}");
                             return ExitCode::FAILURE;
                         }
                     };
-                    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                    let field = |name: &str| {
-                        line.split_whitespace()
-                            .find_map(|w| w.strip_prefix(name))
-                            .and_then(|v| v.parse::<f64>().ok())
-                            .unwrap_or(f64::NAN)
-                    };
-                    let (secs, cpu) = (field("secs="), field("cpu_secs="));
                     let txns = records.div_ceil(txn) as f64;
                     let r = Run {
                         rate: records as f64 / secs,
