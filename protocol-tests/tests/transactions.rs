@@ -396,6 +396,16 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
 
 /// The group's committed offset of `topic`/0, read by librdkafka.
 async fn rd_committed(bootstrap: String, group: &str, topic: &str) -> Option<i64> {
+    rd_committed_at(bootstrap, group, topic, 0).await
+}
+
+/// The group's committed offset of `topic`/`partition`, read by librdkafka.
+async fn rd_committed_at(
+    bootstrap: String,
+    group: &str,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
     let (group, topic) = (group.to_string(), topic.to_string());
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = RdConfig::new()
@@ -405,7 +415,7 @@ async fn rd_committed(bootstrap: String, group: &str, topic: &str) -> Option<i64
             .create()
             .expect("rdkafka consumer");
         let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition(&topic, 0);
+        tpl.add_partition(&topic, partition);
         let committed = consumer
             .committed_offsets(tpl, Duration::from_secs(20))
             .expect("committed offsets");
@@ -417,6 +427,84 @@ async fn rd_committed(bootstrap: String, group: &str, topic: &str) -> Option<i64
     })
     .await
     .expect("reader")
+}
+
+/// A quirk of tansu 0.6.0 that rules it out for exactly-once chaos runs (PEERS.md):
+/// two transactional producers commit offsets for one group, as a group's members do
+/// in exactly-once mode. Producer A commits offset 30 for partition 0 while producer
+/// B has a transaction open (with offsets for partition 1), and B is then fenced by a
+/// new instance, which aborts B's transaction.
+///
+/// Kafka shows 30 right after A's commit (only B's partition is unstable), and still
+/// shows it after B's abort. tansu hides A's offset while B's transaction is open, and
+/// loses it when B's transaction is aborted: the group's next owner of partition 0
+/// would start from 10 and handle again what A's committed transaction had finished.
+/// This test asserts tansu's behaviour, so that a fixed tansu is noticed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_loses_a_committed_transactions_offsets_when_another_producers_open_one_is_fenced() {
+    let peer = Peer::tansu().expect("tansu");
+    let (input, group) = ("txn-quirk-in", "txn-quirk-g");
+    peer.create_topic(input, 2).expect("topic");
+    let metadata = ottla::producer::ConsumerGroupMetadata {
+        group_id: group.into(),
+        generation_id: -1,
+        member_id: String::new(),
+        group_instance_id: None,
+    };
+    let offsets = |partition: i32, next: i64| {
+        vec![TxnOffset {
+            partition: TopicPartition::new(input, partition),
+            offset: next,
+            leader_epoch: -1,
+            metadata: None,
+        }]
+    };
+    let committed = |partition: i32| rd_committed_at(peer.bootstrap(), group, input, partition);
+    let a = transactional(&peer, "tx-quirk-a").build().await.expect("a");
+    let b = transactional(&peer, "tx-quirk-b").build().await.expect("b");
+    a.init_transactions().await.expect("init a");
+    b.init_transactions().await.expect("init b");
+    for (producer, partition, next) in [(&a, 0, 10), (&b, 1, 20)] {
+        producer.begin_transaction().expect("begin");
+        producer
+            .send_offsets_to_transaction(offsets(partition, next), metadata.clone())
+            .await
+            .expect("offsets");
+        producer.commit_transaction().await.expect("commit");
+    }
+    assert_eq!(
+        (committed(0).await, committed(1).await),
+        (Some(10), Some(20)),
+        "one transaction at a time: each commit is seen"
+    );
+    b.begin_transaction().expect("begin b");
+    b.send_offsets_to_transaction(offsets(1, 40), metadata.clone())
+        .await
+        .expect("b's offsets");
+    a.begin_transaction().expect("begin a");
+    a.send_offsets_to_transaction(offsets(0, 30), metadata.clone())
+        .await
+        .expect("a's offsets");
+    a.commit_transaction().await.expect("a commits");
+    assert_eq!(
+        committed(0).await,
+        Some(10),
+        "tansu hides A's committed offset while B's transaction is open (Kafka: 30)"
+    );
+    // B's instance goes away with its transaction open; its successor fences it.
+    let successor = transactional(&peer, "tx-quirk-b")
+        .build()
+        .await
+        .expect("b2");
+    successor.init_transactions().await.expect("init b2");
+    assert_eq!(
+        (committed(0).await, committed(1).await),
+        (Some(10), Some(20)),
+        "tansu loses A's committed offset with B's aborted transaction (Kafka: 30 and 20)"
+    );
+    drop(b);
+    a.close().await;
+    successor.close().await;
 }
 
 /// librdkafka's transactional producer commits one transaction and aborts one:
