@@ -81,6 +81,7 @@ impl<H: Handler> Chunk<'_, H> {
                         // Finished: committable now, even if a later record hangs.
                         Ok(Ok(())) => {
                             i += 1;
+                            self.cancel.record_done();
                             self.progress.set(i);
                         }
                         Ok(Err(e)) => break Pass::Failed(Ok(e)),
@@ -120,6 +121,7 @@ impl<H: Handler> Chunk<'_, H> {
             match result {
                 Ok(Ok(())) => {
                     i += 1;
+                    self.cancel.record_done();
                     self.progress.set(i);
                 }
                 Ok(Err(e)) => {

@@ -95,7 +95,7 @@ use crate::consumer::{
 };
 use crate::driver::{lock, sleep_until};
 use crate::error::{Error, Result};
-use crate::producer::{Producer, ProducerBuilder};
+use crate::producer::{Producer, ProducerBuilder, ProducerRecord, TransactionError, TxnOffset};
 use crate::proto::group::member::check_heartbeat;
 pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, Disposition, ErrorCause, ErrorClass, HttpClassifier,
@@ -134,6 +134,19 @@ pub struct Cancel(Arc<CancelState>);
 struct CancelState {
     flag: AtomicBool,
     notify: Notify,
+    /// Whether [`Cancel::send`] was called: without outputs, finishing a record
+    /// costs one load, no lock.
+    sent: AtomicBool,
+    outputs: Mutex<Outputs>,
+}
+
+/// The records a call's handler sent ([`Cancel::send`]).
+#[derive(Debug, Default)]
+struct Outputs {
+    /// Sent by the record in hand: kept only if it succeeds.
+    attempt: Vec<ProducerRecord>,
+    /// Sent by records that succeeded, for the driver to write.
+    finished: Vec<ProducerRecord>,
 }
 
 impl Cancel {
@@ -154,10 +167,73 @@ impl Cancel {
         }
     }
 
+    /// Sends `record` as an output of the record (or batch) being handled. It is
+    /// written only if that record succeeds: the outputs of an attempt that fails,
+    /// panics or runs past its budget are dropped, and its retry sends its own.
+    ///
+    /// At least once (the default), the outputs are written as their record
+    /// finishes, and flushed before the commit that passes it (a write that fails is
+    /// logged; its record is still committed). Exactly once
+    /// ([`ProcessorBuilder::exactly_once`]), they go into the transaction that
+    /// commits their record's offset: `read_committed` consumers see them once that
+    /// transaction commits, and never if it aborts (the record is then handled
+    /// again). With [`Processor::run_batch`], a batch's outputs are written only if
+    /// the whole batch succeeds.
+    pub fn send(&self, record: ProducerRecord) {
+        if let Ok(mut outputs) = self.0.outputs.lock() {
+            outputs.attempt.push(record);
+            self.0.sent.store(true, Ordering::Release);
+        }
+    }
+
     fn cancel(&self) {
         self.0.flag.store(true, Ordering::SeqCst);
         self.0.notify.notify_waiters();
     }
+
+    /// The record in hand succeeded: its outputs are to be written. Called before its
+    /// `Progress` says it finished, so the driver, reading the progress first, never
+    /// commits a record whose outputs it has not taken.
+    #[inline]
+    fn record_done(&self) {
+        if !self.0.sent.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut outputs) = self.0.outputs.lock() {
+            let Outputs { attempt, finished } = &mut *outputs;
+            finished.append(attempt);
+        }
+    }
+
+    /// The outputs of the records that succeeded, taken.
+    fn take_finished(&self) -> Vec<ProducerRecord> {
+        if !self.0.sent.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.0
+            .outputs
+            .lock()
+            .map(|mut o| std::mem::take(&mut o.finished))
+            .unwrap_or_default()
+    }
+}
+
+/// What the Processor promises about a record's effects
+/// ([`ProcessorBuilder::processing_guarantee`], `processing.guarantee`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProcessingGuarantee {
+    /// A record's offset is committed after it finished: after a crash or a
+    /// rebalance, records finished since the last commit are handled again, and
+    /// their outputs written again.
+    #[default]
+    AtLeastOnce,
+    /// Each commit is a transaction of the outputs ([`Cancel::send`]), retry-topic
+    /// and dead-letter writes, and offsets of the records it commits (KIP-98,
+    /// KIP-447): a `read_committed` reader sees each input's outputs once. The
+    /// handler's other side effects still happen once per attempt. Needs a
+    /// `transactional.id`; see docs/exactly-once.md.
+    ExactlyOnce,
 }
 
 pub use crate::proto::process::lanes::{Metric, ProcessingOrder};
@@ -180,6 +256,10 @@ pub struct Processor {
     holds: Arc<Holds>,
     /// The run's counters as of its last turn, for [`ProcessorHandle::stats`].
     live: Arc<Mutex<ProcessorStats>>,
+    guarantee: ProcessingGuarantee,
+    /// Exactly once: partitions were lost while a transaction was open; it must be
+    /// aborted (it may hold their outputs) before anything else is committed.
+    abort_wanted: AtomicBool,
 }
 
 impl std::fmt::Debug for Processor {
@@ -446,10 +526,16 @@ impl Processor {
                     (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
                     (None, None) => None,
                 };
-                let call =
-                    catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
+                let call = catch_call(|| {
+                    crate::trace::traced(handler(&records, cancel.clone()), span, trace)
+                });
                 match within(budget, call).await {
-                    Some(Ok(Ok(()))) => Outcome::of(Ok(())),
+                    Some(Ok(Ok(()))) => {
+                        // A batch's outputs are the batch's: sent only when all of it
+                        // succeeded.
+                        cancel.record_done();
+                        Outcome::of(Ok(()))
+                    }
                     Some(Ok(Err(e))) => Outcome {
                         trace: context_of(e.index),
                         ..Outcome::of(Err(e))
@@ -498,16 +584,32 @@ impl Processor {
         // Set once the run stops (shutdown, or an error): the lanes hand everything
         // over, then the member leaves by `until`.
         let mut stopped: Option<(Result<()>, Instant)> = None;
+        let mut txn = Txn::default();
+        // Outputs of finished records, to write before anything is committed.
+        let mut outputs: Vec<ProducerRecord> = Vec::new();
         tokio::pin!(shutdown);
         'run: loop {
-            // Records finished by calls still running become committable now.
+            // Records finished by calls still running become committable now. Their
+            // outputs are taken after their progress is read: the handler's context
+            // sets them aside before the progress says so.
             for (ticket, call) in calls.iter_mut() {
                 let done = call.progress.done();
                 if done > call.seen {
                     call.seen = done;
                     lanes.progress(*ticket, done, now());
                 }
+                if lanes.in_flight(*ticket) {
+                    outputs.append(&mut call.cancel.take_finished());
+                }
             }
+            if self.abort_wanted.swap(false, Ordering::AcqRel) && txn.open {
+                // Partitions were lost: the open transaction may hold their outputs.
+                self.abort_txn(&mut txn).await;
+                self.rewind(&mut lanes);
+                outputs.clear();
+            }
+            self.write_outputs(&mut txn, std::mem::take(&mut outputs))
+                .await;
             while let Some(action) = lanes.poll_action() {
                 match action {
                     Action::Dispatch {
@@ -540,6 +642,13 @@ impl Processor {
                             call.progress.stop();
                         }
                     }
+                    Action::Produce { ticket, record, .. } if self.exactly_once() => {
+                        // Into the transaction that commits its source record's offset:
+                        // done once it is in (a write that then fails aborts that
+                        // transaction, and the record is handled again).
+                        let result = self.write_in_txn(&mut txn, record).await;
+                        lanes.produced(ticket, result, now());
+                    }
                     Action::Produce { ticket, record, .. } => {
                         let producer = self.producer.clone();
                         let task = tasks.spawn(async move {
@@ -564,7 +673,19 @@ impl Processor {
                         // The lanes hear back whatever happened, even when the loss left
                         // nothing to commit: until they do, they count this commit as out
                         // and make no other.
-                        let ok = offsets.is_empty() || self.commit(&offsets, &metadata).await;
+                        let ok = if self.exactly_once() {
+                            self.commit_txn(
+                                &mut txn,
+                                &mut lanes,
+                                &offsets,
+                                &metadata,
+                                &mut held_stop,
+                            )
+                            .await
+                        } else {
+                            self.flush_outputs(&mut txn).await;
+                            offsets.is_empty() || self.commit(&offsets, &metadata).await
+                        };
                         lanes.committed(&offsets, ok, now());
                     }
                     Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
@@ -582,8 +703,20 @@ impl Processor {
                             &mut held_stop,
                             offsets,
                         );
-                        if !offsets.is_empty() {
-                            let ok = self.commit(&offsets, &metadata).await;
+                        if !offsets.is_empty() || txn.open {
+                            let ok = if self.exactly_once() {
+                                self.commit_txn(
+                                    &mut txn,
+                                    &mut lanes,
+                                    &offsets,
+                                    &metadata,
+                                    &mut held_stop,
+                                )
+                                .await
+                            } else {
+                                self.flush_outputs(&mut txn).await;
+                                self.commit(&offsets, &metadata).await
+                            };
                             if !ok {
                                 warn!(
                                     ?partitions,
@@ -642,6 +775,9 @@ impl Processor {
                                 tickets.remove(&id);
                                 if let Some(call) = calls.remove(&ticket) {
                                     self.telemetry.handled(attempted(call.records, &outcome), took);
+                                    if lanes.in_flight(ticket) {
+                                        outputs.append(&mut call.cancel.take_finished());
+                                    }
                                 }
                                 lanes.handled(ticket, outcome, took, now());
                             }
@@ -668,7 +804,7 @@ impl Processor {
                     }
                     batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
                         Ok(records) => {
-                            self.resume_partitions(&mut lanes, &records);
+                            self.resume_partitions(&mut lanes, &records, &txn.committed);
                             lanes.deliver(records, now());
                             None
                         }
@@ -747,6 +883,9 @@ impl Processor {
                 None
             }
             ConsumerEvent::Lost { partitions, .. } => {
+                if self.exactly_once() {
+                    self.abort_wanted.store(true, Ordering::Release);
+                }
                 lanes.lose(&partitions, now());
                 None
             }
@@ -789,7 +928,12 @@ impl Processor {
     /// For each partition of `records` the lanes have no lane for yet (just
     /// assigned), the records its previous owner finished past the committed offset
     /// (the commit's metadata), so they are not handled again.
-    fn resume_partitions(&self, lanes: &mut Lanes, records: &[ConsumerRecord]) {
+    fn resume_partitions(
+        &self,
+        lanes: &mut Lanes,
+        records: &[ConsumerRecord],
+        own: &HashMap<TopicPartition, (i64, Option<String>)>,
+    ) {
         let mut last: Option<&ConsumerRecord> = None;
         for r in records {
             if last.is_some_and(|l| l.is_in(r.topic_arc(), r.partition())) {
@@ -798,6 +942,14 @@ impl Processor {
             last = Some(r);
             let tp = r.topic_partition();
             if lanes.has_lane(&tp) {
+                continue;
+            }
+            // This run's own transactional commit is newer than what the consumer
+            // fetched at the assignment.
+            if let Some((offset, metadata)) = own.get(&tp) {
+                if let Some(metadata) = metadata {
+                    lanes.resume_from(tp, *offset, metadata);
+                }
                 continue;
             }
             if let Some((offset, metadata)) = self.consumer.committed_metadata(&tp) {
@@ -823,6 +975,250 @@ impl Processor {
                 warn!(error = %e, ?offsets, "commit failed");
                 false
             }
+        }
+    }
+}
+
+/// The driver's side of the writes and, exactly once, of the open transaction.
+#[derive(Debug, Default)]
+struct Txn {
+    /// Exactly once: a transaction is open.
+    open: bool,
+    /// Exactly once: a write could not be put in the open transaction; it aborts.
+    failed: bool,
+    /// Exactly once: the producer was fenced (or failed for good); nothing more is
+    /// committed, and the run stops.
+    fatal: Option<TransactionError>,
+    /// Exactly once: the deliveries of the open transaction's writes; any that
+    /// fails aborts it.
+    deliveries: Vec<crate::producer::DeliveryFuture>,
+    /// At least once: outputs written since the last commit, flushed before it.
+    unflushed: bool,
+    /// Exactly once: each partition's last offset committed in a transaction by
+    /// this run, with its metadata.
+    committed: HashMap<TopicPartition, (i64, Option<String>)>,
+}
+
+/// How an exactly-once commit ended.
+enum TxnEnd {
+    Committed,
+    Aborted,
+    Fatal,
+}
+
+impl Processor {
+    fn exactly_once(&self) -> bool {
+        self.guarantee == ProcessingGuarantee::ExactlyOnce
+    }
+
+    /// Opens a transaction unless one is open; `false`: none could be.
+    fn ensure_txn(&self, txn: &mut Txn) -> bool {
+        if txn.open {
+            return true;
+        }
+        match self.producer.begin_transaction() {
+            Ok(()) => {
+                txn.open = true;
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "could not open a transaction");
+                if e.is_fatal() {
+                    txn.fatal.get_or_insert(e);
+                }
+                false
+            }
+        }
+    }
+
+    /// Exactly once: `record` into the open transaction (opened if need be); `Err`:
+    /// it could not be put in.
+    async fn write_in_txn(
+        &self,
+        txn: &mut Txn,
+        record: ProducerRecord,
+    ) -> std::result::Result<(), String> {
+        if txn.fatal.is_some() || !self.ensure_txn(txn) {
+            return Err("no transaction could be opened".into());
+        }
+        match self.producer.send(record).await {
+            Ok(delivery) => {
+                txn.deliveries.push(delivery);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The outputs of finished records: into the open transaction (exactly once), or
+    /// written at once (at least once; flushed before the next commit).
+    async fn write_outputs(&self, txn: &mut Txn, outputs: Vec<ProducerRecord>) {
+        for record in outputs {
+            if self.exactly_once() {
+                if let Err(error) = self.write_in_txn(txn, record).await {
+                    // Its record finished: the transaction that would commit it
+                    // must not commit without this output.
+                    warn!(%error, "a handler's output could not join the transaction; it aborts");
+                    txn.failed = true;
+                }
+                continue;
+            }
+            txn.unflushed = true;
+            match self.producer.send(record).await {
+                Ok(delivery) => {
+                    tokio::spawn(async move {
+                        if let Err(error) = delivery.await {
+                            warn!(%error, "a handler's output was not written");
+                        }
+                    });
+                }
+                Err(error) => warn!(%error, "a handler's output was not written"),
+            }
+        }
+    }
+
+    /// At least once: outputs written since the last commit are delivered (or
+    /// failed) before it.
+    async fn flush_outputs(&self, txn: &mut Txn) {
+        if std::mem::take(&mut txn.unflushed) {
+            self.producer.flush().await;
+        }
+    }
+
+    /// Exactly once: commits the open transaction with `offsets`; `true` if it
+    /// committed. A transaction that cannot commit is aborted and the lanes rewound
+    /// to the last commit (the records are handled again); a fenced producer stops
+    /// the run (through `stop`).
+    async fn commit_txn(
+        &self,
+        txn: &mut Txn,
+        lanes: &mut Lanes,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &HashMap<TopicPartition, String>,
+        stop: &mut Option<Result<()>>,
+    ) -> bool {
+        match self.end_txn(txn, offsets, metadata).await {
+            TxnEnd::Committed => {
+                for (tp, offset) in offsets {
+                    txn.committed
+                        .insert(tp.clone(), (*offset, metadata.get(tp).cloned()));
+                }
+                true
+            }
+            TxnEnd::Aborted => {
+                self.rewind(lanes);
+                false
+            }
+            TxnEnd::Fatal => {
+                if let Some(e) = &txn.fatal {
+                    stop.get_or_insert(Err(Error::Transaction(e.clone())));
+                }
+                false
+            }
+        }
+    }
+
+    async fn end_txn(
+        &self,
+        txn: &mut Txn,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &HashMap<TopicPartition, String>,
+    ) -> TxnEnd {
+        if txn.fatal.is_some() {
+            return TxnEnd::Fatal;
+        }
+        if self.abort_wanted.swap(false, Ordering::AcqRel) || txn.failed {
+            return self.abort_txn(txn).await;
+        }
+        if offsets.is_empty() && !txn.open {
+            return TxnEnd::Committed;
+        }
+        if !self.ensure_txn(txn) {
+            return self.abort_txn(txn).await;
+        }
+        // Every write of the transaction delivered, or it aborts: a write that
+        // failed must not be committed past.
+        self.producer.flush().await;
+        let mut failed = false;
+        for delivery in std::mem::take(&mut txn.deliveries) {
+            if let Err(error) = delivery.await {
+                warn!(%error, "a write of the transaction failed; it aborts");
+                failed = true;
+            }
+        }
+        if failed {
+            return self.abort_txn(txn).await;
+        }
+        if !offsets.is_empty() {
+            let Some(group) = self.consumer.group_metadata() else {
+                return self.abort_txn(txn).await;
+            };
+            let offsets = offsets
+                .iter()
+                .map(|(tp, offset)| TxnOffset {
+                    partition: tp.clone(),
+                    offset: *offset,
+                    leader_epoch: -1,
+                    metadata: metadata.get(tp).cloned(),
+                })
+                .collect();
+            if let Err(e) = self
+                .producer
+                .send_offsets_to_transaction(offsets, group)
+                .await
+            {
+                return self.txn_failed(txn, e).await;
+            }
+        }
+        match self.producer.commit_transaction().await {
+            Ok(()) => {
+                txn.open = false;
+                TxnEnd::Committed
+            }
+            Err(e) => self.txn_failed(txn, e).await,
+        }
+    }
+
+    async fn txn_failed(&self, txn: &mut Txn, e: TransactionError) -> TxnEnd {
+        warn!(error = %e, "the transaction did not commit");
+        if e.is_fatal() {
+            txn.fatal.get_or_insert(e);
+            return TxnEnd::Fatal;
+        }
+        self.abort_txn(txn).await
+    }
+
+    /// Aborts the open transaction: `read_committed` readers never see its writes.
+    async fn abort_txn(&self, txn: &mut Txn) -> TxnEnd {
+        txn.failed = false;
+        txn.deliveries.clear();
+        if !std::mem::take(&mut txn.open) {
+            return TxnEnd::Aborted;
+        }
+        match self.producer.abort_transaction().await {
+            Ok(()) => TxnEnd::Aborted,
+            Err(e) if e.is_fatal() => {
+                warn!(error = %e, "the transaction could not be aborted");
+                txn.fatal.get_or_insert(e);
+                TxnEnd::Fatal
+            }
+            Err(e) => {
+                warn!(error = %e, "the transaction could not be aborted");
+                TxnEnd::Aborted
+            }
+        }
+    }
+
+    /// After an abort: every lane dropped, each partition read again from its last
+    /// commit.
+    fn rewind(&self, lanes: &mut Lanes) {
+        let restart = lanes.rewind(now());
+        warn!(
+            partitions = ?restart,
+            "the transaction aborted: the records since the last commit are handled again"
+        );
+        for (tp, offset) in restart {
+            self.consumer.seek(&tp, offset);
         }
     }
 }
