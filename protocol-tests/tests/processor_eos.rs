@@ -287,11 +287,6 @@ async fn tansu_exactly_once_an_output_that_cannot_be_written_aborts_and_the_reco
         calls.get("in-7").is_some_and(|n| *n >= 2),
         "the poisoned record is handled again after the abort: {calls:?}"
     );
-    let again: Vec<_> = calls.iter().filter(|(_, n)| **n >= 2).collect();
-    assert!(
-        again.len() >= 1,
-        "the aborted transaction's records are handled again: {calls:?}"
-    );
     // The first attempts' outputs were in the aborted transaction: none shows.
     let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
     assert_each_once("ottla read_committed", &ottla);
