@@ -328,3 +328,82 @@ fn exactly_once_is_refused_without_a_transactional_id() {
             .is_err()
     );
 }
+
+/// A second member joins while the first copies: the first's revocation commits its
+/// open transaction before the partitions go, and the second starts from those
+/// offsets. `read_committed` readers see each input's output once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_exactly_once_a_revocation_commits_the_transaction_before_the_handover() {
+    protocol_tests::init_tracing();
+    let peer = Peer::tansu().expect("tansu");
+    let (input, output) = ("eos-reb-in", "eos-reb-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("eos-reb-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let calls: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (calls, finished, output) = (calls.clone(), finished.clone(), output.to_string());
+        move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
+            *calls.lock().unwrap().entry(v.clone()).or_insert(0) += 1;
+            cancel.send(ProducerRecord::new(&output).value(format!("out-{v}")));
+            let finished = finished.clone();
+            // Slow enough that the second member joins mid-stream.
+            async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let log = ottla::processor::MetricsLog::default();
+    // The first commits only when its partitions go (or at its end), so what it
+    // finished before the revocation is committed by the revocation's transaction.
+    let first = builder(&peer, "eos-reb", input)
+        .exactly_once("eos-reb-1")
+        .commit_interval(Some(Duration::from_secs(600)))
+        .metrics(log.hook())
+        .build()
+        .await
+        .expect("first");
+    let a = tokio::spawn(first.run(handler.clone(), stop(stop_rx.clone())));
+    let started = std::time::Instant::now();
+    while calls.lock().unwrap().len() < 6 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the first member handles nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = builder(&peer, "eos-reb", input)
+        .exactly_once("eos-reb-2")
+        .build()
+        .await
+        .expect("second");
+    let b = tokio::spawn(second.run(handler, stop(stop_rx)));
+    while finished.load(Ordering::SeqCst) < INPUTS && started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop_tx.send(true).expect("stop");
+    let (a, b) = (a.await.expect("a"), b.await.expect("b"));
+    let (a, b) = (a.expect("first ran"), b.expect("second ran"));
+    assert!(
+        log.snapshot()
+            .iter()
+            .any(|m| matches!(m, ottla::processor::Metric::Revoked { .. })),
+        "the first member gave partitions back"
+    );
+    assert!(
+        b.commits > 0,
+        "the second member committed: {b:?} (first: {a:?})"
+    );
+    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
+    assert_each_once("ottla read_committed", &ottla);
+}
