@@ -407,3 +407,75 @@ async fn tansu_exactly_once_a_revocation_commits_the_transaction_before_the_hand
     let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
     assert_each_once("ottla read_committed", &ottla);
 }
+
+/// At least once, outputs are written plainly, and only for attempts that succeed:
+/// an attempt that fails after sending drops its output, and its retry sends its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_at_least_once_outputs_of_a_failed_attempt_are_dropped() {
+    protocol_tests::init_tracing();
+    let peer = Peer::tansu().expect("tansu");
+    let (input, output) = ("alo-out-in", "alo-out-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("alo-out-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let policy = ottla::processor::RetryPolicy {
+        default: ottla::processor::RetryBackoff {
+            max_retries: 3,
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(50),
+            multiplier: 1.0,
+            jitter: false,
+            min_delay: Duration::ZERO,
+        },
+        ..ottla::processor::RetryPolicy::default()
+    };
+    let processor = builder(&peer, "alo-out", input)
+        .retry_policy(policy)
+        .build()
+        .await
+        .expect("processor");
+    let calls: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (calls, finished, output) = (calls.clone(), finished.clone(), output.to_string());
+        move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
+            let n = {
+                let mut c = calls.lock().unwrap();
+                let n = c.entry(v.clone()).or_insert(0);
+                *n += 1;
+                *n
+            };
+            cancel.send(ProducerRecord::new(&output).value(format!("out-{v}")));
+            let finished = finished.clone();
+            async move {
+                if v == "in-3" && n == 1 {
+                    return Err(ottla::processor::ProcessError::transient(
+                        "Busy",
+                        "after sending",
+                    ));
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    };
+    let shutdown = {
+        let finished = finished.clone();
+        async move {
+            let started = std::time::Instant::now();
+            while finished.load(Ordering::SeqCst) < INPUTS
+                && started.elapsed() < Duration::from_secs(60)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    };
+    let stats = processor.run(handler, shutdown).await.expect("run");
+    assert_eq!(stats.retries, 1, "{stats:?}");
+    assert_eq!(calls.lock().unwrap().get("in-3"), Some(&2));
+    let values = read_ottla(&peer, output, IsolationLevel::ReadUncommitted, INPUTS).await;
+    assert_each_once("ottla read_uncommitted", &values);
+}

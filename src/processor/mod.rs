@@ -63,6 +63,15 @@
 //! only then is the revocation acknowledged. The other partitions go on meanwhile.
 //! Lost partitions are dropped without a commit.
 //!
+//! **Outputs and exactly once.** A handler sends records through its call's
+//! context, [`Cancel::send`]; they are written only if their record succeeds. With
+//! [`ProcessorBuilder::exactly_once`] (`processing.guarantee = exactly_once` and a
+//! `transactional.id`), each commit is one transaction of the outputs, retry-topic
+//! and dead-letter writes, and offsets of the records it commits; an abort rewinds
+//! every partition to its last commit; a revocation commits the transaction before
+//! its partitions go. docs/exactly-once.md says what it guarantees and what not (the
+//! handler's own side effects happen once per attempt).
+//!
 //! **Pauses and lag.** [`Processor::handle`] gives a [`ProcessorHandle`]: pause and
 //! resume partitions (a circuit breaker, from a handler or another task) and read each
 //! partition's lag.
