@@ -621,6 +621,9 @@ impl Processor {
                 .await;
             while let Some(action) = lanes.poll_action() {
                 match action {
+                    // Queued before a rewind or a loss dropped its lane (the lanes
+                    // would ignore its answer): not started.
+                    Action::Dispatch { ticket, .. } if !lanes.in_flight(ticket) => {}
                     Action::Dispatch {
                         ticket,
                         records,
@@ -651,6 +654,10 @@ impl Processor {
                             call.progress.stop();
                         }
                     }
+                    // Exactly once, a write whose lane a rewind dropped would go into
+                    // the next transaction without its record: not written.
+                    Action::Produce { ticket, .. }
+                        if self.exactly_once() && !lanes.in_flight(ticket) => {}
                     Action::Produce { ticket, record, .. } if self.exactly_once() => {
                         // Into the transaction that commits its source record's offset:
                         // done once it is in (a write that then fails aborts that
