@@ -104,6 +104,21 @@ impl Lanes {
     /// to new lanes. A handover under way goes on, with nothing of its lanes to
     /// commit. The application's pauses stay; the lanes' own are lifted.
     pub fn rewind(&mut self, now: Now) -> Vec<(TopicPartition, i64)> {
+        // Actions queued before the abort that the driver has not run: a commit's or a
+        // handover's offsets are of work the abort undid (committing them would skip
+        // those records), and calls and writes are of lanes about to go. A handover
+        // still releases its partitions, with nothing to commit.
+        self.actions.retain_mut(|a| match a {
+            Action::Commit(_) | Action::Dispatch { .. } | Action::Produce { .. } => false,
+            Action::Release {
+                offsets, metadata, ..
+            } => {
+                offsets.clear();
+                metadata.clear();
+                true
+            }
+            Action::Cancel(_) | Action::Yield(_) | Action::Pause(_) | Action::Resume(_) => true,
+        });
         let mut restart = Vec::new();
         for tp in self.partitions() {
             let Some(lane) = self.remove_lane(&tp) else {

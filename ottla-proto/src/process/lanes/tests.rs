@@ -900,3 +900,26 @@ fn a_rewind_drops_every_lane_and_restarts_each_from_its_last_commit() {
     let a = h.handled(t, Ok(()));
     assert_eq!(commits(&a), [vec![(tp(0), 7)]]);
 }
+
+#[test]
+fn a_rewind_drops_the_commits_and_calls_queued_before_it() {
+    let mut h = Harness::new(config());
+    let (t0, _) = dispatched(&h.deliver(0, 0..2));
+    // Record 0 finishes: a commit of 1 and the next call are queued, not yet run.
+    h.lanes
+        .handled(t0, Outcome::of(Ok(())), Duration::from_millis(1), h.now);
+    let restart = h.lanes.rewind(h.now);
+    assert_eq!(restart, [(tp(0), 0)], "record 0's outputs were aborted");
+    let a = h.actions();
+    assert!(
+        commits(&a).is_empty(),
+        "a commit of aborted work must not run: {a:?}"
+    );
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Dispatch { .. })),
+        "no call on a dropped lane: {a:?}"
+    );
+    // Read again from 0, by a new lane.
+    let (_, offsets) = dispatched(&h.deliver(0, 0..2));
+    assert_eq!(offsets, [0]);
+}
