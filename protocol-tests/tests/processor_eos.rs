@@ -479,3 +479,54 @@ async fn tansu_at_least_once_outputs_of_a_failed_attempt_are_dropped() {
     let values = read_ottla(&peer, output, IsolationLevel::ReadUncommitted, INPUTS).await;
     assert_each_once("ottla read_uncommitted", &values);
 }
+
+/// A fenced producer (PRODUCER_FENCED on EndTxn, injected on the librdkafka mock: a
+/// newer instance took the transactional.id) stops the run with the fatal
+/// transaction error; nothing more is committed by this instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_exactly_once_a_fenced_producer_stops_the_run() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(mock) = &peer else {
+        unreachable!()
+    };
+    let (input, output) = ("eos-fence-in", "eos-fence-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("eos-fence-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let processor = builder(&peer, "eos-fence", input)
+        .exactly_once("eos-fence-1")
+        .consumer(|c| c.tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50)))
+        .build()
+        .await
+        .expect("processor");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (calls, output) = (calls.clone(), output.to_string());
+        move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            cancel.send(ProducerRecord::new(&output).value(r.value_bytes().unwrap_or_default()));
+            async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(())
+            }
+        }
+    };
+    let run = tokio::spawn(processor.run(handler, tokio::time::sleep(Duration::from_secs(60))));
+    let started = std::time::Instant::now();
+    while calls.load(Ordering::SeqCst) < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "nothing handled"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // EndTxn is API key 26; PRODUCER_FENCED is 90.
+    mock.push_request_errors(26, &[90]);
+    let result = run.await.expect("run");
+    match result {
+        Err(ottla::Error::Transaction(e)) => assert!(e.is_fatal(), "{e:?}"),
+        other => panic!("the run goes on after its producer was fenced: {other:?}"),
+    }
+}
