@@ -142,9 +142,16 @@ fn tally(values: &[String]) -> BTreeMap<String, usize> {
 
 /// Each input's output, once: `out-in-0` .. `out-in-39`.
 fn assert_each_once(reader: &str, values: &[String]) {
+    assert_each_once_but(reader, values, None);
+}
+
+/// The same, but for the input `but` (dead-lettered), which has none.
+fn assert_each_once_but(reader: &str, values: &[String], but: Option<&str>) {
     let t = tally(values);
-    let expected: BTreeMap<String, usize> =
-        (0..INPUTS).map(|i| (format!("out-in-{i}"), 1)).collect();
+    let expected: BTreeMap<String, usize> = (0..INPUTS)
+        .filter(|i| but != Some(format!("in-{i}").as_str()))
+        .map(|i| (format!("out-in-{i}"), 1))
+        .collect();
     assert_eq!(t, expected, "{reader}: each input's output exactly once");
 }
 
@@ -155,6 +162,16 @@ async fn copy(
     processor: Processor,
     output: &str,
     poison: Option<&'static str>,
+) -> (ottla::processor::ProcessorStats, BTreeMap<String, usize>) {
+    copy_failing(processor, output, poison, None).await
+}
+
+/// [`copy`], and the value `fail` fails for good (it is dead-lettered).
+async fn copy_failing(
+    processor: Processor,
+    output: &str,
+    poison: Option<&'static str>,
+    fail: Option<&'static str>,
 ) -> (ottla::processor::ProcessorStats, BTreeMap<String, usize>) {
     let calls: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let done = Arc::new(AtomicUsize::new(0));
@@ -182,6 +199,11 @@ async fn copy(
             let done = done.clone();
             async move {
                 done.fetch_add(1, Ordering::SeqCst);
+                if fail == Some(v.as_str()) {
+                    return Err(ottla::processor::ProcessError::permanent(
+                        "Rejected", "for good",
+                    ));
+                }
                 Ok(())
             }
         }
@@ -529,4 +551,52 @@ async fn mock_exactly_once_a_fenced_producer_stops_the_run() {
         Err(ottla::Error::Transaction(e)) => assert!(e.is_fatal(), "{e:?}"),
         other => panic!("the run goes on after its producer was fenced: {other:?}"),
     }
+}
+
+/// A dead letter goes in the transaction of its source record's offset: with an
+/// abort on the way (the poisoned output), `read_committed` sees the dead letter once
+/// and every other input's output once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_exactly_once_a_dead_letter_is_written_once_with_its_offset() {
+    protocol_tests::init_tracing();
+    let peer = Peer::tansu().expect("tansu");
+    let (input, output, dlq) = ("eos-dlq-in", "eos-dlq-out", "eos-dlq-in.dlq");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic(dlq, 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let processor = builder(&peer, "eos-dlq", input)
+        .exactly_once("eos-dlq-1")
+        .build()
+        .await
+        .expect("processor");
+    let (stats, calls) = copy_failing(processor, output, Some("in-7"), Some("in-5")).await;
+    assert!(
+        calls.get("in-7").is_some_and(|n| *n >= 2),
+        "the poisoned record came again: {calls:?}"
+    );
+    assert!(stats.dead_lettered >= 1, "{stats:?}");
+    let outputs = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS - 1).await;
+    assert_each_once_but("ottla read_committed", &outputs, Some("in-5"));
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .assign([TopicPartition::new(dlq, 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .isolation(IsolationLevel::ReadCommitted)
+        .build()
+        .await
+        .expect("consumer");
+    let mut dead = Vec::new();
+    loop {
+        let wait = if dead.is_empty() { 30 } else { 1 };
+        let Ok(batch) =
+            tokio::time::timeout(Duration::from_secs(wait), consumer.recv_batch(100)).await
+        else {
+            break;
+        };
+        for r in &batch.expect("records") {
+            dead.push(String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned());
+        }
+    }
+    consumer.close().await.expect("close");
+    assert_eq!(dead, ["in-5"], "the dead letter, once");
 }
