@@ -159,15 +159,40 @@ fn assert_each_once_but(reader: &str, values: &[String], but: Option<&str>) {
 /// `output` (and, where `poison` says so for a value's first attempt, an output too
 /// large to write), until every input was handled; the handler calls per value.
 async fn copy(
+    peer: &Peer,
     processor: Processor,
     output: &str,
     poison: Option<&'static str>,
 ) -> (ottla::processor::ProcessorStats, BTreeMap<String, usize>) {
-    copy_failing(processor, output, poison, None).await
+    copy_failing(peer, processor, output, poison, None).await
+}
+
+/// Resolves once `want` distinct values of `topic` are visible to `read_committed`
+/// (or after 90 s).
+async fn visible(peer: &Peer, topic: &str, want: usize) {
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .assign((0..PARTITIONS).map(|p| TopicPartition::new(topic, p)))
+        .offset_reset(OffsetReset::Earliest)
+        .isolation(IsolationLevel::ReadCommitted)
+        .build()
+        .await
+        .expect("consumer");
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while seen.len() < want {
+        let Ok(batch) = tokio::time::timeout_at(deadline, consumer.recv_batch(1000)).await else {
+            break;
+        };
+        for r in &batch.expect("records") {
+            seen.insert(String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned());
+        }
+    }
+    consumer.close().await.expect("close");
 }
 
 /// [`copy`], and the value `fail` fails for good (it is dead-lettered).
 async fn copy_failing(
+    peer: &Peer,
     processor: Processor,
     output: &str,
     poison: Option<&'static str>,
@@ -208,22 +233,13 @@ async fn copy_failing(
             }
         }
     };
-    let shutdown = {
-        let calls = calls.clone();
-        async move {
-            let started = std::time::Instant::now();
-            while started.elapsed() < Duration::from_secs(90) {
-                let all = {
-                    let c = calls.lock().unwrap();
-                    c.len() == INPUTS && poison.is_none_or(|p| c.get(p).is_some_and(|n| *n >= 2))
-                };
-                if all {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+    // Until every expected output is committed (records handled again after an
+    // abort may take a while under load; stopping before they finish would leave
+    // them, rightly, uncommitted and unwritten, for the next run).
+    let want = INPUTS - usize::from(fail.is_some());
+    let shutdown = async move {
+        visible(peer, output, want).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let stats = processor.run(handler, shutdown).await.expect("run");
     let calls = calls.lock().unwrap().clone();
@@ -244,7 +260,7 @@ async fn tansu_exactly_once_copies_each_input_once_for_read_committed_readers() 
         .build()
         .await
         .expect("processor");
-    let (stats, calls) = copy(processor, output, None).await;
+    let (stats, calls) = copy(&peer, processor, output, None).await;
     assert_eq!(calls.len(), INPUTS, "every input handled");
     assert!(stats.commits > 0, "{stats:?}");
     let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
@@ -303,7 +319,7 @@ async fn tansu_exactly_once_an_output_that_cannot_be_written_aborts_and_the_reco
         .build()
         .await
         .expect("processor");
-    let (_, calls) = copy(processor, output, Some("in-7")).await;
+    let (_, calls) = copy(&peer, processor, output, Some("in-7")).await;
     assert_eq!(calls.len(), INPUTS, "every input handled: {calls:?}");
     assert!(
         calls.get("in-7").is_some_and(|n| *n >= 2),
@@ -570,7 +586,7 @@ async fn tansu_exactly_once_a_dead_letter_is_written_once_with_its_offset() {
         .build()
         .await
         .expect("processor");
-    let (stats, calls) = copy_failing(processor, output, Some("in-7"), Some("in-5")).await;
+    let (stats, calls) = copy_failing(&peer, processor, output, Some("in-7"), Some("in-5")).await;
     assert!(
         calls.get("in-7").is_some_and(|n| *n >= 2),
         "the poisoned record came again: {calls:?}"

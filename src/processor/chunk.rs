@@ -81,7 +81,7 @@ impl<H: Handler> Chunk<'_, H> {
                         // Finished: committable now, even if a later record hangs.
                         Ok(Ok(())) => {
                             i += 1;
-                            self.cancel.record_done();
+                            self.cancel.record_done(i);
                             self.progress.set(i);
                         }
                         Ok(Err(e)) => break Pass::Failed(Ok(e)),
@@ -121,7 +121,7 @@ impl<H: Handler> Chunk<'_, H> {
             match result {
                 Ok(Ok(())) => {
                     i += 1;
-                    self.cancel.record_done();
+                    self.cancel.record_done(i);
                     self.progress.set(i);
                 }
                 Ok(Err(e)) => {
@@ -323,10 +323,15 @@ mod tests {
         assert_eq!(outcome.result.as_ref().err().and_then(|e| e.index), Some(2));
         assert_eq!(progress.done(), 2);
         assert_eq!(
-            values(cancel.take_finished()),
-            ["a", "b"],
+            values(cancel.take_finished(Some(1))),
+            ["a"],
+            "only the records the driver saw finish"
+        );
+        assert_eq!(
+            values(cancel.take_finished(None)),
+            ["b"],
             "the failed attempt's output is dropped, and nothing after it was handled"
         );
-        assert!(cancel.take_finished().is_empty(), "taken once");
+        assert!(cancel.take_finished(None).is_empty(), "taken once");
     }
 }

@@ -154,8 +154,9 @@ struct CancelState {
 struct Outputs {
     /// Sent by the record in hand: kept only if it succeeds.
     attempt: Vec<ProducerRecord>,
-    /// Sent by records that succeeded, for the driver to write.
-    finished: Vec<ProducerRecord>,
+    /// Sent by records that succeeded, for the driver to write, each with how many
+    /// records of the call had finished with its own (its `Progress`).
+    finished: Vec<(usize, ProducerRecord)>,
 }
 
 impl Cancel {
@@ -203,27 +204,35 @@ impl Cancel {
     /// The record in hand succeeded: its outputs are to be written. Called before its
     /// `Progress` says it finished, so the driver, reading the progress first, never
     /// commits a record whose outputs it has not taken.
+    /// `done`: how many records of the call have finished with this one.
     #[inline]
-    fn record_done(&self) {
+    fn record_done(&self, done: usize) {
         if !self.0.sent.load(Ordering::Acquire) {
             return;
         }
         if let Ok(mut outputs) = self.0.outputs.lock() {
             let Outputs { attempt, finished } = &mut *outputs;
-            finished.append(attempt);
+            finished.extend(attempt.drain(..).map(|r| (done, r)));
         }
     }
 
-    /// The outputs of the records that succeeded, taken.
-    fn take_finished(&self) -> Vec<ProducerRecord> {
+    /// The outputs of the records that succeeded, taken: of the first `upto` records
+    /// of the call (`None`: all, once it ended). Not those of a record the driver
+    /// has not yet seen finish: a commit carries a record's outputs and its offset
+    /// together.
+    fn take_finished(&self, upto: Option<usize>) -> Vec<ProducerRecord> {
         if !self.0.sent.load(Ordering::Acquire) {
             return Vec::new();
         }
-        self.0
-            .outputs
-            .lock()
-            .map(|mut o| std::mem::take(&mut o.finished))
-            .unwrap_or_default()
+        let Ok(mut outputs) = self.0.outputs.lock() else {
+            return Vec::new();
+        };
+        let upto = upto.unwrap_or(usize::MAX);
+        let (taken, kept) = std::mem::take(&mut outputs.finished)
+            .into_iter()
+            .partition(|(done, _)| *done <= upto);
+        outputs.finished = kept;
+        taken.into_iter().map(|(_, r)| r).collect()
     }
 }
 
@@ -542,7 +551,8 @@ impl Processor {
                     Some(Ok(Ok(()))) => {
                         // A batch's outputs are the batch's: sent only when all of it
                         // succeeded.
-                        cancel.record_done();
+                        // Taken when the call ends, not on the way.
+                        cancel.record_done(usize::MAX);
                         Outcome::of(Ok(()))
                     }
                     Some(Ok(Err(e))) => Outcome {
@@ -596,164 +606,203 @@ impl Processor {
         let mut txn = Txn::default();
         // Outputs of finished records, to write before anything is committed.
         let mut outputs: Vec<ProducerRecord> = Vec::new();
+        // Calls that ended, reported to the lanes once their outputs are written.
+        let mut handled: Vec<(Ticket, Outcome, Duration)> = Vec::new();
+        // Exactly once: retry-topic and dead-letter writes, put in the transaction
+        // once the actions queued with them have run.
+        let mut deferred: Vec<(Ticket, ProducerRecord)> = Vec::new();
         tokio::pin!(shutdown);
         'run: loop {
-            // Records finished by calls still running become committable now. Their
-            // outputs are taken after their progress is read: the handler's context
-            // sets them aside before the progress says so.
-            for (ticket, call) in calls.iter_mut() {
-                let done = call.progress.done();
-                if done > call.seen {
-                    call.seen = done;
-                    lanes.progress(*ticket, done, now());
-                }
-                if lanes.in_flight(*ticket) {
-                    outputs.append(&mut call.cancel.take_finished());
-                }
-            }
-            if self.abort_wanted.swap(false, Ordering::AcqRel) && txn.open {
-                // Partitions were lost: the open transaction may hold their outputs.
-                self.abort_txn(&mut txn).await;
-                self.rewind(&mut lanes);
-                outputs.clear();
-            }
-            self.write_outputs(&mut txn, std::mem::take(&mut outputs))
-                .await;
-            while let Some(action) = lanes.poll_action() {
-                match action {
-                    // Queued before a rewind or a loss dropped its lane (the lanes
-                    // would ignore its answer): not started.
-                    Action::Dispatch { ticket, .. } if !lanes.in_flight(ticket) => {}
-                    Action::Dispatch {
-                        ticket,
-                        records,
-                        attempt,
-                        ..
-                    } => {
-                        let call = Call {
-                            records: records.len(),
-                            ..Call::default()
-                        };
-                        let work =
-                            handler(records, call.cancel.clone(), call.progress.clone(), attempt);
-                        let task = tasks.spawn(async move {
-                            let started = Instant::now();
-                            let outcome = work.await;
-                            Finished::Handled(ticket, outcome, started.elapsed())
-                        });
-                        tickets.insert(task.id(), ticket);
-                        calls.insert(ticket, call);
-                    }
-                    Action::Cancel(ticket) => {
-                        if let Some(call) = calls.get(&ticket) {
-                            call.cancel.cancel();
+            // Two passes. First the actions already queued: a commit among them was
+            // made before the outputs not yet written, and must not carry them (exactly
+            // once, a transaction holds the outputs of the offsets it commits, no
+            // more). Then the outputs of the records finished since, written, and only
+            // then those records reported to the lanes, whose commit carries them.
+            for reporting in [false, true] {
+                if reporting {
+                    // Records finished by calls still running become committable now: the
+                    // outputs of those the progress counts (the handler's context sets
+                    // them aside before the progress says so), then the progress.
+                    let mut reports = Vec::new();
+                    for (ticket, call) in calls.iter_mut() {
+                        let done = call.progress.done();
+                        if lanes.in_flight(*ticket) {
+                            outputs.append(&mut call.cancel.take_finished(Some(done)));
+                        }
+                        if done > call.seen {
+                            call.seen = done;
+                            reports.push((*ticket, done));
                         }
                     }
-                    Action::Yield(ticket) => {
-                        if let Some(call) = calls.get(&ticket) {
-                            call.progress.stop();
+                    if self.abort_wanted.swap(false, Ordering::AcqRel) && txn.open {
+                        // Partitions were lost: the open transaction may hold their outputs.
+                        self.abort_txn(&mut txn).await;
+                        self.rewind(&mut lanes);
+                        outputs.clear();
+                    }
+                    self.write_outputs(&mut txn, std::mem::take(&mut outputs))
+                        .await;
+                    for (ticket, done) in reports {
+                        lanes.progress(ticket, done, now());
+                    }
+                    for (ticket, outcome, took) in handled.drain(..) {
+                        lanes.handled(ticket, outcome, took, now());
+                    }
+                }
+                loop {
+                    while let Some(action) = lanes.poll_action() {
+                        match action {
+                            // Queued before a rewind or a loss dropped its lane (the lanes
+                            // would ignore its answer): not started.
+                            Action::Dispatch { ticket, .. } if !lanes.in_flight(ticket) => {}
+                            Action::Dispatch {
+                                ticket,
+                                records,
+                                attempt,
+                                ..
+                            } => {
+                                let call = Call {
+                                    records: records.len(),
+                                    ..Call::default()
+                                };
+                                let work = handler(
+                                    records,
+                                    call.cancel.clone(),
+                                    call.progress.clone(),
+                                    attempt,
+                                );
+                                let task = tasks.spawn(async move {
+                                    let started = Instant::now();
+                                    let outcome = work.await;
+                                    Finished::Handled(ticket, outcome, started.elapsed())
+                                });
+                                tickets.insert(task.id(), ticket);
+                                calls.insert(ticket, call);
+                            }
+                            Action::Cancel(ticket) => {
+                                if let Some(call) = calls.get(&ticket) {
+                                    call.cancel.cancel();
+                                }
+                            }
+                            Action::Yield(ticket) => {
+                                if let Some(call) = calls.get(&ticket) {
+                                    call.progress.stop();
+                                }
+                            }
+                            // Exactly once, a write whose lane a rewind dropped would go into
+                            // the next transaction without its record: not written.
+                            Action::Produce { ticket, .. }
+                                if self.exactly_once() && !lanes.in_flight(ticket) => {}
+                            // Written once the actions queued with it have run: a commit among
+                            // them was made before the write, and must not carry it.
+                            Action::Produce { ticket, record, .. } if self.exactly_once() => {
+                                deferred.push((ticket, record));
+                            }
+                            Action::Produce { ticket, record, .. } => {
+                                let producer = self.producer.clone();
+                                let task = tasks.spawn(async move {
+                                    let result = match producer.send(record).await {
+                                        Ok(delivery) => delivery.await.map(|_| ()),
+                                        Err(e) => Err(e),
+                                    };
+                                    Finished::Produced(ticket, result.map_err(|e| e.to_string()))
+                                });
+                                tickets.insert(task.id(), ticket);
+                            }
+                            Action::Commit(offsets) => {
+                                // What finished past each offset, read before a loss drops it.
+                                let metadata = lanes.commit_metadata(&offsets);
+                                let metadata = with_metadata(&offsets, metadata);
+                                let offsets = self.events_before_commit(
+                                    &mut lanes,
+                                    &mut events,
+                                    &mut held_stop,
+                                    offsets,
+                                );
+                                // The lanes hear back whatever happened, even when the loss left
+                                // nothing to commit: until they do, they count this commit as out
+                                // and make no other.
+                                let ok = if self.exactly_once() {
+                                    self.commit_txn(
+                                        &mut txn,
+                                        &mut lanes,
+                                        &offsets,
+                                        &metadata,
+                                        &mut held_stop,
+                                    )
+                                    .await
+                                } else {
+                                    self.flush_outputs(&mut txn).await;
+                                    offsets.is_empty() || self.commit(&offsets, &metadata).await
+                                };
+                                lanes.committed(&offsets, ok, now());
+                            }
+                            Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
+                            Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
+                            Action::Release {
+                                handover,
+                                partitions,
+                                offsets,
+                                metadata,
+                            } => {
+                                let metadata = with_metadata(&offsets, metadata);
+                                let offsets = self.events_before_commit(
+                                    &mut lanes,
+                                    &mut events,
+                                    &mut held_stop,
+                                    offsets,
+                                );
+                                if !offsets.is_empty() || txn.open {
+                                    let ok = if self.exactly_once() {
+                                        self.commit_txn(
+                                            &mut txn,
+                                            &mut lanes,
+                                            &offsets,
+                                            &metadata,
+                                            &mut held_stop,
+                                        )
+                                        .await
+                                    } else {
+                                        self.flush_outputs(&mut txn).await;
+                                        self.commit(&offsets, &metadata).await
+                                    };
+                                    if !ok {
+                                        warn!(
+                                            ?partitions,
+                                            "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
+                                        );
+                                    }
+                                    lanes.committed(&offsets, ok, now());
+                                }
+                                while let Some(m) = lanes.poll_metric() {
+                                    self.metric(m);
+                                }
+                                match handover {
+                                    Handover::Revoked { generation } => {
+                                        self.metric(Metric::Revoked {
+                                            generation,
+                                            partitions: partitions.clone(),
+                                        });
+                                        self.consumer.complete_revocation(generation, partitions);
+                                    }
+                                    Handover::Shutdown => break 'run,
+                                }
+                            }
                         }
                     }
-                    // Exactly once, a write whose lane a rewind dropped would go into
-                    // the next transaction without its record: not written.
-                    Action::Produce { ticket, .. }
-                        if self.exactly_once() && !lanes.in_flight(ticket) => {}
-                    Action::Produce { ticket, record, .. } if self.exactly_once() => {
-                        // Into the transaction that commits its source record's offset:
-                        // done once it is in (a write that then fails aborts that
-                        // transaction, and the record is handled again).
+                    if deferred.is_empty() {
+                        break;
+                    }
+                    // Exactly once, a retry-topic or dead-letter record goes into the
+                    // transaction that commits its source record's offset: done once it is
+                    // in (a write that then fails aborts that transaction, and the record is
+                    // handled again).
+                    for (ticket, record) in std::mem::take(&mut deferred) {
+                        if !lanes.in_flight(ticket) {
+                            continue;
+                        }
                         let result = self.write_in_txn(&mut txn, record).await;
                         lanes.produced(ticket, result, now());
-                    }
-                    Action::Produce { ticket, record, .. } => {
-                        let producer = self.producer.clone();
-                        let task = tasks.spawn(async move {
-                            let result = match producer.send(record).await {
-                                Ok(delivery) => delivery.await.map(|_| ()),
-                                Err(e) => Err(e),
-                            };
-                            Finished::Produced(ticket, result.map_err(|e| e.to_string()))
-                        });
-                        tickets.insert(task.id(), ticket);
-                    }
-                    Action::Commit(offsets) => {
-                        // What finished past each offset, read before a loss drops it.
-                        let metadata = lanes.commit_metadata(&offsets);
-                        let metadata = with_metadata(&offsets, metadata);
-                        let offsets = self.events_before_commit(
-                            &mut lanes,
-                            &mut events,
-                            &mut held_stop,
-                            offsets,
-                        );
-                        // The lanes hear back whatever happened, even when the loss left
-                        // nothing to commit: until they do, they count this commit as out
-                        // and make no other.
-                        let ok = if self.exactly_once() {
-                            self.commit_txn(
-                                &mut txn,
-                                &mut lanes,
-                                &offsets,
-                                &metadata,
-                                &mut held_stop,
-                            )
-                            .await
-                        } else {
-                            self.flush_outputs(&mut txn).await;
-                            offsets.is_empty() || self.commit(&offsets, &metadata).await
-                        };
-                        lanes.committed(&offsets, ok, now());
-                    }
-                    Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
-                    Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
-                    Action::Release {
-                        handover,
-                        partitions,
-                        offsets,
-                        metadata,
-                    } => {
-                        let metadata = with_metadata(&offsets, metadata);
-                        let offsets = self.events_before_commit(
-                            &mut lanes,
-                            &mut events,
-                            &mut held_stop,
-                            offsets,
-                        );
-                        if !offsets.is_empty() || txn.open {
-                            let ok = if self.exactly_once() {
-                                self.commit_txn(
-                                    &mut txn,
-                                    &mut lanes,
-                                    &offsets,
-                                    &metadata,
-                                    &mut held_stop,
-                                )
-                                .await
-                            } else {
-                                self.flush_outputs(&mut txn).await;
-                                self.commit(&offsets, &metadata).await
-                            };
-                            if !ok {
-                                warn!(
-                                    ?partitions,
-                                    "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
-                                );
-                            }
-                            lanes.committed(&offsets, ok, now());
-                        }
-                        while let Some(m) = lanes.poll_metric() {
-                            self.metric(m);
-                        }
-                        match handover {
-                            Handover::Revoked { generation } => {
-                                self.metric(Metric::Revoked {
-                                    generation,
-                                    partitions: partitions.clone(),
-                                });
-                                self.consumer.complete_revocation(generation, partitions);
-                            }
-                            Handover::Shutdown => break 'run,
-                        }
                     }
                 }
             }
@@ -792,10 +841,10 @@ impl Processor {
                                 if let Some(call) = calls.remove(&ticket) {
                                     self.telemetry.handled(attempted(call.records, &outcome), took);
                                     if lanes.in_flight(ticket) {
-                                        outputs.append(&mut call.cancel.take_finished());
+                                        outputs.append(&mut call.cancel.take_finished(None));
                                     }
                                 }
-                                lanes.handled(ticket, outcome, took, now());
+                                handled.push((ticket, outcome, took));
                             }
                             Ok((id, Finished::Produced(ticket, result))) => {
                                 tickets.remove(&id);
