@@ -131,6 +131,7 @@
 //! | `ottla.shutdown.timeout.ms` | `shutdown_timeout` |
 //! | `ottla.acquiesce.share` | `acquiesce_share` |
 //! | `ottla.check.topics` | `check_topics` |
+//! | `processing.guarantee` (Kafka Streams' name) | `processing_guarantee` (`at_least_once`, or `exactly_once` / `exactly_once_v2`, which needs `transactional.id`) |
 //! | `ottla.dlq.suffix` | `dlq_suffix` |
 //! | `ottla.retry.topics` | `retry_topics` (comma-separated milliseconds) |
 //! | `ottla.max.retries`, `ottla.initial.retry.delay.ms`, `ottla.max.retry.delay.ms`, `ottla.retry.backoff.multiplier`, `ottla.retry.jitter`, `ottla.retry.min.delay.ms` | `retry_policy`'s default backoff |
@@ -385,6 +386,7 @@ pub const PROPERTIES: &[Property] = &[
     p("ottla.shutdown.timeout.ms", Processor),
     p("ottla.acquiesce.share", Processor),
     p("ottla.check.topics", Processor),
+    p("processing.guarantee", Processor),
     p("ottla.dlq.suffix", Processor),
     p("ottla.retry.topics", Processor),
     p("ottla.max.retries", Processor),

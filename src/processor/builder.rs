@@ -21,6 +21,7 @@ pub struct ProcessorBuilder {
     metrics_prefix: String,
     check_topics: bool,
     create_topics: Option<TopicCreation>,
+    guarantee: ProcessingGuarantee,
 }
 
 /// How [`ProcessorBuilder::create_missing_topics`] creates the dead-letter and retry
@@ -94,6 +95,7 @@ impl ProcessorBuilder {
             metrics_prefix: crate::telemetry::DEFAULT_PROCESSOR_PREFIX.to_string(),
             check_topics: true,
             create_topics: None,
+            guarantee: ProcessingGuarantee::AtLeastOnce,
         }
     }
 
@@ -225,6 +227,15 @@ impl ProcessorBuilder {
                 self.acquiesce_share = number(key, value, "a share in (0, 1]")?;
             }
             "ottla.check.topics" => self.check_topics = flag(key, value)?,
+            "processing.guarantee" => {
+                self.guarantee = match value {
+                    "at_least_once" => ProcessingGuarantee::AtLeastOnce,
+                    // Kafka Streams' names: `exactly_once_v2` is KIP-447's, which is
+                    // the only one ottla has (`exactly_once` is its older name).
+                    "exactly_once" | "exactly_once_v2" => ProcessingGuarantee::ExactlyOnce,
+                    _ => return Err(invalid(key, value, "at_least_once or exactly_once")),
+                };
+            }
             "ottla.dlq.suffix" => self.lanes.dlq_suffix = value.to_string(),
             "ottla.retry.topics" => {
                 let delays: std::result::Result<Vec<Duration>, _> =
@@ -243,6 +254,27 @@ impl ProcessorBuilder {
             _ => return Err(crate::properties::not_here(key)),
         }
         Ok(())
+    }
+
+    /// What the Processor promises about a record's effects (default
+    /// [`ProcessingGuarantee::AtLeastOnce`]; `processing.guarantee`). Exactly-once
+    /// needs the producer's `transactional.id` ([`ProcessorBuilder::exactly_once`]
+    /// sets both); the build refuses the mode without one.
+    pub fn processing_guarantee(mut self, guarantee: ProcessingGuarantee) -> Self {
+        self.guarantee = guarantee;
+        self
+    }
+
+    /// Exactly-once processing ([`ProcessingGuarantee::ExactlyOnce`]) with the
+    /// producer's `transactional.id`: each commit is a transaction that carries the
+    /// outputs of the records it commits ([`Cancel::send`]), their retry-topic and
+    /// dead-letter writes, and their offsets. One id per processor instance, stable
+    /// across its restarts (the group's members must not share one); see
+    /// docs/exactly-once.md.
+    pub fn exactly_once(mut self, transactional_id: impl Into<String>) -> Self {
+        self.producer = self.producer.transactional_id(transactional_id);
+        self.guarantee = ProcessingGuarantee::ExactlyOnce;
+        self
     }
 
     /// The retry policy.
@@ -440,6 +472,21 @@ impl ProcessorBuilder {
                 );
             }
         }
+        match (self.guarantee, self.producer.has_transactional_id()) {
+            (ProcessingGuarantee::ExactlyOnce, false) => {
+                return bad(
+                    "transactional.id",
+                    "processing.guarantee = exactly_once needs a transactional.id (ProcessorBuilder::exactly_once sets both): the outputs and offsets are committed in its transactions".into(),
+                );
+            }
+            (ProcessingGuarantee::AtLeastOnce, true) => {
+                return bad(
+                    "transactional.id",
+                    "a transactional.id is set but processing.guarantee is at_least_once: a transactional producer writes only inside transactions; set processing.guarantee = exactly_once, or remove the id".into(),
+                );
+            }
+            _ => {}
+        }
         if self.lanes.dlq_suffix.is_empty() {
             return bad(
                 "dlq_suffix",
@@ -462,7 +509,12 @@ impl ProcessorBuilder {
         // The topics it writes are checked before the member joins the group: a
         // missing one fails here, without a rebalance.
         let written = self.check_topics.then(|| self.written_topics());
+        let exactly_once = self.guarantee == ProcessingGuarantee::ExactlyOnce;
         let producer = self.producer.build().await?;
+        if exactly_once {
+            // Fences an earlier instance with the same id and aborts what it left open.
+            producer.init_transactions().await?;
+        }
         if let (Some(written), Some(creation)) = (&written, &self.create_topics) {
             let client = self.consumer.client().clone();
             create_absent_topics(&producer, client, written, creation).await?;
@@ -471,8 +523,14 @@ impl ProcessorBuilder {
             check_topics_exist(&producer, &written).await?;
         }
         let (_, _, max_poll_interval) = self.consumer.group_timeouts();
-        let consumer = self
-            .consumer
+        let mut consumer = self.consumer;
+        if exactly_once {
+            // Records of aborted transactions (an earlier attempt's outputs, when this
+            // processor reads a topic another exactly-once processor writes) are not
+            // input.
+            consumer = consumer.isolation(crate::consumer::IsolationLevel::ReadCommitted);
+        }
+        let consumer = consumer
             .group_id(self.lanes.group.clone())
             .topics(topics)
             .auto_commit(None)
@@ -486,8 +544,10 @@ impl ProcessorBuilder {
             producer: Arc::new(producer),
             lanes: LanesConfig {
                 jitter_seed,
+                transactional: exactly_once,
                 ..self.lanes
             },
+            guarantee: self.guarantee,
             acquiesce: max_poll_interval.mul_f64(self.acquiesce_share),
             shutdown_timeout: self.shutdown_timeout,
             processing_budget: self.processing_budget,
@@ -497,6 +557,7 @@ impl ProcessorBuilder {
             controls,
             holds: Arc::default(),
             live: Arc::default(),
+            abort_wanted: AtomicBool::new(false),
         })
     }
 }

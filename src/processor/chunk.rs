@@ -81,6 +81,7 @@ impl<H: Handler> Chunk<'_, H> {
                         // Finished: committable now, even if a later record hangs.
                         Ok(Ok(())) => {
                             i += 1;
+                            self.cancel.record_done(i);
                             self.progress.set(i);
                         }
                         Ok(Err(e)) => break Pass::Failed(Ok(e)),
@@ -120,6 +121,7 @@ impl<H: Handler> Chunk<'_, H> {
             match result {
                 Ok(Ok(())) => {
                     i += 1;
+                    self.cancel.record_done(i);
                     self.progress.set(i);
                 }
                 Ok(Err(e)) => {
@@ -264,5 +266,72 @@ pub(super) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     match detail {
         Some(d) => format!("the handler panicked: {d}"),
         None => "the handler panicked".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends one output per record (its value), and fails on the record `fail`.
+    struct Echo;
+
+    impl Handler for Echo {
+        async fn handle(
+            &self,
+            record: &ConsumerRecord,
+            cancel: Cancel,
+        ) -> std::result::Result<(), ProcessError> {
+            let value = record.value().unwrap_or_default().to_vec();
+            cancel.send(ProducerRecord::new("out").value(value.clone()));
+            if value == b"fail" {
+                return Err(ProcessError::transient("T", "after sending"));
+            }
+            tokio::task::yield_now().await;
+            Ok(())
+        }
+    }
+
+    fn values(records: Vec<ProducerRecord>) -> Vec<String> {
+        records
+            .into_iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_chunk_keeps_the_outputs_of_the_records_that_succeeded_only() {
+        let records: Vec<ConsumerRecord> = ["a", "b", "fail", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ConsumerRecord::builder("in", 0, i as i64).value(*v).build())
+            .collect();
+        let (cancel, progress, holds) = (Cancel::default(), Progress::default(), Holds::default());
+        let outcome = Chunk {
+            handler: &Echo,
+            records: &records,
+            cancel: &cancel,
+            progress: &progress,
+            holds: &holds,
+            group: "g",
+            attempt: 1,
+            budget: Duration::from_secs(5),
+            timed: false,
+        }
+        .run()
+        .await;
+        assert_eq!(outcome.result.as_ref().err().and_then(|e| e.index), Some(2));
+        assert_eq!(progress.done(), 2);
+        assert_eq!(
+            values(cancel.take_finished(Some(1))),
+            ["a"],
+            "only the records the driver saw finish"
+        );
+        assert_eq!(
+            values(cancel.take_finished(None)),
+            ["b"],
+            "the failed attempt's output is dropped, and nothing after it was handled"
+        );
+        assert!(cancel.take_finished(None).is_empty(), "taken once");
     }
 }

@@ -63,6 +63,15 @@
 //! only then is the revocation acknowledged. The other partitions go on meanwhile.
 //! Lost partitions are dropped without a commit.
 //!
+//! **Outputs and exactly once.** A handler sends records through its call's
+//! context, [`Cancel::send`]; they are written only if their record succeeds. With
+//! [`ProcessorBuilder::exactly_once`] (`processing.guarantee = exactly_once` and a
+//! `transactional.id`), each commit is one transaction of the outputs, retry-topic
+//! and dead-letter writes, and offsets of the records it commits; an abort rewinds
+//! every partition to its last commit; a revocation commits the transaction before
+//! its partitions go. docs/exactly-once.md says what it guarantees and what not (the
+//! handler's own side effects happen once per attempt).
+//!
 //! **Pauses and lag.** [`Processor::handle`] gives a [`ProcessorHandle`]: pause and
 //! resume partitions (a circuit breaker, from a handler or another task) and read each
 //! partition's lag.
@@ -95,7 +104,7 @@ use crate::consumer::{
 };
 use crate::driver::{lock, sleep_until};
 use crate::error::{Error, Result};
-use crate::producer::{Producer, ProducerBuilder};
+use crate::producer::{Producer, ProducerBuilder, ProducerRecord, TransactionError, TxnOffset};
 use crate::proto::group::member::check_heartbeat;
 pub use crate::proto::process::classify::{
     AsGiven, BatchError, Classifier, Disposition, ErrorCause, ErrorClass, HttpClassifier,
@@ -134,6 +143,20 @@ pub struct Cancel(Arc<CancelState>);
 struct CancelState {
     flag: AtomicBool,
     notify: Notify,
+    /// Whether [`Cancel::send`] was called: without outputs, finishing a record
+    /// costs one load, no lock.
+    sent: AtomicBool,
+    outputs: Mutex<Outputs>,
+}
+
+/// The records a call's handler sent ([`Cancel::send`]).
+#[derive(Debug, Default)]
+struct Outputs {
+    /// Sent by the record in hand: kept only if it succeeds.
+    attempt: Vec<ProducerRecord>,
+    /// Sent by records that succeeded, for the driver to write, each with how many
+    /// records of the call had finished with its own (its `Progress`).
+    finished: Vec<(usize, ProducerRecord)>,
 }
 
 impl Cancel {
@@ -154,10 +177,81 @@ impl Cancel {
         }
     }
 
+    /// Sends `record` as an output of the record (or batch) being handled. It is
+    /// written only if that record succeeds: the outputs of an attempt that fails,
+    /// panics or runs past its budget are dropped, and its retry sends its own.
+    ///
+    /// At least once (the default), the outputs are written as their record
+    /// finishes, and flushed before the commit that passes it (a write that fails is
+    /// logged; its record is still committed). Exactly once
+    /// ([`ProcessorBuilder::exactly_once`]), they go into the transaction that
+    /// commits their record's offset: `read_committed` consumers see them once that
+    /// transaction commits, and never if it aborts (the record is then handled
+    /// again). With [`Processor::run_batch`], a batch's outputs are written only if
+    /// the whole batch succeeds.
+    pub fn send(&self, record: ProducerRecord) {
+        if let Ok(mut outputs) = self.0.outputs.lock() {
+            outputs.attempt.push(record);
+            self.0.sent.store(true, Ordering::Release);
+        }
+    }
+
     fn cancel(&self) {
         self.0.flag.store(true, Ordering::SeqCst);
         self.0.notify.notify_waiters();
     }
+
+    /// The record in hand succeeded: its outputs are to be written. Called before its
+    /// `Progress` says it finished, so the driver, reading the progress first, never
+    /// commits a record whose outputs it has not taken.
+    /// `done`: how many records of the call have finished with this one.
+    #[inline]
+    fn record_done(&self, done: usize) {
+        if !self.0.sent.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut outputs) = self.0.outputs.lock() {
+            let Outputs { attempt, finished } = &mut *outputs;
+            finished.extend(attempt.drain(..).map(|r| (done, r)));
+        }
+    }
+
+    /// The outputs of the records that succeeded, taken: of the first `upto` records
+    /// of the call (`None`: all, once it ended). Not those of a record the driver
+    /// has not yet seen finish: a commit carries a record's outputs and its offset
+    /// together.
+    fn take_finished(&self, upto: Option<usize>) -> Vec<ProducerRecord> {
+        if !self.0.sent.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let Ok(mut outputs) = self.0.outputs.lock() else {
+            return Vec::new();
+        };
+        let upto = upto.unwrap_or(usize::MAX);
+        let (taken, kept) = std::mem::take(&mut outputs.finished)
+            .into_iter()
+            .partition(|(done, _)| *done <= upto);
+        outputs.finished = kept;
+        taken.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+/// What the Processor promises about a record's effects
+/// ([`ProcessorBuilder::processing_guarantee`], `processing.guarantee`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProcessingGuarantee {
+    /// A record's offset is committed after it finished: after a crash or a
+    /// rebalance, records finished since the last commit are handled again, and
+    /// their outputs written again.
+    #[default]
+    AtLeastOnce,
+    /// Each commit is a transaction of the outputs ([`Cancel::send`]), retry-topic
+    /// and dead-letter writes, and offsets of the records it commits (KIP-98,
+    /// KIP-447): a `read_committed` reader sees each input's outputs once. The
+    /// handler's other side effects still happen once per attempt. Needs a
+    /// `transactional.id`; see docs/exactly-once.md.
+    ExactlyOnce,
 }
 
 pub use crate::proto::process::lanes::{Metric, ProcessingOrder};
@@ -180,6 +274,10 @@ pub struct Processor {
     holds: Arc<Holds>,
     /// The run's counters as of its last turn, for [`ProcessorHandle::stats`].
     live: Arc<Mutex<ProcessorStats>>,
+    guarantee: ProcessingGuarantee,
+    /// Exactly once: partitions were lost while a transaction was open; it must be
+    /// aborted (it may hold their outputs) before anything else is committed.
+    abort_wanted: AtomicBool,
 }
 
 impl std::fmt::Debug for Processor {
@@ -446,10 +544,17 @@ impl Processor {
                     (None, Some(i)) => records.get(i).and_then(crate::proto::trace::of_record),
                     (None, None) => None,
                 };
-                let call =
-                    catch_call(|| crate::trace::traced(handler(&records, cancel), span, trace));
+                let call = catch_call(|| {
+                    crate::trace::traced(handler(&records, cancel.clone()), span, trace)
+                });
                 match within(budget, call).await {
-                    Some(Ok(Ok(()))) => Outcome::of(Ok(())),
+                    Some(Ok(Ok(()))) => {
+                        // A batch's outputs are the batch's: sent only when all of it
+                        // succeeded.
+                        // Taken when the call ends, not on the way.
+                        cancel.record_done(usize::MAX);
+                        Outcome::of(Ok(()))
+                    }
                     Some(Ok(Err(e))) => Outcome {
                         trace: context_of(e.index),
                         ..Outcome::of(Err(e))
@@ -498,113 +603,206 @@ impl Processor {
         // Set once the run stops (shutdown, or an error): the lanes hand everything
         // over, then the member leaves by `until`.
         let mut stopped: Option<(Result<()>, Instant)> = None;
+        let mut txn = Txn::default();
+        // Outputs of finished records, to write before anything is committed.
+        let mut outputs: Vec<ProducerRecord> = Vec::new();
+        // Calls that ended, reported to the lanes once their outputs are written.
+        let mut handled: Vec<(Ticket, Outcome, Duration)> = Vec::new();
+        // Exactly once: retry-topic and dead-letter writes, put in the transaction
+        // once the actions queued with them have run.
+        let mut deferred: Vec<(Ticket, ProducerRecord)> = Vec::new();
         tokio::pin!(shutdown);
         'run: loop {
-            // Records finished by calls still running become committable now.
-            for (ticket, call) in calls.iter_mut() {
-                let done = call.progress.done();
-                if done > call.seen {
-                    call.seen = done;
-                    lanes.progress(*ticket, done, now());
+            // Two passes. First the actions already queued: a commit among them was
+            // made before the outputs not yet written, and must not carry them (exactly
+            // once, a transaction holds the outputs of the offsets it commits, no
+            // more). Then the outputs of the records finished since, written, and only
+            // then those records reported to the lanes, whose commit carries them.
+            for reporting in [false, true] {
+                if reporting {
+                    // Records finished by calls still running become committable now: the
+                    // outputs of those the progress counts (the handler's context sets
+                    // them aside before the progress says so), then the progress.
+                    let mut reports = Vec::new();
+                    for (ticket, call) in calls.iter_mut() {
+                        let done = call.progress.done();
+                        if lanes.in_flight(*ticket) {
+                            outputs.append(&mut call.cancel.take_finished(Some(done)));
+                        }
+                        if done > call.seen {
+                            call.seen = done;
+                            reports.push((*ticket, done));
+                        }
+                    }
+                    if self.abort_wanted.swap(false, Ordering::AcqRel) && txn.open {
+                        // Partitions were lost: the open transaction may hold their outputs.
+                        self.abort_txn(&mut txn).await;
+                        self.rewind(&mut lanes);
+                        outputs.clear();
+                    }
+                    self.write_outputs(&mut txn, std::mem::take(&mut outputs))
+                        .await;
+                    for (ticket, done) in reports {
+                        lanes.progress(ticket, done, now());
+                    }
+                    for (ticket, outcome, took) in handled.drain(..) {
+                        lanes.handled(ticket, outcome, took, now());
+                    }
                 }
-            }
-            while let Some(action) = lanes.poll_action() {
-                match action {
-                    Action::Dispatch {
-                        ticket,
-                        records,
-                        attempt,
-                        ..
-                    } => {
-                        let call = Call {
-                            records: records.len(),
-                            ..Call::default()
-                        };
-                        let work =
-                            handler(records, call.cancel.clone(), call.progress.clone(), attempt);
-                        let task = tasks.spawn(async move {
-                            let started = Instant::now();
-                            let outcome = work.await;
-                            Finished::Handled(ticket, outcome, started.elapsed())
-                        });
-                        tickets.insert(task.id(), ticket);
-                        calls.insert(ticket, call);
-                    }
-                    Action::Cancel(ticket) => {
-                        if let Some(call) = calls.get(&ticket) {
-                            call.cancel.cancel();
-                        }
-                    }
-                    Action::Yield(ticket) => {
-                        if let Some(call) = calls.get(&ticket) {
-                            call.progress.stop();
-                        }
-                    }
-                    Action::Produce { ticket, record, .. } => {
-                        let producer = self.producer.clone();
-                        let task = tasks.spawn(async move {
-                            let result = match producer.send(record).await {
-                                Ok(delivery) => delivery.await.map(|_| ()),
-                                Err(e) => Err(e),
-                            };
-                            Finished::Produced(ticket, result.map_err(|e| e.to_string()))
-                        });
-                        tickets.insert(task.id(), ticket);
-                    }
-                    Action::Commit(offsets) => {
-                        // What finished past each offset, read before a loss drops it.
-                        let metadata = lanes.commit_metadata(&offsets);
-                        let metadata = with_metadata(&offsets, metadata);
-                        let offsets = self.events_before_commit(
-                            &mut lanes,
-                            &mut events,
-                            &mut held_stop,
-                            offsets,
-                        );
-                        // The lanes hear back whatever happened, even when the loss left
-                        // nothing to commit: until they do, they count this commit as out
-                        // and make no other.
-                        let ok = offsets.is_empty() || self.commit(&offsets, &metadata).await;
-                        lanes.committed(&offsets, ok, now());
-                    }
-                    Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
-                    Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
-                    Action::Release {
-                        handover,
-                        partitions,
-                        offsets,
-                        metadata,
-                    } => {
-                        let metadata = with_metadata(&offsets, metadata);
-                        let offsets = self.events_before_commit(
-                            &mut lanes,
-                            &mut events,
-                            &mut held_stop,
-                            offsets,
-                        );
-                        if !offsets.is_empty() {
-                            let ok = self.commit(&offsets, &metadata).await;
-                            if !ok {
-                                warn!(
-                                    ?partitions,
-                                    "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
+                loop {
+                    while let Some(action) = lanes.poll_action() {
+                        match action {
+                            // Queued before a rewind or a loss dropped its lane (the lanes
+                            // would ignore its answer): not started.
+                            Action::Dispatch { ticket, .. } if !lanes.in_flight(ticket) => {}
+                            Action::Dispatch {
+                                ticket,
+                                records,
+                                attempt,
+                                ..
+                            } => {
+                                let call = Call {
+                                    records: records.len(),
+                                    ..Call::default()
+                                };
+                                let work = handler(
+                                    records,
+                                    call.cancel.clone(),
+                                    call.progress.clone(),
+                                    attempt,
                                 );
-                            }
-                            lanes.committed(&offsets, ok, now());
-                        }
-                        while let Some(m) = lanes.poll_metric() {
-                            self.metric(m);
-                        }
-                        match handover {
-                            Handover::Revoked { generation } => {
-                                self.metric(Metric::Revoked {
-                                    generation,
-                                    partitions: partitions.clone(),
+                                let task = tasks.spawn(async move {
+                                    let started = Instant::now();
+                                    let outcome = work.await;
+                                    Finished::Handled(ticket, outcome, started.elapsed())
                                 });
-                                self.consumer.complete_revocation(generation, partitions);
+                                tickets.insert(task.id(), ticket);
+                                calls.insert(ticket, call);
                             }
-                            Handover::Shutdown => break 'run,
+                            Action::Cancel(ticket) => {
+                                if let Some(call) = calls.get(&ticket) {
+                                    call.cancel.cancel();
+                                }
+                            }
+                            Action::Yield(ticket) => {
+                                if let Some(call) = calls.get(&ticket) {
+                                    call.progress.stop();
+                                }
+                            }
+                            // Exactly once, a write whose lane a rewind dropped would go into
+                            // the next transaction without its record: not written.
+                            Action::Produce { ticket, .. }
+                                if self.exactly_once() && !lanes.in_flight(ticket) => {}
+                            // Written once the actions queued with it have run: a commit among
+                            // them was made before the write, and must not carry it.
+                            Action::Produce { ticket, record, .. } if self.exactly_once() => {
+                                deferred.push((ticket, record));
+                            }
+                            Action::Produce { ticket, record, .. } => {
+                                let producer = self.producer.clone();
+                                let task = tasks.spawn(async move {
+                                    let result = match producer.send(record).await {
+                                        Ok(delivery) => delivery.await.map(|_| ()),
+                                        Err(e) => Err(e),
+                                    };
+                                    Finished::Produced(ticket, result.map_err(|e| e.to_string()))
+                                });
+                                tickets.insert(task.id(), ticket);
+                            }
+                            Action::Commit(offsets) => {
+                                // What finished past each offset, read before a loss drops it.
+                                let metadata = lanes.commit_metadata(&offsets);
+                                let metadata = with_metadata(&offsets, metadata);
+                                let offsets = self.events_before_commit(
+                                    &mut lanes,
+                                    &mut events,
+                                    &mut held_stop,
+                                    offsets,
+                                );
+                                // The lanes hear back whatever happened, even when the loss left
+                                // nothing to commit: until they do, they count this commit as out
+                                // and make no other.
+                                let ok = if self.exactly_once() {
+                                    self.commit_txn(
+                                        &mut txn,
+                                        &mut lanes,
+                                        &offsets,
+                                        &metadata,
+                                        &mut held_stop,
+                                    )
+                                    .await
+                                } else {
+                                    self.flush_outputs(&mut txn).await;
+                                    offsets.is_empty() || self.commit(&offsets, &metadata).await
+                                };
+                                lanes.committed(&offsets, ok, now());
+                            }
+                            Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
+                            Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
+                            Action::Release {
+                                handover,
+                                partitions,
+                                offsets,
+                                metadata,
+                            } => {
+                                let metadata = with_metadata(&offsets, metadata);
+                                let offsets = self.events_before_commit(
+                                    &mut lanes,
+                                    &mut events,
+                                    &mut held_stop,
+                                    offsets,
+                                );
+                                if !offsets.is_empty() || txn.open {
+                                    let ok = if self.exactly_once() {
+                                        self.commit_txn(
+                                            &mut txn,
+                                            &mut lanes,
+                                            &offsets,
+                                            &metadata,
+                                            &mut held_stop,
+                                        )
+                                        .await
+                                    } else {
+                                        self.flush_outputs(&mut txn).await;
+                                        self.commit(&offsets, &metadata).await
+                                    };
+                                    if !ok {
+                                        warn!(
+                                            ?partitions,
+                                            "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
+                                        );
+                                    }
+                                    lanes.committed(&offsets, ok, now());
+                                }
+                                while let Some(m) = lanes.poll_metric() {
+                                    self.metric(m);
+                                }
+                                match handover {
+                                    Handover::Revoked { generation } => {
+                                        self.metric(Metric::Revoked {
+                                            generation,
+                                            partitions: partitions.clone(),
+                                        });
+                                        self.consumer.complete_revocation(generation, partitions);
+                                    }
+                                    Handover::Shutdown => break 'run,
+                                }
+                            }
                         }
+                    }
+                    if deferred.is_empty() {
+                        break;
+                    }
+                    // Exactly once, a retry-topic or dead-letter record goes into the
+                    // transaction that commits its source record's offset: done once it is
+                    // in (a write that then fails aborts that transaction, and the record is
+                    // handled again).
+                    for (ticket, record) in std::mem::take(&mut deferred) {
+                        if !lanes.in_flight(ticket) {
+                            continue;
+                        }
+                        let result = self.write_in_txn(&mut txn, record).await;
+                        lanes.produced(ticket, result, now());
                     }
                 }
             }
@@ -642,8 +840,11 @@ impl Processor {
                                 tickets.remove(&id);
                                 if let Some(call) = calls.remove(&ticket) {
                                     self.telemetry.handled(attempted(call.records, &outcome), took);
+                                    if lanes.in_flight(ticket) {
+                                        outputs.append(&mut call.cancel.take_finished(None));
+                                    }
                                 }
-                                lanes.handled(ticket, outcome, took, now());
+                                handled.push((ticket, outcome, took));
                             }
                             Ok((id, Finished::Produced(ticket, result))) => {
                                 tickets.remove(&id);
@@ -668,7 +869,7 @@ impl Processor {
                     }
                     batch = self.consumer.recv_batch(poll_records), if want_records => match batch {
                         Ok(records) => {
-                            self.resume_partitions(&mut lanes, &records);
+                            self.resume_partitions(&mut lanes, &records, &txn.committed);
                             lanes.deliver(records, now());
                             None
                         }
@@ -747,6 +948,9 @@ impl Processor {
                 None
             }
             ConsumerEvent::Lost { partitions, .. } => {
+                if self.exactly_once() {
+                    self.abort_wanted.store(true, Ordering::Release);
+                }
                 lanes.lose(&partitions, now());
                 None
             }
@@ -789,7 +993,12 @@ impl Processor {
     /// For each partition of `records` the lanes have no lane for yet (just
     /// assigned), the records its previous owner finished past the committed offset
     /// (the commit's metadata), so they are not handled again.
-    fn resume_partitions(&self, lanes: &mut Lanes, records: &[ConsumerRecord]) {
+    fn resume_partitions(
+        &self,
+        lanes: &mut Lanes,
+        records: &[ConsumerRecord],
+        own: &HashMap<TopicPartition, (i64, Option<String>)>,
+    ) {
         let mut last: Option<&ConsumerRecord> = None;
         for r in records {
             if last.is_some_and(|l| l.is_in(r.topic_arc(), r.partition())) {
@@ -798,6 +1007,14 @@ impl Processor {
             last = Some(r);
             let tp = r.topic_partition();
             if lanes.has_lane(&tp) {
+                continue;
+            }
+            // This run's own transactional commit is newer than what the consumer
+            // fetched at the assignment.
+            if let Some((offset, metadata)) = own.get(&tp) {
+                if let Some(metadata) = metadata {
+                    lanes.resume_from(tp, *offset, metadata);
+                }
                 continue;
             }
             if let Some((offset, metadata)) = self.consumer.committed_metadata(&tp) {
@@ -823,6 +1040,250 @@ impl Processor {
                 warn!(error = %e, ?offsets, "commit failed");
                 false
             }
+        }
+    }
+}
+
+/// The driver's side of the writes and, exactly once, of the open transaction.
+#[derive(Debug, Default)]
+struct Txn {
+    /// Exactly once: a transaction is open.
+    open: bool,
+    /// Exactly once: a write could not be put in the open transaction; it aborts.
+    failed: bool,
+    /// Exactly once: the producer was fenced (or failed for good); nothing more is
+    /// committed, and the run stops.
+    fatal: Option<TransactionError>,
+    /// Exactly once: the deliveries of the open transaction's writes; any that
+    /// fails aborts it.
+    deliveries: Vec<crate::producer::DeliveryFuture>,
+    /// At least once: outputs written since the last commit, flushed before it.
+    unflushed: bool,
+    /// Exactly once: each partition's last offset committed in a transaction by
+    /// this run, with its metadata.
+    committed: HashMap<TopicPartition, (i64, Option<String>)>,
+}
+
+/// How an exactly-once commit ended.
+enum TxnEnd {
+    Committed,
+    Aborted,
+    Fatal,
+}
+
+impl Processor {
+    fn exactly_once(&self) -> bool {
+        self.guarantee == ProcessingGuarantee::ExactlyOnce
+    }
+
+    /// Opens a transaction unless one is open; `false`: none could be.
+    fn ensure_txn(&self, txn: &mut Txn) -> bool {
+        if txn.open {
+            return true;
+        }
+        match self.producer.begin_transaction() {
+            Ok(()) => {
+                txn.open = true;
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "could not open a transaction");
+                if e.is_fatal() {
+                    txn.fatal.get_or_insert(e);
+                }
+                false
+            }
+        }
+    }
+
+    /// Exactly once: `record` into the open transaction (opened if need be); `Err`:
+    /// it could not be put in.
+    async fn write_in_txn(
+        &self,
+        txn: &mut Txn,
+        record: ProducerRecord,
+    ) -> std::result::Result<(), String> {
+        if txn.fatal.is_some() || !self.ensure_txn(txn) {
+            return Err("no transaction could be opened".into());
+        }
+        match self.producer.send(record).await {
+            Ok(delivery) => {
+                txn.deliveries.push(delivery);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The outputs of finished records: into the open transaction (exactly once), or
+    /// written at once (at least once; flushed before the next commit).
+    async fn write_outputs(&self, txn: &mut Txn, outputs: Vec<ProducerRecord>) {
+        for record in outputs {
+            if self.exactly_once() {
+                if let Err(error) = self.write_in_txn(txn, record).await {
+                    // Its record finished: the transaction that would commit it
+                    // must not commit without this output.
+                    warn!(%error, "a handler's output could not join the transaction; it aborts");
+                    txn.failed = true;
+                }
+                continue;
+            }
+            txn.unflushed = true;
+            match self.producer.send(record).await {
+                Ok(delivery) => {
+                    tokio::spawn(async move {
+                        if let Err(error) = delivery.await {
+                            warn!(%error, "a handler's output was not written");
+                        }
+                    });
+                }
+                Err(error) => warn!(%error, "a handler's output was not written"),
+            }
+        }
+    }
+
+    /// At least once: outputs written since the last commit are delivered (or
+    /// failed) before it.
+    async fn flush_outputs(&self, txn: &mut Txn) {
+        if std::mem::take(&mut txn.unflushed) {
+            self.producer.flush().await;
+        }
+    }
+
+    /// Exactly once: commits the open transaction with `offsets`; `true` if it
+    /// committed. A transaction that cannot commit is aborted and the lanes rewound
+    /// to the last commit (the records are handled again); a fenced producer stops
+    /// the run (through `stop`).
+    async fn commit_txn(
+        &self,
+        txn: &mut Txn,
+        lanes: &mut Lanes,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &HashMap<TopicPartition, String>,
+        stop: &mut Option<Result<()>>,
+    ) -> bool {
+        match self.end_txn(txn, offsets, metadata).await {
+            TxnEnd::Committed => {
+                for (tp, offset) in offsets {
+                    txn.committed
+                        .insert(tp.clone(), (*offset, metadata.get(tp).cloned()));
+                }
+                true
+            }
+            TxnEnd::Aborted => {
+                self.rewind(lanes);
+                false
+            }
+            TxnEnd::Fatal => {
+                if let Some(e) = &txn.fatal {
+                    stop.get_or_insert(Err(Error::Transaction(e.clone())));
+                }
+                false
+            }
+        }
+    }
+
+    async fn end_txn(
+        &self,
+        txn: &mut Txn,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &HashMap<TopicPartition, String>,
+    ) -> TxnEnd {
+        if txn.fatal.is_some() {
+            return TxnEnd::Fatal;
+        }
+        if self.abort_wanted.swap(false, Ordering::AcqRel) || txn.failed {
+            return self.abort_txn(txn).await;
+        }
+        if offsets.is_empty() && !txn.open {
+            return TxnEnd::Committed;
+        }
+        if !self.ensure_txn(txn) {
+            return self.abort_txn(txn).await;
+        }
+        // Every write of the transaction delivered, or it aborts: a write that
+        // failed must not be committed past.
+        self.producer.flush().await;
+        let mut failed = false;
+        for delivery in std::mem::take(&mut txn.deliveries) {
+            if let Err(error) = delivery.await {
+                warn!(%error, "a write of the transaction failed; it aborts");
+                failed = true;
+            }
+        }
+        if failed {
+            return self.abort_txn(txn).await;
+        }
+        if !offsets.is_empty() {
+            let Some(group) = self.consumer.group_metadata() else {
+                return self.abort_txn(txn).await;
+            };
+            let offsets = offsets
+                .iter()
+                .map(|(tp, offset)| TxnOffset {
+                    partition: tp.clone(),
+                    offset: *offset,
+                    leader_epoch: -1,
+                    metadata: metadata.get(tp).cloned(),
+                })
+                .collect();
+            if let Err(e) = self
+                .producer
+                .send_offsets_to_transaction(offsets, group)
+                .await
+            {
+                return self.txn_failed(txn, e).await;
+            }
+        }
+        match self.producer.commit_transaction().await {
+            Ok(()) => {
+                txn.open = false;
+                TxnEnd::Committed
+            }
+            Err(e) => self.txn_failed(txn, e).await,
+        }
+    }
+
+    async fn txn_failed(&self, txn: &mut Txn, e: TransactionError) -> TxnEnd {
+        warn!(error = %e, "the transaction did not commit");
+        if e.is_fatal() {
+            txn.fatal.get_or_insert(e);
+            return TxnEnd::Fatal;
+        }
+        self.abort_txn(txn).await
+    }
+
+    /// Aborts the open transaction: `read_committed` readers never see its writes.
+    async fn abort_txn(&self, txn: &mut Txn) -> TxnEnd {
+        txn.failed = false;
+        txn.deliveries.clear();
+        if !std::mem::take(&mut txn.open) {
+            return TxnEnd::Aborted;
+        }
+        match self.producer.abort_transaction().await {
+            Ok(()) => TxnEnd::Aborted,
+            Err(e) if e.is_fatal() => {
+                warn!(error = %e, "the transaction could not be aborted");
+                txn.fatal.get_or_insert(e);
+                TxnEnd::Fatal
+            }
+            Err(e) => {
+                warn!(error = %e, "the transaction could not be aborted");
+                TxnEnd::Aborted
+            }
+        }
+    }
+
+    /// After an abort: every lane dropped, each partition read again from its last
+    /// commit.
+    fn rewind(&self, lanes: &mut Lanes) {
+        let restart = lanes.rewind(now());
+        warn!(
+            partitions = ?restart,
+            "the transaction aborted: the records since the last commit are handled again"
+        );
+        for (tp, offset) in restart {
+            self.consumer.seek(&tp, offset);
         }
     }
 }

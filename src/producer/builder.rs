@@ -237,6 +237,11 @@ impl ProducerBuilder {
         self
     }
 
+    /// Whether `transactional.id` is set (the Processor's exactly-once mode needs it).
+    pub(crate) fn has_transactional_id(&self) -> bool {
+        self.config.transactional_id.is_some()
+    }
+
     /// `transaction.timeout.ms` (default 60 s): the coordinator aborts a transaction
     /// left open longer, and fences its producer's epoch.
     pub fn transaction_timeout(mut self, t: Duration) -> Self {

@@ -112,6 +112,11 @@ impl OffsetTracker {
         self.committed = Some(self.committed.map_or(offset, |c| c.max(offset)));
     }
 
+    /// The last offset committed (or where the tracker started, before any commit).
+    pub fn last_committed(&self) -> Option<i64> {
+        self.committed
+    }
+
     /// Records delivered and not finished.
     pub fn in_progress(&self) -> usize {
         self.count

@@ -96,6 +96,60 @@ impl Lanes {
         self.step(now);
     }
 
+    /// Exactly-once: the open transaction was aborted, so nothing finished since the
+    /// last commit happened. Every lane goes (its running handlers are told to stop,
+    /// and what they report is dropped); each partition not being handed over comes
+    /// back, with where to read it again from: its last commit (or, before any,
+    /// where its lane started). The driver seeks there, and the records come again
+    /// to new lanes. A handover under way goes on, with nothing of its lanes to
+    /// commit. The application's pauses stay; the lanes' own are lifted.
+    pub fn rewind(&mut self, now: Now) -> Vec<(TopicPartition, i64)> {
+        // Actions queued before the abort that the driver has not run: a commit's or a
+        // handover's offsets are of work the abort undid (committing them would skip
+        // those records), and calls and writes are of lanes about to go. A handover
+        // still releases its partitions, with nothing to commit.
+        self.actions.retain_mut(|a| match a {
+            Action::Commit(_) | Action::Dispatch { .. } | Action::Produce { .. } => false,
+            Action::Release {
+                offsets, metadata, ..
+            } => {
+                offsets.clear();
+                metadata.clear();
+                true
+            }
+            Action::Cancel(_) | Action::Yield(_) | Action::Pause(_) | Action::Resume(_) => true,
+        });
+        let mut restart = Vec::new();
+        for tp in self.partitions() {
+            let Some(lane) = self.remove_lane(&tp) else {
+                continue;
+            };
+            for line in lane.lines.values() {
+                if let Work::Running {
+                    ticket,
+                    cancelled: false,
+                    ..
+                } = line.work()
+                {
+                    self.actions.push_back(Action::Cancel(*ticket));
+                }
+            }
+            if lane.releasing {
+                continue;
+            }
+            if lane.paused && !self.is_held(&tp) {
+                self.actions.push_back(Action::Resume(tp.clone()));
+            }
+            if let Some(offset) = lane.tracker.last_committed() {
+                restart.push((tp, offset));
+            }
+        }
+        self.skips.clear();
+        self.commit_in_flight = false;
+        self.step(now);
+        restart
+    }
+
     /// Handovers whose work has stopped, or whose deadline passed, release their
     /// partitions.
     pub(super) fn finish_releases(&mut self, now: Now) {
@@ -120,7 +174,11 @@ impl Lanes {
                     "handlers did not finish within the acquiesce window; their records are not committed"
                 );
             }
-            let offsets = self.pending(Some(&r.partitions));
+            let offsets = if self.config.transactional {
+                self.pending(None)
+            } else {
+                self.pending(Some(&r.partitions))
+            };
             let metadata = self.commit_metadata(&offsets);
             for tp in &r.partitions {
                 if let Some(lane) = self.remove_lane(tp) {

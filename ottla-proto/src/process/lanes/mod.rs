@@ -137,6 +137,12 @@ impl Lanes {
         self.lanes.values().map(|l| l.queued).sum()
     }
 
+    /// Whether `ticket`'s work is still the lanes' (not answered, nor dropped by a
+    /// revocation, a loss or a rewind): what its call finished may still commit.
+    pub fn in_flight(&self, ticket: Ticket) -> bool {
+        self.tickets.contains_key(&ticket)
+    }
+
     /// Whether `tp` has a lane (it has had records since it was assigned).
     pub fn has_lane(&self, tp: &TopicPartition) -> bool {
         self.lanes.contains_key(tp)

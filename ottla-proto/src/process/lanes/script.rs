@@ -233,6 +233,13 @@ struct Model {
     /// Partitions revoked and not yet released.
     releasing: BTreeSet<i32>,
     fail_next_commit: bool,
+    /// Exactly once: a commit that fails is an aborted transaction, and the driver
+    /// rewinds the lanes.
+    transactional: bool,
+    /// The last offset committed for each partition since its lane was made, and the
+    /// first offset delivered to it: where a rewind must restart it.
+    committed: BTreeMap<i32, i64>,
+    first: BTreeMap<i32, i64>,
 }
 
 impl Model {
@@ -345,7 +352,31 @@ impl Model {
         Ok(())
     }
 
+    /// Committed, as the broker answered.
+    fn commit(&mut self, offsets: &[(TopicPartition, i64)]) {
+        for (tp, o) in offsets {
+            let c = self.committed.entry(tp.partition).or_insert(*o);
+            *c = (*c).max(*o);
+        }
+    }
+
+    /// A rewind restarts `p` at `offset`: its last commit, or where its lane started;
+    /// everything after was in the aborted transaction.
+    fn restart(&mut self, p: i32, offset: i64) -> Result<(), String> {
+        let expected = self.committed.get(&p).or(self.first.get(&p)).copied();
+        if expected != Some(offset) {
+            return Err(format!(
+                "partition {p} rewound to {offset}, not its last commit {expected:?}"
+            ));
+        }
+        self.forget(p);
+        self.next.insert(p, offset);
+        Ok(())
+    }
+
     fn forget(&mut self, p: i32) {
+        self.committed.remove(&p);
+        self.first.remove(&p);
         self.unfinished.remove(&p);
         self.calls.retain(|c| c.p != p);
         self.writes.retain(|w| w.1 != p);
@@ -385,6 +416,7 @@ pub fn run(script: &[u8]) -> Result<(), String> {
             _ => ProcessingOrder::Partition,
         },
         metrics: true,
+        transactional: header & 0x80 != 0,
         ..LanesConfig::default()
     };
     // A script's virtual clock starts at the real time once (`testing` only).
@@ -397,6 +429,7 @@ pub fn run(script: &[u8]) -> Result<(), String> {
     let mut model = Model {
         order: config.ordering,
         concurrency: config.concurrency,
+        transactional: config.transactional,
         ..Model::default()
     };
     let mut lanes = Lanes::new(config, now);
@@ -445,6 +478,9 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
     lanes.check()?;
     while let Some(action) = lanes.poll_action() {
         match action {
+            // Queued before a rewind dropped its lane: the driver starts nothing.
+            Action::Dispatch { ticket, .. } | Action::Produce { ticket, .. }
+                if !lanes.in_flight(ticket) => {}
             Action::Dispatch {
                 ticket,
                 partition,
@@ -487,6 +523,19 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 model.claims(&offsets, &lanes.commit_metadata(&offsets))?;
                 let ok = !std::mem::take(&mut model.fail_next_commit);
                 lanes.committed(&offsets, ok, now);
+                if ok {
+                    model.commit(&offsets);
+                }
+                if !ok && model.transactional {
+                    // The transaction aborted: each partition is read again from its
+                    // last commit, by a new lane.
+                    for (tp, offset) in lanes.rewind(now) {
+                        model.restart(tp.partition, offset)?;
+                    }
+                    if !lanes.partitions().is_empty() {
+                        return Err("a lane outlived the rewind".into());
+                    }
+                }
             }
             Action::Release {
                 partitions,
@@ -499,6 +548,7 @@ fn drain(lanes: &mut Lanes, model: &mut Model, now: Now) -> Result<(), String> {
                 }
                 model.claims(&offsets, &metadata)?;
                 lanes.committed(&offsets, true, now);
+                model.commit(&offsets);
                 for tp in &partitions {
                     if lanes.partitions().contains(tp) {
                         return Err(format!("{tp:?} released but its lane lives on"));
@@ -524,6 +574,9 @@ fn apply(lanes: &mut Lanes, model: &mut Model, now: &mut Now, op: Op) -> Result<
             let set = if model.releasing.contains(&p) {
                 model.dropped.entry(p).or_default()
             } else {
+                if let Some(first) = records.first() {
+                    model.first.entry(p).or_insert(first.offset());
+                }
                 model.unfinished.entry(p).or_default()
             };
             set.extend(records.iter().map(|r| r.offset()));

@@ -830,3 +830,96 @@ fn hops_and_dead_letters_carry_the_failed_attempts_trace() {
     let (_, letter) = produce_of(&a);
     assert_eq!(of_headers(&letter.headers), Some(sender));
 }
+
+#[test]
+fn a_transactional_handover_commits_every_lanes_finished_prefix() {
+    for transactional in [false, true] {
+        let mut h = Harness::new(LanesConfig {
+            transactional,
+            commit_interval: Some(Duration::from_secs(5)),
+            ..config()
+        });
+        let (t0, _) = dispatched(&h.deliver(0, 0..2));
+        let (t1, _) = dispatched(&h.deliver(1, 0..2));
+        // Partition 1's record 0 finishes (its outputs are in the open transaction).
+        dispatched(&h.handled(t1, Ok(())));
+        let revoked = Handover::Revoked { generation: 5 };
+        h.lanes
+            .release(vec![tp(0)], revoked, Duration::from_secs(10), h.now);
+        h.actions();
+        let a = h.handled(t0, Err(BatchError::at(0, ProcessError::cancelled())));
+        let released: Vec<_> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release { offsets, .. } => Some(offsets.clone()),
+                _ => None,
+            })
+            .collect();
+        let expected = if transactional {
+            vec![(tp(1), 1)]
+        } else {
+            vec![]
+        };
+        assert_eq!(released, [expected], "transactional: {transactional}");
+        assert_eq!(h.lanes.partitions(), [tp(1)]);
+    }
+}
+
+#[test]
+fn a_rewind_drops_every_lane_and_restarts_each_from_its_last_commit() {
+    let mut h = Harness::new(config());
+    let (t0, _) = dispatched(&h.deliver(0, 5..8));
+    let a = h.handled(t0, Ok(()));
+    let (t0, _) = dispatched(&a);
+    assert_eq!(commits(&a), [vec![(tp(0), 6)]]);
+    h.commit_ok(&[(tp(0), 6)]);
+    // Record 6 finishes; its commit (7) is out when the transaction aborts.
+    let a = h.handled(t0, Ok(()));
+    let (t0, _) = dispatched(&a);
+    assert_eq!(commits(&a), [vec![(tp(0), 7)]]);
+    // Partition 1 waits for a retry, paused.
+    let (t1, _) = dispatched(&h.deliver(1, 0..1));
+    let a = h.handled(
+        t1,
+        Err(BatchError::at(0, ProcessError::transient("Busy", "later"))),
+    );
+    assert!(a.contains(&Action::Pause(tp(1))), "{a:?}");
+    let restart = h.lanes.rewind(h.now);
+    let a = h.actions();
+    assert_eq!(restart, [(tp(0), 6), (tp(1), 0)]);
+    assert!(a.contains(&Action::Cancel(t0)), "{a:?}");
+    assert!(a.contains(&Action::Resume(tp(1))), "{a:?}");
+    assert!(h.lanes.partitions().is_empty());
+    assert!(
+        h.handled(t0, Ok(())).is_empty(),
+        "a late answer of the aborted work changes nothing"
+    );
+    // Read again from the last commit: record 6 is handled again, and commits again.
+    let (t, offsets) = dispatched(&h.deliver(0, 6..8));
+    assert_eq!(offsets, [6]);
+    let a = h.handled(t, Ok(()));
+    assert_eq!(commits(&a), [vec![(tp(0), 7)]]);
+}
+
+#[test]
+fn a_rewind_drops_the_commits_and_calls_queued_before_it() {
+    let mut h = Harness::new(config());
+    let (t0, _) = dispatched(&h.deliver(0, 0..2));
+    // Record 0 finishes: a commit of 1 and the next call are queued, not yet run.
+    h.lanes
+        .handled(t0, Outcome::of(Ok(())), Duration::from_millis(1), h.now);
+    let restart = h.lanes.rewind(h.now);
+    assert_eq!(restart, [(tp(0), 0)], "record 0's outputs were aborted");
+    let a = h.actions();
+    assert!(
+        commits(&a).is_empty(),
+        "a commit of aborted work must not run: {a:?}"
+    );
+    assert!(
+        !a.iter().any(|a| matches!(a, Action::Dispatch { .. })),
+        "no call on a dropped lane: {a:?}"
+    );
+    // Read again from 0, by a new lane.
+    let (_, offsets) = dispatched(&h.deliver(0, 0..2));
+    assert_eq!(offsets, [0]);
+}

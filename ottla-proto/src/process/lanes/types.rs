@@ -64,6 +64,11 @@ pub struct LanesConfig {
     /// queued too. The `metrics` feature alone counts finished records from
     /// [`Lanes::stats`](super::Lanes::stats) instead, which costs nothing per record.
     pub processed_metrics: bool,
+    /// Exactly-once: every commit is a transaction that carries the outputs of every
+    /// lane's finished records, so a handover commits every lane's finished prefix
+    /// with the partitions it releases (committing only theirs would make the other
+    /// lanes' outputs visible without their offsets).
+    pub transactional: bool,
 }
 
 impl Default for LanesConfig {
@@ -85,6 +90,7 @@ impl Default for LanesConfig {
             jitter_seed: 1,
             metrics: false,
             processed_metrics: true,
+            transactional: false,
         }
     }
 }
