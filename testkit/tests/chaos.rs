@@ -19,7 +19,7 @@ use ottla::consumer::GroupProtocol;
 use ottla::processor::ProcessError;
 use ottla_testkit::chaos::journal::Check;
 use ottla_testkit::chaos::schedule::{self, FaultKind};
-use ottla_testkit::chaos::{App, Chaos, Faults, Report};
+use ottla_testkit::chaos::{self, App, Chaos, Faults, Report};
 
 /// The panic message of a failing `Chaos::run`.
 async fn failure_of(chaos: Chaos, app: App) -> String {
@@ -241,4 +241,87 @@ async fn an_application_that_keeps_handling_after_losing_its_partitions_is_caugh
         report.summary()
     );
     assert!(report.summary().contains("seed=45"));
+}
+
+/// Exactly-once mode on tansu (which writes transaction markers): a Processor that
+/// copies each record to the output topic in its transactions, with members killed
+/// and crashed (each restart, on the same `transactional.id`, fences the one before),
+/// leaves every input in the output exactly once for a `read_committed` reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_processor_copies_each_record_once_through_kills_and_crashes() {
+    let app = App::processor(
+        |b| b.dlq_suffix(".dlq"),
+        |record: &ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let poisoned = record.value().is_some_and(|v| v.len() % 64 == 63);
+            if !poisoned {
+                cancel.send(chaos::copy_of(record));
+            }
+            async move {
+                if poisoned {
+                    Err(ProcessError::permanent("Poison", "never taken"))
+                } else {
+                    Ok(())
+                }
+            }
+        },
+    );
+    let report = Chaos::new(GroupProtocol::Classic)
+        .tansu()
+        .exactly_once()
+        .seed(45)
+        .duration(Duration::from_secs(20))
+        .faults(
+            Faults::none()
+                .rate(FaultKind::Kill, 6.0)
+                .rate(FaultKind::Crash, 6.0),
+        )
+        .run(app)
+        .await;
+    let e = report
+        .exactly_once
+        .as_ref()
+        .expect("an exactly-once report");
+    assert!(e.holds(), "{}", report.summary());
+    assert_eq!(e.read, report.analysis.produced, "{}", report.summary());
+    assert!(
+        report.summary().contains(" duplicates=0 "),
+        "{}",
+        report.summary()
+    );
+}
+
+/// The exactly-once check catches an application that writes some outputs twice
+/// (outside the one copy the transaction carries), with no fault at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_run_catches_outputs_written_twice() {
+    let app = App::processor(
+        |b| b,
+        |record: &ConsumerRecord, cancel: ottla::processor::Cancel| {
+            cancel.send(chaos::copy_of(record));
+            if ottla_testkit::chaos::member::seq_of(record).is_some_and(|s| s % 10 == 3) {
+                cancel.send(chaos::copy_of(record));
+            }
+            async { Ok::<(), ProcessError>(()) }
+        },
+    );
+    let report = Chaos::new(GroupProtocol::Classic)
+        .tansu()
+        .exactly_once()
+        .seed(46)
+        .duration(Duration::from_secs(6))
+        .faults(Faults::none())
+        .try_run(app)
+        .await
+        .expect("the run starts");
+    assert!(!report.passed(), "{}", report.summary());
+    let e = report
+        .exactly_once
+        .as_ref()
+        .expect("an exactly-once report");
+    assert!(
+        e.duplicates >= report.analysis.produced / 20,
+        "the doubled outputs were not found: {}",
+        report.summary()
+    );
+    assert!(report.summary().contains("exactly_once=BROKEN"));
 }

@@ -142,11 +142,21 @@ impl App {
     /// as `seed` and `fates` say (transient failures, records that always fail and are
     /// dead-lettered, slow calls that stop when cancelled).
     pub fn synthetic(seed: u64, fates: Fates) -> App {
+        App::synthetic_with(seed, fates, false)
+    }
+
+    /// [`App::synthetic`] that also copies each record it finishes to the output
+    /// topic ([`super::copy_of`]): the application of `--exactly-once` runs.
+    pub fn synthetic_copying(seed: u64, fates: Fates) -> App {
+        App::synthetic_with(seed, fates, true)
+    }
+
+    fn synthetic_with(seed: u64, fates: Fates, copy: bool) -> App {
         App {
             kind: AppKind::Processor {
                 configure: Arc::new(|b| b),
                 handler: Arc::new(move |witness: Witness| {
-                    let handler = member::synthetic_handler(witness, seed, fates);
+                    let handler = member::synthetic_handler(witness, seed, fates, copy);
                     Box::new(move |record: &ConsumerRecord, cancel: Cancel| handler(record, cancel))
                         as BoxHandler
                 }),

@@ -166,6 +166,19 @@ impl Chaos {
         self
     }
 
+    /// Exactly-once mode: each member's Processor runs `exactly_once` with a
+    /// `transactional.id` of its slot (your `configure` closure runs after, so do not
+    /// unset it), and your handler copies each record it finishes with
+    /// `cancel.send(chaos::copy_of(record))`. At the end a `read_committed` reader
+    /// must find every input in the output or dead-letter topic exactly once; the
+    /// report's `exactly_once` says what it found. Check it on tansu
+    /// ([`Chaos::tansu`]): the librdkafka mock as published writes no transaction
+    /// markers, so its `read_committed` readers see aborted records too.
+    pub fn exactly_once(mut self) -> Chaos {
+        self.config.exactly_once = true;
+        self
+    }
+
     /// Runs on a tansu child process instead of the mock (the tansu binary:
     /// `TANSU_BIN` or `find_tansu`). Only member faults apply there (kills, crashes,
     /// joins, leaves).

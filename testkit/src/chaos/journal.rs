@@ -1048,6 +1048,12 @@ impl Journal {
 
     /// Per partition, the offset after the last acknowledged record: what the
     /// committed offsets must reach.
+    /// The sequence numbers the broker acknowledged.
+    pub fn produced_seqs(&self) -> BTreeSet<u64> {
+        self.lock().acked.keys().copied().collect()
+    }
+
+    /// The last offset + 1 the broker acknowledged on each partition.
     pub fn targets(&self) -> BTreeMap<i32, i64> {
         let j = self.lock();
         let mut out = BTreeMap::new();

@@ -72,6 +72,8 @@ pub struct MemberContext {
     pub stall: Option<(Duration, Duration)>,
     /// The Processor's order.
     pub ordering: ProcessingOrder,
+    /// Exactly-once mode ([`super::Config::exactly_once`]).
+    pub exactly_once: bool,
     /// The journal.
     pub journal: Arc<Journal>,
     /// The application under test.
@@ -343,6 +345,13 @@ async fn build(
             p.client_config(producer_client)
                 .retry_backoff(Duration::from_millis(20))
         });
+    // Exactly once: one transactional.id per slot, the same for each incarnation, so
+    // that a restarted member fences the one before it (and aborts what it left open).
+    let builder = if ctx.exactly_once {
+        builder.exactly_once(format!("{}-m{slot}", ctx.group))
+    } else {
+        builder
+    };
     // The user's settings (retry policy, dead letters, concurrency, ...), then the
     // harness's hook: it is how the checks see commits, dead letters and assignments.
     configure(builder).metrics(hook).build().await
@@ -467,10 +476,13 @@ type HandlerFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ProcessError>> + Send>>;
 
 /// The `chaos` program's handler: fails on purpose as the seed says (`fates`).
+/// With `copy`, a record that succeeds is copied to the output topic
+/// ([`super::copy_of`]), for exactly-once runs.
 pub(crate) fn synthetic_handler(
     witness: Witness,
     seed: u64,
     fates: Fates,
+    copy: bool,
 ) -> impl Fn(&ConsumerRecord, Cancel) -> HandlerFuture + Send + Sync + 'static {
     move |record: &ConsumerRecord, cancel: Cancel| {
         let witness = witness.clone();
@@ -503,6 +515,9 @@ pub(crate) fn synthetic_handler(
                     "ChaosTransient",
                     format!("seq {seq} attempt {attempt}"),
                 ));
+            }
+            if copy {
+                cancel.send(super::copy_of(&record));
             }
             effect.done();
             Ok(())

@@ -82,7 +82,7 @@ use std::time::{Duration, Instant};
 use crate::mock::MockCluster;
 use crate::tansu::Tansu;
 use anyhow::{Context, bail};
-use ottla::consumer::{Consumer, GroupProtocol, OffsetReset, TopicPartition};
+use ottla::consumer::{Consumer, GroupProtocol, IsolationLevel, OffsetReset, TopicPartition};
 pub use ottla::processor::ProcessingOrder;
 use rdkafka::ClientConfig as RdConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -95,6 +95,24 @@ use schedule::{Action, FaultKind, PlanInput};
 
 /// The topic the records go to.
 pub const TOPIC: &str = "chaos";
+
+/// The topic an exactly-once run's members copy each input to ([`copy_of`]).
+pub const OUTPUT_TOPIC: &str = "chaos.out";
+
+/// The output record of `input` in an exactly-once run: its key and value (so that
+/// [`member::seq_of`] reads its sequence number back) to [`OUTPUT_TOPIC`]. A handler
+/// of yours sends it with `Cancel::send`; the run then checks that a `read_committed`
+/// reader sees each input in the output (or in the dead-letter topic) exactly once.
+pub fn copy_of(input: &ottla::ConsumerRecord) -> ottla::producer::ProducerRecord {
+    let mut out = ottla::producer::ProducerRecord::new(OUTPUT_TOPIC);
+    if let Some(k) = input.key() {
+        out = out.key(k.to_vec());
+    }
+    if let Some(v) = input.value() {
+        out = out.value(v.to_vec());
+    }
+    out
+}
 
 /// Which broker the run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +188,13 @@ pub struct Config {
     /// The replay command to print instead of the `chaos` program's
     /// ([`Config::replay_command`]); the harness's builder sets the test's own.
     pub replay: Option<String>,
+    /// Exactly-once mode (`--exactly-once`): each member's Processor runs
+    /// `exactly_once` with a `transactional.id` of its slot (kept across its
+    /// restarts, so that an incarnation fences the one before), the synthetic
+    /// handler copies each input to [`OUTPUT_TOPIC`] ([`copy_of`]), and the run
+    /// reads the output and dead-letter topics with `read_committed` at the end:
+    /// every input must be there exactly once.
+    pub exactly_once: bool,
 }
 
 /// Keys per partition under `--ordering key`: few, so that a key's records are close
@@ -218,6 +243,7 @@ impl Default for Config {
             stall_every: Duration::from_secs(1),
             replay: None,
             ordering: ProcessingOrder::Partition,
+            exactly_once: false,
         }
     }
 }
@@ -273,6 +299,11 @@ chaos: an ottla consumer group under injected faults; checks that nothing is los
                         (env OTTLA_CHAOS_STALL; default none)
   --stall-every D       the mean gap between a member's stalls (default 1s; gaps drawn from half to
                         one and a half of it)
+  --exactly-once        members run the Processor exactly once (a transactional.id per member slot)
+                        and copy each input to the topic chaos.out; at the end a read_committed
+                        reader must find every input there (or dead-lettered) exactly once:
+                        duplicates= then counts copies, not handler calls (env
+                        OTTLA_CHAOS_EXACTLY_ONCE=1)
   -v, --verbose         print every fault as it is applied
   RUST_LOG              ottla's logs on stderr (default: none), with member thread names
 
@@ -310,6 +341,9 @@ impl Config {
         if let Some(v) = env("OTTLA_CHAOS_ORDERING") {
             c.ordering = parse_ordering(&v)?;
         }
+        if let Some(v) = env("OTTLA_CHAOS_EXACTLY_ONCE") {
+            c.exactly_once = matches!(v.trim(), "1" | "true" | "yes");
+        }
         let mut rates: Vec<String> = env("OTTLA_CHAOS_RATES").into_iter().collect();
         let mut i = 0;
         while i < args.len() {
@@ -320,6 +354,11 @@ impl Config {
             };
             if matches!(name, "-v" | "--verbose") {
                 c.verbose = true;
+                i += 1;
+                continue;
+            }
+            if name == "--exactly-once" {
+                c.exactly_once = true;
                 i += 1;
                 continue;
             }
@@ -485,6 +524,9 @@ impl Config {
         );
         if self.group_protocol != GroupProtocol::Classic {
             cmd.push_str(&format!(" --group-protocol {}", self.group_protocol.name()));
+        }
+        if self.exactly_once {
+            cmd.push_str(" --exactly-once");
         }
         if self.ordering == ProcessingOrder::Key {
             cmd.push_str(" --ordering key");
@@ -653,6 +695,9 @@ pub struct Report {
     pub drain_time: Duration,
     /// Copies found in the dead-letter topic.
     pub dlq_records: u64,
+    /// Exactly-once runs: what a `read_committed` reader found in the output and
+    /// dead-letter topics.
+    pub exactly_once: Option<ExactlyOnce>,
     /// The command line that replays this run ([`Config::replay_command`]).
     pub replay: String,
 }
@@ -660,7 +705,9 @@ pub struct Report {
 impl Report {
     /// Nothing lost and every check passed.
     pub fn passed(&self) -> bool {
-        self.analysis.lost == 0 && self.analysis.violation_count == 0
+        self.analysis.lost == 0
+            && self.analysis.violation_count == 0
+            && self.exactly_once.as_ref().is_none_or(ExactlyOnce::holds)
     }
 
     /// The line to print right before the [`summary`](Self::summary): the replay
@@ -684,10 +731,25 @@ impl Report {
             .filter(|(_, n)| **n > 0)
             .map(|(c, n)| format!(" {}={n}", c.name()))
             .collect();
+        // Exactly once, `duplicates` counts the copies a read_committed reader found
+        // twice; the records handled again (their transaction aborted) are
+        // `handled_again`.
+        let (duplicates, exactly_once) = match &self.exactly_once {
+            Some(e) => (
+                e.duplicates,
+                format!(
+                    " handled_again={} missing={} strays={} exactly_once={}",
+                    a.duplicates,
+                    e.missing,
+                    e.strays,
+                    if e.holds() { "held" } else { "BROKEN" }
+                ),
+            ),
+            None => (a.duplicates, String::new()),
+        };
         format!(
-            "lost={} duplicates={} moves={} rebalances={} faults={} produced={} handled={} dead_lettered={} in_flight_bound={} violations={}{} broker_double_grants={} ownership={} drained={} protocol={} seed={} result={}",
+            "lost={} duplicates={duplicates} moves={} rebalances={} faults={} produced={} handled={} dead_lettered={} in_flight_bound={} violations={}{}{exactly_once} broker_double_grants={} ownership={} drained={} protocol={} seed={} result={}",
             a.lost,
-            a.duplicates,
             self.moves,
             a.generations,
             self.fault_total(),
@@ -746,6 +808,21 @@ impl std::fmt::Display for Report {
                 ": ABOVE it (records finished again that were not in a handover window; see overlaps)"
             }
         )?;
+        if let Some(e) = &self.exactly_once {
+            writeln!(
+                f,
+                "exactly once: a read_committed reader found {} copies in {OUTPUT_TOPIC} and the dead-letter topic: {} inputs twice or more ({} extra copies), {} missing, {} strays  [{}]",
+                e.read,
+                e.examples.iter().filter(|x| x.contains("copies")).count(),
+                e.duplicates,
+                e.missing,
+                e.strays,
+                verdict(e.holds())
+            )?;
+            for x in &e.examples {
+                writeln!(f, "             {x}")?;
+            }
+        }
         writeln!(
             f,
             "handlers:    {} calls, {} transient failures, {} permanent, {} cancelled, {} retries scheduled",
@@ -919,7 +996,11 @@ impl Peer {
 /// Runs the whole chaos run with the `chaos` program's synthetic application
 /// ([`App::synthetic`], handler failures from `config.fates`).
 pub async fn run(config: Config) -> anyhow::Result<Report> {
-    let app = App::synthetic(config.seed, config.fates);
+    let app = if config.exactly_once {
+        App::synthetic_copying(config.seed, config.fates)
+    } else {
+        App::synthetic(config.seed, config.fates)
+    };
     run_app(config, app).await
 }
 
@@ -957,6 +1038,9 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
     let dlq_topic = format!("{TOPIC}.dlq");
     peer.create_topic(TOPIC, config.partitions)?;
     peer.create_topic(&dlq_topic, 1)?;
+    if config.exactly_once {
+        peer.create_topic(OUTPUT_TOPIC, config.partitions)?;
+    }
     let bootstrap = peer.bootstrap();
     let group = format!("chaos-{}", config.seed);
     let brokers = mock.map(|m| m.broker_ids()).unwrap_or_default();
@@ -1013,6 +1097,7 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
         fetch_max_wait: config.fetch_max_wait,
         stall: config.stall.map(|max| (max, config.stall_every)),
         ordering: config.ordering,
+        exactly_once: config.exactly_once,
         journal: journal.clone(),
         app,
     });
@@ -1166,9 +1251,20 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
     polling.store(false, Ordering::SeqCst);
     let _ = tokio::task::spawn_blocking(move || poller.join()).await;
 
-    let dlq = read_dlq(&bootstrap, &dlq_topic).await;
+    let isolation = if config.exactly_once {
+        IsolationLevel::ReadCommitted
+    } else {
+        IsolationLevel::ReadUncommitted
+    };
+    let dlq = read_copies(&bootstrap, &dlq_topic, 1, isolation).await;
     let in_dlq: BTreeSet<u64> = dlq.iter().copied().collect();
     let analysis = journal.analyse(&in_dlq);
+    let exactly_once = if config.exactly_once {
+        let output = read_copies(&bootstrap, OUTPUT_TOPIC, config.partitions, isolation).await;
+        Some(ExactlyOnce::count(&journal.produced_seqs(), &output, &dlq))
+    } else {
+        None
+    };
     let ownership_checked = analysis.generations > 0;
     let mut faults: BTreeMap<&'static str, u64> = rates
         .iter()
@@ -1195,8 +1291,67 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
         drained,
         drain_time,
         dlq_records: dlq.len() as u64,
+        exactly_once,
         replay,
     })
+}
+
+/// What a `read_committed` reader found in an exactly-once run's output and
+/// dead-letter topics, per input acknowledged by the broker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExactlyOnce {
+    /// Copies read (output and dead-letter topics).
+    pub read: u64,
+    /// Inputs found more than once: the copies beyond the first.
+    pub duplicates: u64,
+    /// Inputs found nowhere.
+    pub missing: u64,
+    /// Copies of no input the producer wrote.
+    pub strays: u64,
+    /// Some inputs found twice or missing, for the report.
+    pub examples: Vec<String>,
+}
+
+impl ExactlyOnce {
+    /// Counts `output` and `dlq` (sequence numbers read) against `produced`.
+    pub fn count(produced: &BTreeSet<u64>, output: &[u64], dlq: &[u64]) -> ExactlyOnce {
+        let mut copies: BTreeMap<u64, u64> = BTreeMap::new();
+        for seq in output.iter().chain(dlq) {
+            *copies.entry(*seq).or_insert(0) += 1;
+        }
+        let mut found = ExactlyOnce {
+            read: (output.len() + dlq.len()) as u64,
+            ..ExactlyOnce::default()
+        };
+        for seq in produced {
+            match copies.get(seq).copied().unwrap_or(0) {
+                0 => {
+                    found.missing += 1;
+                    if found.examples.len() < 10 {
+                        found.examples.push(format!("seq {seq}: not in the output"));
+                    }
+                }
+                1 => {}
+                n => {
+                    found.duplicates += n - 1;
+                    if found.examples.len() < 10 {
+                        found.examples.push(format!("seq {seq}: {n} copies"));
+                    }
+                }
+            }
+        }
+        found.strays = copies
+            .iter()
+            .filter(|(seq, _)| !produced.contains(seq))
+            .map(|(_, n)| n)
+            .sum();
+        found
+    }
+
+    /// Every input exactly once, and nothing else.
+    pub fn holds(&self) -> bool {
+        self.duplicates == 0 && self.missing == 0 && self.strays == 0
+    }
 }
 
 /// Busy threads that spin until dropped (`--contention`).
@@ -1536,11 +1691,19 @@ fn poll_committed(
 }
 
 /// The sequence numbers in the dead-letter topic (one per copy).
-async fn read_dlq(bootstrap: &str, topic: &str) -> Vec<u64> {
+/// The sequence numbers of every record of `topic` (its `partitions`), read with
+/// `isolation` from the start.
+async fn read_copies(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: IsolationLevel,
+) -> Vec<u64> {
     let mut out = Vec::new();
     let Ok(mut consumer) = Consumer::builder(bootstrap)
-        .assign([TopicPartition::new(topic, 0)])
+        .assign((0..partitions).map(|p| TopicPartition::new(topic, p)))
         .offset_reset(OffsetReset::Earliest)
+        .isolation(isolation)
         .build()
         .await
     else {
@@ -1737,6 +1900,7 @@ mod tests {
             drained: true,
             drain_time: Duration::ZERO,
             dlq_records: 0,
+            exactly_once: None,
             replay: "cargo run --release -p ottla-chaos --bin chaos -- --seed 1".into(),
         };
         assert_eq!(report(0).replay_line(), None);
