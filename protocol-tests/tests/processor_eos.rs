@@ -446,6 +446,39 @@ async fn tansu_exactly_once_a_revocation_commits_the_transaction_before_the_hand
     assert_each_once("ottla read_committed", &ottla);
 }
 
+/// At least once, an output that cannot be written (larger than `max.request.size`)
+/// stops the commit that would pass its record: the records since the last commit
+/// are handled again, and the poisoned record's retry writes its output. Before,
+/// the failed write was logged and the record committed without its output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_at_least_once_an_output_that_cannot_be_written_is_not_committed_past() {
+    protocol_tests::init_tracing();
+    let peer = Peer::tansu().expect("tansu");
+    let (input, output) = ("alo-poison-in", "alo-poison-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("alo-poison-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let processor = builder(&peer, "alo-poison", input)
+        .build()
+        .await
+        .expect("processor");
+    let (_, calls) = copy(&peer, processor, output, Some("in-7")).await;
+    assert_eq!(calls.len(), INPUTS, "every input handled: {calls:?}");
+    assert!(
+        calls.get("in-7").is_some_and(|n| *n >= 2),
+        "the record whose output failed is handled again: {calls:?}"
+    );
+    let written = read_ottla(&peer, output, IsolationLevel::ReadUncommitted, INPUTS).await;
+    for i in 0..INPUTS {
+        let want = format!("out-in-{i}");
+        assert!(
+            written.contains(&want),
+            "{want} written at least once: {written:?}"
+        );
+    }
+}
+
 /// At least once, outputs are written plainly, and only for attempts that succeed:
 /// an attempt that fails after sending drops its output, and its retry sends its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -182,8 +182,10 @@ impl Cancel {
     /// panics or runs past its budget are dropped, and its retry sends its own.
     ///
     /// At least once (the default), the outputs are written as their record
-    /// finishes, and flushed before the commit that passes it (a write that fails is
-    /// logged; its record is still committed). Exactly once
+    /// finishes, and delivered before the commit that passes it. A write that fails
+    /// stops that commit: the records since the last commit are handled again, and
+    /// their outputs written again (so a reader may see an output twice, as with any
+    /// at-least-once retry). Exactly once
     /// ([`ProcessorBuilder::exactly_once`]), they go into the transaction that
     /// commits their record's offset: `read_committed` consumers see them once that
     /// transaction commits, and never if it aborts (the record is then handled
@@ -731,9 +733,11 @@ impl Processor {
                                         &mut held_stop,
                                     )
                                     .await
-                                } else {
-                                    self.flush_outputs(&mut txn).await;
+                                } else if self.flush_outputs(&mut txn).await {
                                     offsets.is_empty() || self.commit(&offsets, &metadata).await
+                                } else {
+                                    self.rewind(&mut lanes);
+                                    false
                                 };
                                 lanes.committed(&offsets, ok, now());
                             }
@@ -762,9 +766,11 @@ impl Processor {
                                             &mut held_stop,
                                         )
                                         .await
-                                    } else {
-                                        self.flush_outputs(&mut txn).await;
+                                    } else if self.flush_outputs(&mut txn).await {
                                         self.commit(&offsets, &metadata).await
+                                    } else {
+                                        self.rewind(&mut lanes);
+                                        false
                                     };
                                     if !ok {
                                         warn!(
@@ -1050,12 +1056,14 @@ struct Txn {
     /// Exactly once: a transaction is open.
     open: bool,
     /// Exactly once: a write could not be put in the open transaction; it aborts.
+    /// At least once: an output could not be sent; the next commit is not made.
     failed: bool,
     /// Exactly once: the producer was fenced (or failed for good); nothing more is
     /// committed, and the run stops.
     fatal: Option<TransactionError>,
     /// Exactly once: the deliveries of the open transaction's writes; any that
-    /// fails aborts it.
+    /// fails aborts it. At least once: those of the outputs written since the last
+    /// commit; any that fails stops the next commit.
     deliveries: Vec<crate::producer::DeliveryFuture>,
     /// At least once: outputs written since the last commit, flushed before it.
     unflushed: bool,
@@ -1130,24 +1138,34 @@ impl Processor {
             }
             txn.unflushed = true;
             match self.producer.send(record).await {
-                Ok(delivery) => {
-                    tokio::spawn(async move {
-                        if let Err(error) = delivery.await {
-                            warn!(%error, "a handler's output was not written");
-                        }
-                    });
+                Ok(delivery) => txn.deliveries.push(delivery),
+                Err(error) => {
+                    warn!(%error, "a handler's output was not written; the records since the last commit are handled again");
+                    txn.failed = true;
                 }
-                Err(error) => warn!(%error, "a handler's output was not written"),
             }
         }
     }
 
     /// At least once: outputs written since the last commit are delivered (or
     /// failed) before it.
-    async fn flush_outputs(&self, txn: &mut Txn) {
+    ///
+    /// `false` if one failed: the commit is not made (its records did not finish,
+    /// their outputs being part of them), and the caller rewinds the lanes to the
+    /// last commit, so those records are handled again and their outputs written
+    /// again (at least once, a write may then be seen twice).
+    async fn flush_outputs(&self, txn: &mut Txn) -> bool {
         if std::mem::take(&mut txn.unflushed) {
             self.producer.flush().await;
         }
+        let mut ok = !std::mem::take(&mut txn.failed);
+        for delivery in std::mem::take(&mut txn.deliveries) {
+            if let Err(error) = delivery.await {
+                warn!(%error, "a handler's output was not written; the records since the last commit are handled again");
+                ok = false;
+            }
+        }
+        ok
     }
 
     /// Exactly once: commits the open transaction with `offsets`; `true` if it
@@ -1280,7 +1298,7 @@ impl Processor {
         let restart = lanes.rewind(now());
         warn!(
             partitions = ?restart,
-            "the transaction aborted: the records since the last commit are handled again"
+            "the commit point failed (an aborted transaction, or an output not written): the records since the last commit are handled again"
         );
         for (tp, offset) in restart {
             self.consumer.seek(&tp, offset);
