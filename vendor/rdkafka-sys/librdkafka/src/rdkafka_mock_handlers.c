@@ -1897,6 +1897,12 @@ static int rd_kafka_mock_handle_SyncGroup(rd_kafka_mock_connection_t *mconn,
                 if (err || mcgrp->state == RD_KAFKA_MOCK_CGRP_STATE_UP)
                         continue;
 
+                /* ottla test-only patch: a null member id (a flexible
+                 * SyncGroup read with the non-flexible layout gives one) made
+                 * member_find memcmp with a length of -1 and crash. */
+                if (RD_KAFKAP_STR_IS_NULL(&MemberId2))
+                        continue;
+
                 /* Find member */
                 member2 =
                     rd_kafka_mock_cgrp_classic_member_find(mcgrp, &MemberId2);
