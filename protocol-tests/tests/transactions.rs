@@ -8,10 +8,12 @@
 //! - tansu 0.6.0 answers every transactional API, writes the markers, and filters
 //!   aborted records for `read_committed`;
 //! - the librdkafka mock answers InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
-//!   TxnOffsetCommit and EndTxn and checks the producer's epoch (so fencing works), but
-//!   writes no control markers, reports the log end as the last stable offset and
-//!   never stores a TxnOffsetCommit's offsets: aborted records stay visible to
-//!   `read_committed` there, and the offsets of a transaction are not kept.
+//!   TxnOffsetCommit and EndTxn and checks the producer's epoch (so fencing works);
+//!   the workspace's patch (vendor/rdkafka-sys/OTTLA-PATCH.md) makes it write the
+//!   control markers, hold the last stable offset at the oldest open transaction,
+//!   list aborted transactions to `read_committed` fetches and commit a
+//!   TxnOffsetCommit's offsets with the transaction, as Kafka does. The published
+//!   mock does none of these.
 
 use std::time::Duration;
 
@@ -134,7 +136,7 @@ fn count(values: &[String], prefix: &str) -> usize {
 
 /// Commits 10 records, aborts 10, commits 10 more: `read_committed` consumers see the
 /// 20 committed ones, a `read_uncommitted` one all 30. Returns how many aborted
-/// records each `read_committed` reader saw (the mock writes no markers).
+/// records each `read_committed` reader saw (ottla's, librdkafka's).
 async fn commit_and_abort(peer: &Peer) -> (usize, usize) {
     protocol_tests::init_tracing();
     let topic = format!("txn-commit-abort-{}", peer.name());
@@ -197,18 +199,92 @@ async fn tansu_commit_is_read_and_abort_is_not_by_read_committed_consumers() {
     );
 }
 
+/// The patched mock writes the markers and lists the aborted transaction to
+/// `read_committed` fetches: neither reader sees the aborted records (the published
+/// mock showed them to both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_commit_is_read_and_aborted_records_stay_visible_without_markers() {
+async fn mock_commit_is_read_and_abort_is_not_by_read_committed_consumers() {
     let peer = Peer::mock(1).expect("mock");
     let (ottla, rd) = commit_and_abort(&peer).await;
-    // The mock's EndTxn writes no abort marker and its last stable offset is the log
-    // end: both readers see the aborted records. Recorded so that a mock that starts
-    // writing markers shows up here.
     assert_eq!(
         (ottla, rd),
-        (10, 10),
+        (0, 0),
         "aborted records seen by read_committed (ottla, librdkafka)"
     );
+}
+
+/// An open transaction holds the last stable offset back at its first record: a
+/// `read_committed` reader sees none of its records (nor the plain record written
+/// after it) until the commit, a `read_uncommitted` one sees them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_open_transaction_holds_back_the_last_stable_offset() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let topic = "txn-lso";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let producer = transactional(&peer, "tx-lso")
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "open", 4).await;
+    let plain = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("plain");
+    plain
+        .send(ProducerRecord::new(topic).partition(0).value("plain"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+
+    let uncommitted = read_ottla(&peer, topic, IsolationLevel::ReadUncommitted, "open", 4).await;
+    assert_eq!(count(&uncommitted, "open"), 4, "{uncommitted:?}");
+
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .assign((0..PARTITIONS).map(|p| TopicPartition::new(topic, p)))
+        .offset_reset(OffsetReset::Earliest)
+        .isolation(IsolationLevel::ReadCommitted)
+        .build()
+        .await
+        .expect("consumer");
+    let mut values = Vec::new();
+    let mut read = async |values: &mut Vec<String>, until: tokio::time::Instant| {
+        while let Ok(batch) = tokio::time::timeout_at(until, consumer.recv_batch(100)).await {
+            for r in &batch.expect("records") {
+                values.push(String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned());
+            }
+        }
+    };
+    read(
+        &mut values,
+        tokio::time::Instant::now() + Duration::from_secs(2),
+    )
+    .await;
+    assert!(
+        values.is_empty(),
+        "read_committed read past the open transaction: {values:?}"
+    );
+
+    producer.commit_transaction().await.expect("commit");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while (count(&values, "open"), count(&values, "plain")) != (4, 1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all read after the commit: {values:?}"
+        );
+        read(
+            &mut values,
+            tokio::time::Instant::now() + Duration::from_millis(500),
+        )
+        .await;
+    }
+    drop(read);
+    consumer.close().await.expect("close");
+    producer.close().await;
+    plain.close().await;
 }
 
 /// A second producer with the same `transactional.id` fences the first on tansu: its
@@ -307,8 +383,24 @@ async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the
 /// after an abort. The group metadata is a live member's (KIP-447).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
-    protocol_tests::init_tracing();
     let peer = Peer::tansu().expect("tansu");
+    offsets_commit_with_the_transaction(&peer, false).await;
+}
+
+/// The same on the patched mock, which also keeps the offsets out of OffsetFetch
+/// until the commit (the published mock never stored them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_offsets_commit_with_the_transaction_and_not_with_an_abort() {
+    let peer = Peer::mock(1).expect("mock");
+    offsets_commit_with_the_transaction(&peer, true).await;
+}
+
+/// Copies `txn-in` to `txn-out` in two transactions with the group's offsets, the
+/// first committed (offset 10), the second aborted (offset 20): the group's committed
+/// offset is 10. With `pending_hidden`, also checks that the first transaction's
+/// offset is not committed before its EndTxn.
+async fn offsets_commit_with_the_transaction(peer: &Peer, pending_hidden: bool) {
+    protocol_tests::init_tracing();
     let (input, output, group) = ("txn-in", "txn-out", "txn-offsets-g");
     peer.create_topic(input, 1).expect("topic");
     peer.create_topic(output, PARTITIONS).expect("topic");
@@ -354,7 +446,7 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     assert!(metadata.generation_id >= 0, "a joined member: {metadata:?}");
     assert!(!metadata.member_id.is_empty(), "{metadata:?}");
 
-    let producer = transactional(&peer, "tx-offsets")
+    let producer = transactional(peer, "tx-offsets")
         .build()
         .await
         .expect("producer");
@@ -374,6 +466,13 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
         .send_offsets_to_transaction(offsets(10), metadata.clone())
         .await
         .expect("offsets");
+    if pending_hidden {
+        assert_eq!(
+            rd_committed(peer.bootstrap(), group, input).await,
+            None,
+            "a transaction's offset is committed with it, not before"
+        );
+    }
     producer.commit_transaction().await.expect("commit");
     // Aborted: offset 20 must not stick.
     producer.begin_transaction().expect("begin");
