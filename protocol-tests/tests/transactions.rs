@@ -379,6 +379,45 @@ async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the
     second.close().await;
 }
 
+/// A second producer's InitProducerId for the same `transactional.id` aborts the
+/// transaction the first left open, as Kafka's coordinator does when it fences the
+/// old epoch: `read_committed` readers never see the first's records, though it
+/// never ended its transaction (the published mock left it open, and its records
+/// visible, for ever). The mock still does not fence the first producer itself
+/// (`mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the_mock`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_second_instance_aborts_the_first_s_open_transaction() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let topic = "txn-zombie";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let first = transactional(&peer, "tx-zombie")
+        .build()
+        .await
+        .expect("first");
+    first.init_transactions().await.expect("init first");
+    first.begin_transaction().expect("begin");
+    send(&first, topic, "zombie", 4).await;
+
+    let second = transactional(&peer, "tx-zombie")
+        .build()
+        .await
+        .expect("second");
+    second.init_transactions().await.expect("init second");
+    second.begin_transaction().expect("begin");
+    send(&second, topic, "second", 4).await;
+    second.commit_transaction().await.expect("commit");
+    second.close().await;
+
+    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "second", 4).await;
+    assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "second", 4).await;
+    assert_eq!(count(&rd, "zombie"), 0, "librdkafka: {rd:?}");
+    // The first producer ends only now, so that its own abort cannot be what hid
+    // its records.
+    drop(first);
+}
+
 /// A group's offsets committed with the transaction: visible after a commit, not
 /// after an abort. The group metadata is a live member's (KIP-447).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
