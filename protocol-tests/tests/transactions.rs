@@ -281,7 +281,6 @@ async fn mock_open_transaction_holds_back_the_last_stable_offset() {
         )
         .await;
     }
-    drop(read);
     consumer.close().await.expect("close");
     producer.close().await;
     plain.close().await;
