@@ -425,8 +425,10 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     offsets_commit_with_the_transaction(&peer, false).await;
 }
 
-/// The same on the patched mock, which also keeps the offsets out of OffsetFetch
-/// until the commit (the published mock never stored them).
+/// The same on the patched mock, where a stable OffsetFetch (librdkafka's
+/// `read_committed` consumer asks with require_stable) of an offset the transaction
+/// has pending gets UNSTABLE_OFFSET_COMMIT until the commit, as in Kafka (KIP-447).
+/// The published mock never stored the offsets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     let peer = Peer::mock(1).expect("mock");
@@ -435,9 +437,10 @@ async fn mock_offsets_commit_with_the_transaction_and_not_with_an_abort() {
 
 /// Copies `txn-in` to `txn-out` in two transactions with the group's offsets, the
 /// first committed (offset 10), the second aborted (offset 20): the group's committed
-/// offset is 10. With `pending_hidden`, also checks that the first transaction's
-/// offset is not committed before its EndTxn.
-async fn offsets_commit_with_the_transaction(peer: &Peer, pending_hidden: bool) {
+/// offset is 10. With `stable_fetch_waits`, also checks that a stable OffsetFetch
+/// asked while the first transaction is open is answered only after its commit, with
+/// its offset.
+async fn offsets_commit_with_the_transaction(peer: &Peer, stable_fetch_waits: bool) {
     protocol_tests::init_tracing();
     let (input, output, group) = ("txn-in", "txn-out", "txn-offsets-g");
     peer.create_topic(input, 1).expect("topic");
@@ -504,14 +507,25 @@ async fn offsets_commit_with_the_transaction(peer: &Peer, pending_hidden: bool) 
         .send_offsets_to_transaction(offsets(10), metadata.clone())
         .await
         .expect("offsets");
-    if pending_hidden {
+    let waiting = if stable_fetch_waits {
+        let waiting = tokio::spawn(rd_committed(peer.bootstrap(), group, input));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a stable OffsetFetch answered while the transaction's offset is pending"
+        );
+        Some(waiting)
+    } else {
+        None
+    };
+    producer.commit_transaction().await.expect("commit");
+    if let Some(waiting) = waiting {
         assert_eq!(
-            rd_committed(peer.bootstrap(), group, input).await,
-            None,
-            "a transaction's offset is committed with it, not before"
+            waiting.await.expect("reader"),
+            Some(10),
+            "the stable OffsetFetch answered after the commit, with its offset"
         );
     }
-    producer.commit_transaction().await.expect("commit");
     // Aborted: offset 20 must not stick.
     producer.begin_transaction().expect("begin");
     send(&producer, output, "dropped", 10).await;

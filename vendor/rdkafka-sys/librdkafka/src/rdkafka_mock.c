@@ -511,6 +511,24 @@ void rd_kafka_mock_txn_offset_add(rd_kafka_mock_cluster_t *mcluster,
 }
 
 /**
+ * @brief ottla test-only patch: whether a transaction has an offset pending for
+ *        \p group in \p mpart (Kafka then answers a stable OffsetFetch with
+ *        UNSTABLE_OFFSET_COMMIT).
+ */
+rd_bool_t rd_kafka_mock_txn_offset_pending(rd_kafka_mock_cluster_t *mcluster,
+                                           const rd_kafkap_str_t *group,
+                                           const rd_kafka_mock_partition_t *mpart) {
+        rd_kafka_mock_txn_offset_t *toff;
+        int i;
+
+        RD_LIST_FOREACH(toff, &mcluster->txn_offsets, i) {
+                if (toff->mpart == mpart && !rd_kafkap_str_cmp(toff->group, group))
+                        return rd_true;
+        }
+        return rd_false;
+}
+
+/**
  * @brief Append the MessageSets in \p bytes to the \p mpart partition log.
  *
  * @param BaseOffset will contain the first assigned offset of the message set.

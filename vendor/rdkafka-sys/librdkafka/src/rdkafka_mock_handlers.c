@@ -926,6 +926,7 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
         rd_kafka_resp_err_t all_err;
         int32_t TopicsCnt;
         rd_kafkap_str_t GroupId;
+        rd_bool_t RequireStable = rd_false; /* ottla test-only patch */
 
         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 3) {
                 /* Response: ThrottleTime */
@@ -933,6 +934,30 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
         }
 
         rd_kafka_buf_read_str(rkbuf, &GroupId);
+
+        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 7) {
+                /* ottla test-only patch: v7's RequireStable follows the
+                 * topics, but the answer for each partition depends on it:
+                 * read ahead to it, then come back. */
+                size_t of = rd_slice_offset(&rkbuf->rkbuf_reader);
+                int32_t SkipTopicsCnt;
+                rd_kafka_buf_read_arraycnt(rkbuf, &SkipTopicsCnt, 100000);
+                while (SkipTopicsCnt-- > 0) {
+                        rd_kafkap_str_t SkipTopic;
+                        int32_t SkipPartitionCnt;
+                        rd_kafka_buf_read_str(rkbuf, &SkipTopic);
+                        rd_kafka_buf_read_arraycnt(rkbuf, &SkipPartitionCnt,
+                                                   100000);
+                        while (SkipPartitionCnt-- > 0) {
+                                int32_t SkipPartition;
+                                rd_kafka_buf_read_i32(rkbuf, &SkipPartition);
+                        }
+                        rd_kafka_buf_skip_tags(rkbuf);
+                }
+                rd_kafka_buf_read_bool(rkbuf, &RequireStable);
+                if (rd_slice_seek(&rkbuf->rkbuf_reader, of) == -1)
+                        goto err_parse;
+        }
 
         /* Inject error, if any */
         all_err = rd_kafka_mock_next_request_error(mconn, resp);
@@ -982,6 +1007,14 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
                         if (!all_err && !mpart)
                                 err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
 
+                        /* ottla test-only patch: with RequireStable, Kafka
+                         * answers UNSTABLE_OFFSET_COMMIT for a partition whose
+                         * offset a transaction has pending (KIP-447). */
+                        if (!err && RequireStable &&
+                            rd_kafka_mock_txn_offset_pending(mcluster,
+                                                             &GroupId, mpart))
+                                err = RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT;
+
                         if (!err)
                                 coff = rd_kafka_mock_committed_offset_find(
                                     mpart, &GroupId);
@@ -1030,6 +1063,11 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
 
                 /* Response: Struct tags */
                 rd_kafka_buf_write_tags_empty(resp);
+        }
+
+        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 7) {
+                /* RequireStable, read ahead above (ottla test-only patch) */
+                rd_kafka_buf_read_bool(rkbuf, &RequireStable);
         }
 
         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 2) {
@@ -3079,7 +3117,8 @@ const struct rd_kafka_mock_api_handler
         [RD_KAFKAP_Produce]      = {0, 10, 9, rd_kafka_mock_handle_Produce},
         [RD_KAFKAP_Fetch]        = {0, 16, 12, rd_kafka_mock_handle_Fetch},
         [RD_KAFKAP_ListOffsets]  = {0, 7, 6, rd_kafka_mock_handle_ListOffsets},
-        [RD_KAFKAP_OffsetFetch]  = {0, 6, 6, rd_kafka_mock_handle_OffsetFetch},
+        /* ottla test-only patch: v7, RequireStable (KIP-447) */
+        [RD_KAFKAP_OffsetFetch]  = {0, 7, 6, rd_kafka_mock_handle_OffsetFetch},
         [RD_KAFKAP_OffsetCommit] = {0, 9, 8, rd_kafka_mock_handle_OffsetCommit},
         [RD_KAFKAP_ApiVersion]   = {0, 2, 3, rd_kafka_mock_handle_ApiVersion},
         [RD_KAFKAP_Metadata]     = {0, 12, 9, rd_kafka_mock_handle_Metadata},

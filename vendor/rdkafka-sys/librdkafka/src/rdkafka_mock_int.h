@@ -593,6 +593,9 @@ void rd_kafka_mock_txn_end(rd_kafka_mock_cluster_t *mcluster,
                            rd_bool_t committed);
 void rd_kafka_mock_txn_abort_tid(rd_kafka_mock_cluster_t *mcluster,
                                  const rd_kafkap_str_t *TransactionalId);
+rd_bool_t rd_kafka_mock_txn_offset_pending(rd_kafka_mock_cluster_t *mcluster,
+                                           const rd_kafkap_str_t *group,
+                                           const rd_kafka_mock_partition_t *mpart);
 void rd_kafka_mock_txn_offset_add(rd_kafka_mock_cluster_t *mcluster,
                                   int64_t pid,
                                   const rd_kafkap_str_t *group,
