@@ -772,7 +772,6 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     producer.commit_transaction().await.expect("commit");
     let requests = mock.requests();
     mock.stop_request_tracking();
-    producer.close().await;
     let at = |api: i16| -> Vec<i32> {
         requests
             .iter()
@@ -787,6 +786,22 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     assert!(!at(10).is_empty(), "the coordinator was looked up again");
     assert_eq!(at(26), vec![2], "EndTxn");
     let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "moved", 2).await;
+    assert_eq!(count(&values, "moved"), 2, "{values:?}");
+
+    // The patched mock keeps a transaction's state in the cluster, not at its
+    // coordinator: a transaction aborted at the coordinator it moved to mid-way is
+    // still hidden from read_committed, and the next one commits.
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "dropped", 2).await;
+    mock.set_transaction_coordinator("tx-move", 3)
+        .expect("move");
+    producer.abort_transaction().await.expect("abort");
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "after", 2).await;
+    producer.commit_transaction().await.expect("commit");
+    producer.close().await;
+    let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 2).await;
+    assert_eq!(count(&values, "dropped"), 0, "{values:?}");
     assert_eq!(count(&values, "moved"), 2, "{values:?}");
 }
 
