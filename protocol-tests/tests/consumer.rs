@@ -993,10 +993,16 @@ async fn tansu_read_committed_hides_aborted_transactions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_read_committed_hides_aborted_transactions() {
+    // The workspace's patched mock writes the markers and lists the aborted
+    // transaction in Fetch, as Kafka does (the published mock did neither).
+    read_committed_hides_aborted(&Peer::mock(1).expect("mock")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_read_committed_hides_aborted_transactions() {
-    // The librdkafka mock writes no transaction markers and reports no aborted
-    // transactions, so it cannot take part. Point OTTLA_BOOTSTRAP at a broker with
-    // transactions (Kafka, Redpanda, franz-go's kfake) to run this there.
+    // Point OTTLA_BOOTSTRAP at a broker with transactions (Kafka, Redpanda, franz-go's
+    // kfake) to run this there.
     match Peer::external_from_env() {
         Some(peer) => read_committed_hides_aborted(&peer).await,
         None => println!("OTTLA_BOOTSTRAP not set: skipped"),

@@ -163,13 +163,21 @@ async fn tansu_records_from_librdkafka_under_every_codec_read_back_identical() {
     fidelity(Peer::tansu().unwrap()).await;
 }
 
-/// Values fetched at `isolation`, through [`CommittedFilter`], until the high watermark.
-async fn fetch_values(bootstrap: &str, topic: &str, isolation: IsolationLevel) -> Vec<String> {
+/// Values fetched at `isolation`, through [`CommittedFilter`], until the high watermark
+/// (the last stable offset for `read_committed`), and whether any fetch listed an
+/// aborted transaction.
+async fn fetch_values(
+    bootstrap: &str,
+    topic: &str,
+    isolation: IsolationLevel,
+) -> (Vec<String>, bool) {
     let p0 = Partition0::connect(bootstrap, topic).await;
     let mut offset = 0;
     let mut values = Vec::new();
+    let mut listed_aborted = false;
     loop {
         let part = p0.fetch(offset, 1 << 20, isolation).await;
+        listed_aborted |= !part.aborted.is_empty();
         let limit = match isolation {
             IsolationLevel::ReadCommitted => part.last_stable_offset,
             IsolationLevel::ReadUncommitted => part.high_watermark,
@@ -191,12 +199,14 @@ async fn fetch_values(bootstrap: &str, topic: &str, isolation: IsolationLevel) -
             }
         }
         if offset >= limit {
-            return values;
+            return (values, listed_aborted);
         }
     }
 }
 
-async fn transactions(peer: Peer) {
+/// With `read_committed`, the peer is expected to list the aborted transaction to a
+/// `read_committed` fetch, as Kafka does.
+async fn transactions(peer: Peer, read_committed: bool) {
     let topic = "txn";
     peer.create_topic(topic, 1).unwrap();
     let producer: FutureProducer = RdConfig::new()
@@ -229,27 +239,43 @@ async fn transactions(peer: Peer) {
                 .expect("abort");
         }
     }
-    // Neither peer here can show read_committed: the librdkafka mock writes no
-    // transaction markers and reports no aborted transactions, and tansu writes the
-    // markers but reports no aborted transactions either (both checked by hand), so a
-    // Java-faithful client sees aborted records from both. The filter is checked on
-    // batches built by kafka-protocol's encoder (batch.rs). What the peers can show:
-    // read_uncommitted returns every data record and never a marker.
-    let everything = fetch_values(&peer.bootstrap(), topic, IsolationLevel::ReadUncommitted).await;
+    // tansu writes the markers but reports no aborted transactions (checked by hand),
+    // so a Java-faithful client sees aborted records there; the filter is checked on
+    // batches built by kafka-protocol's encoder (batch.rs). The patched librdkafka
+    // mock writes the markers and lists the aborted transaction, as Kafka does
+    // (vendor/rdkafka-sys/OTTLA-PATCH.md). Every peer shows that read_uncommitted
+    // returns every data record and never a marker.
+    let (everything, _) =
+        fetch_values(&peer.bootstrap(), topic, IsolationLevel::ReadUncommitted).await;
     assert_eq!(
         everything,
         ["a0", "a1", "a2", "b0", "b1", "b2", "c0", "c1", "c2"],
         "{}: read_uncommitted shows aborted records, never markers",
         peer.name()
     );
+    if read_committed {
+        let (committed, listed_aborted) =
+            fetch_values(&peer.bootstrap(), topic, IsolationLevel::ReadCommitted).await;
+        assert_eq!(
+            committed,
+            ["a0", "a1", "a2", "c0", "c1", "c2"],
+            "{}: read_committed",
+            peer.name()
+        );
+        assert!(
+            listed_aborted,
+            "{}: no aborted transaction listed",
+            peer.name()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_transactional_records_are_read_and_markers_never_shown() {
-    transactions(Peer::mock(3).unwrap()).await;
+    transactions(Peer::mock(3).unwrap(), true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_transactional_records_are_read_and_markers_never_shown() {
-    transactions(Peer::tansu().unwrap()).await;
+    transactions(Peer::tansu().unwrap(), false).await;
 }

@@ -3,8 +3,9 @@
 //! extra packages (none, gzip). Every record is checked field by field: key, value,
 //! partition, order, and headers, including an empty-valued one.
 //!
-//! Transactions run on tansu only: the librdkafka mock writes no transaction markers
-//! (PEERS.md), so there is nothing for `read_committed` to honour there.
+//! Transactions run on tansu only: the published librdkafka mock writes no transaction
+//! markers (docs/peers.md); the workspace's patched mock does, and
+//! `transactions.rs` and `consumer.rs` read transactions on it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -8,10 +8,12 @@
 //! - tansu 0.6.0 answers every transactional API, writes the markers, and filters
 //!   aborted records for `read_committed`;
 //! - the librdkafka mock answers InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
-//!   TxnOffsetCommit and EndTxn and checks the producer's epoch (so fencing works), but
-//!   writes no control markers, reports the log end as the last stable offset and
-//!   never stores a TxnOffsetCommit's offsets: aborted records stay visible to
-//!   `read_committed` there, and the offsets of a transaction are not kept.
+//!   TxnOffsetCommit and EndTxn and checks the producer's epoch (so fencing works);
+//!   the workspace's patch (vendor/rdkafka-sys/OTTLA-PATCH.md) makes it write the
+//!   control markers, hold the last stable offset at the oldest open transaction,
+//!   list aborted transactions to `read_committed` fetches and commit a
+//!   TxnOffsetCommit's offsets with the transaction, as Kafka does. The published
+//!   mock does none of these.
 
 use std::time::Duration;
 
@@ -134,7 +136,7 @@ fn count(values: &[String], prefix: &str) -> usize {
 
 /// Commits 10 records, aborts 10, commits 10 more: `read_committed` consumers see the
 /// 20 committed ones, a `read_uncommitted` one all 30. Returns how many aborted
-/// records each `read_committed` reader saw (the mock writes no markers).
+/// records each `read_committed` reader saw (ottla's, librdkafka's).
 async fn commit_and_abort(peer: &Peer) -> (usize, usize) {
     protocol_tests::init_tracing();
     let topic = format!("txn-commit-abort-{}", peer.name());
@@ -197,18 +199,91 @@ async fn tansu_commit_is_read_and_abort_is_not_by_read_committed_consumers() {
     );
 }
 
+/// The patched mock writes the markers and lists the aborted transaction to
+/// `read_committed` fetches: neither reader sees the aborted records (the published
+/// mock showed them to both).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_commit_is_read_and_aborted_records_stay_visible_without_markers() {
+async fn mock_commit_is_read_and_abort_is_not_by_read_committed_consumers() {
     let peer = Peer::mock(1).expect("mock");
     let (ottla, rd) = commit_and_abort(&peer).await;
-    // The mock's EndTxn writes no abort marker and its last stable offset is the log
-    // end: both readers see the aborted records. Recorded so that a mock that starts
-    // writing markers shows up here.
     assert_eq!(
         (ottla, rd),
-        (10, 10),
+        (0, 0),
         "aborted records seen by read_committed (ottla, librdkafka)"
     );
+}
+
+/// An open transaction holds the last stable offset back at its first record: a
+/// `read_committed` reader sees none of its records (nor the plain record written
+/// after it) until the commit, a `read_uncommitted` one sees them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_open_transaction_holds_back_the_last_stable_offset() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let topic = "txn-lso";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let producer = transactional(&peer, "tx-lso")
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "open", 4).await;
+    let plain = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("plain");
+    plain
+        .send(ProducerRecord::new(topic).partition(0).value("plain"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+
+    let uncommitted = read_ottla(&peer, topic, IsolationLevel::ReadUncommitted, "open", 4).await;
+    assert_eq!(count(&uncommitted, "open"), 4, "{uncommitted:?}");
+
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .assign((0..PARTITIONS).map(|p| TopicPartition::new(topic, p)))
+        .offset_reset(OffsetReset::Earliest)
+        .isolation(IsolationLevel::ReadCommitted)
+        .build()
+        .await
+        .expect("consumer");
+    let mut values = Vec::new();
+    let mut read = async |values: &mut Vec<String>, until: tokio::time::Instant| {
+        while let Ok(batch) = tokio::time::timeout_at(until, consumer.recv_batch(100)).await {
+            for r in &batch.expect("records") {
+                values.push(String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned());
+            }
+        }
+    };
+    read(
+        &mut values,
+        tokio::time::Instant::now() + Duration::from_secs(2),
+    )
+    .await;
+    assert!(
+        values.is_empty(),
+        "read_committed read past the open transaction: {values:?}"
+    );
+
+    producer.commit_transaction().await.expect("commit");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while (count(&values, "open"), count(&values, "plain")) != (4, 1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all read after the commit: {values:?}"
+        );
+        read(
+            &mut values,
+            tokio::time::Instant::now() + Duration::from_millis(500),
+        )
+        .await;
+    }
+    consumer.close().await.expect("close");
+    producer.close().await;
+    plain.close().await;
 }
 
 /// A second producer with the same `transactional.id` fences the first on tansu: its
@@ -303,12 +378,70 @@ async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the
     second.close().await;
 }
 
+/// A second producer's InitProducerId for the same `transactional.id` aborts the
+/// transaction the first left open, as Kafka's coordinator does when it fences the
+/// old epoch: `read_committed` readers never see the first's records, though it
+/// never ended its transaction (the published mock left it open, and its records
+/// visible, for ever). The mock still does not fence the first producer itself
+/// (`mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the_mock`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_second_instance_aborts_the_first_s_open_transaction() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let topic = "txn-zombie";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let first = transactional(&peer, "tx-zombie")
+        .build()
+        .await
+        .expect("first");
+    first.init_transactions().await.expect("init first");
+    first.begin_transaction().expect("begin");
+    send(&first, topic, "zombie", 4).await;
+
+    let second = transactional(&peer, "tx-zombie")
+        .build()
+        .await
+        .expect("second");
+    second.init_transactions().await.expect("init second");
+    second.begin_transaction().expect("begin");
+    send(&second, topic, "second", 4).await;
+    second.commit_transaction().await.expect("commit");
+    second.close().await;
+
+    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "second", 4).await;
+    assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "second", 4).await;
+    assert_eq!(count(&rd, "zombie"), 0, "librdkafka: {rd:?}");
+    // The first producer ends only now, so that its own abort cannot be what hid
+    // its records.
+    drop(first);
+}
+
 /// A group's offsets committed with the transaction: visible after a commit, not
 /// after an abort. The group metadata is a live member's (KIP-447).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
-    protocol_tests::init_tracing();
     let peer = Peer::tansu().expect("tansu");
+    offsets_commit_with_the_transaction(&peer, false).await;
+}
+
+/// The same on the patched mock, where a stable OffsetFetch (librdkafka's
+/// `read_committed` consumer asks with require_stable) of an offset the transaction
+/// has pending gets UNSTABLE_OFFSET_COMMIT until the commit, as in Kafka (KIP-447).
+/// The published mock never stored the offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_offsets_commit_with_the_transaction_and_not_with_an_abort() {
+    let peer = Peer::mock(1).expect("mock");
+    offsets_commit_with_the_transaction(&peer, true).await;
+}
+
+/// Copies `txn-in` to `txn-out` in two transactions with the group's offsets, the
+/// first committed (offset 10), the second aborted (offset 20): the group's committed
+/// offset is 10. With `stable_fetch_waits`, also checks that a stable OffsetFetch
+/// asked while the first transaction is open is answered only after its commit, with
+/// its offset.
+async fn offsets_commit_with_the_transaction(peer: &Peer, stable_fetch_waits: bool) {
+    protocol_tests::init_tracing();
     let (input, output, group) = ("txn-in", "txn-out", "txn-offsets-g");
     peer.create_topic(input, 1).expect("topic");
     peer.create_topic(output, PARTITIONS).expect("topic");
@@ -354,7 +487,7 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
     assert!(metadata.generation_id >= 0, "a joined member: {metadata:?}");
     assert!(!metadata.member_id.is_empty(), "{metadata:?}");
 
-    let producer = transactional(&peer, "tx-offsets")
+    let producer = transactional(peer, "tx-offsets")
         .build()
         .await
         .expect("producer");
@@ -374,7 +507,25 @@ async fn tansu_offsets_commit_with_the_transaction_and_not_with_an_abort() {
         .send_offsets_to_transaction(offsets(10), metadata.clone())
         .await
         .expect("offsets");
+    let waiting = if stable_fetch_waits {
+        let waiting = tokio::spawn(rd_committed(peer.bootstrap(), group, input));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !waiting.is_finished(),
+            "a stable OffsetFetch answered while the transaction's offset is pending"
+        );
+        Some(waiting)
+    } else {
+        None
+    };
     producer.commit_transaction().await.expect("commit");
+    if let Some(waiting) = waiting {
+        assert_eq!(
+            waiting.await.expect("reader"),
+            Some(10),
+            "the stable OffsetFetch answered after the commit, with its offset"
+        );
+    }
     // Aborted: offset 20 must not stick.
     producer.begin_transaction().expect("begin");
     send(&producer, output, "dropped", 10).await;
@@ -709,7 +860,6 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     producer.commit_transaction().await.expect("commit");
     let requests = mock.requests();
     mock.stop_request_tracking();
-    producer.close().await;
     let at = |api: i16| -> Vec<i32> {
         requests
             .iter()
@@ -724,6 +874,22 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     assert!(!at(10).is_empty(), "the coordinator was looked up again");
     assert_eq!(at(26), vec![2], "EndTxn");
     let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "moved", 2).await;
+    assert_eq!(count(&values, "moved"), 2, "{values:?}");
+
+    // The patched mock keeps a transaction's state in the cluster, not at its
+    // coordinator: a transaction aborted at the coordinator it moved to mid-way is
+    // still hidden from read_committed, and the next one commits.
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "dropped", 2).await;
+    mock.set_transaction_coordinator("tx-move", 3)
+        .expect("move");
+    producer.abort_transaction().await.expect("abort");
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "after", 2).await;
+    producer.commit_transaction().await.expect("commit");
+    producer.close().await;
+    let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 2).await;
+    assert_eq!(count(&values, "dropped"), 0, "{values:?}");
     assert_eq!(count(&values, "moved"), 2, "{values:?}");
 }
 

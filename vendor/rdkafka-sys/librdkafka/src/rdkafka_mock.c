@@ -40,6 +40,7 @@
 #include "rdkafka_transport_int.h"
 #include "rdkafka_mock.h"
 #include "rdunittest.h"
+#include "crc32c.h" /* ottla test-only patch */
 
 #include <stdarg.h>
 
@@ -65,6 +66,14 @@ rd_kafka_mock_broker_find(const rd_kafka_mock_cluster_t *mcluster,
 }
 
 
+
+/* ottla test-only patch: frees a pending transactional offset. */
+static void rd_kafka_mock_txn_offset_destroy(void *ptr) {
+        rd_kafka_mock_txn_offset_t *toff = ptr;
+        rd_kafkap_str_destroy(toff->group);
+        rd_kafkap_str_destroy(toff->metadata);
+        rd_free(toff);
+}
 
 /**
  * @brief Unlink and free message set.
@@ -304,6 +313,221 @@ err_parse:
         return rkbuf->rkbuf_err;
 }
 
+/* ottla test-only patch: the producer's transaction in \p txns, or NULL. */
+static rd_kafka_mock_txn_t *rd_kafka_mock_txn_find(const rd_list_t *txns,
+                                                   int64_t pid) {
+        rd_kafka_mock_txn_t *txn;
+        int i;
+
+        RD_LIST_FOREACH(txn, txns, i) {
+                if (txn->pid == pid)
+                        return txn;
+        }
+        return NULL;
+}
+
+static void rd_kafka_mock_write_be(char *p, uint64_t v, int size) {
+        while (size-- > 0) {
+                p[size] = (char)(v & 0xff);
+                v >>= 8;
+        }
+}
+
+/**
+ * @brief ottla test-only patch: appends the control batch Kafka's transaction
+ *        coordinator writes to each partition of a transaction when it ends:
+ *        a v2 batch with attributes transactional|control, the producer's id
+ *        and epoch, base sequence -1, and one record whose key is
+ *        (version 0, type 0 abort / 1 commit) and value (version 0,
+ *        coordinator epoch 0). Like any batch it takes an offset.
+ *
+ * @returns the offset of the marker.
+ */
+static int64_t
+rd_kafka_mock_partition_append_marker(rd_kafka_mock_partition_t *mpart,
+                                      rd_kafka_pid_t pid,
+                                      rd_bool_t committed) {
+        /* 61 bytes of batch header and one 17-byte record. */
+        char buf[78];
+        rd_kafkap_bytes_t bytes;
+        rd_kafka_mock_msgset_t *mset;
+        int64_t now = (int64_t)(rd_uclock() / 1000);
+
+        memset(buf, 0, sizeof(buf));
+        rd_kafka_mock_write_be(buf + 0, 0, 8);                   /* BaseOffset */
+        rd_kafka_mock_write_be(buf + 8, sizeof(buf) - 12, 4);    /* Length */
+        rd_kafka_mock_write_be(buf + 12, 0, 4); /* PartitionLeaderEpoch */
+        buf[16] = 2;                            /* Magic */
+        rd_kafka_mock_write_be(buf + 21,
+                               RD_KAFKA_MSGSET_V2_ATTR_TRANSACTIONAL |
+                                   RD_KAFKA_MSGSET_V2_ATTR_CONTROL,
+                               2);                          /* Attributes */
+        rd_kafka_mock_write_be(buf + 23, 0, 4);             /* LastOffsetDelta */
+        rd_kafka_mock_write_be(buf + 27, (uint64_t)now, 8); /* BaseTimestamp */
+        rd_kafka_mock_write_be(buf + 35, (uint64_t)now, 8); /* MaxTimestamp */
+        rd_kafka_mock_write_be(buf + 43, (uint64_t)pid.id, 8);
+        rd_kafka_mock_write_be(buf + 51, (uint64_t)(uint16_t)pid.epoch, 2);
+        rd_kafka_mock_write_be(buf + 53, (uint32_t)-1, 4); /* BaseSequence */
+        rd_kafka_mock_write_be(buf + 57, 1, 4);            /* RecordCount */
+        /* The record, varints zigzag-encoded: length 16, attributes 0,
+         * timestamp delta 0, offset delta 0, key length 4, key, value
+         * length 6, value, no headers. */
+        buf[61] = 0x20;
+        buf[65] = 0x08;
+        buf[69] = committed ? 1 : 0; /* key: version 0, type */
+        buf[70] = 0x0c;
+        /* value: version 0, coordinator epoch 0; headers: 0 */
+        rd_kafka_mock_write_be(buf + 17, rd_crc32c(0, buf + 21, sizeof(buf) - 21),
+                               4); /* CRC-32C from Attributes on */
+
+        bytes.len  = (int32_t)sizeof(buf);
+        bytes.data = buf;
+        mset       = rd_kafka_mock_msgset_new(mpart, &bytes, 1);
+        return mset->first_offset;
+}
+
+/**
+ * @brief ottla test-only patch: the last stable offset as Kafka computes it:
+ *        the first offset of the oldest open transaction, else the high
+ *        watermark.
+ */
+int64_t rd_kafka_mock_partition_lso(const rd_kafka_mock_partition_t *mpart,
+                                    rd_bool_t on_follower) {
+        int64_t lso = on_follower ? mpart->follower_end_offset
+                                  : mpart->end_offset;
+        rd_kafka_mock_txn_t *txn;
+        int i;
+
+        RD_LIST_FOREACH(txn, &mpart->txns_open, i) {
+                if (txn->first_offset < lso)
+                        lso = txn->first_offset;
+        }
+        return lso;
+}
+
+/**
+ * @brief ottla test-only patch: ends producer \p pid's transaction as Kafka's
+ *        coordinator does on EndTxn: a marker in every partition where it is
+ *        open (on abort, the range is kept as aborted for read_committed
+ *        fetches), and its pending TxnOffsetCommit offsets become the
+ *        group's committed offsets (commit) or are dropped (abort).
+ */
+void rd_kafka_mock_txn_end(rd_kafka_mock_cluster_t *mcluster,
+                           rd_kafka_pid_t pid,
+                           rd_bool_t committed) {
+        rd_kafka_mock_topic_t *mtopic;
+        int i;
+
+        TAILQ_FOREACH(mtopic, &mcluster->topics, link) {
+                int p;
+                for (p = 0; p < mtopic->partition_cnt; p++) {
+                        rd_kafka_mock_partition_t *mpart =
+                            &mtopic->partitions[p];
+                        rd_kafka_mock_txn_t *txn =
+                            rd_kafka_mock_txn_find(&mpart->txns_open, pid.id);
+                        int64_t marker;
+
+                        if (!txn)
+                                continue;
+                        rd_list_remove(&mpart->txns_open, txn);
+                        marker = rd_kafka_mock_partition_append_marker(
+                            mpart, pid, committed);
+                        rd_kafka_dbg(mcluster->rk, MOCK, "MOCK",
+                                     "Topic %s [%" PRId32 "] %s marker at "
+                                     "%" PRId64 " for %s (from %" PRId64 ")",
+                                     mtopic->name, mpart->id,
+                                     committed ? "commit" : "abort", marker,
+                                     rd_kafka_pid2str(pid), txn->first_offset);
+                        if (committed) {
+                                rd_free(txn);
+                        } else {
+                                txn->last_offset = marker;
+                                rd_list_add(&mpart->txns_aborted, txn);
+                        }
+                }
+        }
+
+        for (i = rd_list_cnt(&mcluster->txn_offsets) - 1; i >= 0; i--) {
+                rd_kafka_mock_txn_offset_t *toff =
+                    rd_list_elem(&mcluster->txn_offsets, i);
+                if (toff->pid != pid.id)
+                        continue;
+                rd_list_remove_elem(&mcluster->txn_offsets, i);
+                if (committed)
+                        rd_kafka_mock_commit_offset(toff->mpart, toff->group,
+                                                    toff->offset,
+                                                    toff->metadata);
+                rd_kafka_mock_txn_offset_destroy(toff);
+        }
+}
+
+/**
+ * @brief ottla test-only patch: a new InitProducerId for a transactional id
+ *        aborts the transaction its previous producer left open, as Kafka's
+ *        coordinator does when it fences the old epoch.
+ */
+void rd_kafka_mock_txn_abort_tid(rd_kafka_mock_cluster_t *mcluster,
+                                 const rd_kafkap_str_t *TransactionalId) {
+        rd_kafka_mock_pid_t *mpid;
+        int i;
+
+        RD_LIST_FOREACH(mpid, &mcluster->pids, i) {
+                if (!rd_kafkap_str_cmp_str(TransactionalId,
+                                           mpid->TransactionalId))
+                        rd_kafka_mock_txn_end(mcluster, mpid->pid, rd_false);
+        }
+}
+
+/**
+ * @brief ottla test-only patch: keeps a TxnOffsetCommit's offset pending
+ *        until producer \p pid's transaction ends (the latest per group and
+ *        partition).
+ */
+void rd_kafka_mock_txn_offset_add(rd_kafka_mock_cluster_t *mcluster,
+                                  int64_t pid,
+                                  const rd_kafkap_str_t *group,
+                                  rd_kafka_mock_partition_t *mpart,
+                                  int64_t offset,
+                                  const rd_kafkap_str_t *metadata) {
+        rd_kafka_mock_txn_offset_t *toff;
+        int i;
+
+        RD_LIST_FOREACH(toff, &mcluster->txn_offsets, i) {
+                if (toff->pid == pid && toff->mpart == mpart &&
+                    !rd_kafkap_str_cmp(toff->group, group)) {
+                        rd_kafkap_str_destroy(toff->metadata);
+                        toff->metadata = rd_kafkap_str_copy(metadata);
+                        toff->offset   = offset;
+                        return;
+                }
+        }
+        toff           = rd_calloc(1, sizeof(*toff));
+        toff->pid      = pid;
+        toff->group    = rd_kafkap_str_copy(group);
+        toff->mpart    = mpart;
+        toff->offset   = offset;
+        toff->metadata = rd_kafkap_str_copy(metadata);
+        rd_list_add(&mcluster->txn_offsets, toff);
+}
+
+/**
+ * @brief ottla test-only patch: whether a transaction has an offset pending for
+ *        \p group in \p mpart (Kafka then answers a stable OffsetFetch with
+ *        UNSTABLE_OFFSET_COMMIT).
+ */
+rd_bool_t rd_kafka_mock_txn_offset_pending(rd_kafka_mock_cluster_t *mcluster,
+                                           const rd_kafkap_str_t *group,
+                                           const rd_kafka_mock_partition_t *mpart) {
+        rd_kafka_mock_txn_offset_t *toff;
+        int i;
+
+        RD_LIST_FOREACH(toff, &mcluster->txn_offsets, i) {
+                if (toff->mpart == mpart && !rd_kafkap_str_cmp(toff->group, group))
+                        return rd_true;
+        }
+        return rd_false;
+}
+
 /**
  * @brief Append the MessageSets in \p bytes to the \p mpart partition log.
  *
@@ -322,6 +546,7 @@ rd_kafka_mock_partition_log_append(rd_kafka_mock_partition_t *mpart,
         int16_t Attributes;
         rd_kafka_mock_msgset_t *mset;
         rd_bool_t is_dup = rd_false;
+        int64_t txn_pid  = -1; /* ottla test-only patch */
 
         /* Partially parse the MessageSet in \p bytes to get
          * the message count. */
@@ -357,11 +582,27 @@ rd_kafka_mock_partition_log_append(rd_kafka_mock_partition_t *mpart,
         if (is_dup)
                 goto err;
 
+        /* ottla test-only patch: Kafka remembers the first offset of a
+         * producer's transaction in the partition (its first transactional
+         * batch) until the coordinator's marker ends it. */
+        if (Attributes & RD_KAFKA_MSGSET_V2_ATTR_TRANSACTIONAL)
+                rd_kafka_buf_peek_i64(rkbuf, RD_KAFKAP_MSGSET_V2_OF_ProducerId,
+                                      &txn_pid);
+
         rd_kafka_buf_destroy(rkbuf);
 
         mset = rd_kafka_mock_msgset_new(mpart, records, (size_t)RecordCount);
 
         *BaseOffset = mset->first_offset;
+
+        if (txn_pid != -1 &&
+            !rd_kafka_mock_txn_find(&mpart->txns_open, txn_pid)) {
+                rd_kafka_mock_txn_t *txn = rd_calloc(1, sizeof(*txn));
+                txn->pid                 = txn_pid;
+                txn->first_offset        = mset->first_offset;
+                txn->last_offset         = -1;
+                rd_list_add(&mpart->txns_open, txn);
+        }
 
         return RD_KAFKA_RESP_ERR_NO_ERROR;
 
@@ -601,6 +842,8 @@ static void rd_kafka_mock_partition_destroy(rd_kafka_mock_partition_t *mpart) {
         rd_kafka_mock_partition_leader_destroy(mpart, mpart_leader);
 
         rd_list_destroy(&mpart->pidstates);
+        rd_list_destroy(&mpart->txns_open);    /* ottla test-only patch */
+        rd_list_destroy(&mpart->txns_aborted); /* ottla test-only patch */
 
         rd_free(mpart->replicas);
 }
@@ -629,6 +872,8 @@ static void rd_kafka_mock_partition_init(rd_kafka_mock_topic_t *mtopic,
         TAILQ_INIT(&mpart->leader_responses);
 
         rd_list_init(&mpart->pidstates, 0, rd_free);
+        rd_list_init(&mpart->txns_open, 0, rd_free);    /* ottla test-only */
+        rd_list_init(&mpart->txns_aborted, 0, rd_free); /* ottla test-only */
 
         rd_kafka_mock_partition_assign_replicas(mpart, replication_factor);
 }
@@ -2728,6 +2973,7 @@ static void rd_kafka_mock_cluster_destroy0(rd_kafka_mock_cluster_t *mcluster) {
                 rd_kafka_mock_coord_destroy(mcluster, mcoord);
 
         rd_list_destroy(&mcluster->pids);
+        rd_list_destroy(&mcluster->txn_offsets); /* ottla test-only patch */
 
         while ((errstack = TAILQ_FIRST(&mcluster->errstacks))) {
                 TAILQ_REMOVE(&mcluster->errstacks, errstack, link);
@@ -2844,6 +3090,9 @@ rd_kafka_mock_cluster_t *rd_kafka_mock_cluster_new(rd_kafka_t *rk,
         TAILQ_INIT(&mcluster->coords);
 
         rd_list_init(&mcluster->pids, 16, rd_free);
+        /* ottla test-only patch */
+        rd_list_init(&mcluster->txn_offsets, 0,
+                     rd_kafka_mock_txn_offset_destroy);
 
         TAILQ_INIT(&mcluster->errstacks);
 

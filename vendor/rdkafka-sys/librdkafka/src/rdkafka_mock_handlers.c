@@ -361,7 +361,7 @@ static int rd_kafka_mock_handle_Fetch(rd_kafka_mock_connection_t *mconn,
         rd_kafka_resp_err_t all_err;
         int32_t ReplicaId = -1, MaxWait, MinBytes, MaxBytes = -1,
                 SessionId = -1, Epoch, TopicsCnt;
-        int8_t IsolationLevel;
+        int8_t IsolationLevel = 0; /* ottla test-only patch: initialised */
         size_t totsize = 0;
 
         int32_t tags_to_write[1]   = {0};
@@ -450,6 +450,8 @@ static int rd_kafka_mock_handle_Fetch(rd_kafka_mock_connection_t *mconn,
                         rd_bool_t on_follower;
                         size_t partsize                      = 0;
                         const rd_kafka_mock_msgset_t *mset   = NULL;
+                        int64_t LastStableOffset; /* ottla test-only patch */
+                        int32_t PreferredReadReplica; /* ottla test-only */
                         int32_t partition_tags_to_write[1]   = {0};
                         uint64_t partition_tags_to_write_cnt = 0;
 
@@ -525,6 +527,18 @@ static int rd_kafka_mock_handle_Fetch(rd_kafka_mock_connection_t *mconn,
                         }
 
 
+                        /* ottla test-only patch: the last stable offset is
+                         * the first offset of the oldest open transaction
+                         * (else the high watermark), and Kafka returns no
+                         * batch at or past it to a read_committed fetch. */
+                        LastStableOffset =
+                            mpart ? rd_kafka_mock_partition_lso(mpart,
+                                                                on_follower)
+                                  : -1;
+                        if (mset && IsolationLevel == 1 &&
+                            mset->first_offset >= LastStableOffset)
+                                mset = NULL;
+
                         /* Response: ErrorCode */
                         rd_kafka_buf_write_i16(resp, err);
 
@@ -537,8 +551,7 @@ static int rd_kafka_mock_handle_Fetch(rd_kafka_mock_connection_t *mconn,
 
                         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 4) {
                                 /* Response: LastStableOffset */
-                                rd_kafka_buf_write_i64(
-                                    resp, mpart ? mpart->end_offset : -1);
+                                rd_kafka_buf_write_i64(resp, LastStableOffset);
                         }
 
                         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 5) {
@@ -551,29 +564,66 @@ static int rd_kafka_mock_handle_Fetch(rd_kafka_mock_connection_t *mconn,
                                                   : mpart->start_offset));
                         }
 
-                        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 4) {
+                        /* ottla test-only patch: decided before #Aborted,
+                         * which describes the data returned. */
+                        PreferredReadReplica =
+                            mpart && mpart->leader == mconn->broker &&
+                                    mpart->follower_id != -1
+                                ? mpart->follower_id
+                                : -1;
+                        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 11 &&
+                            PreferredReadReplica != -1) {
+                                /* Don't return any data when
+                                 * PreferredReadReplica is set */
+                                mset    = NULL;
+                                MaxWait = 0;
+                        }
+                        if (mset && !(partsize < (size_t)PartMaxBytes &&
+                                      totsize < (size_t)MaxBytes))
+                                mset = NULL;
+
+                        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 4 && mset &&
+                            IsolationLevel == 1) {
+                                /* ottla test-only patch: Kafka lists the
+                                 * aborted transactions that overlap the data
+                                 * returned (producer id, first offset), so
+                                 * that the reader drops their records up to
+                                 * the abort marker. */
+                                const rd_kafka_mock_txn_t *txn;
+                                int i, AbortedCnt = 0;
+                                RD_LIST_FOREACH(txn, &mpart->txns_aborted, i) {
+                                        if (txn->first_offset <=
+                                                mset->last_offset &&
+                                            txn->last_offset >=
+                                                mset->first_offset)
+                                                AbortedCnt++;
+                                }
+                                /* Response: #Aborted */
+                                rd_kafka_buf_write_arraycnt(resp, AbortedCnt);
+                                RD_LIST_FOREACH(txn, &mpart->txns_aborted, i) {
+                                        if (!(txn->first_offset <=
+                                                  mset->last_offset &&
+                                              txn->last_offset >=
+                                                  mset->first_offset))
+                                                continue;
+                                        /* Response: ProducerId */
+                                        rd_kafka_buf_write_i64(resp, txn->pid);
+                                        /* Response: FirstOffset */
+                                        rd_kafka_buf_write_i64(
+                                            resp, txn->first_offset);
+                                        /* Response: Aborted tags */
+                                        rd_kafka_buf_write_tags_empty(resp);
+                                }
+                        } else if (rkbuf->rkbuf_reqhdr.ApiVersion >= 4) {
                                 /* Response: #Aborted */
                                 rd_kafka_buf_write_arraycnt(resp, 0);
                         }
 
 
                         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 11) {
-                                int32_t PreferredReadReplica =
-                                    mpart && mpart->leader == mconn->broker &&
-                                            mpart->follower_id != -1
-                                        ? mpart->follower_id
-                                        : -1;
-
                                 /* Response: PreferredReplica */
                                 rd_kafka_buf_write_i32(resp,
                                                        PreferredReadReplica);
-
-                                if (PreferredReadReplica != -1) {
-                                        /* Don't return any data when
-                                         * PreferredReadReplica is set */
-                                        mset    = NULL;
-                                        MaxWait = 0;
-                                }
                         }
 
 
@@ -700,7 +750,7 @@ static int rd_kafka_mock_handle_ListOffsets(rd_kafka_mock_connection_t *mconn,
         rd_kafka_buf_t *resp = rd_kafka_mock_buf_new_response(rkbuf);
         rd_kafka_resp_err_t all_err;
         int32_t ReplicaId, TopicsCnt;
-        int8_t IsolationLevel;
+        int8_t IsolationLevel = 0; /* ottla test-only patch: initialised */
 
         rd_kafka_buf_read_i32(rkbuf, &ReplicaId);
         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 2)
@@ -782,7 +832,14 @@ static int rd_kafka_mock_handle_ListOffsets(rd_kafka_mock_connection_t *mconn,
                                 if (Timestamp == RD_KAFKA_OFFSET_BEGINNING)
                                         Offset = mpart->start_offset;
                                 else if (Timestamp == RD_KAFKA_OFFSET_END)
-                                        Offset = mpart->end_offset;
+                                        /* ottla test-only patch: Kafka
+                                         * answers read_committed with the
+                                         * last stable offset. */
+                                        Offset =
+                                            IsolationLevel == 1
+                                                ? rd_kafka_mock_partition_lso(
+                                                      mpart, rd_false)
+                                                : mpart->end_offset;
                                 else if (Timestamp < 0)
                                         Offset = -1;
                                 else /* FIXME: by timestamp */
@@ -869,6 +926,7 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
         rd_kafka_resp_err_t all_err;
         int32_t TopicsCnt;
         rd_kafkap_str_t GroupId;
+        rd_bool_t RequireStable = rd_false; /* ottla test-only patch */
 
         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 3) {
                 /* Response: ThrottleTime */
@@ -876,6 +934,30 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
         }
 
         rd_kafka_buf_read_str(rkbuf, &GroupId);
+
+        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 7) {
+                /* ottla test-only patch: v7's RequireStable follows the
+                 * topics, but the answer for each partition depends on it:
+                 * read ahead to it, then come back. */
+                size_t of = rd_slice_offset(&rkbuf->rkbuf_reader);
+                int32_t SkipTopicsCnt;
+                rd_kafka_buf_read_arraycnt(rkbuf, &SkipTopicsCnt, 100000);
+                while (SkipTopicsCnt-- > 0) {
+                        rd_kafkap_str_t SkipTopic;
+                        int32_t SkipPartitionCnt;
+                        rd_kafka_buf_read_str(rkbuf, &SkipTopic);
+                        rd_kafka_buf_read_arraycnt(rkbuf, &SkipPartitionCnt,
+                                                   100000);
+                        while (SkipPartitionCnt-- > 0) {
+                                int32_t SkipPartition;
+                                rd_kafka_buf_read_i32(rkbuf, &SkipPartition);
+                        }
+                        rd_kafka_buf_skip_tags(rkbuf);
+                }
+                rd_kafka_buf_read_bool(rkbuf, &RequireStable);
+                if (rd_slice_seek(&rkbuf->rkbuf_reader, of) == -1)
+                        goto err_parse;
+        }
 
         /* Inject error, if any */
         all_err = rd_kafka_mock_next_request_error(mconn, resp);
@@ -925,6 +1007,14 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
                         if (!all_err && !mpart)
                                 err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
 
+                        /* ottla test-only patch: with RequireStable, Kafka
+                         * answers UNSTABLE_OFFSET_COMMIT for a partition whose
+                         * offset a transaction has pending (KIP-447). */
+                        if (!err && RequireStable &&
+                            rd_kafka_mock_txn_offset_pending(mcluster,
+                                                             &GroupId, mpart))
+                                err = RD_KAFKA_RESP_ERR_UNSTABLE_OFFSET_COMMIT;
+
                         if (!err)
                                 coff = rd_kafka_mock_committed_offset_find(
                                     mpart, &GroupId);
@@ -973,6 +1063,11 @@ static int rd_kafka_mock_handle_OffsetFetch(rd_kafka_mock_connection_t *mconn,
 
                 /* Response: Struct tags */
                 rd_kafka_buf_write_tags_empty(resp);
+        }
+
+        if (rkbuf->rkbuf_reqhdr.ApiVersion >= 7) {
+                /* RequireStable, read ahead above (ottla test-only patch) */
+                rd_kafka_buf_read_bool(rkbuf, &RequireStable);
         }
 
         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 2) {
@@ -2104,6 +2199,11 @@ rd_kafka_mock_handle_InitProducerId(rd_kafka_mock_connection_t *mconn,
                         err = RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
         }
 
+        /* ottla test-only patch: Kafka aborts the transaction the
+         * transactional id's previous producer left open. */
+        if (!err && RD_KAFKAP_STR_LEN(&TransactionalId) > 0)
+                rd_kafka_mock_txn_abort_tid(mcluster, &TransactionalId);
+
         if (!err) {
                 if (rd_kafka_pid_valid(current_pid)) {
                         /* Producer is asking for the transactional coordinator
@@ -2382,6 +2482,13 @@ rd_kafka_mock_handle_TxnOffsetCommit(rd_kafka_mock_connection_t *mconn,
                         /* CommittedMetadata */
                         rd_kafka_buf_read_str(rkbuf, &Metadata);
 
+                        /* ottla test-only patch: Kafka keeps the offset
+                         * pending until the transaction ends. */
+                        if (!err && mpart)
+                                rd_kafka_mock_txn_offset_add(mcluster, pid.id,
+                                                             &GroupId, mpart,
+                                                             Offset, &Metadata);
+
                         /* Response: ErrorCode */
                         rd_kafka_buf_write_i16(resp, err);
 
@@ -2448,6 +2555,11 @@ static int rd_kafka_mock_handle_EndTxn(rd_kafka_mock_connection_t *mconn,
 
         if (!err)
                 err = rd_kafka_mock_pid_check(mcluster, &TransactionalId, pid);
+
+        /* ottla test-only patch: Kafka's coordinator writes the markers and
+         * commits or drops the transaction's offsets. */
+        if (!err)
+                rd_kafka_mock_txn_end(mcluster, pid, committed);
 
         /* ErrorCode */
         rd_kafka_buf_write_i16(resp, err);
@@ -3011,7 +3123,8 @@ const struct rd_kafka_mock_api_handler
         [RD_KAFKAP_Produce]      = {0, 10, 9, rd_kafka_mock_handle_Produce},
         [RD_KAFKAP_Fetch]        = {0, 16, 12, rd_kafka_mock_handle_Fetch},
         [RD_KAFKAP_ListOffsets]  = {0, 7, 6, rd_kafka_mock_handle_ListOffsets},
-        [RD_KAFKAP_OffsetFetch]  = {0, 6, 6, rd_kafka_mock_handle_OffsetFetch},
+        /* ottla test-only patch: v7, RequireStable (KIP-447) */
+        [RD_KAFKAP_OffsetFetch]  = {0, 7, 6, rd_kafka_mock_handle_OffsetFetch},
         [RD_KAFKAP_OffsetCommit] = {0, 9, 8, rd_kafka_mock_handle_OffsetCommit},
         [RD_KAFKAP_ApiVersion]   = {0, 2, 3, rd_kafka_mock_handle_ApiVersion},
         [RD_KAFKAP_Metadata]     = {0, 12, 9, rd_kafka_mock_handle_Metadata},

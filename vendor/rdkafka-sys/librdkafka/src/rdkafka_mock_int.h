@@ -305,6 +305,27 @@ typedef struct rd_kafka_mock_committed_offset_s {
         rd_kafkap_str_t *metadata; /**< Metadata, allocated separately */
 } rd_kafka_mock_committed_offset_t;
 
+/* ottla test-only patch: Kafka keeps, per partition, the first offset of each
+ * producer's open transaction (it bounds the last stable offset) and the
+ * aborted transactions (producer id, first offset, offset of the abort marker)
+ * that read_committed fetches list. */
+typedef struct rd_kafka_mock_txn_s {
+        int64_t pid;          /**< Producer id */
+        int64_t first_offset; /**< First offset of the transaction here */
+        int64_t last_offset;  /**< Offset of its abort marker (aborted only) */
+} rd_kafka_mock_txn_t;
+
+/* ottla test-only patch: Kafka keeps a TxnOffsetCommit's offsets pending
+ * until the transaction ends, then makes them the group's committed offsets
+ * (commit) or drops them (abort). */
+typedef struct rd_kafka_mock_txn_offset_s {
+        int64_t pid;                     /**< Producer id */
+        rd_kafkap_str_t *group;          /**< Group id */
+        struct rd_kafka_mock_partition_s *mpart;
+        int64_t offset;                  /**< Offset to commit */
+        rd_kafkap_str_t *metadata;       /**< Metadata to commit */
+} rd_kafka_mock_txn_offset_t;
+
 /**
  * @struct Leader id and epoch to return in a Metadata call.
  */
@@ -352,6 +373,11 @@ typedef struct rd_kafka_mock_partition_s {
         int replica_cnt;
 
         rd_list_t pidstates; /**< PID states */
+
+        /* ottla test-only patch: open and aborted transactions, see
+         * rd_kafka_mock_txn_t. */
+        rd_list_t txns_open;    /**< rd_kafka_mock_txn_t* */
+        rd_list_t txns_aborted; /**< rd_kafka_mock_txn_t* */
 
         int32_t follower_id; /**< Preferred replica/follower */
 
@@ -440,6 +466,10 @@ struct rd_kafka_mock_cluster_s {
         /** Current transactional producer PIDs.
          *  Element type is a malloced rd_kafka_mock_pid_t*. */
         rd_list_t pids;
+
+        /* ottla test-only patch: pending transactional offsets,
+         * rd_kafka_mock_txn_offset_t*. */
+        rd_list_t txn_offsets;
 
         char *bootstraps; /**< bootstrap.servers */
 
@@ -554,6 +584,24 @@ rd_kafka_mock_cluster_get_coord(rd_kafka_mock_cluster_t *mcluster,
 rd_kafka_mock_committed_offset_t *
 rd_kafka_mock_committed_offset_find(const rd_kafka_mock_partition_t *mpart,
                                     const rd_kafkap_str_t *group);
+
+/* ottla test-only patch: transactions as Kafka keeps them. */
+int64_t rd_kafka_mock_partition_lso(const rd_kafka_mock_partition_t *mpart,
+                                    rd_bool_t on_follower);
+void rd_kafka_mock_txn_end(rd_kafka_mock_cluster_t *mcluster,
+                           rd_kafka_pid_t pid,
+                           rd_bool_t committed);
+void rd_kafka_mock_txn_abort_tid(rd_kafka_mock_cluster_t *mcluster,
+                                 const rd_kafkap_str_t *TransactionalId);
+rd_bool_t rd_kafka_mock_txn_offset_pending(rd_kafka_mock_cluster_t *mcluster,
+                                           const rd_kafkap_str_t *group,
+                                           const rd_kafka_mock_partition_t *mpart);
+void rd_kafka_mock_txn_offset_add(rd_kafka_mock_cluster_t *mcluster,
+                                  int64_t pid,
+                                  const rd_kafkap_str_t *group,
+                                  rd_kafka_mock_partition_t *mpart,
+                                  int64_t offset,
+                                  const rd_kafkap_str_t *metadata);
 rd_kafka_mock_committed_offset_t *
 rd_kafka_mock_commit_offset(rd_kafka_mock_partition_t *mpart,
                             const rd_kafkap_str_t *group,
