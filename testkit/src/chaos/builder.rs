@@ -171,9 +171,15 @@ impl Chaos {
     /// unset it), and your handler copies each record it finishes with
     /// `cancel.send(chaos::copy_of(record))`. At the end a `read_committed` reader
     /// must find every input in the output or dead-letter topic exactly once; the
-    /// report's `exactly_once` says what it found. Check it on tansu
-    /// ([`Chaos::tansu`]): the librdkafka mock as published writes no transaction
-    /// markers, so its `read_committed` readers see aborted records too.
+    /// report's `exactly_once` says what it found.
+    ///
+    /// The peer matters. The librdkafka mock as published writes no transaction
+    /// markers (its `read_committed` readers see aborted records) and drops
+    /// transactional offsets; ottla's workspace builds it with a test-only patch that
+    /// does both as Kafka does (`vendor/rdkafka-sys/OTTLA-PATCH.md` in ottla's
+    /// repository). tansu 0.6.0 loses a transaction's offsets when another
+    /// producer's transaction is open and then fenced, so a run with member crashes
+    /// fails there whatever the client does.
     pub fn exactly_once(mut self) -> Chaos {
         self.config.exactly_once = true;
         self
