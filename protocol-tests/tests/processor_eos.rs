@@ -41,6 +41,17 @@ async fn produce_inputs(peer: &Peer, topic: &str) {
     producer.close().await;
 }
 
+/// A tansu broker with `input` (holding the inputs), its dead-letter topic, and
+/// `output`.
+async fn tansu_with_inputs(input: &str, output: &str) -> Peer {
+    let peer = Peer::tansu().expect("tansu");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic(&format!("{input}.dlq"), 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    peer
+}
+
 fn builder(peer: &Peer, group: &str, input: &str) -> ProcessorBuilder {
     Processor::builder(&peer.bootstrap(), group, [input.to_string()])
         .timeouts(
@@ -249,12 +260,8 @@ async fn copy_failing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_exactly_once_copies_each_input_once_for_read_committed_readers() {
     protocol_tests::init_tracing();
-    let peer = Peer::tansu().expect("tansu");
     let (input, output) = ("eos-copy-in", "eos-copy-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("eos-copy-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = tansu_with_inputs(input, output).await;
     let processor = builder(&peer, "eos-copy", input)
         .exactly_once("eos-copy-1")
         .build()
@@ -308,12 +315,8 @@ async fn copy_for(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_exactly_once_an_output_that_cannot_be_written_aborts_and_the_records_come_again() {
     protocol_tests::init_tracing();
-    let peer = Peer::tansu().expect("tansu");
     let (input, output) = ("eos-abort-in", "eos-abort-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("eos-abort-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = tansu_with_inputs(input, output).await;
     let processor = builder(&peer, "eos-abort", input)
         .exactly_once("eos-abort-1")
         .build()
@@ -373,12 +376,8 @@ fn exactly_once_is_refused_without_a_transactional_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_exactly_once_a_revocation_commits_the_transaction_before_the_handover() {
     protocol_tests::init_tracing();
-    let peer = Peer::tansu().expect("tansu");
     let (input, output) = ("eos-reb-in", "eos-reb-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("eos-reb-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = tansu_with_inputs(input, output).await;
     let calls: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let finished = Arc::new(AtomicUsize::new(0));
     let handler = {
@@ -453,12 +452,8 @@ async fn tansu_exactly_once_a_revocation_commits_the_transaction_before_the_hand
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_at_least_once_an_output_that_cannot_be_written_is_not_committed_past() {
     protocol_tests::init_tracing();
-    let peer = Peer::tansu().expect("tansu");
     let (input, output) = ("alo-poison-in", "alo-poison-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("alo-poison-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = tansu_with_inputs(input, output).await;
     let processor = builder(&peer, "alo-poison", input)
         .build()
         .await
@@ -484,12 +479,8 @@ async fn tansu_at_least_once_an_output_that_cannot_be_written_is_not_committed_p
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tansu_at_least_once_outputs_of_a_failed_attempt_are_dropped() {
     protocol_tests::init_tracing();
-    let peer = Peer::tansu().expect("tansu");
     let (input, output) = ("alo-out-in", "alo-out-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("alo-out-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = tansu_with_inputs(input, output).await;
     let policy = ottla::processor::RetryPolicy {
         default: ottla::processor::RetryBackoff {
             max_retries: 3,

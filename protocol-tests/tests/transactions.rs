@@ -33,6 +33,14 @@ fn transactional(peer: &Peer, id: &str) -> ottla::ProducerBuilder {
         .linger(Duration::from_millis(1))
 }
 
+/// A transactional producer for `id`, initialised, and its `topic` created.
+async fn ready_producer(peer: &Peer, topic: &str, id: &str) -> Producer {
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let producer = transactional(peer, id).build().await.expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer
+}
+
 /// Sends `count` records `{prefix}-{i}` over both partitions and waits for their
 /// deliveries.
 async fn send(producer: &Producer, topic: &str, prefix: &str, count: usize) {
@@ -221,12 +229,7 @@ async fn mock_open_transaction_holds_back_the_last_stable_offset() {
     protocol_tests::init_tracing();
     let peer = Peer::mock(1).expect("mock");
     let topic = "txn-lso";
-    peer.create_topic(topic, PARTITIONS).expect("topic");
-    let producer = transactional(&peer, "tx-lso")
-        .build()
-        .await
-        .expect("producer");
-    producer.init_transactions().await.expect("init");
+    let producer = ready_producer(&peer, topic, "tx-lso").await;
     producer.begin_transaction().expect("begin");
     send(&producer, topic, "open", 4).await;
     let plain = Producer::builder(&peer.bootstrap())
@@ -343,12 +346,7 @@ async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the
         unreachable!()
     };
     let topic = "txn-fence";
-    peer.create_topic(topic, PARTITIONS).expect("topic");
-    let first = transactional(&peer, "tx-fence")
-        .build()
-        .await
-        .expect("first");
-    first.init_transactions().await.expect("init first");
+    let first = ready_producer(&peer, topic, "tx-fence").await;
     first.begin_transaction().expect("begin");
     send(&first, topic, "first", 4).await;
     let second = transactional(&peer, "tx-fence")
@@ -389,12 +387,7 @@ async fn mock_a_second_instance_aborts_the_first_s_open_transaction() {
     protocol_tests::init_tracing();
     let peer = Peer::mock(1).expect("mock");
     let topic = "txn-zombie";
-    peer.create_topic(topic, PARTITIONS).expect("topic");
-    let first = transactional(&peer, "tx-zombie")
-        .build()
-        .await
-        .expect("first");
-    first.init_transactions().await.expect("init first");
+    let first = ready_producer(&peer, topic, "tx-zombie").await;
     first.begin_transaction().expect("begin");
     send(&first, topic, "zombie", 4).await;
 
@@ -970,12 +963,7 @@ async fn tansu_confluent_kafka_read_committed_reads_ottla_transactions() {
     protocol_tests::init_tracing();
     let peer = Peer::tansu().expect("tansu");
     let topic = "txn-py";
-    peer.create_topic(topic, PARTITIONS).expect("topic");
-    let producer = transactional(&peer, "tx-py")
-        .build()
-        .await
-        .expect("producer");
-    producer.init_transactions().await.expect("init");
+    let producer = ready_producer(&peer, topic, "tx-py").await;
     producer.begin_transaction().expect("begin");
     let committed = send_at(&producer, topic, "committed", 10).await;
     producer.commit_transaction().await.expect("commit");
