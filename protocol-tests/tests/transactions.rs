@@ -573,6 +573,79 @@ async fn rd_committed_at(
     .expect("reader")
 }
 
+/// KIP-447 on the patched mock (vendor/rdkafka-sys/OTTLA-PATCH.md): TxnOffsetCommit
+/// carries the consumer's group metadata, and the group coordinator refuses the
+/// offsets of a generation that is not the group's current one, or of a member not
+/// in the group, so a member expelled from the group cannot commit a zombie's
+/// offsets with its transaction. The published mock read those fields and ignored
+/// them. The transaction must then be aborted; the producer goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_offsets_of_a_stale_generation_or_an_unknown_member_are_refused() {
+    let peer = Peer::mock(1).expect("mock");
+    let (input, group) = ("txn-kip447-in", "txn-kip447-g");
+    peer.create_topic(input, 1).expect("topic");
+    let plain = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("plain");
+    plain
+        .send(ProducerRecord::new(input).value("one"))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+    plain.close().await;
+    let mut consumer = Consumer::builder(&peer.bootstrap())
+        .group_id(group)
+        .topics([input])
+        .offset_reset(OffsetReset::Earliest)
+        .auto_commit(None)
+        .build()
+        .await
+        .expect("consumer");
+    tokio::time::timeout(Duration::from_secs(60), consumer.recv())
+        .await
+        .expect("a record in time")
+        .expect("a record")
+        .expect("no error");
+    let current = consumer.group_metadata().expect("group metadata");
+    let producer = ready_producer(&peer, "txn-kip447-out", "tx-kip447").await;
+    let offsets = vec![TxnOffset {
+        partition: TopicPartition::new(input, 0),
+        offset: 1,
+        leader_epoch: -1,
+        metadata: None,
+    }];
+    let stale = ottla::producer::ConsumerGroupMetadata {
+        generation_id: current.generation_id + 7,
+        ..current.clone()
+    };
+    let stranger = ottla::producer::ConsumerGroupMetadata {
+        member_id: "not-a-member".into(),
+        ..current.clone()
+    };
+    for (what, metadata) in [
+        ("a stale generation", stale),
+        ("an unknown member", stranger),
+    ] {
+        producer.begin_transaction().expect("begin");
+        let e = producer
+            .send_offsets_to_transaction(offsets.clone(), metadata)
+            .await
+            .expect_err(what);
+        assert!(e.txn_requires_abort(), "{what}: {e:?}");
+        producer.abort_transaction().await.expect("abort");
+    }
+    producer.begin_transaction().expect("begin");
+    producer
+        .send_offsets_to_transaction(offsets, current)
+        .await
+        .expect("the current generation's offsets");
+    producer.commit_transaction().await.expect("commit");
+    producer.close().await;
+    consumer.close().await.expect("close");
+}
+
 /// A quirk of tansu 0.6.0 that rules it out for exactly-once chaos runs (PEERS.md):
 /// two transactional producers commit offsets for one group, as a group's members do
 /// in exactly-once mode. Producer A commits offset 30 for partition 0 while producer

@@ -2390,6 +2390,10 @@ rd_kafka_mock_handle_TxnOffsetCommit(rd_kafka_mock_connection_t *mconn,
         rd_kafkap_str_t TransactionalId, GroupId;
         rd_kafka_pid_t pid;
         int32_t TopicsCnt;
+        /* ottla test-only patch: the consumer's group metadata (KIP-447). */
+        int32_t GenerationId              = -1;
+        rd_kafkap_str_t kMemberId         = RD_KAFKAP_STR_INITIALIZER;
+        rd_kafkap_str_t kGroupInstanceId  = RD_KAFKAP_STR_INITIALIZER;
 
         /* Response: ThrottleTimeMs */
         rd_kafka_buf_write_i32(resp, 0);
@@ -2404,9 +2408,6 @@ rd_kafka_mock_handle_TxnOffsetCommit(rd_kafka_mock_connection_t *mconn,
         rd_kafka_buf_read_i16(rkbuf, &pid.epoch);
 
         if (rkbuf->rkbuf_reqhdr.ApiVersion >= 3) {
-                int32_t GenerationId;
-                rd_kafkap_str_t kMemberId, kGroupInstanceId;
-
                 /* GenerationId */
                 rd_kafka_buf_read_i32(rkbuf, &GenerationId);
                 /* MemberId */
@@ -2431,6 +2432,48 @@ rd_kafka_mock_handle_TxnOffsetCommit(rd_kafka_mock_connection_t *mconn,
 
         if (!err)
                 err = rd_kafka_mock_pid_check(mcluster, &TransactionalId, pid);
+
+        /* ottla test-only patch: KIP-447 zombie fencing, as Kafka's
+         * validateOffsetCommit for a transactional commit: with a generation,
+         * a member id or an instance id, the member must be in the group and
+         * the generation (the member epoch under KIP-848) its current one, or
+         * the offsets are refused (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) and
+         * the producer aborts. The mock read these fields and ignored them, so
+         * a member expelled from the group committed its offsets (and its
+         * transaction's outputs) after its partitions had moved. */
+        if (!err && (GenerationId >= 0 || RD_KAFKAP_STR_LEN(&kMemberId) > 0 ||
+                     RD_KAFKAP_STR_LEN(&kGroupInstanceId) > 0)) {
+                rd_kafka_mock_cgrp_classic_t *mcgrp_classic =
+                    rd_kafka_mock_cgrp_classic_find(mcluster, &GroupId);
+                if (RD_KAFKAP_STR_IS_NULL(&kMemberId)) {
+                        err = RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID;
+                } else if (mcgrp_classic) {
+                        rd_kafka_mock_cgrp_classic_member_t *member =
+                            rd_kafka_mock_cgrp_classic_member_find(
+                                mcgrp_classic, &kMemberId);
+                        if (!member)
+                                err = RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID;
+                        else if (GenerationId !=
+                                 mcgrp_classic->generation_id)
+                                err = RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION;
+                } else {
+                        rd_kafka_mock_cgrp_consumer_t *mcgrp_consumer =
+                            rd_kafka_mock_cgrp_consumer_find(mcluster,
+                                                             &GroupId);
+                        if (mcgrp_consumer) {
+                                rd_kafka_mock_cgrp_consumer_member_t *member =
+                                    rd_kafka_mock_cgrp_consumer_member_find(
+                                        mcgrp_consumer, &kMemberId);
+                                if (!member)
+                                        err =
+                                            RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID;
+                                else if (GenerationId !=
+                                         member->current_member_epoch)
+                                        err =
+                                            RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION;
+                        }
+                }
+        }
 
         while (TopicsCnt-- > 0) {
                 rd_kafkap_str_t Topic;
