@@ -724,21 +724,15 @@ impl Processor {
                                 // The lanes hear back whatever happened, even when the loss left
                                 // nothing to commit: until they do, they count this commit as out
                                 // and make no other.
-                                let ok = if self.exactly_once() {
-                                    self.commit_txn(
+                                let ok = self
+                                    .commit_point(
                                         &mut txn,
                                         &mut lanes,
                                         &offsets,
                                         &metadata,
                                         &mut held_stop,
                                     )
-                                    .await
-                                } else if self.flush_outputs(&mut txn).await {
-                                    offsets.is_empty() || self.commit(&offsets, &metadata).await
-                                } else {
-                                    self.rewind(&mut lanes);
-                                    false
-                                };
+                                    .await;
                                 lanes.committed(&offsets, ok, now());
                             }
                             Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
@@ -757,21 +751,15 @@ impl Processor {
                                     offsets,
                                 );
                                 if !offsets.is_empty() || txn.open {
-                                    let ok = if self.exactly_once() {
-                                        self.commit_txn(
+                                    let ok = self
+                                        .commit_point(
                                             &mut txn,
                                             &mut lanes,
                                             &offsets,
                                             &metadata,
                                             &mut held_stop,
                                         )
-                                        .await
-                                    } else if self.flush_outputs(&mut txn).await {
-                                        self.commit(&offsets, &metadata).await
-                                    } else {
-                                        self.rewind(&mut lanes);
-                                        false
-                                    };
+                                        .await;
                                     if !ok {
                                         warn!(
                                             ?partitions,
@@ -1166,6 +1154,28 @@ impl Processor {
             }
         }
         ok
+    }
+
+    /// A commit point (the commit interval's, or a handover's): exactly once, the
+    /// open transaction commits with `offsets` ([`Processor::commit_txn`]); at least
+    /// once, the outputs are delivered, then `offsets` committed, and an output that
+    /// failed rewinds the lanes instead. `true` if it committed.
+    async fn commit_point(
+        &self,
+        txn: &mut Txn,
+        lanes: &mut Lanes,
+        offsets: &[(TopicPartition, i64)],
+        metadata: &HashMap<TopicPartition, String>,
+        stop: &mut Option<Result<()>>,
+    ) -> bool {
+        if self.exactly_once() {
+            self.commit_txn(txn, lanes, offsets, metadata, stop).await
+        } else if self.flush_outputs(txn).await {
+            offsets.is_empty() || self.commit(offsets, metadata).await
+        } else {
+            self.rewind(lanes);
+            false
+        }
     }
 
     /// Exactly once: commits the open transaction with `offsets`; `true` if it
