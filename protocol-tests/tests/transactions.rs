@@ -33,12 +33,17 @@ fn transactional(peer: &Peer, id: &str) -> ottla::ProducerBuilder {
         .linger(Duration::from_millis(1))
 }
 
-/// A transactional producer for `id`, initialised, and its `topic` created.
-async fn ready_producer(peer: &Peer, topic: &str, id: &str) -> Producer {
-    peer.create_topic(topic, PARTITIONS).expect("topic");
+/// A transactional producer for `id`, initialised (fencing any earlier one).
+async fn initialised(peer: &Peer, id: &str) -> Producer {
     let producer = transactional(peer, id).build().await.expect("producer");
     producer.init_transactions().await.expect("init");
     producer
+}
+
+/// [`initialised`], and its `topic` created.
+async fn ready_producer(peer: &Peer, topic: &str, id: &str) -> Producer {
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    initialised(peer, id).await
 }
 
 /// Sends `count` records `{prefix}-{i}` over both partitions and waits for their
@@ -309,11 +314,7 @@ async fn tansu_a_second_instance_fences_the_first() {
     first.begin_transaction().expect("begin");
     send(&first, topic, "zombie", 4).await;
 
-    let second = transactional(&peer, "tx-fence")
-        .build()
-        .await
-        .expect("second");
-    second.init_transactions().await.expect("init second");
+    let second = initialised(&peer, "tx-fence").await;
 
     let e = first
         .commit_transaction()
@@ -349,11 +350,7 @@ async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the
     let first = ready_producer(&peer, topic, "tx-fence").await;
     first.begin_transaction().expect("begin");
     send(&first, topic, "first", 4).await;
-    let second = transactional(&peer, "tx-fence")
-        .build()
-        .await
-        .expect("second");
-    second.init_transactions().await.expect("init second");
+    let second = initialised(&peer, "tx-fence").await;
     first
         .commit_transaction()
         .await
@@ -391,11 +388,7 @@ async fn mock_a_second_instance_aborts_the_first_s_open_transaction() {
     first.begin_transaction().expect("begin");
     send(&first, topic, "zombie", 4).await;
 
-    let second = transactional(&peer, "tx-zombie")
-        .build()
-        .await
-        .expect("second");
-    second.init_transactions().await.expect("init second");
+    let second = initialised(&peer, "tx-zombie").await;
     second.begin_transaction().expect("begin");
     send(&second, topic, "second", 4).await;
     second.commit_transaction().await.expect("commit");
@@ -480,11 +473,7 @@ async fn offsets_commit_with_the_transaction(peer: &Peer, stable_fetch_waits: bo
     assert!(metadata.generation_id >= 0, "a joined member: {metadata:?}");
     assert!(!metadata.member_id.is_empty(), "{metadata:?}");
 
-    let producer = transactional(peer, "tx-offsets")
-        .build()
-        .await
-        .expect("producer");
-    producer.init_transactions().await.expect("init");
+    let producer = initialised(peer, "tx-offsets").await;
     let offsets = |next: i64| {
         vec![TxnOffset {
             partition: TopicPartition::new(input, 0),
@@ -677,10 +666,8 @@ async fn tansu_loses_a_committed_transactions_offsets_when_another_producers_ope
         }]
     };
     let committed = |partition: i32| rd_committed_at(peer.bootstrap(), group, input, partition);
-    let a = transactional(&peer, "tx-quirk-a").build().await.expect("a");
-    let b = transactional(&peer, "tx-quirk-b").build().await.expect("b");
-    a.init_transactions().await.expect("init a");
-    b.init_transactions().await.expect("init b");
+    let a = initialised(&peer, "tx-quirk-a").await;
+    let b = initialised(&peer, "tx-quirk-b").await;
     for (producer, partition, next) in [(&a, 0, 10), (&b, 1, 20)] {
         producer.begin_transaction().expect("begin");
         producer
@@ -709,11 +696,7 @@ async fn tansu_loses_a_committed_transactions_offsets_when_another_producers_ope
         "tansu hides A's committed offset while B's transaction is open (Kafka: 30)"
     );
     // B's instance goes away with its transaction open; its successor fences it.
-    let successor = transactional(&peer, "tx-quirk-b")
-        .build()
-        .await
-        .expect("b2");
-    successor.init_transactions().await.expect("init b2");
+    let successor = initialised(&peer, "tx-quirk-b").await;
     assert_eq!(
         (committed(0).await, committed(1).await),
         (Some(10), Some(20)),
@@ -902,11 +885,7 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     peer.create_topic(topic, PARTITIONS).expect("topic");
     mock.set_transaction_coordinator("tx-move", 1)
         .expect("coordinator");
-    let producer = transactional(&peer, "tx-move")
-        .build()
-        .await
-        .expect("producer");
-    producer.init_transactions().await.expect("init");
+    let producer = initialised(&peer, "tx-move").await;
     producer.begin_transaction().expect("begin");
     producer
         .send(ProducerRecord::new(topic).partition(0).value("moved-0"))
