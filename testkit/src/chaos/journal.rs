@@ -167,6 +167,10 @@ struct Inner {
     overlap_since: HashMap<(i32, usize), f64>,
     /// The longest such overlap: partition, seconds.
     longest_overlap: Option<(i32, f64)>,
+    /// `(partition, offset)` -> who finished it and when (for [`Journal::history`]).
+    finishers: HashMap<(i32, i64), Vec<(usize, f64)>>,
+    /// Partition -> every commit its members' hooks reported: when, the offset, who.
+    commits_by: HashMap<i32, Vec<(f64, i64, usize)>>,
     /// Commits read back from the broker are checked against the finished records too
     /// (a `Consumer` loop's commits reach the journal only that way, or when the loop
     /// shows its commit events).
@@ -873,10 +877,71 @@ impl Journal {
     }
 
     /// The handler of `inc` succeeded on `partition`/`offset`.
-    pub fn handled(&self, _inc: usize, partition: i32, offset: i64) {
+    pub fn handled(&self, inc: usize, partition: i32, offset: i64) {
         let at = self.now();
         let mut j = self.lock();
         j.finish(partition, offset, at, false);
+        j.finishers
+            .entry((partition, offset))
+            .or_default()
+            .push((inc, at));
+    }
+
+    /// What happened to input `seq`, for a report that found it twice (or not at
+    /// all): where it was written, who finished it when, and the commits of its
+    /// partition around those times, with who made them.
+    pub fn history(&self, seq: u64) -> String {
+        let j = self.lock();
+        let Some(ack) = j.acked.get(&seq) else {
+            return "never acknowledged".into();
+        };
+        let (partition, offset) = (ack.partition, ack.offset);
+        let finishers = j.finishers.get(&(partition, offset));
+        let finished: Vec<String> = finishers
+            .into_iter()
+            .flatten()
+            .map(|(inc, at)| format!("{} at t={at:.2}s", j.name(*inc)))
+            .collect();
+        // The commits from just before its first finish through a while after its last.
+        let from = finishers
+            .and_then(|f| f.first())
+            .map_or(0.0, |(_, at)| at - 1.0);
+        let to = finishers
+            .and_then(|f| f.last())
+            .map_or(f64::MAX, |(_, at)| at + 5.0);
+        let commits: Vec<String> = j
+            .commits_by
+            .get(&partition)
+            .into_iter()
+            .flatten()
+            .filter(|(at, _, _)| (from..=to).contains(at))
+            .map(|(at, o, inc)| format!("{o} by {} at t={at:.2}s", j.name(*inc)))
+            .take(12)
+            .collect();
+        let faults: Vec<String> = j
+            .faults
+            .iter()
+            .filter(|(at, _)| (from - 4.0..=to).contains(at))
+            .map(|(at, what)| format!("{at:.1}s {what}"))
+            .collect();
+        format!(
+            "{partition}@{offset}; finished by {}; commits of {partition}: {}; faults: {}",
+            if finished.is_empty() {
+                "nobody".into()
+            } else {
+                finished.join(", ")
+            },
+            if commits.is_empty() {
+                "none".into()
+            } else {
+                commits.join(", ")
+            },
+            if faults.is_empty() {
+                "none".into()
+            } else {
+                faults.join("; ")
+            },
+        )
     }
 
     /// The handler failed on purpose: `permanent` or transient.
@@ -923,11 +988,16 @@ impl Journal {
             let Inner {
                 partitions,
                 offsets,
+                commits_by,
                 ..
             } = &mut *j;
             let p = partitions.entry(partition).or_default();
             p.commits += 1;
             p.commit_log.push((at, offset));
+            commits_by
+                .entry(partition)
+                .or_default()
+                .push((at, offset, inc));
             if let Some((last, by, when)) = p.committed
                 && offset < last
             {

@@ -811,9 +811,9 @@ impl std::fmt::Display for Report {
         if let Some(e) = &self.exactly_once {
             writeln!(
                 f,
-                "exactly once: a read_committed reader found {} copies in {OUTPUT_TOPIC} and the dead-letter topic: {} inputs twice or more ({} extra copies), {} missing, {} strays  [{}]",
+                "exactly once: a read_committed reader found {} copies in {OUTPUT_TOPIC} and the dead-letter topic: {} inputs copied more often than the input topic holds them ({} extra copies), {} missing, {} strays  [{}]",
                 e.read,
-                e.examples.iter().filter(|x| x.contains("copies")).count(),
+                e.inputs_twice,
                 e.duplicates,
                 e.missing,
                 e.strays,
@@ -1260,8 +1260,52 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
     let in_dlq: BTreeSet<u64> = dlq.iter().copied().collect();
     let analysis = journal.analyse(&in_dlq);
     let exactly_once = if config.exactly_once {
-        let output = read_copies(&bootstrap, OUTPUT_TOPIC, config.partitions, isolation).await;
-        Some(ExactlyOnce::count(&journal.produced_seqs(), &output, &dlq))
+        let copies = read_copies_at(&bootstrap, OUTPUT_TOPIC, config.partitions, isolation).await;
+        let output: Vec<u64> = copies.iter().map(|(seq, _, _)| *seq).collect();
+        // The input topic as written (its producer's retries may have written a
+        // record twice: two inputs, two outputs).
+        let inputs = read_copies(
+            &bootstrap,
+            TOPIC,
+            config.partitions,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await;
+        let mut found = ExactlyOnce::count(&journal.produced_seqs(), &inputs, &output, &dlq);
+        // Where each of the first inputs found twice was, who finished it, and the
+        // commits around: what a reader of the report needs to find the cause.
+        let copied = found.examples.iter_mut().filter(|e| e.ends_with(" inputs"));
+        // What librdkafka's read_committed reader finds at the same places.
+        let referee = if found.twice.is_empty() {
+            BTreeMap::new()
+        } else {
+            let (bootstrap, partitions) = (bootstrap.clone(), config.partitions);
+            tokio::task::spawn_blocking(move || {
+                read_copies_librdkafka(&bootstrap, OUTPUT_TOPIC, partitions)
+            })
+            .await
+            .unwrap_or_default()
+        };
+        for (example, seq) in copied.zip(&found.twice) {
+            let at: Vec<String> = copies
+                .iter()
+                .filter(|(s, _, _)| s == seq)
+                .map(|(_, p, o)| {
+                    let librdkafka = match referee.get(&(*p, *o)) {
+                        Some(s) if s == seq => "librdkafka reads it too",
+                        Some(_) => "librdkafka reads another record there",
+                        None => "librdkafka does not read it",
+                    };
+                    format!("{p}@{o} ({librdkafka})")
+                })
+                .collect();
+            example.push_str(&format!(
+                " at {} of {OUTPUT_TOPIC} (input {})",
+                at.join(" and "),
+                journal.history(*seq)
+            ));
+        }
+        Some(found)
     } else {
         None
     };
@@ -1304,39 +1348,61 @@ pub struct ExactlyOnce {
     pub read: u64,
     /// Inputs found more than once: the copies beyond the first.
     pub duplicates: u64,
+    /// How many inputs were found more than once.
+    pub inputs_twice: u64,
     /// Inputs found nowhere.
     pub missing: u64,
     /// Copies of no input the producer wrote.
     pub strays: u64,
     /// Some inputs found twice or missing, for the report.
     pub examples: Vec<String>,
+    /// The first inputs found twice (sequence numbers), whose history the report
+    /// gives.
+    pub twice: Vec<u64>,
 }
 
 impl ExactlyOnce {
-    /// Counts `output` and `dlq` (sequence numbers read) against `produced`.
-    pub fn count(produced: &BTreeSet<u64>, output: &[u64], dlq: &[u64]) -> ExactlyOnce {
+    /// Counts `output` and `dlq` (sequence numbers read) against `produced`, each
+    /// sequence number expected as many times as `inputs` holds it (the input topic's
+    /// copies: the run's producer is not idempotent, and a retry may write a record
+    /// twice; each copy is an input of its own, handled and copied once). A sequence
+    /// number the input read did not find counts once.
+    pub fn count(
+        produced: &BTreeSet<u64>,
+        inputs: &[u64],
+        output: &[u64],
+        dlq: &[u64],
+    ) -> ExactlyOnce {
         let mut copies: BTreeMap<u64, u64> = BTreeMap::new();
         for seq in output.iter().chain(dlq) {
             *copies.entry(*seq).or_insert(0) += 1;
+        }
+        let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+        for seq in inputs {
+            *expected.entry(*seq).or_insert(0) += 1;
         }
         let mut found = ExactlyOnce {
             read: (output.len() + dlq.len()) as u64,
             ..ExactlyOnce::default()
         };
         for seq in produced {
-            match copies.get(seq).copied().unwrap_or(0) {
-                0 => {
-                    found.missing += 1;
-                    if found.examples.len() < 10 {
-                        found.examples.push(format!("seq {seq}: not in the output"));
-                    }
+            let want = expected.get(seq).copied().unwrap_or(1);
+            let n = copies.get(seq).copied().unwrap_or(0);
+            if n < want {
+                found.missing += want - n;
+                if found.examples.len() < 10 {
+                    found.examples.push(format!(
+                        "seq {seq}: {n} copies of {want} inputs (not in the output)"
+                    ));
                 }
-                1 => {}
-                n => {
-                    found.duplicates += n - 1;
-                    if found.examples.len() < 10 {
-                        found.examples.push(format!("seq {seq}: {n} copies"));
-                    }
+            } else if n > want {
+                found.duplicates += n - want;
+                found.inputs_twice += 1;
+                if found.examples.len() < 10 {
+                    found
+                        .examples
+                        .push(format!("seq {seq}: {n} copies of {want} inputs"));
+                    found.twice.push(*seq);
                 }
             }
         }
@@ -1699,6 +1765,72 @@ async fn read_copies(
     partitions: i32,
     isolation: IsolationLevel,
 ) -> Vec<u64> {
+    read_copies_at(bootstrap, topic, partitions, isolation)
+        .await
+        .into_iter()
+        .map(|(seq, _, _)| seq)
+        .collect()
+}
+
+/// The sequence numbers of `topic`'s records as librdkafka reads them with
+/// `read_committed`, by `(partition, offset)`: an independent reader, so that an
+/// exactly-once verdict does not rest on ottla's own filtering of aborted
+/// transactions.
+fn read_copies_librdkafka(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<(i32, i64), u64> {
+    let mut out = BTreeMap::new();
+    let Ok(consumer) = RdConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "chaos-referee")
+        .set("client.id", "chaos-referee")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create::<BaseConsumer>()
+    else {
+        return out;
+    };
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        let _ = list.add_partition_offset(topic, p, Offset::Beginning);
+    }
+    if consumer.assign(&list).is_err() {
+        return out;
+    }
+    let mut idle_since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && idle_since.elapsed() < Duration::from_secs(3) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            idle_since = Instant::now();
+            // The value is `seq=<n> ...` (see `member::seq_of`).
+            let seq = rdkafka::Message::payload(&m)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.strip_prefix("seq="))
+                .and_then(|v| v.split(' ').next())
+                .and_then(|v| v.parse::<u64>().ok());
+            if let Some(seq) = seq {
+                out.insert(
+                    (
+                        rdkafka::Message::partition(&m),
+                        rdkafka::Message::offset(&m),
+                    ),
+                    seq,
+                );
+            }
+        }
+    }
+    out
+}
+
+/// [`read_copies`], with where each copy is (partition, offset).
+async fn read_copies_at(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: IsolationLevel,
+) -> Vec<(u64, i32, i64)> {
     let mut out = Vec::new();
     let Ok(mut consumer) = Consumer::builder(bootstrap)
         .assign((0..partitions).map(|p| TopicPartition::new(topic, p)))
@@ -1718,7 +1850,7 @@ async fn read_copies(
             // `--ordering key`).
             Ok(Some(Ok(r))) => {
                 if let Some(seq) = member::seq_of(&r) {
-                    out.push(seq);
+                    out.push((seq, r.partition(), r.offset()));
                 }
             }
             Ok(Some(Err(_))) => {}
@@ -1731,6 +1863,27 @@ async fn read_copies(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exactly_once_expects_one_copy_per_input_record_not_per_sequence_number() {
+        let produced: BTreeSet<u64> = [1, 2, 3].into_iter().collect();
+        // The producer's retry wrote seq 2 twice: two inputs, two copies expected.
+        let inputs = [1, 2, 2, 3];
+        let held = ExactlyOnce::count(&produced, &inputs, &[1, 2, 2], &[3]);
+        assert!(held.holds(), "{held:?}");
+        assert_eq!((held.duplicates, held.missing, held.read), (0, 0, 4));
+        // A third copy of 2 is one too many; 3 found nowhere is missing.
+        let broken = ExactlyOnce::count(&produced, &inputs, &[1, 2, 2, 2], &[]);
+        assert_eq!(
+            (broken.duplicates, broken.inputs_twice, broken.missing),
+            (1, 1, 1)
+        );
+        assert_eq!(broken.twice, vec![2]);
+        assert!(!broken.holds());
+        // Only one copy of the doubly written 2: one missing.
+        let short = ExactlyOnce::count(&produced, &inputs, &[1, 2, 3], &[]);
+        assert_eq!((short.duplicates, short.missing), (0, 1));
+    }
 
     #[test]
     fn durations_parse() {
