@@ -441,6 +441,21 @@ impl GroupCounters {
         crate::sync::lock(&self.member).clone()
     }
 
+    /// The member joined `generation` (or, under the consumer protocol, its epoch
+    /// moved on: `member_id` is `None`). Set by the consumer's task as it queues the
+    /// application's events, not by the group's as it sees them: whoever reads the
+    /// metadata and then the queued events reads every event of the generations
+    /// before it (a loss among them), so it never commits a transaction's offsets
+    /// with a generation whose losses it has not seen.
+    pub(crate) fn set_member(&self, generation: i32, member_id: Option<&str>) {
+        if let Some(m) = crate::sync::lock(&self.member).as_mut() {
+            m.generation_id = generation;
+            if let Some(id) = member_id {
+                id.clone_into(&mut m.member_id);
+            }
+        }
+    }
+
     /// The member's group and instance id, before it joins (generation -1, no
     /// member id).
     pub(crate) fn set_group(&self, group_id: &str, instance_id: Option<String>) {
@@ -497,15 +512,7 @@ impl GroupCounts {
     pub(crate) fn observe(&mut self, event: &Event) {
         let c = &self.shared;
         match event {
-            Event::Joined {
-                generation,
-                member_id,
-                ..
-            } => {
-                if let Some(m) = crate::sync::lock(&c.member).as_mut() {
-                    m.generation_id = *generation;
-                    m.member_id.clone_from(member_id);
-                }
+            Event::Joined { .. } => {
                 c.rebalances.fetch_add(1, Ordering::Relaxed);
                 self.metrics.joined();
             }

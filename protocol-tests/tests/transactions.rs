@@ -635,6 +635,98 @@ async fn mock_offsets_of_a_stale_generation_or_an_unknown_member_are_refused() {
     consumer.close().await.expect("close");
 }
 
+/// Under the consumer protocol (KIP-848) a member's epoch moves on whenever the
+/// group's assignment is recomputed (here: a second member joins), and the group
+/// coordinator takes a transaction's offsets only with the member's current epoch
+/// (Kafka's `validateMemberEpoch`; the patched mock does the same). The consumer's
+/// group metadata kept the epoch of its first join, so once a second member had
+/// joined, every transaction's offsets were refused (STALE_MEMBER_EPOCH) for as long
+/// as the member lived: an exactly-once Processor aborted every commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_consumer_protocol_group_metadata_follows_the_member_epoch() {
+    let peer = Peer::mock(1).expect("mock");
+    let (input, group) = ("txn-epoch-in", "txn-epoch-g");
+    peer.create_topic(input, 2).expect("topic");
+    let plain = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("plain");
+    for partition in 0..2 {
+        plain
+            .send(ProducerRecord::new(input).partition(partition).value("one"))
+            .await
+            .expect("send")
+            .await
+            .expect("delivered");
+    }
+    plain.close().await;
+    let member = || {
+        Consumer::builder(&peer.bootstrap())
+            .group_id(group)
+            .topics([input])
+            .offset_reset(OffsetReset::Earliest)
+            .auto_commit(None)
+            .group_protocol(ottla::consumer::GroupProtocol::Consumer)
+            .build()
+    };
+    let mut first = member().await.expect("first member");
+    tokio::time::timeout(Duration::from_secs(60), first.recv())
+        .await
+        .expect("a record in time")
+        .expect("a record")
+        .expect("no error");
+    let joined = first.group_metadata().expect("group metadata");
+    let mut second = member().await.expect("second member");
+    let reading = tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(90), second.recv()).await;
+        second
+    });
+    let producer = ready_producer(&peer, "txn-epoch-out", "tx-epoch").await;
+    let offsets = vec![TxnOffset {
+        partition: TopicPartition::new(input, 0),
+        offset: 1,
+        leader_epoch: -1,
+        metadata: None,
+    }];
+    // The epoch may move again between a read and the commit: a refusal is aborted
+    // and the commit tried again with the metadata as it is then.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut refusals = Vec::new();
+    let committed_with = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no commit with a moved-on epoch within 60 s (joined with {joined:?}; refusals: {refusals:?})"
+        );
+        let metadata = first.group_metadata().expect("group metadata");
+        if metadata.generation_id <= joined.generation_id {
+            // Coming back for records completes the revocation the new member's
+            // arrival asks for; the epoch moves on after it.
+            let _ = tokio::time::timeout(Duration::from_millis(200), first.recv()).await;
+            continue;
+        }
+        producer.begin_transaction().expect("begin");
+        match producer
+            .send_offsets_to_transaction(offsets.clone(), metadata.clone())
+            .await
+        {
+            Ok(()) => {
+                producer.commit_transaction().await.expect("commit");
+                break metadata;
+            }
+            Err(e) => {
+                assert!(e.txn_requires_abort(), "{e:?}");
+                refusals.push(e.to_string());
+                producer.abort_transaction().await.expect("abort");
+            }
+        }
+    };
+    assert_eq!(committed_with.member_id, joined.member_id);
+    producer.close().await;
+    let second = reading.await.expect("second member's task");
+    second.close().await.expect("close second");
+    first.close().await.expect("close first");
+}
+
 /// A quirk of tansu 0.6.0 that rules it out for exactly-once chaos runs (PEERS.md):
 /// two transactional producers commit offsets for one group, as a group's members do
 /// in exactly-once mode. Producer A commits offset 30 for partition 0 while producer

@@ -153,7 +153,8 @@ impl ConsumerEvent {
             Event::Error(e) => ConsumerEvent::GroupRetrying(e),
             Event::CoordinatorFound { .. }
             | Event::CommittedOffsets { .. }
-            | Event::MetadataNeeded { .. } => return None,
+            | Event::MetadataNeeded { .. }
+            | Event::MemberEpoch { .. } => return None,
         })
     }
 

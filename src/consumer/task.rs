@@ -222,6 +222,22 @@ async fn next_group_event(group: &mut Option<GroupHandle>) -> Option<Event> {
 
 fn on_group_event(d: &mut Driver, _tasks: &mut JoinSet<Done>, event: Event) {
     match &event {
+        // Here, just before the event is queued: `Consumer::group_metadata` never names
+        // a generation whose earlier events (a loss) are not yet in the queue.
+        Event::Joined {
+            generation,
+            member_id,
+            ..
+        } => {
+            if let Some(g) = &d.group {
+                g.counters().set_member(*generation, Some(member_id));
+            }
+        }
+        Event::MemberEpoch { epoch } => {
+            if let Some(g) = &d.group {
+                g.counters().set_member(*epoch, None);
+            }
+        }
         Event::Assigned { added, .. } => {
             d.revocation.assigned(added);
             lock(&d.shared.fetcher).assign(added, true);

@@ -47,8 +47,16 @@ impl<M: Machine> Harness<M> {
         std::iter::from_fn(|| self.m.poll_request()).collect()
     }
 
-    /// Every event waiting.
+    /// Every event waiting but the consumer protocol's epoch news
+    /// ([`Event::MemberEpoch`], which comes with most heartbeats there).
     pub fn events(&mut self) -> Vec<Event> {
+        let mut events = self.all_events();
+        events.retain(|e| !matches!(e, Event::MemberEpoch { .. }));
+        events
+    }
+
+    /// Every event waiting.
+    pub fn all_events(&mut self) -> Vec<Event> {
         std::iter::from_fn(|| self.m.poll_event()).collect()
     }
 

@@ -411,6 +411,13 @@ pub enum Event {
         /// The assignor chosen by the group.
         protocol: String,
     },
+    /// The consumer protocol: the member's epoch moved on without a join (the
+    /// broker's answer to a heartbeat). Transactional offsets carry it (KIP-447: the
+    /// coordinator refuses any other epoch), so the consumer's group metadata follows.
+    MemberEpoch {
+        /// The epoch.
+        epoch: i32,
+    },
     /// Partitions were added to this member.
     Assigned {
         /// The generation.

@@ -837,6 +837,11 @@ impl ConsumerGroupMember {
         }
         self.heartbeat.last_ok = Some(sent_at);
         let joined = matches!(self.state, State::Joining);
+        if !joined && member_epoch != self.epoch {
+            self.core.events.push_back(Event::MemberEpoch {
+                epoch: member_epoch,
+            });
+        }
         self.epoch = member_epoch;
         if joined {
             self.state = State::Stable;

@@ -258,14 +258,20 @@ fn stable_target_adding_partitions_assigns_them_without_a_revocation() {
 }
 
 #[test]
-fn stable_epoch_bump_without_an_assignment_changes_nothing_else() {
+fn stable_epoch_bump_without_an_assignment_changes_nothing_but_the_epoch() {
     // The librdkafka mock bumps every member's epoch on each recomputation and leaves
-    // the assignment out when it did not change.
+    // the assignment out when it did not change. The new epoch is told (transactional
+    // offsets carry it: the coordinator refuses any other, KIP-447); nothing else.
     let mut h = H::stable(vec![0, 1]);
     h.advance(Duration::from_secs(3));
     let (id, _) = h.heartbeat();
     h.answer(id, 4, None);
-    assert_eq!(h.events(), vec![]);
+    assert_eq!(h.all_events(), vec![Event::MemberEpoch { epoch: 4 }]);
+    // The same epoch again is not news.
+    h.advance(Duration::from_secs(3));
+    let (id, _) = h.heartbeat();
+    h.answer(id, 4, None);
+    assert_eq!(h.all_events(), vec![]);
     h.no_request();
     assert_eq!(h.m.epoch(), Some(4));
     assert_eq!(h.m.assignment(), vec![tp(0), tp(1)]);
