@@ -54,7 +54,11 @@ impl<H: Handler> Chunk<'_, H> {
                     let Some(record) = self.records.get(i) else {
                         break Pass::Done;
                     };
-                    if i > 0 && self.stops(i, record, slice) {
+                    // The first record goes ahead of a pause or the time slice (a
+                    // call makes progress), but not of a cancellation: a call queued
+                    // before its partition was revoked, lost or rewound, and started
+                    // after, handles nothing (its lane is gone, or going).
+                    if (i > 0 && self.stops(i, record, slice)) || self.cancel.is_cancelled() {
                         break Pass::Stopped;
                     }
                     if !crate::trace::untraced(record) {
