@@ -82,6 +82,8 @@ pub mod names {
     /// Partition offsets committed (one per partition per commit; a commit of two
     /// partitions counts 2), by `group`.
     pub const COMMITS: &str = "commits";
+    /// Exactly once: transactions ended, by `outcome` (`committed` or `aborted`).
+    pub const TRANSACTIONS: &str = "transactions";
     /// Partitions halted because the dead-letter topic cannot be written, by `group`.
     pub const PARTITIONS_HALTED: &str = "partitions.halted";
 
@@ -135,6 +137,7 @@ pub mod names {
         RETRY_TOPIC_COUNT,
         GROUP_REFUSED,
         COMMITS,
+        TRANSACTIONS,
         PARTITIONS_HALTED,
         QUEUE_DEPTH,
         KEY_WAIT,
@@ -298,6 +301,10 @@ mod on {
                     self.count(names::GROUP_REFUSED, &[("api", api.to_string())]);
                 }
                 Metric::Committed { .. } => self.commits.increment(1),
+                Metric::Transaction { committed, .. } => {
+                    let outcome = if *committed { "committed" } else { "aborted" };
+                    self.count(names::TRANSACTIONS, &[("outcome", outcome.to_string())]);
+                }
                 Metric::Halted { partitions } => self.halted.set(*partitions as f64),
                 Metric::KeyWait { waited } => self.time(names::KEY_WAIT, &[], *waited),
                 // The consumer under the Processor reports its group's rebalances,

@@ -640,3 +640,94 @@ async fn tansu_exactly_once_a_dead_letter_is_written_once_with_its_offset() {
     consumer.close().await.expect("close");
     assert_eq!(dead, ["in-5"], "the dead letter, once");
 }
+
+/// Exactly once, partitions lost while a transaction holds their outputs: the member's
+/// heartbeat is refused with UNKNOWN_MEMBER_ID (injected on the patched mock, which
+/// keeps transactions as Kafka does), so it loses its partitions without a chance to
+/// commit and rejoins. The open transaction is aborted (`Metric::Transaction`,
+/// `committed: false`), the records since the last commit are handled again, and
+/// `read_committed` readers of ottla and librdkafka see each input's output once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
+    protocol_tests::init_tracing();
+    let peer = Arc::new(Peer::mock(1).expect("mock"));
+    let (input, output) = ("eos-lost-in", "eos-lost-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("eos-lost-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let metrics = ottla::processor::MetricsLog::default();
+    let processor = builder(&peer, "eos-lost", input)
+        .exactly_once("eos-lost-1")
+        // Long enough that the loss comes while the first transaction is open.
+        .commit_interval(Some(Duration::from_secs(3)))
+        .consumer(|c| c.tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50)))
+        .metrics(metrics.hook())
+        .build()
+        .await
+        .expect("processor");
+    let calls: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let injected = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = {
+        let (calls, output, injected) = (calls.clone(), output.to_string(), injected.clone());
+        let peer = peer.clone();
+        move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
+            let n = {
+                let mut c = calls.lock().unwrap();
+                let n = c.entry(v.clone()).or_insert(0);
+                *n += 1;
+                *n
+            };
+            cancel.send(
+                ProducerRecord::new(&output)
+                    .partition(r.partition())
+                    .key(v.clone())
+                    .value(format!("out-{v}")),
+            );
+            // The sixth input's first attempt: the next heartbeats are refused
+            // (Heartbeat is API key 12; UNKNOWN_MEMBER_ID is 25), and the call waits
+            // until the loss cancels it.
+            let wait = v == "in-5" && n == 1 && !injected.swap(true, Ordering::SeqCst);
+            if let (true, Peer::Mock(mock)) = (wait, &*peer) {
+                mock.push_request_errors(12, &[25, 25, 25]);
+            }
+            async move {
+                if wait {
+                    let _ = tokio::time::timeout(Duration::from_secs(20), cancel.cancelled()).await;
+                }
+                Ok(())
+            }
+        }
+    };
+    processor
+        .run(handler, visible(&peer, output, INPUTS))
+        .await
+        .expect("run");
+    let seen = metrics.snapshot();
+    assert!(
+        seen.iter()
+            .any(|m| matches!(m, ottla::processor::Metric::Lost { .. })),
+        "the member lost its partitions: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|m| matches!(
+            m,
+            ottla::processor::Metric::Transaction {
+                committed: false,
+                ..
+            }
+        )),
+        "the open transaction was aborted: {seen:?}"
+    );
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), INPUTS, "every input handled: {calls:?}");
+    assert!(
+        calls.values().any(|n| *n >= 2),
+        "records of the aborted transaction are handled again: {calls:?}"
+    );
+    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
+    assert_each_once("ottla read_committed", &ottla);
+    let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
+    assert_each_once("librdkafka read_committed", &rd);
+}

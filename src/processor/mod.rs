@@ -1313,12 +1313,18 @@ impl Processor {
                 return self.txn_failed(txn, e).await;
             }
         }
+        let started = Instant::now();
         match self
             .resumed("commit", || self.producer.commit_transaction())
             .await
         {
             Ok(()) => {
                 txn.open = false;
+                self.metric(Metric::Transaction {
+                    committed: true,
+                    offsets: offsets.len(),
+                    took: started.elapsed(),
+                });
                 TxnEnd::Committed
             }
             Err(e @ TransactionError::Timeout { .. }) => {
@@ -1377,11 +1383,19 @@ impl Processor {
         if !std::mem::take(&mut txn.open) {
             return TxnEnd::Aborted;
         }
+        let started = Instant::now();
         match self
             .resumed("abort", || self.producer.abort_transaction())
             .await
         {
-            Ok(()) => TxnEnd::Aborted,
+            Ok(()) => {
+                self.metric(Metric::Transaction {
+                    committed: false,
+                    offsets: 0,
+                    took: started.elapsed(),
+                });
+                TxnEnd::Aborted
+            }
             // Not ended: no transaction can begin, and what it holds is undecided.
             Err(e @ TransactionError::Timeout { .. }) => {
                 txn.fatal.get_or_insert(e);

@@ -390,6 +390,18 @@ pub enum Metric {
         /// The partitions.
         partitions: Vec<TopicPartition>,
     },
+    /// Exactly once: a transaction ended. Committed, its outputs, dead letters and
+    /// `offsets` partition offsets became visible together; aborted (a loss, a
+    /// refused offset or a failed write), none did, and the records since the last
+    /// commit are handled again.
+    Transaction {
+        /// Whether it committed.
+        committed: bool,
+        /// The partition offsets it carried (0 when it aborted).
+        offsets: usize,
+        /// From the commit (or abort) call to its answer.
+        took: Duration,
+    },
     /// Partitions were taken away without a chance to commit (session lost, fenced):
     /// their in-flight results were dropped.
     Lost {
