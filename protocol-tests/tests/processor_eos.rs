@@ -731,3 +731,67 @@ async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
     let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
     assert_each_once("librdkafka read_committed", &rd);
 }
+
+/// Exactly once, the lag (`ProcessorHandle::lag`) counts from the offsets the
+/// transactions committed. The group's second run starts from offsets committed by
+/// its first, handles 40 more inputs and commits them in transactions; the consumer
+/// under it commits nothing itself, and its view of the committed offsets stayed at
+/// those read at the assignment: the lag never fell below the 20 records per
+/// partition handled since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tansu_exactly_once_lag_counts_from_the_transactions_offsets() {
+    protocol_tests::init_tracing();
+    let (input, output) = ("eos-lag-in", "eos-lag-out");
+    let peer = tansu_with_inputs(input, output).await;
+    let first = builder(&peer, "eos-lag", input)
+        .exactly_once("eos-lag-1")
+        .build()
+        .await
+        .expect("processor");
+    copy(&peer, first, output, None).await;
+    produce_inputs(&peer, input).await;
+    let second = builder(&peer, "eos-lag", input)
+        .exactly_once("eos-lag-1")
+        .build()
+        .await
+        .expect("processor");
+    let watch = second.handle();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let lag = Arc::new(Mutex::new(BTreeMap::new()));
+    let handler = {
+        let (calls, output) = (calls.clone(), output.to_string());
+        move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            cancel.send(ProducerRecord::new(&output).value(r.value_bytes().unwrap_or_default()));
+            async { Ok(()) }
+        }
+    };
+    let shutdown = {
+        let (calls, lag) = (calls.clone(), lag.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let now = watch.lag();
+                let settled = calls.load(Ordering::SeqCst) >= INPUTS
+                    && now.len() == PARTITIONS as usize
+                    && now.values().all(|l| *l == 0);
+                *lag.lock().unwrap() = now;
+                if settled || tokio::time::Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    second.run(handler, shutdown).await.expect("run");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        INPUTS,
+        "the second batch of inputs"
+    );
+    let lag = lag.lock().unwrap().clone();
+    assert!(
+        lag.len() == PARTITIONS as usize && lag.values().all(|l| *l == 0),
+        "the lag once every input is committed: {lag:?}"
+    );
+}

@@ -958,6 +958,20 @@ fn record_bytes(r: &ConsumerRecord) -> u64 {
     (r.key().map_or(0, <[u8]>::len) + r.value().map_or(0, <[u8]>::len)) as u64
 }
 
+impl Consumer {
+    /// Offsets a transaction committed for this consumer's group
+    /// (`send_offsets_to_transaction`, then the commit): the consumer did not commit
+    /// them itself, but its view of the committed offsets (the lag, `committed`)
+    /// follows them as it follows its own commits.
+    pub(crate) fn committed_in_transaction(&self, offsets: &[(TopicPartition, i64)]) {
+        let ticket = commit_ticket(&self.shared);
+        let mut app = lock(&self.shared.app);
+        for (tp, offset) in offsets {
+            app.committed.insert(tp.clone(), (*offset, ticket));
+        }
+    }
+}
+
 fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {
     let mut app = lock(&shared.app);
     for c in done {

@@ -1245,6 +1245,9 @@ impl Processor {
                     txn.committed
                         .insert(tp.clone(), (*offset, metadata.get(tp).cloned()));
                 }
+                // The lag (`ProcessorHandle::lag`) counts from these, not from the
+                // offsets read at the assignment.
+                self.consumer.committed_in_transaction(offsets);
                 true
             }
             TxnEnd::Aborted => {
