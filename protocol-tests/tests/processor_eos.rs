@@ -795,3 +795,77 @@ async fn tansu_exactly_once_lag_counts_from_the_transactions_offsets() {
         "the lag once every input is committed: {lag:?}"
     );
 }
+
+/// A transactional producer closed with its transaction open aborts it, as Java's
+/// `close` does ("Aborting incomplete transaction due to shutdown"). Left open, the
+/// transaction held back the last stable offset of its partitions: a `read_committed`
+/// reader saw nothing written after it until the coordinator's timeout (which the
+/// patched mock, like tansu, never enforces: for ever here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_a_producer_closed_mid_transaction_aborts_it() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let topic = "eos-close";
+    peer.create_topic(topic, 1).expect("topic");
+    let producer = Producer::builder(&peer.bootstrap())
+        .transactional_id("eos-close-1")
+        .linger(Duration::from_millis(1))
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    for i in 0..5 {
+        producer
+            .send(
+                ProducerRecord::new(topic)
+                    .partition(0)
+                    .value(format!("open-{i}")),
+            )
+            .await
+            .expect("send")
+            .await
+            .expect("written");
+    }
+    producer.close().await;
+    let plain = Producer::builder(&peer.bootstrap())
+        .build()
+        .await
+        .expect("plain");
+    for i in 0..3 {
+        plain
+            .send(
+                ProducerRecord::new(topic)
+                    .partition(0)
+                    .value(format!("after-{i}")),
+            )
+            .await
+            .expect("send")
+            .await
+            .expect("written");
+    }
+    plain.close().await;
+    let mut reader = Consumer::builder(&peer.bootstrap())
+        .assign([TopicPartition::new(topic, 0)])
+        .offset_reset(OffsetReset::Earliest)
+        .isolation(IsolationLevel::ReadCommitted)
+        .build()
+        .await
+        .expect("reader");
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen.len() < 3 {
+        let Ok(batch) = tokio::time::timeout_at(deadline, reader.recv_batch(100)).await else {
+            break;
+        };
+        for r in &batch.expect("records") {
+            seen.push(String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned());
+        }
+    }
+    reader.close().await.expect("close");
+    assert_eq!(
+        seen,
+        vec!["after-0", "after-1", "after-2"],
+        "the closed producer's transaction was aborted, and what came after it is readable"
+    );
+}

@@ -914,6 +914,12 @@ impl Processor {
                 lanes.shutdown(self.shutdown_timeout, self.acquiesce, now());
             }
         }
+        // A transaction still open (the run stopped on an error, or its last commit
+        // point did not end it) is aborted now: left open, it would hold back every
+        // `read_committed` reader of its partitions until the coordinator's timeout.
+        if txn.open && txn.fatal.is_none() {
+            self.abort_txn(&mut txn).await;
+        }
         self.report(&mut lanes);
         let (result, until) =
             stopped.unwrap_or_else(|| (Ok(()), Instant::now() + self.shutdown_timeout));

@@ -413,8 +413,18 @@ impl Producer {
         stats
     }
 
-    /// Flushes, then stops the background task.
+    /// Aborts a transaction still open (as the Java producer's `close` does), flushes,
+    /// then stops the background task.
     pub async fn close(self) {
+        // A transaction still open is aborted first, as the Java producer's close does
+        // ("Aborting incomplete transaction due to shutdown"): left open, it would
+        // hold back every `read_committed` reader of its partitions (the last stable
+        // offset) until the coordinator's `transaction.timeout.ms`.
+        if self.transaction_open() {
+            if let Err(error) = self.abort_transaction().await {
+                warn!(%error, "the open transaction could not be aborted at close; the coordinator aborts it at its timeout");
+            }
+        }
         self.flush().await;
         {
             let mut s = lock(&self.shared.state);
@@ -427,6 +437,20 @@ impl Producer {
         if let Some(task) = task {
             let _ = task.await;
         }
+    }
+}
+
+impl Producer {
+    /// Whether a transaction is open (begun and not ended, or only abortable).
+    fn transaction_open(&self) -> bool {
+        let s = lock(&self.shared.state);
+        s.txn.as_ref().is_some_and(|t| {
+            matches!(
+                t.state(),
+                crate::proto::produce::transaction::TxnState::InTransaction
+                    | crate::proto::produce::transaction::TxnState::Abortable(_)
+            )
+        })
     }
 }
 
