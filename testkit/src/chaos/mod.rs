@@ -1305,6 +1305,57 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
                 journal.history(*seq)
             ));
         }
+        if found.missing > 0 {
+            // Inputs without a visible copy: is the copy in the log, hidden from
+            // read_committed (an open or aborted transaction), or not written at all?
+            let uncommitted = read_copies_at(
+                &bootstrap,
+                OUTPUT_TOPIC,
+                config.partitions,
+                IsolationLevel::ReadUncommitted,
+            )
+            .await;
+            let mut ends: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+            for (_, p, o) in &copies {
+                let e = ends.entry(*p).or_insert((-1, -1));
+                e.0 = e.0.max(*o);
+            }
+            for (_, p, o) in &uncommitted {
+                let e = ends.entry(*p).or_insert((-1, -1));
+                e.1 = e.1.max(*o);
+            }
+            let by_partition: Vec<String> = ends
+                .iter()
+                .map(|(p, (read, log))| {
+                    format!("partition {p}: read_committed to {read}, the log to {log}")
+                })
+                .collect();
+            let missing = found
+                .examples
+                .iter_mut()
+                .filter(|e| e.ends_with("(not in the output)"));
+            for example in missing {
+                let seq = example
+                    .strip_prefix("seq ")
+                    .and_then(|e| e.split(':').next())
+                    .and_then(|n| n.parse::<u64>().ok());
+                let at: Vec<String> = uncommitted
+                    .iter()
+                    .filter(|(s, _, _)| Some(*s) == seq)
+                    .map(|(_, p, o)| format!("{p}@{o}"))
+                    .collect();
+                if at.is_empty() {
+                    example.push_str("; not in the log at all");
+                } else {
+                    example.push_str(&format!("; in the log uncommitted at {}", at.join(", ")));
+                }
+            }
+            // A partition read_committed stops far short of its log's end is held
+            // back by a transaction nobody ended (its last stable offset).
+            found
+                .examples
+                .push(format!("{OUTPUT_TOPIC}: {}", by_partition.join("; ")));
+        }
         Some(found)
     } else {
         None
