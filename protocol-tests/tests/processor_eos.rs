@@ -869,3 +869,57 @@ async fn mock_a_producer_closed_mid_transaction_aborts_it() {
         "the closed producer's transaction was aborted, and what came after it is readable"
     );
 }
+
+/// Exactly once, a commit slower than `max.block.ms` is waited for again (as Java asks
+/// of a timed-out `commitTransaction`), not aborted: its EndTxn is answered 2.5 s late
+/// (injected on the mock) while `max.block.ms` is 1 s. Before, the timeout aborted it,
+/// which the producer refused (the commit was under way), and the lanes were rewound
+/// while the commit landed: its records were handled and written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_exactly_once_a_slow_commit_is_waited_for_not_aborted() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let Peer::Mock(mock) = &peer else {
+        unreachable!()
+    };
+    let (input, output) = ("eos-slow-in", "eos-slow-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("eos-slow-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let broker = mock.broker_ids().first().copied().expect("a broker");
+    // EndTxn is API key 26: the first one is answered (with no error) 2.5 s late.
+    mock.push_broker_request_errors(broker, 26, &[(0i16, Duration::from_millis(2500))])
+        .expect("delay");
+    let metrics = ottla::processor::MetricsLog::default();
+    let processor = builder(&peer, "eos-slow", input)
+        .exactly_once("eos-slow-1")
+        .producer(|p| {
+            p.linger(Duration::from_millis(1))
+                .max_block(Duration::from_secs(1))
+        })
+        .consumer(|c| c.tweak_group(|g| g.leader_sync_delay = Duration::from_millis(50)))
+        .metrics(metrics.hook())
+        .build()
+        .await
+        .expect("processor");
+    // Long past the slow commit: a rewound lane would have handled its records again.
+    let (_, calls) = copy_for(processor, output, Duration::from_secs(12)).await;
+    assert_eq!(calls.len(), INPUTS, "every input handled: {calls:?}");
+    assert!(
+        calls.values().all(|n| *n == 1),
+        "nothing handled twice (the slow commit landed): {calls:?}"
+    );
+    assert!(
+        !metrics.snapshot().iter().any(|m| matches!(
+            m,
+            ottla::processor::Metric::Transaction {
+                committed: false,
+                ..
+            }
+        )),
+        "no transaction aborted"
+    );
+    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
+    assert_each_once("ottla read_committed", &ottla);
+}
