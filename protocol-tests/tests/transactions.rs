@@ -11,9 +11,11 @@
 //!   TxnOffsetCommit and EndTxn and checks the producer's epoch (so fencing works);
 //!   the workspace's patch (vendor/rdkafka-sys/OTTLA-PATCH.md) makes it write the
 //!   control markers, hold the last stable offset at the oldest open transaction,
-//!   list aborted transactions to `read_committed` fetches and commit a
-//!   TxnOffsetCommit's offsets with the transaction, as Kafka does. The published
-//!   mock does none of these.
+//!   list aborted transactions to `read_committed` fetches, commit a
+//!   TxnOffsetCommit's offsets with the transaction, fence an earlier instance of a
+//!   `transactional.id` (same producer id, next epoch) and abort a transaction open
+//!   past its `transaction.timeout.ms`, as Kafka does. The published mock does none
+//!   of these.
 
 use std::time::Duration;
 
