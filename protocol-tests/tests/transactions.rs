@@ -11,9 +11,11 @@
 //!   TxnOffsetCommit and EndTxn and checks the producer's epoch (so fencing works);
 //!   the workspace's patch (vendor/rdkafka-sys/OTTLA-PATCH.md) makes it write the
 //!   control markers, hold the last stable offset at the oldest open transaction,
-//!   list aborted transactions to `read_committed` fetches and commit a
-//!   TxnOffsetCommit's offsets with the transaction, as Kafka does. The published
-//!   mock does none of these.
+//!   list aborted transactions to `read_committed` fetches, commit a
+//!   TxnOffsetCommit's offsets with the transaction, fence an earlier instance of a
+//!   `transactional.id` (same producer id, next epoch) and abort a transaction open
+//!   past its `transaction.timeout.ms`, as Kafka does. The published mock does none
+//!   of these.
 
 use std::time::Duration;
 
@@ -335,33 +337,41 @@ async fn tansu_a_second_instance_fences_the_first() {
     assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
 }
 
-/// The mock does not fence: an InitProducerId without the current producer id gets a
-/// new producer id at epoch 0, and the earlier one stays valid (checked here, so that
-/// a mock that starts fencing shows up). Fencing is then injected: PRODUCER_FENCED
-/// to EndTxn is fatal, and sticky.
+/// A second instance with the same `transactional.id` fences the first on the patched
+/// mock, as on Kafka: its InitProducerId gets the same producer id with the next epoch
+/// and aborts the first's open transaction. The first's commit, with the old epoch, is
+/// refused (EndTxn v1, the highest the mock offers, gets INVALID_PRODUCER_EPOCH, which
+/// Kafka 3.x answers from v2 as PRODUCER_FENCED), and ottla, as Java's `EndTxnHandler`,
+/// takes either as fenced: fatal, and sticky. `read_committed` readers see only the
+/// second's records. The published mock gave the second a new producer id and kept the
+/// first's valid: its commit succeeded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the_mock() {
+async fn mock_a_second_instance_fences_the_first() {
     protocol_tests::init_tracing();
     let peer = Peer::mock(1).expect("mock");
-    let Peer::Mock(mock) = &peer else {
-        unreachable!()
-    };
     let topic = "txn-fence";
     let first = ready_producer(&peer, topic, "tx-fence").await;
     first.begin_transaction().expect("begin");
-    send(&first, topic, "first", 4).await;
+    send(&first, topic, "zombie", 4).await;
+
     let second = initialised(&peer, "tx-fence").await;
-    first
+
+    let e = first
         .commit_transaction()
         .await
-        .expect("the mock keeps the first producer id valid");
-
-    first.begin_transaction().expect("begin");
-    send(&first, topic, "fenced", 4).await;
-    // EndTxn is API key 26; PRODUCER_FENCED is 90.
-    mock.push_request_errors(26, &[90]);
-    let e = first.commit_transaction().await.expect_err("fenced");
+        .expect_err("the first is fenced");
     assert!(e.is_fatal() && !e.txn_requires_abort(), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            TransactionError::Broker {
+                api: TransactionApi::EndTxn,
+                code: 47,
+                ..
+            }
+        ),
+        "EndTxn refused with INVALID_PRODUCER_EPOCH: {e:?}"
+    );
     let again = first.begin_transaction().expect_err("fatal is sticky");
     assert!(again.is_fatal(), "{again:?}");
     let abort = first
@@ -370,15 +380,26 @@ async fn mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the
         .expect_err("no abort after fatal");
     assert!(abort.is_fatal(), "{abort:?}");
     first.close().await;
+
+    second.begin_transaction().expect("begin");
+    send(&second, topic, "second", 4).await;
+    second.commit_transaction().await.expect("commit");
     second.close().await;
+
+    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "second", 4).await;
+    assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
+    assert_eq!(count(&ottla, "second"), 4, "{ottla:?}");
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "second", 4).await;
+    assert_eq!(count(&rd, "zombie"), 0, "librdkafka: {rd:?}");
+    assert_eq!(count(&rd, "second"), 4, "librdkafka: {rd:?}");
 }
 
 /// A second producer's InitProducerId for the same `transactional.id` aborts the
 /// transaction the first left open, as Kafka's coordinator does when it fences the
 /// old epoch: `read_committed` readers never see the first's records, though it
 /// never ended its transaction (the published mock left it open, and its records
-/// visible, for ever). The mock still does not fence the first producer itself
-/// (`mock_fenced_end_txn_is_fatal_and_a_second_instance_is_not_fenced_by_the_mock`).
+/// visible, for ever). That the first is fenced too is
+/// `mock_a_second_instance_fences_the_first`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_a_second_instance_aborts_the_first_s_open_transaction() {
     protocol_tests::init_tracing();
@@ -1030,19 +1051,20 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     assert_eq!(count(&values, "moved"), 2, "{values:?}");
 }
 
-/// A transaction the coordinator aborted on its timeout (KIP-588): the producer's next
-/// Produce gets INVALID_PRODUCER_EPOCH. Neither peer enforces
-/// `transaction.timeout.ms` (a commit 4 s past a 1 s timeout succeeds on both;
-/// docs/peers.md), so the mock injects the answer: the transaction becomes
-/// abortable, its abort ends with InitProducerId on the current producer id (KIP-360:
-/// a new epoch), and the next transaction commits.
+/// A transactional producer with `transaction.timeout.ms` of 1 s that leaves its
+/// transaction open for 3 s: the patched mock's coordinator, as Kafka's, aborts it on
+/// its own (ABORT markers) and bumps the producer's epoch (KIP-588). Its commit, with
+/// the old epoch, is refused: EndTxn v1 gets INVALID_PRODUCER_EPOCH (PRODUCER_FENCED
+/// from v2 on Kafka 3.x, whose EndTxn refuses any epoch but the current one), which
+/// ottla, as Java's `EndTxnHandler`, takes as fenced: fatal, so the producer cannot
+/// abort either. `read_committed` readers get past the aborted records without seeing
+/// them before anyone else touches the `transactional.id`, and a new instance's
+/// transaction commits. The published mock did not time transactions out: the commit
+/// succeeded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_transaction_timed_out_by_the_coordinator_aborts_then_bumps_the_epoch() {
+async fn mock_transaction_timed_out_by_the_coordinator_is_aborted_and_its_commit_fenced() {
     protocol_tests::init_tracing();
     let peer = Peer::mock(1).expect("mock");
-    let Peer::Mock(mock) = &peer else {
-        unreachable!()
-    };
     let topic = "txn-timeout";
     peer.create_topic(topic, PARTITIONS).expect("topic");
     let producer = transactional(&peer, "tx-timeout")
@@ -1052,11 +1074,83 @@ async fn mock_transaction_timed_out_by_the_coordinator_aborts_then_bumps_the_epo
         .expect("producer");
     producer.init_transactions().await.expect("init");
     producer.begin_transaction().expect("begin");
-    // Produce is API key 0; INVALID_PRODUCER_EPOCH is 47.
-    mock.push_request_errors(0, &[47]);
-    mock.start_request_tracking();
+    send(&producer, topic, "timed-out", 4).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let e = producer
+        .commit_transaction()
+        .await
+        .expect_err("the coordinator aborted the transaction");
+    assert!(e.is_fatal() && !e.txn_requires_abort(), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            TransactionError::Broker {
+                api: TransactionApi::EndTxn,
+                code: 47,
+                ..
+            }
+        ),
+        "EndTxn refused with INVALID_PRODUCER_EPOCH: {e:?}"
+    );
+    let abort = producer
+        .abort_transaction()
+        .await
+        .expect_err("no abort after fatal");
+    assert!(abort.is_fatal(), "{abort:?}");
+    producer.close().await;
+
+    // Nothing but the coordinator ended the transaction: records written after it
+    // are read, its own are not.
+    let plain = Producer::builder(&peer.bootstrap())
+        .linger(Duration::from_millis(1))
+        .build()
+        .await
+        .expect("producer");
+    send(&plain, topic, "plain", 4).await;
+    plain.close().await;
+    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "plain", 4).await;
+    assert_eq!(count(&ottla, "timed-out"), 0, "{ottla:?}");
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "plain", 4).await;
+    assert_eq!(count(&rd, "timed-out"), 0, "librdkafka: {rd:?}");
+
+    let next = initialised(&peer, "tx-timeout").await;
+    next.begin_transaction().expect("begin");
+    send(&next, topic, "after", 4).await;
+    next.commit_transaction().await.expect("commit");
+    next.close().await;
+    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 4).await;
+    assert_eq!(count(&ottla, "timed-out"), 0, "{ottla:?}");
+    assert_eq!(count(&ottla, "after"), 4, "{ottla:?}");
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "after", 4).await;
+    assert_eq!(count(&rd, "timed-out"), 0, "librdkafka: {rd:?}");
+    assert_eq!(count(&rd, "after"), 4, "librdkafka: {rd:?}");
+}
+
+/// The same timeout found by a Produce: the batch written after the coordinator aborted
+/// the transaction has the old epoch and is refused with INVALID_PRODUCER_EPOCH, which
+/// makes the transaction abortable (Java: `InvalidProducerEpochException`), so the
+/// commit fails as abortable. The abort's EndTxn has the old epoch too and is refused
+/// as fenced: fatal, as in Java with Kafka 3.x. A new instance commits. The published
+/// mock wrote the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_produce_after_the_transaction_timed_out_is_refused_and_the_abort_fenced() {
+    protocol_tests::init_tracing();
+    let peer = Peer::mock(1).expect("mock");
+    let topic = "txn-timeout-produce";
+    peer.create_topic(topic, PARTITIONS).expect("topic");
+    let producer = transactional(&peer, "tx-timeout-produce")
+        .transaction_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .expect("producer");
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, "timed-out", 4).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
     let refused = producer
-        .send(ProducerRecord::new(topic).partition(0).value("timed-out"))
+        .send(ProducerRecord::new(topic).partition(0).value("late"))
         .await
         .expect("send")
         .await;
@@ -1066,19 +1160,30 @@ async fn mock_transaction_timed_out_by_the_coordinator_aborts_then_bumps_the_epo
         .await
         .expect_err("the transaction can only be aborted");
     assert!(e.txn_requires_abort() && !e.is_fatal(), "{e:?}");
-    producer.abort_transaction().await.expect("abort");
-    let inits = mock.requests().iter().filter(|r| r.api_key == 22).count();
-    mock.stop_request_tracking();
-    assert_eq!(
-        inits, 1,
-        "the abort ended with an InitProducerId (the epoch bump)"
-    );
-    producer.begin_transaction().expect("begin");
-    send(&producer, topic, "after", 4).await;
-    producer.commit_transaction().await.expect("commit");
+    let abort = producer
+        .abort_transaction()
+        .await
+        .expect_err("the abort's EndTxn has the old epoch");
+    assert!(abort.is_fatal(), "{abort:?}");
     producer.close().await;
-    let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 4).await;
-    assert_eq!(count(&values, "after"), 4, "{values:?}");
+
+    let next = initialised(&peer, "tx-timeout-produce").await;
+    next.begin_transaction().expect("begin");
+    send(&next, topic, "after", 4).await;
+    next.commit_transaction().await.expect("commit");
+    next.close().await;
+    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 4).await;
+    assert_eq!(
+        count(&ottla, "timed-out") + count(&ottla, "late"),
+        0,
+        "{ottla:?}"
+    );
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "after", 4).await;
+    assert_eq!(
+        count(&rd, "timed-out") + count(&rd, "late"),
+        0,
+        "librdkafka: {rd:?}"
+    );
 }
 
 /// Sends `count` records `{prefix}-{i}` and returns where they were written.

@@ -266,8 +266,16 @@ rd_kafka_mock_validate_records(rd_kafka_mock_partition_t *mpart,
 
         if (likely(!err)) {
 
-                if (mpid->pid.epoch != pid.epoch)
+                /* ottla test-only patch: a batch of another epoch (a
+                 * producer the coordinator fenced, or whose transaction timed
+                 * out) is refused with INVALID_PRODUCER_EPOCH before its
+                 * sequence is looked at, as Kafka's ProducerStateManager does;
+                 * the sequence checks below, meant for the current epoch,
+                 * replaced that error with OUT_OF_ORDER_SEQUENCE_NUMBER. */
+                if (mpid->pid.epoch != pid.epoch) {
                         err = RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+                        goto epoch_err;
+                }
 
                 /* Each partition tracks the 5 last Produce requests per PID.*/
                 mpidstate = rd_kafka_mock_partition_pidstate_get(mpart, mpid);
@@ -285,6 +293,7 @@ rd_kafka_mock_validate_records(rd_kafka_mock_partition_t *mpart,
                         *is_dupd = rd_true;
         }
 
+epoch_err:
         if (unlikely(err)) {
                 rd_kafka_dbg(mcluster->rk, MOCK, "MOCK",
                              "Broker %" PRId32 ": Log append %s [%" PRId32
@@ -462,19 +471,52 @@ void rd_kafka_mock_txn_end(rd_kafka_mock_cluster_t *mcluster,
 }
 
 /**
- * @brief ottla test-only patch: a new InitProducerId for a transactional id
- *        aborts the transaction its previous producer left open, as Kafka's
- *        coordinator does when it fences the old epoch.
+ * @brief ottla test-only patch: Kafka's transaction coordinator aborts, on
+ *        its own, a transaction open longer than the timeout its producer gave
+ *        in InitProducerId (TransactionStateManager.timedOutTransactions,
+ *        TransactionCoordinator.abortTimedOutTransactions). It first bumps the
+ *        producer's epoch (prepareFenceProducerEpoch, KIP-588), then ends the
+ *        transaction as an EndTxn(abort) would: ABORT markers, with the new
+ *        epoch, in every partition where it is open, and its pending
+ *        TxnOffsetCommit offsets dropped. The producer's next request with
+ *        the old epoch is refused: Produce with INVALID_PRODUCER_EPOCH, the
+ *        transactional APIs as fenced. Kafka checks every
+ *        transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s by
+ *        default); the mock every 100 ms.
  */
-void rd_kafka_mock_txn_abort_tid(rd_kafka_mock_cluster_t *mcluster,
-                                 const rd_kafkap_str_t *TransactionalId) {
+static void rd_kafka_mock_txn_timeout_tmr_cb(rd_kafka_timers_t *rkts,
+                                             void *arg) {
+        rd_kafka_mock_cluster_t *mcluster = arg;
         rd_kafka_mock_pid_t *mpid;
+        rd_ts_t now = rd_clock();
         int i;
 
         RD_LIST_FOREACH(mpid, &mcluster->pids, i) {
-                if (!rd_kafkap_str_cmp_str(TransactionalId,
-                                           mpid->TransactionalId))
-                        rd_kafka_mock_txn_end(mcluster, mpid->pid, rd_false);
+                rd_kafka_pid_t pid;
+
+                if (!*mpid->TransactionalId || !mpid->ottla_txn_started ||
+                    mpid->ottla_txn_timeout_ms <= 0 ||
+                    now - mpid->ottla_txn_started <
+                        (rd_ts_t)mpid->ottla_txn_timeout_ms * 1000)
+                        continue;
+
+                mtx_lock(&mcluster->lock);
+                /* Kafka cannot fence an epoch at its maximum; the producer
+                 * id then gets no new epoch, but its transaction still ends. */
+                if (mpid->pid.epoch < INT16_MAX)
+                        mpid->pid.epoch++;
+                mpid->ottla_last_epoch  = -1;
+                mpid->ottla_txn_started = 0;
+                pid                     = mpid->pid;
+                mtx_unlock(&mcluster->lock);
+
+                rd_kafka_dbg(mcluster->rk, MOCK, "MOCK",
+                             "Transaction of TransactionalId=%s timed out "
+                             "after %" PRId32 " ms: aborted, now %s",
+                             mpid->TransactionalId,
+                             mpid->ottla_txn_timeout_ms,
+                             rd_kafka_pid2str(pid));
+                rd_kafka_mock_txn_end(mcluster, pid, rd_false);
         }
 }
 
@@ -2972,6 +3014,9 @@ static void rd_kafka_mock_cluster_destroy0(rd_kafka_mock_cluster_t *mcluster) {
         while ((mcoord = TAILQ_FIRST(&mcluster->coords)))
                 rd_kafka_mock_coord_destroy(mcluster, mcoord);
 
+        /* ottla test-only patch */
+        rd_kafka_timer_stop(&mcluster->timers, &mcluster->ottla_txn_tmr,
+                            rd_true);
         rd_list_destroy(&mcluster->pids);
         rd_list_destroy(&mcluster->txn_offsets); /* ottla test-only patch */
 
@@ -3108,6 +3153,11 @@ rd_kafka_mock_cluster_t *rd_kafka_mock_cluster_new(rd_kafka_t *rk,
         mcluster->ops->rkq_opaque = mcluster;
 
         rd_kafka_timers_init(&mcluster->timers, rk, mcluster->ops);
+
+        /* ottla test-only patch: transaction.timeout.ms */
+        rd_kafka_timer_start(&mcluster->timers, &mcluster->ottla_txn_tmr,
+                             100 * 1000 /*100ms*/,
+                             rd_kafka_mock_txn_timeout_tmr_cb, mcluster);
 
         if ((r = rd_pipe_nonblocking(mcluster->wakeup_fds)) == -1) {
                 rd_kafka_log(rk, LOG_ERR, "MOCK",

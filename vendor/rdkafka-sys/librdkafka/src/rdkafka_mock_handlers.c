@@ -2045,6 +2045,10 @@ rd_kafka_mock_pid_new(rd_kafka_mock_cluster_t *mcluster,
 
         mpid->pid.id    = rd_jitter(1, 900000) * 1000;
         mpid->pid.epoch = 0;
+        /* ottla test-only patch */
+        mpid->ottla_txn_timeout_ms = 0;
+        mpid->ottla_txn_started    = 0;
+        mpid->ottla_last_epoch     = -1;
 
         if (tidlen > 0)
                 memcpy(mpid->TransactionalId, TransactionalId->str, tidlen);
@@ -2154,6 +2158,165 @@ rd_kafka_mock_pid_bump(rd_kafka_mock_cluster_t *mcluster,
 
 
 /**
+ * @brief ottla test-only patch: the producer id the mock keeps for
+ *        \p TransactionalId (Kafka keeps one per transactional id), or NULL.
+ *
+ * @locks_required mcluster->lock
+ */
+static rd_kafka_mock_pid_t *
+ottla_mock_pid_find_tid(rd_kafka_mock_cluster_t *mcluster,
+                        const rd_kafkap_str_t *TransactionalId) {
+        rd_kafka_mock_pid_t *mpid;
+        int i;
+
+        RD_LIST_FOREACH(mpid, &mcluster->pids, i) {
+                if (!rd_kafkap_str_cmp_str(TransactionalId,
+                                           mpid->TransactionalId))
+                        return mpid;
+        }
+        return NULL;
+}
+
+/**
+ * @brief ottla test-only patch: InitProducerId for a transactional id, as
+ *        Kafka's TransactionCoordinator.handleInitProducerId answers it.
+ *
+ * Kafka keeps one producer id per transactional id. An InitProducerId
+ * without a producer id (a new instance) gets that producer id with the next
+ * epoch, which fences the previous instance: its requests with the old epoch
+ * are refused from then on (Produce with INVALID_PRODUCER_EPOCH, the
+ * transactional APIs as fenced), and the transaction it left open is aborted.
+ * The mock handed each InitProducerId a new producer id instead, and left the
+ * old one valid. Kafka bumps the epoch once more when the fenced instance had
+ * a transaction open (it answers CONCURRENT_TRANSACTIONS until the abort is
+ * written, and the retry bumps again); the mock aborts at once and bumps once.
+ *
+ * With the producer id and epoch (KIP-360, a producer bumping its own epoch
+ * after an abortable error): the current epoch is bumped; the epoch before
+ * the last such bump gets the current one again (the retry of a bump whose
+ * answer was lost); any other epoch or producer id is fenced: PRODUCER_FENCED,
+ * INVALID_PRODUCER_EPOCH before version 4 (Kafka's KafkaApis maps it so for
+ * older clients). A fence (a new instance, a timed-out transaction) forgets
+ * the epoch before, so a fenced producer cannot bump its way back.
+ *
+ * The producer's transaction timeout is kept for
+ * rd_kafka_mock_txn_timeout_tmr_cb; Kafka refuses one not in
+ * (0, transaction.max.timeout.ms], 15 minutes by default, with
+ * INVALID_TRANSACTION_TIMEOUT.
+ */
+static rd_kafka_resp_err_t
+ottla_mock_txn_init_pid(rd_kafka_mock_cluster_t *mcluster,
+                        const rd_kafkap_str_t *TransactionalId,
+                        rd_kafka_pid_t current_pid,
+                        int32_t TxnTimeoutMs,
+                        int16_t ApiVersion,
+                        rd_kafka_pid_t *pidp) {
+        rd_kafka_mock_pid_t *mpid;
+        rd_kafka_pid_t aborted;
+        rd_bool_t fence = rd_false;
+
+        if (TxnTimeoutMs <= 0 || TxnTimeoutMs > 15 * 60 * 1000)
+                return RD_KAFKA_RESP_ERR_INVALID_TRANSACTION_TIMEOUT;
+
+        mtx_lock(&mcluster->lock);
+        mpid = ottla_mock_pid_find_tid(mcluster, TransactionalId);
+        if (!mpid) {
+                /* A transactional id the coordinator does not know gets a new
+                 * producer id at epoch 0, with or without the producer's
+                 * (Kafka takes an unknown id's expected epoch as a new
+                 * producer's). */
+                mtx_unlock(&mcluster->lock);
+                *pidp = rd_kafka_mock_pid_new(mcluster, TransactionalId);
+                mtx_lock(&mcluster->lock);
+                mpid = ottla_mock_pid_find_tid(mcluster, TransactionalId);
+                if (mpid)
+                        mpid->ottla_txn_timeout_ms = TxnTimeoutMs;
+                mtx_unlock(&mcluster->lock);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
+
+        if (rd_kafka_pid_valid(current_pid)) {
+                if (current_pid.id == mpid->pid.id &&
+                    current_pid.epoch == mpid->pid.epoch) {
+                        /* Bump, below. */
+                } else if (current_pid.id == mpid->pid.id &&
+                           mpid->ottla_last_epoch != -1 &&
+                           current_pid.epoch == mpid->ottla_last_epoch) {
+                        *pidp = mpid->pid;
+                        mtx_unlock(&mcluster->lock);
+                        return RD_KAFKA_RESP_ERR_NO_ERROR;
+                } else {
+                        mtx_unlock(&mcluster->lock);
+                        return ApiVersion >= 4
+                                   ? RD_KAFKA_RESP_ERR_PRODUCER_FENCED
+                                   : RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+                }
+        } else {
+                fence = rd_true;
+        }
+
+        /* The transaction the previous epoch left open is aborted with
+         * markers of the next epoch, as Kafka writes them. */
+        aborted = mpid->pid;
+        if (aborted.epoch < INT16_MAX)
+                aborted.epoch++;
+        if (mpid->pid.epoch >= INT16_MAX - 1) {
+                /* Epochs exhausted: Kafka moves to a new producer id. */
+                mpid->pid.id    = rd_jitter(1, 900000) * 1000;
+                mpid->pid.epoch = 0;
+        } else {
+                mpid->pid.epoch++;
+        }
+        mpid->ottla_last_epoch     = fence ? -1 : current_pid.epoch;
+        mpid->ottla_txn_timeout_ms = TxnTimeoutMs;
+        mpid->ottla_txn_started    = 0;
+        *pidp                      = mpid->pid;
+        mtx_unlock(&mcluster->lock);
+
+        rd_kafka_dbg(mcluster->rk, MOCK, "MOCK",
+                     "InitProducerId for TransactionalId=%.*s: %s %s",
+                     RD_KAFKAP_STR_PR(TransactionalId),
+                     fence ? "fenced, now" : "bumped to",
+                     rd_kafka_pid2str(*pidp));
+
+        rd_kafka_mock_txn_end(mcluster, aborted, rd_false);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/**
+ * @brief ottla test-only patch: the producer's transaction is open from its
+ *        first AddPartitionsToTxn or AddOffsetsToTxn (Kafka's
+ *        txnStartTimestamp, when the state becomes Ongoing): its timeout runs
+ *        from then.
+ */
+static void ottla_mock_txn_started(rd_kafka_mock_cluster_t *mcluster,
+                                   const rd_kafkap_str_t *TransactionalId,
+                                   rd_kafka_pid_t pid) {
+        rd_kafka_mock_pid_t *mpid;
+
+        mtx_lock(&mcluster->lock);
+        if (!rd_kafka_mock_pid_find(mcluster, TransactionalId, pid, &mpid) &&
+            mpid->pid.epoch == pid.epoch && !mpid->ottla_txn_started)
+                mpid->ottla_txn_started = rd_clock();
+        mtx_unlock(&mcluster->lock);
+}
+
+/**
+ * @brief ottla test-only patch: EndTxn closed the producer's transaction, so
+ *        no timeout runs until its next one starts.
+ */
+static void ottla_mock_txn_ended(rd_kafka_mock_cluster_t *mcluster,
+                                 const rd_kafkap_str_t *TransactionalId,
+                                 rd_kafka_pid_t pid) {
+        rd_kafka_mock_pid_t *mpid;
+
+        mtx_lock(&mcluster->lock);
+        if (!rd_kafka_mock_pid_find(mcluster, TransactionalId, pid, &mpid))
+                mpid->ottla_txn_started = 0;
+        mtx_unlock(&mcluster->lock);
+}
+
+/**
  * @brief Handle InitProducerId
  */
 static int
@@ -2199,12 +2362,14 @@ rd_kafka_mock_handle_InitProducerId(rd_kafka_mock_connection_t *mconn,
                         err = RD_KAFKA_RESP_ERR_NOT_COORDINATOR;
         }
 
-        /* ottla test-only patch: Kafka aborts the transaction the
-         * transactional id's previous producer left open. */
+        /* ottla test-only patch: Kafka keeps one producer id per
+         * transactional id; a new instance fences the previous one, whose
+         * open transaction is aborted (ottla_mock_txn_init_pid). */
         if (!err && RD_KAFKAP_STR_LEN(&TransactionalId) > 0)
-                rd_kafka_mock_txn_abort_tid(mcluster, &TransactionalId);
-
-        if (!err) {
+                err = ottla_mock_txn_init_pid(
+                    mcluster, &TransactionalId, current_pid, TxnTimeoutMs,
+                    rkbuf->rkbuf_reqhdr.ApiVersion, &pid);
+        else if (!err) {
                 if (rd_kafka_pid_valid(current_pid)) {
                         /* Producer is asking for the transactional coordinator
                          * to bump the epoch (KIP-360).
@@ -2280,6 +2445,10 @@ rd_kafka_mock_handle_AddPartitionsToTxn(rd_kafka_mock_connection_t *mconn,
         if (!all_err)
                 all_err =
                     rd_kafka_mock_pid_check(mcluster, &TransactionalId, pid);
+
+        /* ottla test-only patch: the transaction's timeout runs from now. */
+        if (!all_err)
+                ottla_mock_txn_started(mcluster, &TransactionalId, pid);
 
         while (TopicsCnt-- > 0) {
                 rd_kafkap_str_t Topic;
@@ -2363,6 +2532,10 @@ rd_kafka_mock_handle_AddOffsetsToTxn(rd_kafka_mock_connection_t *mconn,
 
         if (!err)
                 err = rd_kafka_mock_pid_check(mcluster, &TransactionalId, pid);
+
+        /* ottla test-only patch: the transaction's timeout runs from now. */
+        if (!err)
+                ottla_mock_txn_started(mcluster, &TransactionalId, pid);
 
         /* Response: ErrorCode */
         rd_kafka_buf_write_i16(resp, err);
@@ -2601,8 +2774,10 @@ static int rd_kafka_mock_handle_EndTxn(rd_kafka_mock_connection_t *mconn,
 
         /* ottla test-only patch: Kafka's coordinator writes the markers and
          * commits or drops the transaction's offsets. */
-        if (!err)
+        if (!err) {
                 rd_kafka_mock_txn_end(mcluster, pid, committed);
+                ottla_mock_txn_ended(mcluster, &TransactionalId, pid);
+        }
 
         /* ErrorCode */
         rd_kafka_buf_write_i16(resp, err);

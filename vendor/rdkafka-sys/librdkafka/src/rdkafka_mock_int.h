@@ -197,6 +197,17 @@ typedef struct rd_kafka_mock_pid_s {
         int8_t hi;      /**< Window high bucket: most recent */
         int32_t seq[5]; /**< Next expected BaseSequence for each bucket */
 
+        /* ottla test-only patch: Kafka's transaction coordinator keeps, per
+         * transactional id, the transaction timeout the last InitProducerId
+         * gave, when the open transaction started (its first
+         * AddPartitionsToTxn or AddOffsetsToTxn; 0 when none is open), and
+         * the epoch before the last bump a producer asked for (KIP-360; -1
+         * after a fence), so that a retried bump is answered again. Set on
+         * mcluster->pids only; per-partition copies leave them unset. */
+        int32_t ottla_txn_timeout_ms;
+        rd_ts_t ottla_txn_started;
+        int16_t ottla_last_epoch;
+
         char TransactionalId[1]; /**< Allocated after this structure */
 } rd_kafka_mock_pid_t;
 
@@ -471,6 +482,10 @@ struct rd_kafka_mock_cluster_s {
          * rd_kafka_mock_txn_offset_t*. */
         rd_list_t txn_offsets;
 
+        /* ottla test-only patch: checks every 100 ms for transactions open
+         * longer than their timeout (rd_kafka_mock_txn_timeout_tmr_cb). */
+        rd_kafka_timer_t ottla_txn_tmr;
+
         char *bootstraps; /**< bootstrap.servers */
 
         thrd_t thread; /**< Mock thread */
@@ -591,8 +606,6 @@ int64_t rd_kafka_mock_partition_lso(const rd_kafka_mock_partition_t *mpart,
 void rd_kafka_mock_txn_end(rd_kafka_mock_cluster_t *mcluster,
                            rd_kafka_pid_t pid,
                            rd_bool_t committed);
-void rd_kafka_mock_txn_abort_tid(rd_kafka_mock_cluster_t *mcluster,
-                                 const rd_kafkap_str_t *TransactionalId);
 rd_bool_t rd_kafka_mock_txn_offset_pending(rd_kafka_mock_cluster_t *mcluster,
                                            const rd_kafkap_str_t *group,
                                            const rd_kafka_mock_partition_t *mpart);
