@@ -149,6 +149,17 @@ fn count(values: &[String], prefix: &str) -> usize {
     values.iter().filter(|v| v.starts_with(prefix)).count()
 }
 
+/// Both `read_committed` readers, ottla's and librdkafka's, find `want` records
+/// `{prefix}-*` in `topic`, and none `{absent}-*`.
+async fn both_read(peer: &Peer, topic: &str, prefix: &str, want: usize, absent: &str) {
+    let ottla = read_ottla(peer, topic, IsolationLevel::ReadCommitted, prefix, want).await;
+    assert_eq!(count(&ottla, absent), 0, "{ottla:?}");
+    assert_eq!(count(&ottla, prefix), want, "{ottla:?}");
+    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", prefix, want).await;
+    assert_eq!(count(&rd, absent), 0, "librdkafka: {rd:?}");
+    assert_eq!(count(&rd, prefix), want, "librdkafka: {rd:?}");
+}
+
 /// Commits 10 records, aborts 10, commits 10 more: `read_committed` consumers see the
 /// 20 committed ones, a `read_uncommitted` one all 30. Returns how many aborted
 /// records each `read_committed` reader saw (ottla's, librdkafka's).
@@ -386,12 +397,7 @@ async fn mock_a_second_instance_fences_the_first() {
     second.commit_transaction().await.expect("commit");
     second.close().await;
 
-    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "second", 4).await;
-    assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
-    assert_eq!(count(&ottla, "second"), 4, "{ottla:?}");
-    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "second", 4).await;
-    assert_eq!(count(&rd, "zombie"), 0, "librdkafka: {rd:?}");
-    assert_eq!(count(&rd, "second"), 4, "librdkafka: {rd:?}");
+    both_read(&peer, topic, "second", 4, "zombie").await;
 }
 
 /// A second producer's InitProducerId for the same `transactional.id` aborts the
@@ -1119,12 +1125,7 @@ async fn mock_transaction_timed_out_by_the_coordinator_is_aborted_and_its_commit
     send(&next, topic, "after", 4).await;
     next.commit_transaction().await.expect("commit");
     next.close().await;
-    let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 4).await;
-    assert_eq!(count(&ottla, "timed-out"), 0, "{ottla:?}");
-    assert_eq!(count(&ottla, "after"), 4, "{ottla:?}");
-    let rd = read_librdkafka(peer.bootstrap(), topic, "read_committed", "after", 4).await;
-    assert_eq!(count(&rd, "timed-out"), 0, "librdkafka: {rd:?}");
-    assert_eq!(count(&rd, "after"), 4, "librdkafka: {rd:?}");
+    both_read(&peer, topic, "after", 4, "timed-out").await;
 }
 
 /// The same timeout found by a Produce: the batch written after the coordinator aborted
