@@ -1,7 +1,7 @@
 //! Transactional produce (issue 31), ottla beside librdkafka (rust-rdkafka), on one
 //! tansu broker in one run.
 //!
-//! `cargo run --release -p ottla-bench --bin bench-txn [-- --records 200000 --sizes 100,1024 --txn-sizes 100,10000 --runs 3]`
+//! `cargo run --release -p ottla-bench --bin bench-txn [-- --records 200000 --sizes 100,1024 --txn-sizes 100,10000 --runs 3 --rdkafka c-commit]`
 //!
 //! For each cell (record size × records per transaction), each client runs in its own
 //! child process, interleaved (ottla, rdkafka, ottla, ...). A child makes one
@@ -15,6 +15,13 @@
 //! producer's creation and `init_transactions` do not count. The broker shares the 2
 //! cores, so CPU per record is the figure to compare; records/s is partly the
 //! broker's. Prints every run, then per cell the medians and ottla ÷ librdkafka ratios.
+//!
+//! The librdkafka child is a `BaseProducer`; `--rdkafka` says how it serves its
+//! delivery reports and commits ([`RdMode`]). The default, `c-commit`, calls
+//! librdkafka's own `rd_kafka_commit_transaction` while a second thread of the child
+//! polls: rust-rdkafka 0.39's `commit_transaction` first runs a flush loop whose
+//! `poll(100 ms)` always lasts its full 100 ms, which put about 100 ms into every
+//! transaction (docs/benchmarks.md).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -59,6 +66,11 @@ fn main() -> ExitCode {
     let sizes = list("--sizes", &[100, 1024]);
     let txn_sizes = list("--txn-sizes", &[100, 10_000]);
     let runs: u64 = arg("--runs", 3);
+    let rd_mode = ottla_bench::opt("--rdkafka").unwrap_or_else(|| "c-commit".to_string());
+    if RdMode::parse(&rd_mode).is_none() {
+        eprintln!("bench-txn: --rdkafka polled|c-commit|threaded, not {rd_mode}");
+        return ExitCode::from(2);
+    }
     let peer = match Peer::tansu() {
         Ok(p) => p,
         Err(e) => {
@@ -68,7 +80,8 @@ fn main() -> ExitCode {
     };
     println!(
         "{records} records per run and client, {runs} runs, 8 partitions (record i to i % 8), \
-         transactional (acks=all, idempotent), linger 5 ms, batch.size 1 MiB, no compression, tansu"
+         transactional (acks=all, idempotent), linger 5 ms, batch.size 1 MiB, no compression, tansu; \
+         librdkafka mode {rd_mode}"
     );
     // (size, txn, client) -> runs
     let mut cells: Vec<(u64, u64, &str, Vec<Run>)> = Vec::new();
@@ -89,6 +102,7 @@ fn main() -> ExitCode {
                         records.to_string(),
                         size.to_string(),
                         txn.to_string(),
+                        rd_mode.clone(),
                     ]);
                     let (secs, cpu) = match figures {
                         Ok(f) => (f.secs, f.cpu_secs),
@@ -152,7 +166,7 @@ fn child(args: &[String]) -> ExitCode {
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|&n| n > 0),
     ) else {
-        eprintln!("usage: bench-txn child ottla|rdkafka BOOTSTRAP TOPIC RECORDS SIZE TXN");
+        eprintln!("usage: bench-txn child ottla|rdkafka BOOTSTRAP TOPIC RECORDS SIZE TXN [MODE]");
         return ExitCode::from(2);
     };
     let value = vec![b'x'; size];
@@ -164,7 +178,12 @@ fn child(args: &[String]) -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(ottla_txn(bootstrap, &id, topic, records, &value, txn))),
-        _ => rdkafka_txn(bootstrap, &id, topic, records, &value, txn),
+        _ => match args.get(8).map(String::as_str).map(RdMode::parse) {
+            Some(Some(mode)) => rdkafka_txn(bootstrap, &id, topic, records, &value, txn, mode),
+            _ => Err(anyhow::anyhow!(
+                "rdkafka: no mode (polled, c-commit, threaded)"
+            )),
+        },
     };
     match result {
         Ok((secs, cpu)) => {
@@ -219,9 +238,44 @@ async fn ottla_txn(
     Ok(measured)
 }
 
-/// librdkafka: a `ThreadedProducer` (its own thread serves the delivery reports),
-/// `init_transactions`, then begin → `send` N → `commit_transaction`, which flushes
-/// and fails if a delivery failed.
+/// How the librdkafka child waits for its deliveries before the commit (`--rdkafka`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RdMode {
+    /// `polled`: a `BaseProducer` polled by the sending thread alone. `poll(0)` after
+    /// every send; before the commit, `flush(0)` (which wakes the broker threads to
+    /// send) and `poll(1 ms)` until `in_flight_count()` is 0; then rust-rdkafka's
+    /// `commit_transaction`, whose own flush then finds nothing to wait for, so its
+    /// `poll(100 ms)` never runs. Costs more CPU than `c-commit`: rust-rdkafka's
+    /// `poll(1 ms)` spins through its last millisecond (it passes the time left,
+    /// rounded down to whole milliseconds, to librdkafka: 0, which does not block).
+    Polled,
+    /// `c-commit` (the default): a `BaseProducer` whose delivery reports a second
+    /// thread of the child serves (`poll(100 ms)` in a loop; each event is handled as
+    /// it comes), and librdkafka's own `rd_kafka_commit_transaction` called directly,
+    /// without the binding's flush loop in front. Its flush sends at once (linger
+    /// skipped while it runs) and waits for the other thread to serve the reports:
+    /// librdkafka's documented way for an application that takes delivery reports as
+    /// events.
+    CCommit,
+    /// `threaded`: the previous harness, rust-rdkafka's `ThreadedProducer` and its
+    /// `commit_transaction` (about 100 ms per transaction spent in the binding's flush).
+    Threaded,
+}
+
+impl RdMode {
+    fn parse(s: &str) -> Option<RdMode> {
+        match s {
+            "polled" => Some(RdMode::Polled),
+            "c-commit" => Some(RdMode::CCommit),
+            "threaded" => Some(RdMode::Threaded),
+            _ => None,
+        }
+    }
+}
+
+/// librdkafka: `init_transactions`, then begin → `send` N → commit, the commit
+/// waiting for every delivery report and failing if a delivery failed. How the
+/// delivery reports are served and the commit called: [`RdMode`].
 fn rdkafka_txn(
     bootstrap: &str,
     id: &str,
@@ -229,10 +283,12 @@ fn rdkafka_txn(
     records: u64,
     value: &[u8],
     txn: u64,
+    mode: RdMode,
 ) -> anyhow::Result<(f64, f64)> {
     use rdkafka::ClientConfig;
-    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ThreadedProducer};
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", bootstrap)
         .set("transactional.id", id)
         .set("enable.idempotence", "true")
@@ -242,35 +298,114 @@ fn rdkafka_txn(
         .set("compression.type", "none")
         .set("queue.buffering.max.kbytes", "65536")
         .set("queue.buffering.max.messages", "1000000")
-        .set("message.timeout.ms", "60000")
-        .create()?;
+        .set("message.timeout.ms", "60000");
     let timeout = Duration::from_secs(60);
-    producer.init_transactions(timeout)?;
-    let cpu0 = cpu_seconds();
-    let started = Instant::now();
-    let mut i = 0u64;
-    while i < records {
-        producer.begin_transaction()?;
-        let end = (i + txn).min(records);
-        for j in i..end {
-            let mut record = BaseRecord::<(), [u8]>::to(topic)
-                .partition((j % PARTITIONS as u64) as i32)
-                .payload(value);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, r)) => {
-                        // Queue full: the producer's thread drains it.
-                        record = r;
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
+    let record = |j: u64| {
+        BaseRecord::<(), [u8]>::to(topic)
+            .partition((j % PARTITIONS as u64) as i32)
+            .payload(value)
+    };
+    if mode == RdMode::Threaded {
+        let producer: ThreadedProducer<_> = config.create()?;
+        producer.init_transactions(timeout)?;
+        let cpu0 = cpu_seconds();
+        let started = Instant::now();
+        let mut i = 0u64;
+        while i < records {
+            producer.begin_transaction()?;
+            let end = (i + txn).min(records);
+            for j in i..end {
+                let mut r = record(j);
+                while let Err((_, back)) = producer.send(r) {
+                    // Queue full: the producer's thread drains it.
+                    r = back;
+                    std::thread::sleep(Duration::from_millis(1));
                 }
             }
+            producer.commit_transaction(timeout)?;
+            i = end;
         }
-        producer.commit_transaction(timeout)?;
-        i = end;
+        let measured = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+        drop(producer);
+        return Ok(measured);
     }
-    let measured = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
-    drop(producer);
-    Ok(measured)
+    let producer: BaseProducer = config.create()?;
+    producer.init_transactions(timeout)?;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let polled = mode == RdMode::Polled;
+    std::thread::scope(|scope| {
+        if !polled {
+            // Serves the delivery reports while the main thread sends and commits.
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    producer.poll(Duration::from_millis(100));
+                }
+            });
+        }
+        let result = (|| {
+            let cpu0 = cpu_seconds();
+            let started = Instant::now();
+            let mut i = 0u64;
+            while i < records {
+                producer.begin_transaction()?;
+                let end = (i + txn).min(records);
+                for j in i..end {
+                    let mut r = record(j);
+                    loop {
+                        match producer.send(r) {
+                            Ok(()) => break,
+                            Err((_, back)) => {
+                                // Queue full: serve the reports (or let the
+                                // other thread serve them), then again.
+                                r = back;
+                                if polled {
+                                    producer.poll(Duration::from_millis(1));
+                                } else {
+                                    std::thread::sleep(Duration::from_millis(1));
+                                }
+                            }
+                        }
+                    }
+                    if polled {
+                        producer.poll(Duration::ZERO);
+                    }
+                }
+                if polled {
+                    // Send at once (linger skipped while `flush` runs), serve the
+                    // reports as they come, until none is outstanding.
+                    while producer.in_flight_count() > 0 {
+                        let _ = producer.flush(Duration::ZERO);
+                        producer.poll(Duration::from_millis(1));
+                    }
+                    producer.commit_transaction(timeout)?;
+                } else {
+                    c_commit(&producer, timeout)?;
+                }
+                i = end;
+            }
+            anyhow::Ok((started.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
+        })();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        result
+    })
+}
+
+/// librdkafka's own `rd_kafka_commit_transaction`, without rust-rdkafka's flush loop
+/// in front of it. Another thread must serve the delivery reports.
+fn c_commit(producer: &rdkafka::producer::BaseProducer, timeout: Duration) -> anyhow::Result<()> {
+    use rdkafka::bindings as rd;
+    use rdkafka::producer::Producer;
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: a live producer's handle; the returned error, if any, is ours to free.
+    unsafe {
+        let error = rd::rd_kafka_commit_transaction(producer.client().native_ptr(), ms);
+        if error.is_null() {
+            return Ok(());
+        }
+        let message = std::ffi::CStr::from_ptr(rd::rd_kafka_error_string(error))
+            .to_string_lossy()
+            .into_owned();
+        rd::rd_kafka_error_destroy(error);
+        anyhow::bail!("rd_kafka_commit_transaction: {message}")
+    }
 }

@@ -270,11 +270,20 @@ impl Accumulator {
 
     /// When the next batch becomes due (linger, backoff, delivery timeout): the
     /// driver calls [`Accumulator::handle_timeout`] and claims ready batches then.
+    ///
+    /// An open batch's linger counts only while its partition could send: not while
+    /// the partition or its leader has a Produce in flight. The answer to that Produce
+    /// is what lets the batch go, and the driver acts on it; a linger already past
+    /// would only wake the driver again and again until then.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.partitions
-            .values()
-            .flat_map(|p| {
-                let linger = p.open.as_ref().map(|b| b.created + self.config.linger);
+            .iter()
+            .flat_map(|(tp, p)| {
+                let waits_for_answer = p.in_flight
+                    || (self.leaders.get(tp)).is_some_and(|n| self.in_flight.contains_key(n));
+                let linger = (p.open.as_ref())
+                    .filter(|_| !waits_for_answer)
+                    .map(|b| b.created + self.config.linger);
                 let expiry = p
                     .queue
                     .front()

@@ -595,3 +595,36 @@ fn abort_undrained_fails_unsent_batches_and_keeps_those_sent() {
     assert_eq!(a.poll_delivery().map(|d| d.result), Some(Ok(10)));
     assert!(a.is_idle());
 }
+
+#[test]
+fn a_past_linger_does_not_wake_the_driver_while_the_partition_waits_for_an_answer() {
+    // An open batch behind a Produce in flight (its partition's, or its leader's) can
+    // go only after the answer. Its linger, already past, made `poll_timeout` return a
+    // time in the past, and the driver looped without sleeping until the answer came:
+    // 10,000 records of 1 KiB per transaction cost about 40 µs of CPU each
+    // (docs/benchmarks.md, bench-txn).
+    let linger = Duration::from_millis(5);
+    let (mut a, now) = ready(ProducerConfig {
+        linger,
+        ..ProducerConfig::default()
+    });
+    a.append(now, "t", Some(0), record("a")).unwrap();
+    let sent_at = now + linger;
+    assert_eq!(a.claim_ready(sent_at), vec![NodeId(1)]);
+    let (_, token) = a.build_produce(sent_at, NodeId(1), 9).expect("sent");
+    // Behind the batch in flight, and on the same leader.
+    a.append(sent_at, "t", Some(0), record("b")).unwrap();
+    a.append(sent_at, "t", Some(1), record("c")).unwrap();
+    let answered_at = sent_at + 10 * linger;
+    assert!(
+        a.poll_timeout().expect("the delivery timeout is timed") > answered_at,
+        "no wake-up before the answer"
+    );
+    a.handle_produce(answered_at, token, answer(0, 0));
+    assert_eq!(
+        a.poll_timeout(),
+        Some(sent_at + linger),
+        "answered, the lingers count again"
+    );
+    assert_eq!(a.claim_ready(answered_at), vec![NodeId(1)]);
+}
