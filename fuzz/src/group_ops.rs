@@ -757,6 +757,11 @@ impl Harness {
             | Event::ProgressTimeout { .. }
             | Event::MetadataNeeded { .. }
             | Event::Error(_) => {}
+            // The consumer protocol's epoch news; this target drives the classic
+            // member, which never sends it.
+            Event::MemberEpoch { .. } => {
+                return Err(format!("{event:?} from the classic member"));
+            }
         }
         Ok(())
     }
