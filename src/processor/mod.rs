@@ -1019,7 +1019,12 @@ impl Processor {
         mut offsets: Vec<(TopicPartition, i64)>,
     ) -> (Vec<(TopicPartition, i64)>, Option<ConsumerGroupMetadata>) {
         loop {
-            let group = self.consumer.group_metadata();
+            // Only a transaction's offsets carry it.
+            let group = if self.exactly_once() {
+                self.consumer.group_metadata()
+            } else {
+                None
+            };
             let mut drained = false;
             while let Ok(event) = events.try_recv() {
                 drained = true;
