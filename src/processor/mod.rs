@@ -669,12 +669,9 @@ impl Processor {
                         .map(|(_, record)| record)
                         .collect();
                     self.write_outputs(&mut txn, live).await;
-                    for (ticket, done) in reports {
-                        lanes.progress(ticket, done, now());
-                    }
-                    for (ticket, outcome, took) in handled.drain(..) {
-                        lanes.handled(ticket, outcome, took, now());
-                    }
+                    // Together: a commit one of them makes due carries the offsets of
+                    // all whose outputs were just written (`Lanes::report`).
+                    lanes.report(reports, handled.drain(..), [], now());
                 }
                 loop {
                     while let Some(action) = lanes.poll_action() {
@@ -817,14 +814,17 @@ impl Processor {
                     // Exactly once, a retry-topic or dead-letter record goes into the
                     // transaction that commits its source record's offset: done once it is
                     // in (a write that then fails aborts that transaction, and the record is
-                    // handled again).
+                    // handled again). All are written before any is reported: a commit
+                    // the first makes due carries the others' offsets too (`Lanes::report`).
+                    let mut written = Vec::new();
                     for (ticket, record) in std::mem::take(&mut deferred) {
                         if !lanes.in_flight(ticket) {
                             continue;
                         }
                         let result = self.write_in_txn(&mut txn, record).await;
-                        lanes.produced(ticket, result, now());
+                        written.push((ticket, result));
                     }
+                    lanes.report([], [], written, now());
                 }
             }
             self.report(&mut lanes);

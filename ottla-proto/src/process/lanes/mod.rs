@@ -74,6 +74,9 @@ pub struct Lanes {
     actions: VecDeque<Action>,
     metrics: VecDeque<Metric>,
     stats: Stats,
+    /// [`Lanes::report`] is applying answers: nothing steps (no commit, release or
+    /// call is made) until all are in.
+    reporting: bool,
 }
 
 impl Lanes {
@@ -96,6 +99,7 @@ impl Lanes {
             actions: VecDeque::new(),
             metrics: VecDeque::new(),
             stats: Stats::default(),
+            reporting: false,
         }
     }
 
@@ -463,6 +467,9 @@ impl Lanes {
 
     /// Starts what can start, finishes handovers, sets pauses and commits.
     fn step(&mut self, now: Now) {
+        if self.reporting {
+            return;
+        }
         self.finish_releases(now);
         self.dispatch(now);
         self.update_pauses();

@@ -14,6 +14,38 @@ use crate::group::consumer_protocol::TopicPartition;
 use crate::process::classify::{BatchError, Disposition, ErrorClass, ProcessError};
 
 impl Lanes {
+    /// The answers the driver has gathered, applied together: the progress of calls
+    /// still running (as [`Lanes::progress`]), the calls that ended (as
+    /// [`Lanes::handled`]), and the writes done (as [`Lanes::produced`]). A commit or
+    /// a handover they make due is decided once all are in.
+    ///
+    /// The driver writes the outputs of all these records before it reports them.
+    /// Reported one by one, the first answer could make a commit due whose offsets
+    /// lack the records of the next: exactly once, that transaction then carried
+    /// their outputs (or their dead letters) without their offsets, and the records
+    /// were handled, and written, again after an abort or by the partition's next
+    /// owner.
+    pub fn report(
+        &mut self,
+        progress: impl IntoIterator<Item = (Ticket, usize)>,
+        handled: impl IntoIterator<Item = (Ticket, Outcome, Duration)>,
+        produced: impl IntoIterator<Item = (Ticket, Result<(), String>)>,
+        now: Now,
+    ) {
+        self.reporting = true;
+        for (ticket, done) in progress {
+            self.progress(ticket, done, now);
+        }
+        for (ticket, outcome, took) in handled {
+            self.handled(ticket, outcome, took, now);
+        }
+        for (ticket, result) in produced {
+            self.produced(ticket, result, now);
+        }
+        self.reporting = false;
+        self.step(now);
+    }
+
     /// The call under `ticket` finished the first `done` records of its batch (it
     /// goes on with the rest): they become committable now, not when the call ends.
     pub fn progress(&mut self, ticket: Ticket, done: usize, now: Now) {
