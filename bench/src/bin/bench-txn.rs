@@ -308,24 +308,21 @@ fn rdkafka_txn(
     if mode == RdMode::Threaded {
         let producer: ThreadedProducer<_> = config.create()?;
         producer.init_transactions(timeout)?;
-        let cpu0 = cpu_seconds();
-        let started = Instant::now();
-        let mut i = 0u64;
-        while i < records {
-            producer.begin_transaction()?;
-            let end = (i + txn).min(records);
-            for j in i..end {
+        let measured = timed_txns(
+            records,
+            txn,
+            || Ok(producer.begin_transaction()?),
+            |j| {
                 let mut r = record(j);
                 while let Err((_, back)) = producer.send(r) {
                     // Queue full: the producer's thread drains it.
                     r = back;
                     std::thread::sleep(Duration::from_millis(1));
                 }
-            }
-            producer.commit_transaction(timeout)?;
-            i = end;
-        }
-        let measured = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu0);
+                Ok(())
+            },
+            || Ok(producer.commit_transaction(timeout)?),
+        )?;
         drop(producer);
         return Ok(measured);
     }
@@ -342,34 +339,33 @@ fn rdkafka_txn(
                 }
             });
         }
-        let result = (|| {
-            let cpu0 = cpu_seconds();
-            let started = Instant::now();
-            let mut i = 0u64;
-            while i < records {
-                producer.begin_transaction()?;
-                let end = (i + txn).min(records);
-                for j in i..end {
-                    let mut r = record(j);
-                    loop {
-                        match producer.send(r) {
-                            Ok(()) => break,
-                            Err((_, back)) => {
-                                // Queue full: serve the reports (or let the
-                                // other thread serve them), then again.
-                                r = back;
-                                if polled {
-                                    producer.poll(Duration::from_millis(1));
-                                } else {
-                                    std::thread::sleep(Duration::from_millis(1));
-                                }
+        let result = timed_txns(
+            records,
+            txn,
+            || Ok(producer.begin_transaction()?),
+            |j| {
+                let mut r = record(j);
+                loop {
+                    match producer.send(r) {
+                        Ok(()) => break,
+                        Err((_, back)) => {
+                            // Queue full: serve the reports (or let the other thread
+                            // serve them), then again.
+                            r = back;
+                            if polled {
+                                producer.poll(Duration::from_millis(1));
+                            } else {
+                                std::thread::sleep(Duration::from_millis(1));
                             }
                         }
                     }
-                    if polled {
-                        producer.poll(Duration::ZERO);
-                    }
                 }
+                if polled {
+                    producer.poll(Duration::ZERO);
+                }
+                Ok(())
+            },
+            || {
                 if polled {
                     // Send at once (linger skipped while `flush` runs), serve the
                     // reports as they come, until none is outstanding.
@@ -377,17 +373,39 @@ fn rdkafka_txn(
                         let _ = producer.flush(Duration::ZERO);
                         producer.poll(Duration::from_millis(1));
                     }
-                    producer.commit_transaction(timeout)?;
+                    Ok(producer.commit_transaction(timeout)?)
                 } else {
-                    c_commit(&producer, timeout)?;
+                    c_commit(&producer, timeout)
                 }
-                i = end;
-            }
-            anyhow::Ok((started.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
-        })();
+            },
+        );
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         result
     })
+}
+
+/// `records` records in transactions of `txn`: `begin`, `send` of each record's index,
+/// `commit`; the wall-clock and CPU seconds from the first begin to the last commit.
+fn timed_txns(
+    records: u64,
+    txn: u64,
+    mut begin: impl FnMut() -> anyhow::Result<()>,
+    mut send: impl FnMut(u64) -> anyhow::Result<()>,
+    mut commit: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, f64)> {
+    let cpu0 = cpu_seconds();
+    let started = Instant::now();
+    let mut i = 0u64;
+    while i < records {
+        begin()?;
+        let end = (i + txn).min(records);
+        for j in i..end {
+            send(j)?;
+        }
+        commit()?;
+        i = end;
+    }
+    Ok((started.elapsed().as_secs_f64(), cpu_seconds() - cpu0))
 }
 
 /// librdkafka's own `rd_kafka_commit_transaction`, without rust-rdkafka's flush loop
