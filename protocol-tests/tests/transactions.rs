@@ -48,6 +48,14 @@ async fn ready_producer(peer: &Peer, topic: &str, id: &str) -> Producer {
     initialised(peer, id).await
 }
 
+/// One transaction of [`send`]'s `count` records, committed; then the producer closes.
+async fn commit_and_close(producer: Producer, topic: &str, prefix: &str, count: usize) {
+    producer.begin_transaction().expect("begin");
+    send(&producer, topic, prefix, count).await;
+    producer.commit_transaction().await.expect("commit");
+    producer.close().await;
+}
+
 /// Sends `count` records `{prefix}-{i}` over both partitions and waits for their
 /// deliveries.
 async fn send(producer: &Producer, topic: &str, prefix: &str, count: usize) {
@@ -184,10 +192,7 @@ async fn commit_and_abort(peer: &Peer) -> (usize, usize) {
     producer.begin_transaction().expect("begin");
     send(&producer, &topic, "aborted", 10).await;
     producer.abort_transaction().await.expect("abort");
-    producer.begin_transaction().expect("begin");
-    send(&producer, &topic, "last", 10).await;
-    producer.commit_transaction().await.expect("commit");
-    producer.close().await;
+    commit_and_close(producer, &topic, "last", 10).await;
 
     let uncommitted = read_ottla(peer, &topic, IsolationLevel::ReadUncommitted, "last", 10).await;
     assert_eq!(count(&uncommitted, "committed"), 10, "{uncommitted:?}");
@@ -339,10 +344,7 @@ async fn tansu_a_second_instance_fences_the_first() {
     );
     drop(first);
 
-    second.begin_transaction().expect("begin");
-    send(&second, topic, "second", 4).await;
-    second.commit_transaction().await.expect("commit");
-    second.close().await;
+    commit_and_close(second, topic, "second", 4).await;
 
     let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "second", 4).await;
     assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
@@ -392,10 +394,7 @@ async fn mock_a_second_instance_fences_the_first() {
     assert!(abort.is_fatal(), "{abort:?}");
     first.close().await;
 
-    second.begin_transaction().expect("begin");
-    send(&second, topic, "second", 4).await;
-    second.commit_transaction().await.expect("commit");
-    second.close().await;
+    commit_and_close(second, topic, "second", 4).await;
 
     both_read(&peer, topic, "second", 4, "zombie").await;
 }
@@ -416,10 +415,7 @@ async fn mock_a_second_instance_aborts_the_first_s_open_transaction() {
     send(&first, topic, "zombie", 4).await;
 
     let second = initialised(&peer, "tx-zombie").await;
-    second.begin_transaction().expect("begin");
-    send(&second, topic, "second", 4).await;
-    second.commit_transaction().await.expect("commit");
-    second.close().await;
+    commit_and_close(second, topic, "second", 4).await;
 
     let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "second", 4).await;
     assert_eq!(count(&ottla, "zombie"), 0, "{ottla:?}");
@@ -917,10 +913,7 @@ async fn mock_transactional_id_by_property_and_calls_without_one() {
         .await
         .expect("producer");
     by_name.init_transactions().await.expect("init");
-    by_name.begin_transaction().expect("begin");
-    send(&by_name, topic, "v", 4).await;
-    by_name.commit_transaction().await.expect("commit");
-    by_name.close().await;
+    commit_and_close(by_name, topic, "v", 4).await;
     let refused = Producer::builder(&peer.bootstrap())
         .transactional_id("tx-acks")
         .acks(ottla::producer::Acks::Leader)
@@ -1048,10 +1041,7 @@ async fn mock_transaction_coordinator_moves_mid_transaction() {
     mock.set_transaction_coordinator("tx-move", 3)
         .expect("move");
     producer.abort_transaction().await.expect("abort");
-    producer.begin_transaction().expect("begin");
-    send(&producer, topic, "after", 2).await;
-    producer.commit_transaction().await.expect("commit");
-    producer.close().await;
+    commit_and_close(producer, topic, "after", 2).await;
     let values = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 2).await;
     assert_eq!(count(&values, "dropped"), 0, "{values:?}");
     assert_eq!(count(&values, "moved"), 2, "{values:?}");
@@ -1121,10 +1111,7 @@ async fn mock_transaction_timed_out_by_the_coordinator_is_aborted_and_its_commit
     assert_eq!(count(&rd, "timed-out"), 0, "librdkafka: {rd:?}");
 
     let next = initialised(&peer, "tx-timeout").await;
-    next.begin_transaction().expect("begin");
-    send(&next, topic, "after", 4).await;
-    next.commit_transaction().await.expect("commit");
-    next.close().await;
+    commit_and_close(next, topic, "after", 4).await;
     both_read(&peer, topic, "after", 4, "timed-out").await;
 }
 
@@ -1169,10 +1156,7 @@ async fn mock_produce_after_the_transaction_timed_out_is_refused_and_the_abort_f
     producer.close().await;
 
     let next = initialised(&peer, "tx-timeout-produce").await;
-    next.begin_transaction().expect("begin");
-    send(&next, topic, "after", 4).await;
-    next.commit_transaction().await.expect("commit");
-    next.close().await;
+    commit_and_close(next, topic, "after", 4).await;
     let ottla = read_ottla(&peer, topic, IsolationLevel::ReadCommitted, "after", 4).await;
     assert_eq!(
         count(&ottla, "timed-out") + count(&ottla, "late"),
