@@ -965,23 +965,30 @@ impl Consumer {
     /// follows them as it follows its own commits.
     pub(crate) fn committed_in_transaction(&self, offsets: &[(TopicPartition, i64)]) {
         let ticket = commit_ticket(&self.shared);
-        let mut app = lock(&self.shared.app);
-        for (tp, offset) in offsets {
-            app.committed.insert(tp.clone(), (*offset, ticket));
-        }
+        remember_offsets(&self.shared, offsets.iter().map(|(tp, o)| (tp, *o)), ticket);
     }
 }
 
 fn remember_committed(shared: &Shared, done: &[CommitOffset], ticket: u64) {
+    remember_offsets(
+        shared,
+        done.iter().map(|c| (&c.partition, c.offset)),
+        ticket,
+    );
+}
+
+/// The committed offsets the consumer reports: each partition's from the newest commit
+/// (by `ticket`) that answered.
+fn remember_offsets<'a>(
+    shared: &Shared,
+    offsets: impl IntoIterator<Item = (&'a TopicPartition, i64)>,
+    ticket: u64,
+) {
     let mut app = lock(&shared.app);
-    for c in done {
-        let newer = app
-            .committed
-            .get(&c.partition)
-            .is_none_or(|(_, t)| *t <= ticket);
+    for (tp, offset) in offsets {
+        let newer = app.committed.get(tp).is_none_or(|(_, t)| *t <= ticket);
         if newer {
-            app.committed
-                .insert(c.partition.clone(), (c.offset, ticket));
+            app.committed.insert(tp.clone(), (offset, ticket));
         }
     }
 }
