@@ -444,13 +444,7 @@ impl Producer {
     /// Whether a transaction is open (begun and not ended, or only abortable).
     fn transaction_open(&self) -> bool {
         let s = lock(&self.shared.state);
-        s.txn.as_ref().is_some_and(|t| {
-            matches!(
-                t.state(),
-                crate::proto::produce::transaction::TxnState::InTransaction
-                    | crate::proto::produce::transaction::TxnState::Abortable(_)
-            )
-        })
+        s.txn.as_ref().is_some_and(|t| t.is_open())
     }
 }
 

@@ -50,6 +50,9 @@ use crate::metadata::NodeId;
 use crate::produce::accumulator::ProduceError;
 use kafka_protocol::error::ResponseError;
 
+/// The states `abort_transaction` ends ([`TransactionManager::check`]'s names).
+const ABORTABLE: &[&str] = &["in-transaction", "abortable"];
+
 pub mod errors;
 #[cfg(test)]
 mod tests;
@@ -683,13 +686,19 @@ impl TransactionManager {
         Ok(op)
     }
 
+    /// Whether a transaction is open for [`TransactionManager::abort`] to end: begun
+    /// and not ending, or only abortable (what Java's `close` aborts).
+    pub fn is_open(&self) -> bool {
+        self.check("abort_transaction", ABORTABLE).is_ok()
+    }
+
     /// `abortTransaction`: once every batch is answered, EndTxn(abort); after an
     /// error that needs it, a new epoch.
     pub fn abort(&mut self) -> Result<OpId, TxnError> {
         if let Some(op) = self.resume(TxnState::Aborting) {
             return Ok(op);
         }
-        self.check("abort_transaction", &["in-transaction", "abortable"])?;
+        self.check("abort_transaction", ABORTABLE)?;
         self.state = TxnState::Aborting;
         self.to_add.clear();
         self.steps.retain(|s| *s != Step::AddPartitions);

@@ -628,3 +628,25 @@ fn a_fatal_producer_fails_its_undrained_batches() {
         "held batches must not wait for ever"
     );
 }
+
+#[test]
+fn is_open_while_a_transaction_can_be_aborted() {
+    let mut h = H::ready();
+    assert!(!h.m.is_open(), "ready: nothing to abort");
+    h.m.begin().expect("begin");
+    assert!(h.m.is_open(), "begun");
+    h.m.handle_produce_error(E::InvalidProducerEpoch.code());
+    assert!(
+        matches!(h.m.state(), TxnState::Abortable(_)) && h.m.is_open(),
+        "abortable: still to be aborted ({:?})",
+        h.m.state()
+    );
+    h.m.abort().expect("abort");
+    assert!(!h.m.is_open(), "aborting");
+    h.settle();
+    assert_eq!(h.m.state(), &TxnState::Ready);
+    assert!(!h.m.is_open(), "aborted");
+    h.m.begin().expect("begin");
+    h.m.handle_produce_error(E::ProducerFenced.code());
+    assert!(!h.m.is_open(), "fatal: nothing more can be ended");
+}
