@@ -643,10 +643,8 @@ impl Processor {
                     let mut reports = Vec::new();
                     for (ticket, call) in calls.iter_mut() {
                         let done = call.progress.done();
-                        if lanes.in_flight(*ticket) {
-                            let finished = call.cancel.take_finished(Some(done));
-                            outputs.extend(finished.into_iter().map(|r| (*ticket, r)));
-                        }
+                        let finished = call.cancel.take_finished(Some(done));
+                        outputs.extend(finished.into_iter().map(|r| (*ticket, r)));
                         if done > call.seen {
                             call.seen = done;
                             reports.push((*ticket, done));
@@ -861,10 +859,8 @@ impl Processor {
                                 tickets.remove(&id);
                                 if let Some(call) = calls.remove(&ticket) {
                                     self.telemetry.handled(attempted(call.records, &outcome), took);
-                                    if lanes.in_flight(ticket) {
-                                        let finished = call.cancel.take_finished(None);
-                                        outputs.extend(finished.into_iter().map(|r| (ticket, r)));
-                                    }
+                                    let finished = call.cancel.take_finished(None);
+                                    outputs.extend(finished.into_iter().map(|r| (ticket, r)));
                                 }
                                 handled.push((ticket, outcome, took));
                             }
