@@ -462,8 +462,13 @@ fn policy() -> RetryPolicy {
 /// value (`seq=<seq> ...`); under key ordering the key is the order key, which the
 /// value repeats after the sequence number (`seq=<seq> <key> ...`).
 pub fn seq_of(record: &ConsumerRecord) -> Option<u64> {
-    let key = std::str::from_utf8(record.key()?).ok()?;
-    let value = std::str::from_utf8(record.value()?).ok()?;
+    seq_in(record.key()?, record.value()?)
+}
+
+/// [`seq_of`] from a record's key and value as any client reads them.
+pub(crate) fn seq_in(key: &[u8], value: &[u8]) -> Option<u64> {
+    let key = std::str::from_utf8(key).ok()?;
+    let value = std::str::from_utf8(value).ok()?;
     let mut words = value.strip_prefix("seq=")?.split(' ');
     let seq: u64 = words.next()?.parse().ok()?;
     match key.parse::<u64>() {

@@ -1334,14 +1334,10 @@ pub async fn run_app(config: Config, app: App) -> anyhow::Result<Report> {
                 .examples
                 .iter_mut()
                 .filter(|e| e.ends_with("(not in the output)"));
-            for example in missing {
-                let seq = example
-                    .strip_prefix("seq ")
-                    .and_then(|e| e.split(':').next())
-                    .and_then(|n| n.parse::<u64>().ok());
+            for (example, seq) in missing.zip(&found.absent) {
                 let at: Vec<String> = uncommitted
                     .iter()
-                    .filter(|(s, _, _)| Some(*s) == seq)
+                    .filter(|(s, _, _)| s == seq)
                     .map(|(_, p, o)| format!("{p}@{o}"))
                     .collect();
                 if at.is_empty() {
@@ -1410,6 +1406,9 @@ pub struct ExactlyOnce {
     /// The first inputs found twice (sequence numbers), whose history the report
     /// gives.
     pub twice: Vec<u64>,
+    /// The first inputs found too few times (sequence numbers), whose place in the
+    /// log the report gives.
+    pub absent: Vec<u64>,
 }
 
 impl ExactlyOnce {
@@ -1445,6 +1444,7 @@ impl ExactlyOnce {
                     found.examples.push(format!(
                         "seq {seq}: {n} copies of {want} inputs (not in the output)"
                     ));
+                    found.absent.push(*seq);
                 }
             } else if n > want {
                 found.duplicates += n - want;
@@ -1855,12 +1855,9 @@ fn read_copies_librdkafka(
     while Instant::now() < deadline && idle_since.elapsed() < Duration::from_secs(3) {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
             idle_since = Instant::now();
-            // The value is `seq=<n> ...` (see `member::seq_of`).
-            let seq = rdkafka::Message::payload(&m)
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .and_then(|v| v.strip_prefix("seq="))
-                .and_then(|v| v.split(' ').next())
-                .and_then(|v| v.parse::<u64>().ok());
+            let seq = rdkafka::Message::key(&m)
+                .zip(rdkafka::Message::payload(&m))
+                .and_then(|(key, value)| member::seq_in(key, value));
             if let Some(seq) = seq {
                 out.insert(
                     (
@@ -1943,11 +1940,15 @@ mod tests {
             (broken.duplicates, broken.inputs_twice, broken.missing),
             (1, 1, 1)
         );
-        assert_eq!(broken.twice, vec![2]);
+        assert_eq!(
+            (broken.twice.clone(), broken.absent.clone()),
+            (vec![2], vec![3])
+        );
         assert!(!broken.holds());
         // Only one copy of the doubly written 2: one missing.
         let short = ExactlyOnce::count(&produced, &inputs, &[1, 2, 3], &[]);
         assert_eq!((short.duplicates, short.missing), (0, 1));
+        assert_eq!(short.absent, vec![2]);
     }
 
     #[test]
