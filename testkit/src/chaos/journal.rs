@@ -169,8 +169,6 @@ struct Inner {
     longest_overlap: Option<(i32, f64)>,
     /// `(partition, offset)` -> who finished it and when (for [`Journal::history`]).
     finishers: HashMap<(i32, i64), Vec<(usize, f64)>>,
-    /// Partition -> every commit its members' hooks reported: when, the offset, who.
-    commits_by: HashMap<i32, Vec<(f64, i64, usize)>>,
     /// Commits read back from the broker are checked against the finished records too
     /// (a `Consumer` loop's commits reach the journal only that way, or when the loop
     /// shows its commit events).
@@ -246,8 +244,8 @@ struct Partition {
     /// Each incarnation's last handler start here: offset, and whether it redid a
     /// finished record.
     last_start: HashMap<usize, (i64, bool)>,
-    /// Every commit the hooks reported: when, and the offset.
-    commit_log: Vec<(f64, i64)>,
+    /// Every commit the hooks reported: when, the offset, and by which incarnation.
+    commit_log: Vec<(f64, i64, usize)>,
     /// The last committed offset read back from the broker.
     polled: Option<i64>,
     polls: u64,
@@ -910,10 +908,10 @@ impl Journal {
             .and_then(|f| f.last())
             .map_or(f64::MAX, |(_, at)| at + 5.0);
         let commits: Vec<String> = j
-            .commits_by
+            .partitions
             .get(&partition)
             .into_iter()
-            .flatten()
+            .flat_map(|p| &p.commit_log)
             .filter(|(at, _, _)| (from..=to).contains(at))
             .map(|(at, o, inc)| format!("{o} by {} at t={at:.2}s", j.name(*inc)))
             .take(12)
@@ -988,16 +986,11 @@ impl Journal {
             let Inner {
                 partitions,
                 offsets,
-                commits_by,
                 ..
             } = &mut *j;
             let p = partitions.entry(partition).or_default();
             p.commits += 1;
-            p.commit_log.push((at, offset));
-            commits_by
-                .entry(partition)
-                .or_default()
-                .push((at, offset, inc));
+            p.commit_log.push((at, offset, inc));
             if let Some((last, by, when)) = p.committed
                 && offset < last
             {
@@ -1353,7 +1346,7 @@ impl Journal {
             // The highest offset committed up to each report, in time order.
             let mut best = Vec::with_capacity(log.len());
             let mut max = i64::MIN;
-            for (_, o) in log {
+            for (_, o, _) in log {
                 max = max.max(*o);
                 best.push(max);
             }
@@ -1364,7 +1357,7 @@ impl Journal {
                 };
                 // Reports from the last finish on; one before it already past the record
                 // means it was finished again below a commit (another check's).
-                let from = log.partition_point(|(t, _)| *t < done);
+                let from = log.partition_point(|(t, _, _)| *t < done);
                 if from > 0 && best.get(from - 1).is_some_and(|b| *b > *offset) {
                     continue;
                 }
@@ -1372,7 +1365,7 @@ impl Journal {
                     continue;
                 };
                 let k = tail.partition_point(|b| *b <= *offset);
-                let Some((at, _)) = log.get(from + k) else {
+                let Some((at, _, _)) = log.get(from + k) else {
                     // Never committed: the drain check's.
                     continue;
                 };
