@@ -799,8 +799,8 @@ async fn tansu_exactly_once_lag_counts_from_the_transactions_offsets() {
 /// A transactional producer closed with its transaction open aborts it, as Java's
 /// `close` does ("Aborting incomplete transaction due to shutdown"). Left open, the
 /// transaction held back the last stable offset of its partitions: a `read_committed`
-/// reader saw nothing written after it until the coordinator's timeout (which the
-/// patched mock, like tansu, never enforces: for ever here).
+/// reader saw nothing written after it until the coordinator's timeout
+/// (`transaction.timeout.ms`, 60 s by default, far longer than this test reads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_a_producer_closed_mid_transaction_aborts_it() {
     protocol_tests::init_tracing();
