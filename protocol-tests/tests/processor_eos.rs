@@ -732,6 +732,97 @@ async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
     assert_each_once("librdkafka read_committed", &rd);
 }
 
+/// Exactly once, the member's generation moves on under it while it rejoins: a
+/// rebalance (a Heartbeat refused with REBALANCE_IN_PROGRESS, injected) makes it join
+/// again, and as leader it holds its SyncGroup for 2 s (`leader_sync_delay`). From
+/// its JoinGroup's answer on, the group is at the next generation while the member's
+/// metadata still names the last one, and it goes on handling the partitions it
+/// keeps (cooperative). The group coordinator refuses its transaction's offsets
+/// (ILLEGAL_GENERATION). The Processor tried again each commit interval and aborted
+/// each time, handing every record since the last commit back to the handler, more
+/// of them each time (exactly-once chaos, classic protocol, seed 44090011: 30 refusals
+/// in 6 s). It now aborts once and keeps the commits back until the member's metadata
+/// changes: one aborted transaction, and each input's output read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_exactly_once_a_refused_generation_waits_for_the_next_instead_of_aborting_each_interval()
+ {
+    protocol_tests::init_tracing();
+    let peer = Arc::new(Peer::mock(1).expect("mock"));
+    let (input, output) = ("eos-stale-in", "eos-stale-out");
+    peer.create_topic(input, PARTITIONS).expect("topic");
+    peer.create_topic("eos-stale-in.dlq", 1).expect("dlq");
+    peer.create_topic(output, PARTITIONS).expect("topic");
+    produce_inputs(&peer, input).await;
+    let metrics = ottla::processor::MetricsLog::default();
+    let processor = builder(&peer, "eos-stale", input)
+        .exactly_once("eos-stale-1")
+        .consumer(|c| {
+            c.assignors(["cooperative-sticky"])
+                .expect("a built-in assignor")
+                .tweak_group(|g| g.leader_sync_delay = Duration::from_secs(2))
+        })
+        .metrics(metrics.hook())
+        .build()
+        .await
+        .expect("processor");
+    let calls: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let injected = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = {
+        let (calls, output, injected) = (calls.clone(), output.to_string(), injected.clone());
+        let peer = peer.clone();
+        move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
+            let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
+            *calls.lock().unwrap().entry(v.clone()).or_insert(0) += 1;
+            cancel.send(
+                ProducerRecord::new(&output)
+                    .partition(r.partition())
+                    .key(v.clone())
+                    .value(format!("out-{v}")),
+            );
+            // The first call: the next Heartbeat is refused with
+            // REBALANCE_IN_PROGRESS (API key 12, error 27). Each call takes 300 ms,
+            // so that records finish, and commits fall due, all through the rejoin
+            // (the 20 inputs of each partition take 6 s).
+            if let Peer::Mock(mock) = &*peer
+                && !injected.swap(true, Ordering::SeqCst)
+            {
+                mock.push_request_errors(12, &[27]);
+            }
+            async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(())
+            }
+        }
+    };
+    processor
+        .run(handler, visible(&peer, output, INPUTS))
+        .await
+        .expect("run");
+    let seen = metrics.snapshot();
+    let aborted = seen
+        .iter()
+        .filter(|m| {
+            matches!(
+                m,
+                ottla::processor::Metric::Transaction {
+                    committed: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(
+        aborted, 1,
+        "one transaction aborted for the stale generation, not one per commit interval: {seen:?}"
+    );
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), INPUTS, "every input handled: {calls:?}");
+    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
+    assert_each_once("ottla read_committed", &ottla);
+    let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
+    assert_each_once("librdkafka read_committed", &rd);
+}
+
 /// Exactly once, the lag (`ProcessorHandle::lag`) counts from the offsets the
 /// transactions committed. The group's second run starts from offsets committed by
 /// its first, handles 40 more inputs and commits them in transactions; the consumer

@@ -744,17 +744,16 @@ impl Processor {
                                 // The lanes hear back whatever happened, even when the loss left
                                 // nothing to commit: until they do, they count this commit as out
                                 // and make no other.
+                                let commit = Commit {
+                                    point: Point::Interval,
+                                    offsets,
+                                    metadata,
+                                    group,
+                                };
                                 let ok = self
-                                    .commit_point(
-                                        &mut txn,
-                                        &mut lanes,
-                                        &offsets,
-                                        &metadata,
-                                        group,
-                                        &mut held_stop,
-                                    )
+                                    .commit_point(&commit, &mut txn, &mut lanes, &mut held_stop)
                                     .await;
-                                lanes.committed(&offsets, ok, now());
+                                lanes.committed(&commit.offsets, ok, now());
                             }
                             Action::Pause(tp) => self.consumer.pause(std::slice::from_ref(&tp)),
                             Action::Resume(tp) => self.consumer.resume(std::slice::from_ref(&tp)),
@@ -772,15 +771,14 @@ impl Processor {
                                     offsets,
                                 );
                                 if !offsets.is_empty() || txn.open {
+                                    let commit = Commit {
+                                        point: Point::Handover,
+                                        offsets,
+                                        metadata,
+                                        group,
+                                    };
                                     let ok = self
-                                        .commit_point(
-                                            &mut txn,
-                                            &mut lanes,
-                                            &offsets,
-                                            &metadata,
-                                            group,
-                                            &mut held_stop,
-                                        )
+                                        .commit_point(&commit, &mut txn, &mut lanes, &mut held_stop)
                                         .await;
                                     if !ok {
                                         warn!(
@@ -788,7 +786,7 @@ impl Processor {
                                             "the finished prefix of these partitions was not committed; their next owner starts from the last committed offset and handles those records again"
                                         );
                                     }
-                                    lanes.committed(&offsets, ok, now());
+                                    lanes.committed(&commit.offsets, ok, now());
                                 }
                                 while let Some(m) = lanes.poll_metric() {
                                     self.metric(m);
@@ -1111,6 +1109,56 @@ struct Txn {
     /// Exactly once: each partition's last offset committed in a transaction by
     /// this run, with its metadata.
     committed: HashMap<TopicPartition, (i64, Option<String>)>,
+    /// Exactly once: the member whose offsets the group coordinator refused last
+    /// (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID: the group moved on
+    /// without this member knowing yet). The commit interval's commits wait while
+    /// the member is still this one ([`Processor::end_txn`]).
+    refused: Option<Refused>,
+}
+
+/// What a commit point commits: its offsets, what finished past each (the offsets'
+/// metadata), and the group metadata a transaction's offsets carry (KIP-447).
+struct Commit {
+    point: Point,
+    offsets: Vec<(TopicPartition, i64)>,
+    metadata: HashMap<TopicPartition, String>,
+    group: Option<ConsumerGroupMetadata>,
+}
+
+/// A commit point: the commit interval's, or a handover's (a revocation, the
+/// shutdown), which must end the open transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    Interval,
+    Handover,
+}
+
+/// The longest an interval's commit waits after the group refused the member's
+/// offsets ([`Txn::refused`]). Long enough for a classic member to finish the
+/// rejoin it is in or to learn at a heartbeat that it must rejoin (the wait ends
+/// then, with the new metadata); far shorter than the default transaction timeout
+/// (60 s), so the open transaction is not timed out meanwhile. It ends at most this
+/// late when the refusal was not the group moving on (an injected error): the
+/// commit is then tried again with the same metadata.
+const REFUSED_WAIT: Duration = Duration::from_secs(10);
+
+/// The member (generation and member id) whose transaction's offsets the group
+/// refused, and until when the interval's commits wait for it to change.
+#[derive(Debug)]
+struct Refused {
+    generation: i32,
+    member_id: String,
+    until: Instant,
+}
+
+impl Refused {
+    /// A commit with `group`'s metadata, at `now`, waits.
+    fn holds(&self, group: Option<&ConsumerGroupMetadata>, now: Instant) -> bool {
+        now < self.until
+            && group.is_some_and(|g| {
+                g.generation_id == self.generation && g.member_id == self.member_id
+            })
+    }
 }
 
 /// How an exactly-once commit ended.
@@ -1118,6 +1166,9 @@ enum TxnEnd {
     Committed,
     Aborted,
     Fatal,
+    /// Not tried: the group refused these offsets' generation already. The
+    /// transaction stays open and its offsets go with the next commit.
+    Held,
 }
 
 impl Processor {
@@ -1210,23 +1261,20 @@ impl Processor {
     }
 
     /// A commit point (the commit interval's, or a handover's): exactly once, the
-    /// open transaction commits with `offsets` ([`Processor::commit_txn`]); at least
-    /// once, the outputs are delivered, then `offsets` committed, and an output that
-    /// failed rewinds the lanes instead. `true` if it committed.
+    /// open transaction commits with the offsets ([`Processor::commit_txn`]); at
+    /// least once, the outputs are delivered, then the offsets committed, and an
+    /// output that failed rewinds the lanes instead. `true` if it committed.
     async fn commit_point(
         &self,
+        commit: &Commit,
         txn: &mut Txn,
         lanes: &mut Lanes,
-        offsets: &[(TopicPartition, i64)],
-        metadata: &HashMap<TopicPartition, String>,
-        group: Option<ConsumerGroupMetadata>,
         stop: &mut Option<Result<()>>,
     ) -> bool {
         if self.exactly_once() {
-            self.commit_txn(txn, lanes, offsets, metadata, group, stop)
-                .await
+            self.commit_txn(commit, txn, lanes, stop).await
         } else if self.flush_outputs(txn).await {
-            offsets.is_empty() || self.commit(offsets, metadata).await
+            commit.offsets.is_empty() || self.commit(&commit.offsets, &commit.metadata).await
         } else {
             self.rewind(lanes);
             false
@@ -1236,18 +1284,21 @@ impl Processor {
     /// Exactly once: commits the open transaction with `offsets`; `true` if it
     /// committed. A transaction that cannot commit is aborted and the lanes rewound
     /// to the last commit (the records are handled again); a fenced producer stops
-    /// the run (through `stop`).
+    /// the run (through `stop`). An interval's commit may also be held
+    /// ([`TxnEnd::Held`]): the transaction stays open.
     async fn commit_txn(
         &self,
+        commit: &Commit,
         txn: &mut Txn,
         lanes: &mut Lanes,
-        offsets: &[(TopicPartition, i64)],
-        metadata: &HashMap<TopicPartition, String>,
-        group: Option<ConsumerGroupMetadata>,
         stop: &mut Option<Result<()>>,
     ) -> bool {
-        match self.end_txn(txn, offsets, metadata, group).await {
+        let Commit {
+            offsets, metadata, ..
+        } = commit;
+        match self.end_txn(commit, txn).await {
             TxnEnd::Committed => {
+                txn.refused = None;
                 for (tp, offset) in offsets {
                     txn.committed
                         .insert(tp.clone(), (*offset, metadata.get(tp).cloned()));
@@ -1267,16 +1318,17 @@ impl Processor {
                 }
                 false
             }
+            TxnEnd::Held => false,
         }
     }
 
-    async fn end_txn(
-        &self,
-        txn: &mut Txn,
-        offsets: &[(TopicPartition, i64)],
-        metadata: &HashMap<TopicPartition, String>,
-        group: Option<ConsumerGroupMetadata>,
-    ) -> TxnEnd {
+    async fn end_txn(&self, commit: &Commit, txn: &mut Txn) -> TxnEnd {
+        let Commit {
+            point,
+            offsets,
+            metadata,
+            group,
+        } = commit;
         if txn.fatal.is_some() {
             return TxnEnd::Fatal;
         }
@@ -1285,6 +1337,24 @@ impl Processor {
         }
         if offsets.is_empty() && !txn.open {
             return TxnEnd::Committed;
+        }
+        // The group refused this generation's offsets a moment ago: the member is
+        // behind a rebalance it has not finished (or has not heard of yet). Trying
+        // again each interval was refused each time, and each abort handed every
+        // record since the last commit back to the handler, more of them each time
+        // (exactly-once chaos, classic protocol, seed 44090011: one member refused 30
+        // times in 6 s while it rejoined). So the interval's commits wait, the
+        // transaction open, until the member has new metadata, for at most
+        // REFUSED_WAIT. A handover does not wait: the partitions it releases must
+        // not leave outputs in a transaction that commits without their offsets.
+        if *point == Point::Interval
+            && !offsets.is_empty()
+            && txn
+                .refused
+                .as_ref()
+                .is_some_and(|r| r.holds(group.as_ref(), Instant::now()))
+        {
+            return TxnEnd::Held;
         }
         if !self.ensure_txn(txn) {
             return self.abort_txn(txn).await;
@@ -1303,9 +1373,10 @@ impl Processor {
             return self.abort_txn(txn).await;
         }
         if !offsets.is_empty() {
-            let Some(group) = group else {
+            let Some(group) = group.clone() else {
                 return self.abort_txn(txn).await;
             };
+            let member = (group.generation_id, group.member_id.clone());
             let offsets = offsets
                 .iter()
                 .map(|(tp, offset)| TxnOffset {
@@ -1320,7 +1391,14 @@ impl Processor {
                 .send_offsets_to_transaction(offsets, group)
                 .await
             {
-                return self.txn_failed(txn, e).await;
+                let refused = e.is_stale_member().then(|| Refused {
+                    generation: member.0,
+                    member_id: member.1,
+                    until: Instant::now() + REFUSED_WAIT,
+                });
+                let end = self.txn_failed(txn, e).await;
+                txn.refused = refused;
+                return end;
             }
         }
         let started = Instant::now();
@@ -1389,6 +1467,7 @@ impl Processor {
     /// Aborts the open transaction: `read_committed` readers never see its writes.
     async fn abort_txn(&self, txn: &mut Txn) -> TxnEnd {
         txn.failed = false;
+        txn.refused = None;
         txn.deliveries.clear();
         if !std::mem::take(&mut txn.open) {
             return TxnEnd::Aborted;

@@ -198,11 +198,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         apis: &[TxnApi::TxnOffsetCommit],
-        errors: &[
-            E::UnknownMemberId,
-            E::IllegalGeneration,
-            E::FencedInstanceId,
-        ],
+        errors: STALE_MEMBER,
         outcome: Disposition::Abortable,
         why: "the consumer's generation moved on (KIP-447): its offsets would be a zombie's",
     },
@@ -229,6 +225,14 @@ pub const RULES: &[Rule] = &[
         outcome: Disposition::Abortable,
         why: "the broker's verification found no open transaction (KIP-890)",
     },
+];
+
+/// TxnOffsetCommit's refusals of a consumer whose generation or member id the group
+/// no longer has ([`TxnError::is_stale_member`](super::TxnError::is_stale_member)).
+pub(super) const STALE_MEMBER: &[E] = &[
+    E::UnknownMemberId,
+    E::IllegalGeneration,
+    E::FencedInstanceId,
 ];
 
 /// The outcome of `code` answered to `api`: the first row of [`RULES`] that names

@@ -205,6 +205,16 @@ impl TxnError {
         self.kind() == Some(TxnErrorKind::Abortable)
     }
 
+    /// The group coordinator refused the transaction's offsets because the consumer
+    /// metadata they carried is not the group's any more (KIP-447: ILLEGAL_GENERATION,
+    /// UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID on TxnOffsetCommit; Java's
+    /// `CommitFailedException`). Abortable; offsets can commit again once the member
+    /// has rejoined, with its new metadata.
+    pub fn is_stale_member(&self) -> bool {
+        matches!(self, TxnError::Broker { api: TxnApi::TxnOffsetCommit, code, .. }
+            if errors::STALE_MEMBER.iter().any(|e| e.code() == *code))
+    }
+
     /// The producer can do nothing more: close it (rust-rdkafka's `is_fatal`; Java's
     /// `ProducerFencedException` and the authorization errors).
     pub fn is_fatal(&self) -> bool {

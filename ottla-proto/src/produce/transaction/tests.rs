@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError as E;
 
-use super::errors::{RULES, disposition};
+use super::errors::{RULES, STALE_MEMBER, disposition};
 use super::*;
 
 const TXN_NODE: NodeId = NodeId(7);
@@ -347,6 +347,13 @@ fn check_row(api: TxnApi, error: E, outcome: Disposition, what: &str) {
                 panic!("{what}: {:?}", h.m.state());
             };
             assert_eq!(e.kind(), Some(TxnErrorKind::Abortable), "{what}");
+            // Only the group's refusal of a member it no longer has tells the
+            // Processor to wait for the member's next generation.
+            assert_eq!(
+                e.is_stale_member(),
+                api == TxnApi::TxnOffsetCommit && STALE_MEMBER.contains(&error),
+                "{what}"
+            );
             if let Some(op) = op {
                 assert_eq!(h.done(), vec![(op, Err(e.clone()))], "{what}");
             }
@@ -389,6 +396,7 @@ fn check_row(api: TxnApi, error: E, outcome: Disposition, what: &str) {
                 panic!("{what}: {:?}", h.m.state());
             };
             assert_eq!(e.kind(), Some(TxnErrorKind::Fatal), "{what}");
+            assert!(!e.is_stale_member(), "{what}");
             if let Some(op) = op {
                 assert_eq!(h.done(), vec![(op, Err(e.clone()))], "{what}");
             }
