@@ -44,7 +44,11 @@ async fn produce_inputs(peer: &Peer, topic: &str) {
 /// A tansu broker with `input` (holding the inputs), its dead-letter topic, and
 /// `output`.
 async fn tansu_with_inputs(input: &str, output: &str) -> Peer {
-    let peer = Peer::tansu().expect("tansu");
+    with_inputs(Peer::tansu().expect("tansu"), input, output).await
+}
+
+/// `peer` with `input` (holding the inputs), its dead-letter topic, and `output`.
+async fn with_inputs(peer: Peer, input: &str, output: &str) -> Peer {
     peer.create_topic(input, PARTITIONS).expect("topic");
     peer.create_topic(&format!("{input}.dlq"), 1).expect("dlq");
     peer.create_topic(output, PARTITIONS).expect("topic");
@@ -143,6 +147,39 @@ async fn read_librdkafka(bootstrap: String, topic: &str, want: usize) -> Vec<Str
 }
 
 /// How many times each value occurs.
+/// `output` read with `read_committed` by ottla and by librdkafka: each input's
+/// output once.
+async fn assert_each_once_by_both(peer: &Peer, output: &str) {
+    let ottla = read_ottla(peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
+    assert_each_once("ottla read_committed", &ottla);
+    let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
+    assert_each_once("librdkafka read_committed", &rd);
+}
+
+/// A handler's call on `r`: counted in `calls`, and its copy sent to `output` (same
+/// partition, the input's value as key). Its value and how many calls it has had.
+fn count_and_copy(
+    r: &ottla::ConsumerRecord,
+    cancel: &ottla::processor::Cancel,
+    output: &str,
+    calls: &Mutex<BTreeMap<String, usize>>,
+) -> (String, usize) {
+    let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
+    let n = {
+        let mut c = calls.lock().unwrap();
+        let n = c.entry(v.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    cancel.send(
+        ProducerRecord::new(output)
+            .partition(r.partition())
+            .key(v.clone())
+            .value(format!("out-{v}")),
+    );
+    (v, n)
+}
+
 fn tally(values: &[String]) -> BTreeMap<String, usize> {
     let mut t = BTreeMap::new();
     for v in values {
@@ -270,10 +307,7 @@ async fn tansu_exactly_once_copies_each_input_once_for_read_committed_readers() 
     let (stats, calls) = copy(&peer, processor, output, None).await;
     assert_eq!(calls.len(), INPUTS, "every input handled");
     assert!(stats.commits > 0, "{stats:?}");
-    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
-    assert_each_once("ottla read_committed", &ottla);
-    let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
-    assert_each_once("librdkafka read_committed", &rd);
+    assert_each_once_by_both(&peer, output).await;
     // The offsets went with the transactions: a second run of the group has nothing
     // left to handle, and writes nothing more.
     let again = builder(&peer, "eos-copy", input)
@@ -650,12 +684,8 @@ async fn tansu_exactly_once_a_dead_letter_is_written_once_with_its_offset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
     protocol_tests::init_tracing();
-    let peer = Arc::new(Peer::mock(1).expect("mock"));
     let (input, output) = ("eos-lost-in", "eos-lost-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("eos-lost-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = Arc::new(with_inputs(Peer::mock(1).expect("mock"), input, output).await);
     let metrics = ottla::processor::MetricsLog::default();
     let processor = builder(&peer, "eos-lost", input)
         .exactly_once("eos-lost-1")
@@ -672,19 +702,7 @@ async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
         let (calls, output, injected) = (calls.clone(), output.to_string(), injected.clone());
         let peer = peer.clone();
         move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
-            let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
-            let n = {
-                let mut c = calls.lock().unwrap();
-                let n = c.entry(v.clone()).or_insert(0);
-                *n += 1;
-                *n
-            };
-            cancel.send(
-                ProducerRecord::new(&output)
-                    .partition(r.partition())
-                    .key(v.clone())
-                    .value(format!("out-{v}")),
-            );
+            let (v, n) = count_and_copy(r, &cancel, &output, &calls);
             // The sixth input's first attempt: the next heartbeats are refused
             // (Heartbeat is API key 12; UNKNOWN_MEMBER_ID is 25), and the call waits
             // until the loss cancels it.
@@ -726,10 +744,7 @@ async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
         calls.values().any(|n| *n >= 2),
         "records of the aborted transaction are handled again: {calls:?}"
     );
-    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
-    assert_each_once("ottla read_committed", &ottla);
-    let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
-    assert_each_once("librdkafka read_committed", &rd);
+    assert_each_once_by_both(&peer, output).await;
 }
 
 /// Exactly once, the member's generation moves on under it while it rejoins: a
@@ -747,12 +762,8 @@ async fn mock_exactly_once_lost_partitions_abort_the_open_transaction() {
 async fn mock_exactly_once_a_refused_generation_waits_for_the_next_instead_of_aborting_each_interval()
  {
     protocol_tests::init_tracing();
-    let peer = Arc::new(Peer::mock(1).expect("mock"));
     let (input, output) = ("eos-stale-in", "eos-stale-out");
-    peer.create_topic(input, PARTITIONS).expect("topic");
-    peer.create_topic("eos-stale-in.dlq", 1).expect("dlq");
-    peer.create_topic(output, PARTITIONS).expect("topic");
-    produce_inputs(&peer, input).await;
+    let peer = Arc::new(with_inputs(Peer::mock(1).expect("mock"), input, output).await);
     let metrics = ottla::processor::MetricsLog::default();
     let processor = builder(&peer, "eos-stale", input)
         .exactly_once("eos-stale-1")
@@ -771,14 +782,7 @@ async fn mock_exactly_once_a_refused_generation_waits_for_the_next_instead_of_ab
         let (calls, output, injected) = (calls.clone(), output.to_string(), injected.clone());
         let peer = peer.clone();
         move |r: &ottla::ConsumerRecord, cancel: ottla::processor::Cancel| {
-            let v = String::from_utf8_lossy(r.value().unwrap_or_default()).into_owned();
-            *calls.lock().unwrap().entry(v.clone()).or_insert(0) += 1;
-            cancel.send(
-                ProducerRecord::new(&output)
-                    .partition(r.partition())
-                    .key(v.clone())
-                    .value(format!("out-{v}")),
-            );
+            count_and_copy(r, &cancel, &output, &calls);
             // The first call: the next Heartbeat is refused with
             // REBALANCE_IN_PROGRESS (API key 12, error 27). Each call takes 300 ms,
             // so that records finish, and commits fall due, all through the rejoin
@@ -817,10 +821,7 @@ async fn mock_exactly_once_a_refused_generation_waits_for_the_next_instead_of_ab
     );
     let calls = calls.lock().unwrap().clone();
     assert_eq!(calls.len(), INPUTS, "every input handled: {calls:?}");
-    let ottla = read_ottla(&peer, output, IsolationLevel::ReadCommitted, INPUTS).await;
-    assert_each_once("ottla read_committed", &ottla);
-    let rd = read_librdkafka(peer.bootstrap(), output, INPUTS).await;
-    assert_each_once("librdkafka read_committed", &rd);
+    assert_each_once_by_both(&peer, output).await;
 }
 
 /// Exactly once, the lag (`ProcessorHandle::lag`) counts from the offsets the
