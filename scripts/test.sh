@@ -15,12 +15,12 @@ cd "$root"
 suite_flags=(--workspace --no-default-features --features protocol-tests/metrics)
 export OTTLA_SUITE_FLAGS="${suite_flags[*]}"
 
-# No debug info in anything this command builds (the workspace's, downstream/'s and fuzz/'s
-# dev profiles keep line tables for their own crates). It builds about a hundred test and
-# program binaries, and in each the debug info was over half its size: librdkafka's C is
-# compiled with -g, and the standard library carries its own. Without it the build takes
-# far less disk (the README gives both figures), which a shared CI host may not have to
-# spare. A failing test still names its file and line: the panic's
+# No debug info in anything this command builds. (Outside it, the dev profiles of the
+# workspace, downstream/ and fuzz/ keep line tables for their own crates.) It builds about
+# a hundred test and program binaries, and in each the debug info was over half its size:
+# librdkafka's C is compiled with -g, and the standard library carries its own. Without it
+# the build takes far less disk (the README gives both figures), which a shared CI host
+# may not have to spare. A failing test still names its file and line, as the panic's
 # location is compiled in; only a backtrace loses its line numbers. Dependencies were
 # built without debug info already, so a build of the default profile reuses them.
 export CARGO_PROFILE_DEV_DEBUG=false

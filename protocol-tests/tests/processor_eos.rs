@@ -146,7 +146,6 @@ async fn read_librdkafka(bootstrap: String, topic: &str, want: usize) -> Vec<Str
     .expect("reader")
 }
 
-/// How many times each value occurs.
 /// `output` read with `read_committed` by ottla and by librdkafka: each input's
 /// output once.
 async fn assert_each_once_by_both(peer: &Peer, output: &str) {
@@ -180,6 +179,7 @@ fn count_and_copy(
     (v, n)
 }
 
+/// How many times each value occurs.
 fn tally(values: &[String]) -> BTreeMap<String, usize> {
     let mut t = BTreeMap::new();
     for v in values {

@@ -1373,10 +1373,9 @@ impl Processor {
             return self.abort_txn(txn).await;
         }
         if !offsets.is_empty() {
-            let Some(group) = group.clone() else {
+            let Some(group) = group else {
                 return self.abort_txn(txn).await;
             };
-            let member = (group.generation_id, group.member_id.clone());
             let offsets = offsets
                 .iter()
                 .map(|(tp, offset)| TxnOffset {
@@ -1388,12 +1387,12 @@ impl Processor {
                 .collect();
             if let Err(e) = self
                 .producer
-                .send_offsets_to_transaction(offsets, group)
+                .send_offsets_to_transaction(offsets, group.clone())
                 .await
             {
                 let refused = e.is_stale_member().then(|| Refused {
-                    generation: member.0,
-                    member_id: member.1,
+                    generation: group.generation_id,
+                    member_id: group.member_id.clone(),
                     until: Instant::now() + REFUSED_WAIT,
                 });
                 let end = self.txn_failed(txn, e).await;
